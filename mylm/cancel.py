@@ -1,0 +1,70 @@
+"""A thread-safe cancel token and deadline helpers shared by the loop, the providers and the tools."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+from .errors import CancelledError
+
+
+class CancelToken:
+    """Set once to cancel a run; callbacks let blocked I/O (an HTTP read, a child process) abort at once."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._callbacks: dict[int, Callable[[], None]] = {}
+        self._next_id = 0
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether `cancel()` has been called."""
+        return self._event.is_set()
+
+    def cancel(self) -> None:
+        """Cancel; runs every registered callback once (from the calling thread)."""
+        with self._lock:
+            if self._event.is_set():
+                return
+            self._event.set()
+            callbacks = list(self._callbacks.values())
+            self._callbacks.clear()
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:  # noqa: BLE001 - one failing abort must not stop the others
+                pass
+
+    def raise_if_cancelled(self) -> None:
+        """Raise `CancelledError` if the token is set."""
+        if self._event.is_set():
+            raise CancelledError("cancelled")
+
+    def on_cancel(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Register `callback` to run on cancel (at once if already cancelled); returns an unregister function."""
+        with self._lock:
+            if not self._event.is_set():
+                key = self._next_id
+                self._next_id += 1
+                self._callbacks[key] = callback
+
+                def unregister() -> None:
+                    with self._lock:
+                        self._callbacks.pop(key, None)
+
+                return unregister
+        callback()
+        return lambda: None
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to `seconds`, waking early on cancel; returns whether the token is set."""
+        return self._event.wait(max(0.0, seconds))
+
+
+def remaining(deadline: float | None, *, default: float = float("inf")) -> float:
+    """Seconds left before `deadline` (a `time.monotonic()` value), or `default` when there is none."""
+    if deadline is None:
+        return default
+    return deadline - time.monotonic()

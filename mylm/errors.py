@@ -1,0 +1,118 @@
+"""The one rooted error tree of mylm; each error owns its exit code and its one-line message.
+
+    MylmError                       exit 1
+    ├── ConfigError                 exit 2   bad flags, environment or config file
+    ├── TemplateError               exit 2   a prompt template is missing, broken or unsafe
+    ├── LLMError                    exit 1   anything that went wrong talking to the model endpoint
+    │   ├── EndpointUnreachableError         connection refused, DNS, TLS
+    │   ├── LLMTimeoutError                  no byte within the read timeout, or the run's deadline passed
+    │   ├── StreamError                      a broken stream, or an error object inside a 200 stream
+    │   └── HTTPStatusError                  the server answered 4xx/5xx (status, server message)
+    │       ├── AuthenticationError          401 / 403
+    │       ├── ModelNotFoundError           404
+    │       ├── ContextOverflowError         the prompt does not fit the model's context
+    │       ├── RateLimitError               429 (retryable unless the quota is spent)
+    │       └── ServerError                  5xx
+    ├── ToolError                   exit 1   raised by a tool for an expected failure; becomes an observation
+    ├── RunTimeoutError             exit 4   the run's wall-clock budget is spent
+    └── CancelledError              exit 130 the run was cancelled (Ctrl-C or a cancel token)
+"""
+
+from __future__ import annotations
+
+
+class MylmError(Exception):
+    """Base of every error mylm raises on purpose."""
+
+    exit_code: int = 1
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ConfigError(MylmError):
+    """Settings from flags, environment or the config file are invalid."""
+
+    exit_code = 2
+
+
+class TemplateError(MylmError):
+    """A prompt template cannot be found, parsed or rendered."""
+
+    exit_code = 2
+
+
+class LLMError(MylmError):
+    """The model endpoint could not give a usable completion."""
+
+    #: Whether sending the same request again may succeed (connection drops, 429, 5xx).
+    retryable: bool = False
+
+
+class EndpointUnreachableError(LLMError):
+    """No connection could be made to the endpoint."""
+
+    retryable = True
+
+
+class LLMTimeoutError(LLMError):
+    """The endpoint went silent for longer than the read timeout, or the run's deadline passed."""
+
+
+class StreamError(LLMError):
+    """The response stream broke off or carried an error object."""
+
+    retryable = True
+
+
+class HTTPStatusError(LLMError):
+    """The endpoint answered with an HTTP error status."""
+
+    def __init__(self, message: str, *, status: int, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+
+
+class AuthenticationError(HTTPStatusError):
+    """The endpoint rejected the API key (401) or the key lacks permission (403)."""
+
+
+class ModelNotFoundError(HTTPStatusError):
+    """The endpoint does not know the requested model or route (404)."""
+
+
+class ContextOverflowError(HTTPStatusError):
+    """The conversation no longer fits the model's context window."""
+
+
+class RateLimitError(HTTPStatusError):
+    """Too many requests (429); retryable unless the account's quota is spent."""
+
+    retryable = True
+
+
+class ServerError(HTTPStatusError):
+    """The endpoint failed with a 5xx status."""
+
+    retryable = True
+
+
+class ToolError(MylmError):
+    """A tool failed in a way it can explain; the message goes back to the model as an error observation."""
+
+
+class RunTimeoutError(MylmError):
+    """The run's wall-clock budget was spent."""
+
+    exit_code = 4
+
+
+class CancelledError(MylmError):
+    """The run was cancelled by the user or the caller's cancel token."""
+
+    exit_code = 130

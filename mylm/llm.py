@@ -1,0 +1,65 @@
+"""The seam between the agent and a model endpoint: the `LLM` protocol, its request and its stream items."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Protocol, Union, runtime_checkable
+
+from .cancel import CancelToken
+from .types import Message, Usage
+
+
+@dataclass(frozen=True)
+class LLMRequest:
+    """One completion request; `messages` starts with the system message."""
+
+    messages: tuple[Message, ...]
+    #: Stop strings to send where the endpoint accepts them (the agent also cuts client-side).
+    stop: tuple[str, ...] = ()
+    max_tokens: int | None = None
+    #: `time.monotonic()` value by which the whole call, streaming included, must end.
+    deadline: float | None = None
+    cancel: CancelToken | None = None
+
+
+@dataclass(frozen=True)
+class TextChunk:
+    """A piece of the completion's text."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ReasoningChunk:
+    """A piece of reasoning the server sent in a separate field (`reasoning_content`, `thinking`)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class FinishChunk:
+    """The end of the stream, with what the server said about it (all optional hints)."""
+
+    #: The server's own finish value, lower-cased (`stop`, `length`, `end_turn`, `max_tokens`, ...).
+    reason: str | None = None
+    #: The stop string the server says fired, where it says so (llama.cpp, vLLM, Anthropic).
+    stop_sequence: str | None = None
+    usage: Usage | None = None
+
+
+LLMChunk = Union[TextChunk, ReasoningChunk, FinishChunk]
+
+
+@runtime_checkable
+class LLM(Protocol):
+    """A model endpoint: streams one completion for a request.
+
+    Implementations yield `TextChunk`/`ReasoningChunk` items and at most one final `FinishChunk`; they raise
+    `mylm.errors.LLMError` subclasses for failures, honour `request.deadline` inside blocking reads, and release
+    the connection when the consumer closes the generator early (the agent does so once a complete tool call
+    has arrived, so a server that ignores stop strings costs nothing extra).
+    """
+
+    def stream(self, request: LLMRequest) -> Iterator[LLMChunk]:
+        """Stream the completion for `request`."""
+        ...

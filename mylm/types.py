@@ -1,0 +1,249 @@
+"""Frozen value types shared by every layer: messages, tool calls, usage, agent events and the run result."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Mapping, Union
+
+if TYPE_CHECKING:
+    from .errors import MylmError
+
+Role = Literal["system", "user", "assistant"]
+
+
+@dataclass(frozen=True)
+class Message:
+    """One chat message; mylm only ever uses plain-text content."""
+
+    role: Role
+    content: str
+
+    def to_dict(self) -> dict[str, str]:
+        """Return the message as the `{"role", "content"}` mapping every chat API uses."""
+        return {"role": self.role, "content": self.content}
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token counts reported by the endpoint (zero where it reports nothing)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        """Prompt plus completion tokens."""
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(self.prompt_tokens + other.prompt_tokens, self.completion_tokens + other.completion_tokens)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool call the model asked for: the tool's name and its decoded arguments."""
+
+    name: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+    #: The block exactly as the model wrote it (after stop normalisation).
+    raw: str = ""
+    #: Unique within a run, assigned by the agent (`call_<iteration>_<index>`).
+    id: str = ""
+
+
+class StopReason(str, Enum):
+    """Why a whole run ended."""
+
+    FINAL_ANSWER = "final_answer"
+    DONE_TOOL = "done_tool"
+    MAX_ITERATIONS = "max_iterations"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+    ERROR = "error"
+
+
+class FinishReason(str, Enum):
+    """Why one model turn ended, normalised across endpoints (seed 004)."""
+
+    TOOL_USE = "tool_use"
+    END_TURN = "end_turn"
+    MAX_TOKENS = "max_tokens"
+    STOP_SEQUENCE = "stop_sequence"
+
+
+@dataclass(frozen=True)
+class Permission:
+    """A permission hook's answer for one tool call: allow, or deny with a reason the model will read."""
+
+    allowed: bool
+    reason: str = ""
+
+    @classmethod
+    def allow(cls) -> Permission:
+        """Let the call run."""
+        return cls(True)
+
+    @classmethod
+    def deny(cls, reason: str) -> Permission:
+        """Refuse the call; `reason` is fed back to the model."""
+        return cls(False, reason)
+
+
+# ----------------------------------------------------------------------------------------------- events
+
+
+class _Event:
+    """Mixin giving every event a stable `type` tag and a JSON-ready dict."""
+
+    type: ClassVar[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the event as a JSON-serialisable mapping with a leading `type` key."""
+        data: dict[str, Any] = {"type": self.type}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            data[f.name] = _jsonable(getattr(self, f.name))
+        return data
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Enum):
+        return value.value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        if isinstance(value, Usage):
+            out["total_tokens"] = value.total_tokens
+        return out
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class IterationStartEvent(_Event):
+    """A new model call is about to be made."""
+
+    type: ClassVar[str] = "iteration_start"
+    iteration: int
+    max_iterations: int
+
+
+@dataclass(frozen=True)
+class ReasoningEvent(_Event):
+    """A piece of the model's private reasoning (`<think>` text or a separate reasoning field)."""
+
+    type: ClassVar[str] = "reasoning"
+    text: str
+
+
+@dataclass(frozen=True)
+class TextEvent(_Event):
+    """A piece of visible model text (a thought before a call, or the answer), safe to show as it streams."""
+
+    type: ClassVar[str] = "text"
+    text: str
+
+
+@dataclass(frozen=True)
+class StepStartEvent(_Event):
+    """A tool call is about to be handled."""
+
+    type: ClassVar[str] = "step_start"
+    step_id: str
+    iteration: int
+    tool_name: str
+
+
+@dataclass(frozen=True)
+class ToolCallEvent(_Event):
+    """The parsed tool call, exactly as it will be (or would have been) run."""
+
+    type: ClassVar[str] = "tool_call"
+    call: ToolCall
+
+
+@dataclass(frozen=True)
+class ToolResultEvent(_Event):
+    """What the tool returned (or why it did not run)."""
+
+    type: ClassVar[str] = "tool_result"
+    call_id: str
+    name: str
+    output: str
+    is_error: bool
+    duration: float
+
+
+@dataclass(frozen=True)
+class StepCompleteEvent(_Event):
+    """A tool call has been handled and its observation recorded."""
+
+    type: ClassVar[str] = "step_complete"
+    step_id: str
+    status: Literal["completed", "error", "denied"]
+
+
+@dataclass(frozen=True)
+class UsageEvent(_Event):
+    """Tokens used by the model call that just ended, and the run's total so far."""
+
+    type: ClassVar[str] = "usage"
+    usage: Usage
+    total: Usage
+
+
+@dataclass(frozen=True)
+class ErrorEvent(_Event):
+    """Something went wrong; `fatal` errors end the run, the others are fed back to the model."""
+
+    type: ClassVar[str] = "error"
+    message: str
+    kind: str
+    fatal: bool = False
+
+
+@dataclass(frozen=True)
+class FinalResponseEvent(_Event):
+    """The run's answer."""
+
+    type: ClassVar[str] = "final"
+    text: str
+    stop_reason: StopReason
+
+
+Event = Union[
+    IterationStartEvent,
+    ReasoningEvent,
+    TextEvent,
+    StepStartEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+    StepCompleteEvent,
+    UsageEvent,
+    ErrorEvent,
+    FinalResponseEvent,
+]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Everything a finished run produced (seed 000's AgenticLoopResult)."""
+
+    final_text: str
+    stop_reason: StopReason
+    iterations_used: int
+    timed_out: bool
+    #: Only the messages this run added (the prompt, the model's turns, the observations), ready to append.
+    history_delta: tuple[Message, ...]
+    events: tuple[Event, ...]
+    usage: Usage = Usage()
+    #: The error that ended the run when `stop_reason` is `error`, `timeout` or `cancelled`.
+    error: MylmError | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the run ended with an answer from the model or a done tool."""
+        return self.stop_reason in (StopReason.FINAL_ANSWER, StopReason.DONE_TOOL)
