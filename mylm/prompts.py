@@ -1,0 +1,201 @@
+"""Prompt templates: where they are looked up, and rendering them in a sandboxed, strict Jinja environment."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from .errors import TemplateError
+
+#: Rendered prompts larger than this are refused: a template bug, or a template trying to exhaust memory.
+MAX_RENDERED_CHARS = 2_000_000
+_PROMPTS_PACKAGE = "mylm._prompts"
+_TEMPLATE_SUFFIXES = (".j2",)
+
+
+def packaged_prompts_dir() -> Path:
+    """The directory of the default templates: the installed data package, or `prompts/` in a checkout."""
+    spec = importlib.util.find_spec(_PROMPTS_PACKAGE)
+    if spec is not None and spec.submodule_search_locations:
+        for location in spec.submodule_search_locations:
+            if Path(location, "system.j2").is_file():
+                return Path(location)
+    checkout = Path(__file__).resolve().parent.parent / "prompts"
+    if (checkout / "system.j2").is_file():
+        return checkout
+    raise TemplateError("the default prompt templates are missing from this installation; reinstall mylm")
+
+
+def user_config_dir() -> Path:
+    """mylm's directory in the user's config dir (honours XDG_CONFIG_HOME)."""
+    import click
+
+    return Path(click.get_app_dir("mylm"))
+
+
+def default_search_path(
+    prompts_dir: str | os.PathLike[str] | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+) -> list[tuple[str, Path]]:
+    """The template lookup order, highest priority first, each with the reason it is on the path."""
+    env = os.environ if environ is None else environ
+    path: list[tuple[str, Path]] = []
+    if prompts_dir:
+        path.append(("--prompts", Path(prompts_dir)))
+    if env.get("MYLM_PROMPTS"):
+        path.append(("$MYLM_PROMPTS", Path(env["MYLM_PROMPTS"])))
+    path.append(("project", Path(cwd or os.getcwd()) / ".mylm" / "prompts"))
+    path.append(("user", user_config_dir() / "prompts"))
+    path.append(("default", packaged_prompts_dir()))
+    return path
+
+
+def neutralise(text: str) -> str:
+    """Make tool output safe to place inside `<observation>`: it can neither close it nor open a tool call.
+
+    Only protocol tags are defused (their `<` becomes `&lt;`), so ordinary code keeps its `<` and stays
+    readable. Control characters other than tab and newline become visible `\\xNN`; carriage returns become
+    newlines so progress bars and CRLF files read as lines.
+    """
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = _PROTOCOL_TAG.sub(lambda m: "&lt;" + m.group(1), text)
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+_PROTOCOL_TAG = re.compile(
+    r"<(\s*/?\s*(?:observation|tool_code|tool_call|tool_definitions|tool|function|parameters?|name|"
+    r"think|thinking|final_answer|invoke)\b)",
+    re.IGNORECASE,
+)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\ud800-\udfff]")
+
+
+def _tojson(value: Any, indent: int | None = None) -> str:
+    return json.dumps(value, ensure_ascii=False, indent=indent)
+
+
+class PromptLoader:
+    """Renders named templates found along a search path; a file earlier on the path overrides a later one."""
+
+    def __init__(self, search_path: Sequence[tuple[str, Path]] | Sequence[Path]) -> None:
+        from jinja2 import FileSystemLoader, StrictUndefined
+
+        entries = [e if isinstance(e, tuple) else ("custom", Path(e)) for e in search_path]
+        self.search_path: tuple[tuple[str, Path], ...] = tuple(entries)
+        self._env = _BoundedSandbox(
+            loader=FileSystemLoader([str(p) for _, p in entries if p.is_dir()]),
+            undefined=StrictUndefined,
+            autoescape=False,
+            trim_blocks=True,
+            lstrip_blocks=True,
+            keep_trailing_newline=False,
+        )
+        self._env.filters["tojson"] = _tojson
+        self._env.filters["observation"] = neutralise
+
+    @classmethod
+    def default(
+        cls,
+        prompts_dir: str | os.PathLike[str] | None = None,
+        *,
+        environ: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+    ) -> PromptLoader:
+        """A loader with the standard lookup order: `--prompts`, `$MYLM_PROMPTS`, `./.mylm/prompts`, user, default."""
+        return cls(default_search_path(prompts_dir, environ=environ, cwd=cwd))
+
+    def find(self, name: str) -> tuple[str, Path] | None:
+        """Where the template `name` comes from: (reason on the search path, file), or None."""
+        for origin, directory in self.search_path:
+            candidate = directory / name
+            if candidate.is_file():
+                return origin, candidate
+        return None
+
+    def names(self) -> list[str]:
+        """Every template name available on the search path, sorted."""
+        found: set[str] = set()
+        for _, directory in self.search_path:
+            if directory.is_dir():
+                for file in directory.rglob("*"):
+                    if file.is_file() and file.suffix in _TEMPLATE_SUFFIXES:
+                        found.add(file.relative_to(directory).as_posix())
+        return sorted(found)
+
+    def render(self, name: str, /, **variables: Any) -> str:
+        """Render template `name`; any problem becomes a `TemplateError` naming the file and line."""
+        from jinja2 import TemplateNotFound, TemplateSyntaxError, UndefinedError
+        from jinja2.exceptions import SecurityError
+
+        try:
+            template = self._env.get_template(name)
+            text = template.render(**variables)
+        except TemplateNotFound as error:
+            where = ", ".join(str(p) for _, p in self.search_path)
+            raise TemplateError(f"template {error.name!r} not found (looked in {where})") from None
+        except TemplateSyntaxError as error:
+            raise TemplateError(f"{error.filename or name}:{error.lineno}: {error.message}") from None
+        except UndefinedError as error:
+            raise TemplateError(f"{self._where(name)}: {error.message}") from None
+        except SecurityError as error:
+            raise TemplateError(f"{self._where(name)}: unsafe template: {error}") from None
+        except (TypeError, ValueError, ArithmeticError, AttributeError, LookupError) as error:
+            raise TemplateError(f"{self._where(name)}: {type(error).__name__}: {error}") from None
+        if len(text) > MAX_RENDERED_CHARS:
+            raise TemplateError(f"{self._where(name)}: rendered to {len(text):,} characters, over the limit")
+        return text
+
+    def _where(self, name: str) -> str:
+        found = self.find(name)
+        return str(found[1]) if found else name
+
+
+def _make_bounded_sandbox() -> type:
+    from jinja2.sandbox import SandboxedEnvironment
+
+    class BoundedSandbox(SandboxedEnvironment):  # type: ignore[misc]
+        """The Jinja sandbox, plus limits on `*` and `**` so a template cannot build a gigabyte string."""
+
+        intercepted_binops = frozenset({"*", "**"})
+
+        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+            from jinja2.exceptions import SecurityError
+
+            if operator == "**" and isinstance(right, (int, float)) and abs(right) > 64:
+                raise SecurityError("exponent too large")
+            if operator == "*":
+                for seq, count in ((left, right), (right, left)):
+                    if isinstance(seq, (str, list, tuple)) and isinstance(count, int):
+                        if len(seq) * count > MAX_RENDERED_CHARS:
+                            raise SecurityError("repetition would exceed the size limit")
+            return super().call_binop(context, operator, left, right)
+
+    return BoundedSandbox
+
+
+class _LazySandbox:
+    """Defers importing jinja2 until a loader is built (keeps `import mylm.prompts` cheap)."""
+
+    _cls: type | None = None
+
+    def __call__(self, **kwargs: Any) -> Any:
+        if _LazySandbox._cls is None:
+            _LazySandbox._cls = _make_bounded_sandbox()
+        return _LazySandbox._cls(**kwargs)
+
+
+_BoundedSandbox = _LazySandbox()
+
+
+def tool_view(tools: Iterable[Any]) -> list[dict[str, Any]]:
+    """The template-facing view of tools: name, description and the parameters schema as JSON text."""
+    return [
+        {"name": t.name, "description": t.description, "parameters": _tojson(dict(t.parameters))}
+        for t in tools
+    ]

@@ -1,0 +1,31 @@
+"""Shared test setup: every test runs with a private HOME, config, data and state dir, and no endpoint settings."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+_ENDPOINT_PREFIXES = ("MYLM_", "OPENAI_", "OLLAMA_", "ANTHROPIC_", "GEMINI_", "GOOGLE_API_KEY")
+
+
+@pytest.fixture(autouse=True)
+def isolated_user_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Point HOME and the XDG dirs at a temp dir, clear endpoint variables and run from an empty workspace."""
+    home = tmp_path / "home"
+    for sub in ("config", "data", "state", "cache"):
+        (home / sub).mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(home / "data"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))
+    monkeypatch.setenv("NO_COLOR", "1")
+    for name in list(os.environ):
+        if name.startswith(_ENDPOINT_PREFIXES):
+            monkeypatch.delenv(name, raising=False)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    monkeypatch.chdir(workspace)
+    return workspace
