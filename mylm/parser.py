@@ -25,6 +25,8 @@ THINK_TAGS = ("think", "thinking")
 #: Tags that change the parser's state when they appear in plain text.
 _OUTSIDE_TAGS = (TOOL_OPEN, OBSERVATION_OPEN, FINAL_OPEN, FINAL_CLOSE, "<think>", "<thinking>", "</think>", "</thinking>")
 _LONGEST_TAG = max(len(t) for t in _OUTSIDE_TAGS)
+#: Stop strings that may arrive half-written at the very end of a stream.
+_HALF_STOPS = (TOOL_CLOSE, OBSERVATION_OPEN)
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,8 @@ class ParsedTurn:
     reasoning: str = ""
     #: The text the verdict was reached on (everything after a fabricated `<observation>` is dropped).
     text: str = ""
+    #: The text ended inside reasoning that was never closed (e.g. a server stop fired mid-thought).
+    unclosed_reasoning: bool = False
 
 
 def format_tool_call(call: ToolCall) -> str:
@@ -96,7 +100,9 @@ _STRING_SPECIAL = re.compile(r'["\\]')
 class StreamParser:
     """Feed model text chunk by chunk; get display-safe events; read `result` after `close()`."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, multiple_calls: bool = True) -> None:
+        #: With one call per turn, the turn ends where the first call ends; later text is not part of it.
+        self._multiple_calls = multiple_calls
         self._buf = ""
         self._state = "outside"  # outside | think | block | final | discard
         self._think_close = ""
@@ -112,6 +118,11 @@ class StreamParser:
 
     # -------------------------------------------------------------------------------------- public API
 
+    @property
+    def finished(self) -> bool:
+        """True once no further text can change the result (a fabricated observation, or the single call, ended it)."""
+        return self._state == "discard"
+
     def feed(self, chunk: str) -> list[ParseEvent]:
         """Add text; return the events it completes."""
         if self._closed:
@@ -123,6 +134,10 @@ class StreamParser:
         """Mark the end of the text; return the remaining events and set `result`."""
         if self._closed:
             return []
+        if self._state in ("outside", "final") and len(self._buf) >= 2 and any(
+            stop.startswith(self._buf.lower()) for stop in _HALF_STOPS
+        ):
+            self._buf = ""  # a stop string the server cut off half-way, not text
         events = self._run(final=True)
         self._closed = True
         if self._state == "block" and self._block is not None:
@@ -230,6 +245,8 @@ class StreamParser:
         self._take(len(TOOL_CLOSE))
         events.extend(self._finish_block(block, at_end=False))
         self._state, self._block = "outside", None
+        if self._calls and not self._multiple_calls:
+            self._state = "discard"
 
     def _finish_block(self, block: _Block, *, at_end: bool) -> list[ParseEvent]:
         call, error = parse_block(block.text, at_end=at_end)
@@ -243,6 +260,7 @@ class StreamParser:
         return [CallParsed(call)]
 
     def _verdict(self) -> ParsedTurn:
+        unclosed = self._state == "think"
         thought = "".join(self._thought).strip()
         reasoning = "".join(self._reasoning).strip()
         text = "".join(self._consumed)
@@ -251,7 +269,9 @@ class StreamParser:
         if self._calls:
             return ParsedTurn(tool_calls=tuple(self._calls), thought=thought, reasoning=reasoning, text=text)
         answer = "".join(self._final).strip() if self._final is not None else thought
-        return ParsedTurn(final_answer=answer, thought=thought, reasoning=reasoning, text=text)
+        return ParsedTurn(
+            final_answer=answer, thought=thought, reasoning=reasoning, text=text, unclosed_reasoning=unclosed
+        )
 
 
 def _partial_suffix(text: str, tag: str) -> int:

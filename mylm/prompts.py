@@ -76,7 +76,8 @@ _PROTOCOL_TAG = re.compile(
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\ud800-\udfff]")
 
 
-def _tojson(value: Any, indent: int | None = None) -> str:
+def dump_json(value: Any, indent: int | None = None) -> str:
+    """JSON as templates show it: UTF-8 kept readable, nothing HTML-escaped."""
     return json.dumps(value, ensure_ascii=False, indent=indent)
 
 
@@ -96,7 +97,7 @@ class PromptLoader:
             lstrip_blocks=True,
             keep_trailing_newline=False,
         )
-        self._env.filters["tojson"] = _tojson
+        self._env.filters["tojson"] = dump_json
         self._env.filters["observation"] = neutralise
 
     @classmethod
@@ -196,6 +197,6 @@ _BoundedSandbox = _LazySandbox()
 def tool_view(tools: Iterable[Any]) -> list[dict[str, Any]]:
     """The template-facing view of tools: name, description and the parameters schema as JSON text."""
     return [
-        {"name": t.name, "description": t.description, "parameters": _tojson(dict(t.parameters))}
+        {"name": t.name, "description": t.description, "parameters": dump_json(dict(t.parameters))}
         for t in tools
     ]

@@ -29,3 +29,14 @@ def isolated_user_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path
     workspace.mkdir()
     monkeypatch.chdir(workspace)
     return workspace
+
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def subprocess_env() -> dict[str, str]:
+    """Environment for running mylm in a child process: the checkout importable, the isolation kept."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    return env

@@ -1,0 +1,135 @@
+"""The `mylm ask` command surface, with an injected scripted model and terminal."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from mylm.cli import Terminal, cli
+from mylm.errors import EndpointUnreachableError
+from mylm.parser import format_tool_call
+from mylm.testing import ScriptedLLM
+from mylm.types import ToolCall
+
+
+def call(name: str, **arguments: object) -> str:
+    return "Checking.\n" + format_tool_call(ToolCall(name, arguments))
+
+
+class FakeTerminal(Terminal):
+    """Answers approval questions from a script and records what was asked."""
+
+    def __init__(self, answers: list[str]) -> None:
+        self.answers = answers
+        self.asked: list[str] = []
+
+    def ask(self, question: str) -> str:
+        self.asked.append(question)
+        return self.answers.pop(0)
+
+
+def invoke(args: list[str], llm: ScriptedLLM, *, terminal: Terminal | None = None, stdin: str = ""):
+    runner = CliRunner()
+    obj = {"llm": llm, "terminal": lambda: terminal}
+    return runner.invoke(cli, args, obj=obj, input=stdin, catch_exceptions=False)
+
+
+def test_cli_ask_prints_only_the_answer_on_stdout() -> None:
+    llm = ScriptedLLM([call("execute_command", command="echo cli-$((1+1))"), "The output is cli-2."])
+    result = invoke(["ask", "--yes", "what", "prints"], llm)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "The output is cli-2.\n"
+    assert "execute_command" in result.stderr and "cli-2" in result.stderr
+    assert llm.requests[0].messages[-1].content == "what prints"
+
+
+def test_cli_ask_without_terminal_refuses_and_tells_both_user_and_model() -> None:
+    llm = ScriptedLLM([call("execute_command", command="touch created-by-model"), "I could not run it."])
+    result = invoke(["ask", "make a file"], llm, terminal=None)
+    assert result.exit_code == 0
+    assert "refused execute_command" in result.stderr and "--yes" in result.stderr
+    assert "cannot be asked for approval" in llm.requests[1].messages[-1].content
+    assert not Path("created-by-model").exists()
+
+
+def test_cli_ask_approval_prompt_yes_and_no_with_reason() -> None:
+    terminal = FakeTerminal(["y", "n", "use ls instead"])
+    llm = ScriptedLLM([
+        call("execute_command", command="echo approved"),
+        call("execute_command", command="touch nope"),
+        "ok",
+    ])
+    result = invoke(["ask", "x"], llm, terminal=terminal)
+    assert result.exit_code == 0
+    assert "command = 'echo approved'" in terminal.asked[0]
+    assert "approved" in llm.requests[1].messages[-1].content
+    assert "use ls instead" in llm.requests[2].messages[-1].content
+    assert not Path("nope").exists()
+
+
+def test_cli_ask_always_approves_the_tool_for_the_rest_of_the_run() -> None:
+    terminal = FakeTerminal(["a"])
+    llm = ScriptedLLM([call("execute_command", command="true"), call("execute_command", command="true"), "ok"])
+    assert invoke(["ask", "x"], llm, terminal=terminal).exit_code == 0
+    assert len(terminal.asked) == 1
+
+
+def test_cli_ask_piped_stdin_is_context() -> None:
+    llm = ScriptedLLM(["Looks fine."])
+    result = invoke(["ask", "review this"], llm, stdin="diff --git a b\n+x\n")
+    assert result.exit_code == 0
+    assert llm.requests[0].messages[-1].content == "diff --git a b\n+x\n\nreview this"
+
+
+def test_cli_ask_json_lines() -> None:
+    llm = ScriptedLLM([call("execute_command", command="echo j"), "done"])
+    result = invoke(["ask", "--yes", "--json", "x"], llm)
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    types = [r["type"] for r in records]
+    assert types[0] == "iteration_start" and types[-2] == "final" and types[-1] == "run_end"
+    assert {"step_start", "tool_call", "tool_result", "step_complete"} <= set(types)
+    assert records[-1]["stop_reason"] == "final_answer" and records[-1]["final_text"] == "done"
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "code"),
+    [
+        (["fine"], [], 0),
+        ([call("execute_command", command="true")] * 2 + ["summary"], ["--max-iterations", "2"], 3),
+        ([EndpointUnreachableError("cannot connect to http://127.0.0.1:9/v1")], [], 1),
+    ],
+)
+def test_cli_ask_exit_codes(script: list, args: list[str], code: int) -> None:
+    result = invoke(["ask", "--yes", *args, "x"], ScriptedLLM(script))
+    assert result.exit_code == code, result.stderr
+    if code == 1:
+        assert result.stderr.strip().splitlines()[-1] == "mylm: error: cannot connect to http://127.0.0.1:9/v1"
+        assert "Traceback" not in result.stderr
+
+
+def test_cli_ask_without_prompt_is_a_usage_error() -> None:
+    result = invoke(["ask"], ScriptedLLM([]))
+    assert result.exit_code == 2 and "no prompt given" in result.stderr
+
+
+def test_cli_bad_config_is_one_line_exit_2(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MYLM_TIMEOUT", "soon")
+    result = invoke(["ask", "x"], ScriptedLLM([]))
+    assert result.exit_code == 2
+    assert result.stderr.strip() == "mylm: error: timeout from env MYLM_TIMEOUT: 'soon' is not a number"
+
+
+def test_cli_broken_template_is_one_line_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "system.j2").write_text("{% for %}")
+    result = invoke(["ask", "--prompts", str(tmp_path), "x"], ScriptedLLM([]))
+    assert result.exit_code == 2
+    assert result.stderr.startswith("mylm: error: ") and "system.j2:1" in result.stderr
+
+
+def test_cli_model_text_cannot_drive_the_terminal() -> None:
+    result = invoke(["ask", "x"], ScriptedLLM(["evil \x1b]52;c;aGVsbG8=\x07 \x1b[2J done \u202e"]))
+    assert "\x1b" not in result.stdout and "\u202e" not in result.stdout
+    assert "\\x1b]52" in result.stdout and "<U+202E>" in result.stdout

@@ -1,0 +1,60 @@
+"""A built wheel carries the templates and the console script, and works outside the checkout."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT
+
+pytestmark = pytest.mark.slow
+
+CHECK = """
+import sys, mylm, mylm.prompts as p
+from mylm.tools.shell import execute_command
+assert mylm.__file__.startswith(sys.argv[1]), mylm.__file__
+d = p.packaged_prompts_dir()
+assert str(d).startswith(sys.argv[1]), d
+text = p.PromptLoader.default().render("system.j2", tools=p.tool_view([execute_command]), multiple_calls=False,
+                                       instructions="", platform="x", cwd="/")
+assert "<name>execute_command</name>" in text
+print(d)
+"""
+
+
+def test_packaging_wheel_installs_templates_outside_the_checkout(tmp_path: Path) -> None:
+    pytest.importorskip("wheel", reason="building a wheel needs the 'wheel' package (installed by .ci/run)")
+    source = tmp_path / "src"
+    shutil.copytree(
+        REPO_ROOT, source,
+        ignore=shutil.ignore_patterns(".git", ".venv", ".ci", "build", "dist", "*.egg-info", "__pycache__",
+                                      ".pytest_cache", ".hypothesis", "tests"),
+    )
+    dist = tmp_path / "dist"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(source)],
+        check=True, capture_output=True,
+    )
+    (wheel,) = dist.glob("mylm-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "mylm/_prompts/system.j2" in names and "mylm/_prompts/observation.j2" in names
+    entry_points = next(n for n in names if n.endswith("entry_points.txt"))
+    assert "mylm = mylm.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+    site = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
+        check=True, capture_output=True,
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(site)}
+    done = subprocess.run([sys.executable, "-c", CHECK, str(site)], cwd=elsewhere, env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(site / "mylm" / "_prompts")
