@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import logging
 import os
 import stat
 import sys
@@ -320,6 +319,8 @@ def _prompt_text(words: tuple[str, ...], piped: str) -> str:
 def _configure_logging(verbose: int) -> None:
     if not verbose:
         return
+    import logging
+
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("[%(levelname)s] %(message)s"))
     root = logging.getLogger("mylm")
