@@ -7,17 +7,21 @@ import platform
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
 from .cancel import CancelToken
+from .context import TokenEstimator, split_for_compaction
 from .errors import CancelledError, LLMTimeoutError, MylmError, RunTimeoutError
-from .llm import LLM, FinishChunk, LLMRequest, ReasoningChunk, TextChunk
-from .parser import ParsedTurn, ParseEvent, ReasoningDelta, StreamParser, TextDelta, format_tool_call
+from .llm import LLM, LLMRequest
+from .outputs import OutputCache
+from .parser import ParsedTurn, format_tool_call
 from .prompts import PromptLoader, dump_json, tool_view
 from .stops import DEFAULT_STOPS, OBSERVATION_STOP
 from .tools.base import Tool, ToolContext, ToolOutcome, run_tool
 from .tools.registry import ToolRegistry
+from .turn import ModelTurn, collect_text, cut_mid_thought, stream_turn
 from .types import (
+    CompactionEvent,
     ErrorEvent,
     Event,
     FinalResponseEvent,
@@ -25,18 +29,19 @@ from .types import (
     IterationStartEvent,
     Message,
     Permission,
-    ReasoningEvent,
     RunResult,
     StepCompleteEvent,
     StepStartEvent,
     StopReason,
-    TextEvent,
     ToolCall,
     ToolCallEvent,
     ToolResultEvent,
     Usage,
     UsageEvent,
 )
+
+if TYPE_CHECKING:
+    from .aio import AsyncAgentStream
 
 logger = logging.getLogger("mylm.agent")
 
@@ -46,32 +51,27 @@ PermissionHook = Callable[[ToolCall, Tool], Permission]
 FALLBACK_ANSWER = "I could not finish the task within the allowed number of steps."
 
 
-@dataclass(frozen=True)
-class ModelTurn:
-    """One model reply: what it means, how it ended, and what it cost."""
-
-    parsed: ParsedTurn
-    finish: FinishReason
-    usage: Usage | None
-
-
 @dataclass
 class _Run:
     """Mutable bookkeeping for one run; never shared between runs."""
 
-    history: list[Message]
+    #: The conversation as it will be sent (after the system message): prior history, then this run's turns.
+    messages: list[Message]
     cancel: CancelToken
     deadline: float
-    delta: list[Message] = field(default_factory=list)
+    #: Stop strings still sent to the server (dropped if they cut the model's reasoning).
+    stops: tuple[str, ...]
+    prompt: str = ""
+    added: list[Message] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     usage: Usage = Usage()
     iteration: int = 0
     failures: int = 0
-    #: Stop strings still sent to the server (dropped if they cut the model's reasoning).
-    stops: tuple[str, ...] = ()
+    compacted: bool = False
 
     def add(self, message: Message) -> None:
-        self.delta.append(message)
+        self.messages.append(message)
+        self.added.append(message)
 
 
 class AgentStream:
@@ -97,7 +97,7 @@ class AgentStream:
         self._cancel.cancel()
 
     def consume(self) -> RunResult:
-        """Run to the end, discarding the events (they are kept in the result), and return the result."""
+        """Run to the end (events are kept in the result) and return the result."""
         for _ in self:
             pass
         assert self.result is not None
@@ -122,6 +122,10 @@ class Agent:
         workspace: Path | None = None,
         max_consecutive_failures: int = 3,
         max_observation_chars: int = 30_000,
+        output_cache: bool = True,
+        context_budget: int | None = None,
+        compaction_threshold: float = 0.8,
+        keep_recent_messages: int = 6,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_iterations < 1:
@@ -129,7 +133,10 @@ class Agent:
         if timeout <= 0:
             raise ValueError("timeout must be positive")
         self.llm = llm
+        self.outputs = OutputCache() if output_cache else None
         self.tools = ToolRegistry(tools)
+        if self.outputs is not None and "read_output" not in self.tools:
+            self.tools.add(self.outputs.tool())
         self.max_iterations = max_iterations
         self.timeout = timeout
         self.prompts = prompts or PromptLoader.default()
@@ -139,6 +146,10 @@ class Agent:
         self.workspace = workspace or Path.cwd()
         self.max_consecutive_failures = max_consecutive_failures
         self.max_observation_chars = max_observation_chars
+        self.context_budget = context_budget
+        self.compaction_threshold = compaction_threshold
+        self.keep_recent_messages = keep_recent_messages
+        self.estimator = TokenEstimator()
         self._clock = clock
         # One system prompt for the agent's life: no timestamps or counters, so server prompt caches hit.
         self.system_prompt = self.prompts.render(
@@ -159,7 +170,7 @@ class Agent:
     ) -> AgentStream:
         """Start a run on `prompt` after `history`; iterate the returned stream for events, then read `.result`."""
         token = cancel or CancelToken()
-        run = _Run(history=list(history), cancel=token, deadline=self._clock() + self.timeout, stops=self.stops)
+        run = _Run(list(history), token, self._clock() + self.timeout, self.stops, prompt or "")
         if prompt is not None:
             run.add(Message("user", prompt))
         return AgentStream(self._recorded(run), token)
@@ -169,6 +180,20 @@ class Agent:
     ) -> RunResult:
         """Run to the end and return the result."""
         return self.stream(prompt, history=history, cancel=cancel).consume()
+
+    def astream(
+        self, prompt: str | None, *, history: Sequence[Message] = (), cancel: CancelToken | None = None
+    ) -> AsyncAgentStream:
+        """The asyncio form of `stream`: `async for event in agent.astream(...)`, then `.result`."""
+        from .aio import AsyncAgentStream
+
+        return AsyncAgentStream(self.stream(prompt, history=history, cancel=cancel))
+
+    async def arun(
+        self, prompt: str | None, *, history: Sequence[Message] = (), cancel: CancelToken | None = None
+    ) -> RunResult:
+        """The asyncio form of `run`; cancelling the awaiting task cancels the run."""
+        return await self.astream(prompt, history=history, cancel=cancel).consume()
 
     # ---------------------------------------------------------------------------------------- the loop
 
@@ -188,8 +213,8 @@ class Agent:
         except (RunTimeoutError, LLMTimeoutError) as error:
             if isinstance(error, LLMTimeoutError) and self._clock() < run.deadline:
                 return (yield from self._fail(run, error))
-            timeout = RunTimeoutError(f"the run took longer than its {self.timeout:g} s timeout")
             logger.warning("Run timed out after %g s", self.timeout)
+            timeout = RunTimeoutError(f"the run took longer than its {self.timeout:g} s timeout")
             return self._result(run, "", StopReason.TIMEOUT, timeout)
         except MylmError as error:
             return (yield from self._fail(run, error))
@@ -209,15 +234,18 @@ class Agent:
             stop_reason=reason,
             iterations_used=run.iteration,
             timed_out=reason is StopReason.TIMEOUT,
-            history_delta=tuple(run.delta),
+            history_delta=tuple(run.added),
             events=tuple(run.events),
             usage=run.usage,
             error=error,
+            history=tuple(run.messages),
+            compacted=run.compacted,
         )
 
     def _loop(self, run: _Run) -> Iterator[Event]:
         for iteration in range(1, self.max_iterations + 1):
             self._check(run)
+            yield from self._maybe_compact(run)
             run.iteration = iteration
             logger.info("Agentic iteration %d/%d", iteration, self.max_iterations)
             yield IterationStartEvent(iteration, self.max_iterations)
@@ -249,16 +277,14 @@ class Agent:
             raise RunTimeoutError("deadline passed")
 
     def _messages(self, run: _Run, *extra: Message) -> tuple[Message, ...]:
-        return (Message("system", self.system_prompt), *run.history, *run.delta, *extra)
+        return (Message("system", self.system_prompt), *run.messages, *extra)
 
     # ----------------------------------------------------------------------------------- model turns
 
     def _model_turn(self, run: _Run, messages: tuple[Message, ...]) -> Iterator[Event]:
         """One completion; redone once without stop strings if a server stop cut the model's reasoning."""
         turn = yield from self._complete(run, messages)
-        parsed = turn.parsed
-        cut_mid_thought = parsed.unclosed_reasoning and not parsed.tool_calls and turn.finish is not FinishReason.MAX_TOKENS
-        if cut_mid_thought and run.stops:
+        if cut_mid_thought(turn) and run.stops:
             # Models draft calls inside <think>; a server honouring our stops then ends the turn mid-thought.
             # Ask again without stops for the rest of the run: the parser still ends the turn at a real call.
             logger.warning("The endpoint stopped inside the model's reasoning; retrying without stop strings")
@@ -268,47 +294,23 @@ class Agent:
         return turn
 
     def _complete(self, run: _Run, messages: tuple[Message, ...]) -> Iterator[Event]:
-        """Stream one completion into the parser, closing the stream as soon as the turn's outcome is settled."""
         request = LLMRequest(messages, run.stops, self.max_tokens, run.deadline, run.cancel)
-        parser = StreamParser(multiple_calls=self.multiple_calls)
         shown: list[str] = []
-        server: FinishChunk | None = None
-        stream = self.llm.stream(request)
         try:
-            for chunk in stream:
-                if isinstance(chunk, TextChunk):
-                    yield from self._relay(parser.feed(chunk.text), shown)
-                    if parser.finished:
-                        break  # stop paying for tokens once the call is complete, or the model invents results
-                elif isinstance(chunk, ReasoningChunk):
-                    if chunk.text:
-                        yield ReasoningEvent(chunk.text)
-                elif isinstance(chunk, FinishChunk):
-                    server = chunk
+            turn: ModelTurn = yield from stream_turn(
+                self.llm, request, multiple_calls=self.multiple_calls, shown=shown
+            )
         except BaseException:
             # Keep what the user already saw: the conversation so far is never lost.
             if "".join(shown).strip():
                 run.add(Message("assistant", "".join(shown).rstrip() + "\n[interrupted]"))
             raise
-        finally:
-            stream.close()
-        yield from self._relay(parser.close(), shown)
-        assert parser.result is not None
-        usage = server.usage if server else None
-        if usage is not None:
-            run.usage = run.usage + usage
-            yield UsageEvent(usage, run.usage)
-        return ModelTurn(parser.result, _finish_reason(parser.result, server, parser.finished), usage)
-
-    @staticmethod
-    def _relay(events: list[ParseEvent], shown: list[str]) -> Iterator[Event]:
-        """Turn parser events into agent events (calls are reported when they are handled)."""
-        for event in events:
-            if isinstance(event, TextDelta):
-                shown.append(event.text)
-                yield TextEvent(event.text)
-            elif isinstance(event, ReasoningDelta):
-                yield ReasoningEvent(event.text)
+        if turn.usage is not None:
+            run.usage = run.usage + turn.usage
+            if turn.usage.prompt_tokens:
+                self.estimator.calibrate(messages, turn.usage.prompt_tokens)
+            yield UsageEvent(turn.usage, run.usage)
+        return turn
 
     def _reject_turn(self, run: _Run, turn: ModelTurn, message: str) -> Iterator[Event]:
         """Record an unusable turn and tell the model exactly what to fix (or give up after repeated failures)."""
@@ -316,9 +318,7 @@ class Agent:
         run.failures += 1
         yield ErrorEvent(message, "format")
         if run.failures >= self.max_consecutive_failures:
-            raise MylmError(
-                f"the model gave {run.failures} unusable replies in a row; last problem: {message}"
-            )
+            raise MylmError(f"the model gave {run.failures} unusable replies in a row; last problem: {message}")
         if turn.finish is FinishReason.MAX_TOKENS:
             observation = self.prompts.render("truncated.j2", max_tokens=self.max_tokens)
         else:
@@ -337,13 +337,18 @@ class Agent:
         logger.info("Executing %d tool call(s)", len(calls))
         observations: list[str] = []
         final: str | None = None
-        for call in calls:
-            outcome, observation = yield from self._step(run, call)
-            observations.append(observation)
-            if outcome.final_message is not None:
-                final = outcome.final_message
-                break
-        run.add(Message("user", "\n".join(observations)))
+        try:
+            for call in calls:
+                outcome, observation = yield from self._step(run, call)
+                observations.append(observation)
+                if outcome.final_message is not None:
+                    final = outcome.final_message
+                    break
+                run.cancel.raise_if_cancelled()  # after recording: what the tool did is not lost
+        finally:
+            # Even when cancelled part-way, the observations already made stay in the conversation.
+            if observations:
+                run.add(Message("user", "\n".join(observations)))
         return final
 
     def _step(self, run: _Run, call: ToolCall) -> Iterator[Event]:
@@ -366,7 +371,6 @@ class Agent:
                 self._check(run)
                 context = ToolContext(deadline=run.deadline, cancel=run.cancel, workspace=self.workspace)
                 outcome = run_tool(tool_, arguments, context)
-                run.cancel.raise_if_cancelled()
                 status = "error" if outcome.is_error else "completed"
         yield ToolResultEvent(call.id, call.name, outcome.output, outcome.is_error, outcome.duration)
         yield StepCompleteEvent(call.id, status)  # type: ignore[arg-type]
@@ -377,10 +381,46 @@ class Agent:
             return self.prompts.render("denied.j2", tool=name, reason=outcome.output)
         if outcome.is_error:
             return self.prompts.render("tool_error.j2", tool=name, message=outcome.output)
-        output, cut = _truncate_middle(outcome.output, self.max_observation_chars)
-        return self.prompts.render("observation.j2", tool=name, output=output, cut=cut, handle=None)
+        output = outcome.output.rstrip("\n")
+        if self.outputs is not None:
+            excerpt = self.outputs.excerpt(output, self.max_observation_chars)
+            text, cut, handle = excerpt.text, excerpt.cut, excerpt.handle
+        else:
+            text, cut, handle = _truncate_middle(output, self.max_observation_chars)
+        return self.prompts.render("observation.j2", tool=name, output=text, cut=cut, handle=handle)
 
-    # ------------------------------------------------------------------------------------ the summary
+    # ------------------------------------------------------------------------- context and the summary
+
+    def _maybe_compact(self, run: _Run) -> Iterator[Event]:
+        """Summarise older turns through a model call when the prompt nears the context budget (seed 003)."""
+        if self.context_budget is None:
+            return
+        before = self.estimator.estimate(self._messages(run))
+        if before < self.compaction_threshold * self.context_budget:
+            return
+        older, recent = split_for_compaction(run.messages, self.keep_recent_messages)
+        if self.estimator.estimate(older) < 0.25 * self.context_budget:
+            return  # too little to summarise: a summary would not free enough to matter
+        request = Message("user", self.prompts.render("compaction.j2", task=run.prompt))
+        messages = (Message("system", self.system_prompt), *older, request)
+        try:
+            summary, usage = collect_text(
+                self.llm, LLMRequest(messages, (), self.max_tokens, run.deadline, run.cancel)
+            )
+        except (CancelledError, LLMTimeoutError, KeyboardInterrupt):
+            raise
+        except MylmError as error:
+            logger.warning("Compaction failed: %s", error)
+            yield ErrorEvent(f"could not compact the conversation: {error}", "compaction")
+            return
+        if usage is not None:
+            run.usage = run.usage + usage
+        replacement = Message("user", self.prompts.render("compacted.j2", task=run.prompt, summary=summary))
+        run.messages[:] = [replacement, *recent]
+        run.compacted = True
+        after = self.estimator.estimate(self._messages(run))
+        logger.info("Compacted %d messages into a summary (~%d -> ~%d tokens)", len(older), before, after)
+        yield CompactionEvent(len(older) + len(recent), len(run.messages), before, after)
 
     def _summarise(self, run: _Run) -> Iterator[Event]:
         """At the iteration limit: one last call asking for an answer without tools (seed 003 §6)."""
@@ -398,18 +438,6 @@ class Agent:
         run.add(request)
         run.add(Message("assistant", answer))
         return answer
-
-
-def _finish_reason(parsed: ParsedTurn, server: FinishChunk | None, cut: bool) -> FinishReason:
-    """Normalise why the turn ended: decided from the parsed text, with the server's value only as a hint."""
-    if parsed.tool_calls:
-        return FinishReason.TOOL_USE
-    hint = (server.reason or "") if server else ""
-    if hint in ("length", "max_tokens", "limit"):
-        return FinishReason.MAX_TOKENS
-    if cut or (server is not None and server.stop_sequence):
-        return FinishReason.STOP_SEQUENCE
-    return FinishReason.END_TURN
 
 
 def _unusable(parsed: ParsedTurn) -> str | None:
@@ -431,9 +459,9 @@ def _invalid_arguments(tool_: Tool, problems: list[str]) -> str:
     return f"invalid arguments: {listed}. The parameters schema is {dump_json(dict(tool_.parameters))}"
 
 
-def _truncate_middle(text: str, limit: int) -> tuple[str, int]:
+def _truncate_middle(text: str, limit: int) -> tuple[str, int, None]:
     """Keep the head and tail of `text` within `limit` characters; return it and how many were cut."""
     if len(text) <= limit:
-        return text, 0
+        return text, 0, None
     half = limit // 2
-    return text[:half] + "\n[...]\n" + text[-half:], len(text) - 2 * half
+    return text[:half] + "\n[...]\n" + text[-half:], len(text) - 2 * half, None

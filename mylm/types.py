@@ -206,6 +206,17 @@ class ErrorEvent(_Event):
 
 
 @dataclass(frozen=True)
+class CompactionEvent(_Event):
+    """Older turns were summarised to fit the context budget; the conversation was rewritten once."""
+
+    type: ClassVar[str] = "compaction"
+    messages_before: int
+    messages_after: int
+    tokens_before: int
+    tokens_after: int
+
+
+@dataclass(frozen=True)
 class FinalResponseEvent(_Event):
     """The run's answer."""
 
@@ -224,6 +235,7 @@ Event = Union[
     StepCompleteEvent,
     UsageEvent,
     ErrorEvent,
+    CompactionEvent,
     FinalResponseEvent,
 ]
 
@@ -242,6 +254,10 @@ class RunResult:
     usage: Usage = Usage()
     #: The error that ended the run when `stop_reason` is `error`, `timeout` or `cancelled`.
     error: MylmError | None = None
+    #: The whole conversation after the run (prior history plus this run, or its compacted form).
+    history: tuple[Message, ...] = ()
+    #: Whether compaction rewrote the conversation: then continue from `history`, not history + delta.
+    compacted: bool = False
 
     @property
     def ok(self) -> bool:

@@ -1,0 +1,89 @@
+"""One model turn: stream a completion into the parser, close early once settled, normalise why it ended."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Generator
+
+from .llm import LLM, FinishChunk, LLMRequest, ReasoningChunk, TextChunk
+from .parser import ParsedTurn, ParseEvent, ReasoningDelta, StreamParser, TextDelta
+from .types import Event, FinishReason, ReasoningEvent, TextEvent, Usage
+
+
+@dataclass(frozen=True)
+class ModelTurn:
+    """One model reply: what it means, how it ended, and what it cost."""
+
+    parsed: ParsedTurn
+    finish: FinishReason
+    usage: Usage | None
+
+
+def stream_turn(
+    llm: LLM, request: LLMRequest, *, multiple_calls: bool, shown: list[str]
+) -> Generator[Event, None, ModelTurn]:
+    """Stream one completion as text and reasoning events; return the parsed turn.
+
+    Visible text is also appended to `shown`, so a caller interrupted mid-stream still knows what the user saw.
+    The stream is closed as soon as the parser says nothing more can change the turn (the call is complete,
+    or the model began inventing an observation), so a server that ignores stops costs nothing extra.
+    """
+    parser = StreamParser(multiple_calls=multiple_calls)
+    server: FinishChunk | None = None
+    stream = llm.stream(request)
+    try:
+        for chunk in stream:
+            if isinstance(chunk, TextChunk):
+                yield from _relay(parser.feed(chunk.text), shown)
+                if parser.finished:
+                    break
+            elif isinstance(chunk, ReasoningChunk):
+                if chunk.text:
+                    yield ReasoningEvent(chunk.text)
+            elif isinstance(chunk, FinishChunk):
+                server = chunk
+    finally:
+        stream.close()
+    yield from _relay(parser.close(), shown)
+    assert parser.result is not None
+    return ModelTurn(parser.result, finish_reason(parser.result, server, parser.finished), server.usage if server else None)
+
+
+def _relay(events: list[ParseEvent], shown: list[str]) -> Generator[Event, None, None]:
+    for event in events:
+        if isinstance(event, TextDelta):
+            shown.append(event.text)
+            yield TextEvent(event.text)
+        elif isinstance(event, ReasoningDelta):
+            yield ReasoningEvent(event.text)
+
+
+def finish_reason(parsed: ParsedTurn, server: FinishChunk | None, cut: bool) -> FinishReason:
+    """Normalise why a turn ended (seed 004): decided from the parsed text, the server's value only a hint."""
+    if parsed.tool_calls:
+        return FinishReason.TOOL_USE
+    hint = (server.reason or "") if server else ""
+    if hint in ("length", "max_tokens", "limit"):
+        return FinishReason.MAX_TOKENS
+    if cut or (server is not None and server.stop_sequence):
+        return FinishReason.STOP_SEQUENCE
+    return FinishReason.END_TURN
+
+
+def cut_mid_thought(turn: ModelTurn) -> bool:
+    """Whether the turn ended inside reasoning with nothing to run, but not for lack of tokens."""
+    parsed = turn.parsed
+    return parsed.unclosed_reasoning and not parsed.tool_calls and turn.finish is not FinishReason.MAX_TOKENS
+
+
+def collect_text(llm: LLM, request: LLMRequest) -> tuple[str, Usage | None]:
+    """Run a completion to its end without events (for internal calls such as compaction summaries)."""
+    shown: list[str] = []
+    turn_gen = stream_turn(llm, request, multiple_calls=True, shown=shown)
+    try:
+        while True:
+            next(turn_gen)
+    except StopIteration as stop:
+        turn: ModelTurn = stop.value
+    text = turn.parsed.final_answer or turn.parsed.thought or "".join(shown)
+    return text.strip(), turn.usage
