@@ -12,12 +12,24 @@ if TYPE_CHECKING:
     from ..prompts import PromptLoader
     from .engine import HTTPProvider
 
-__all__ = ["DEFAULT_BASE_URL", "DEFAULT_BASE_URLS", "PROVIDERS", "Endpoint", "create_llm", "infer_provider", "list_models"]
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "DEFAULT_BASE_URLS",
+    "PROVIDERS",
+    "Endpoint",
+    "create_llm",
+    "infer_provider",
+    "list_models",
+]
 
 # Name -> (module, class). Importing a provider imports `requests`, which `mylm --help` must not pay for.
 _CLASSES = {
     "openai": ("mylm.providers.openai", "OpenAIChat"),
     "openai-completions": ("mylm.providers.openai", "OpenAICompletions"),
+    "ollama": ("mylm.providers.ollama", "Ollama"),
+    "llamacpp": ("mylm.providers.llamacpp", "LlamaCpp"),
+    "anthropic": ("mylm.providers.anthropic", "Anthropic"),
+    "gemini": ("mylm.providers.gemini", "Gemini"),
 }
 
 
@@ -33,10 +45,6 @@ def list_models(endpoint: Endpoint) -> list[str]:
 
 def _provider(endpoint: Endpoint, prompts: PromptLoader | None) -> HTTPProvider:
     resolved = endpoint.resolved()
-    if resolved.provider not in _CLASSES:
-        from ..errors import ConfigError
-
-        raise ConfigError(f"provider {resolved.provider!r} is not available in this build; use --provider openai")
     module_name, class_name = _CLASSES[resolved.provider or "openai"]
     cls = getattr(importlib.import_module(module_name), class_name)
     provider: HTTPProvider = cls(resolved, prompts=prompts)

@@ -20,6 +20,7 @@ from .transport import (
     MAX_ERROR_BYTES,
     MAX_RESPONSE_BYTES,
     CallGuard,
+    ConnectionBroke,
     HTTPCall,
     iter_body,
     new_session,
@@ -61,7 +62,9 @@ class Decoder(ABC):
 
     def fail_on_error(self, obj: Any) -> None:
         """Raise if `obj` is an error object (a failure reported inside a 200 answer)."""
-        if isinstance(obj, dict) and ("error" in obj or obj.get("object") == "error" or obj.get("type") == "error"):
+        if isinstance(obj, dict) and (
+            "error" in obj or obj.get("object") == "error" or obj.get("type") == "error"
+        ):
             raise stream_error(obj, self.place, secret=self.secret)
 
     def complete_at_eof(self) -> bool:
@@ -137,6 +140,10 @@ class HTTPProvider(ABC):
     def parse_models(self, document: Any) -> list[str]:
         """Model names from the answer to `models_call`."""
 
+    def prepare(self, request: LLMRequest, guard: CallGuard) -> LLMRequest:
+        """Work done once per call before sending, under the call's deadline (llama.cpp renders its prompt)."""
+        return request
+
     def adapt(self, failure: Failure) -> str | None:
         """A quirk to learn from a 400 (then the call is sent again without the blamed field), or None."""
         if "no_stop" not in self.quirks and failure.blames("stop", "stop_sequences", "stopSequences"):
@@ -179,7 +186,7 @@ class HTTPProvider(ABC):
         try:
             if self.requires_model and not self.endpoint.model:
                 raise self._missing_model(guard)
-            yield from self._attempts(request, guard)
+            yield from self._attempts(self.prepare(request, guard), guard)
         finally:
             guard.close()
 
@@ -233,9 +240,17 @@ class HTTPProvider(ABC):
                 body = read_all(response, guard, idle=idle, limit=MAX_RESPONSE_BYTES)
                 yield from decoder.whole(_json_document(body, self.place))
             else:
-                yield from self._decode(iter_body(response, guard, idle=idle), decoder)
+                try:
+                    yield from self._decode(iter_body(response, guard, idle=idle), decoder)
+                except ConnectionBroke:
+                    # A server that drops the connection right after its finish (no [DONE], no final chunk)
+                    # has still given a whole answer.
+                    if not decoder.complete_at_eof():
+                        raise
                 if not decoder.complete_at_eof():
-                    raise StreamError(f"the stream from {self.place.url} ended before the answer was complete")
+                    raise StreamError(
+                        f"the stream from {self.place.url} ended before the answer was complete"
+                    )
             yield decoder.finish()
         finally:
             guard.detach()
@@ -268,7 +283,11 @@ class HTTPProvider(ABC):
 
     def _status_error(self, failure: Failure, guard: CallGuard | None) -> HTTPStatusError:
         models = None
-        if failure.status == 404 and guard is not None and "model" in (failure.message + failure.code).lower():
+        if (
+            failure.status == 404
+            and guard is not None
+            and "model" in (failure.message + failure.code).lower()
+        ):
             models = self._models_quietly(guard)
         return to_error(failure, self.place, models=models)
 
@@ -291,7 +310,10 @@ class HTTPProvider(ABC):
         try:
             idle = self.endpoint.read_timeout
             response = send(
-                self._session, self.models_call(), guard, connect_timeout=self.endpoint.connect_timeout,
+                self._session,
+                self.models_call(),
+                guard,
+                connect_timeout=self.endpoint.connect_timeout,
                 read_timeout=idle,
             )
             try:
@@ -299,7 +321,9 @@ class HTTPProvider(ABC):
             finally:
                 response.close()
             if response.status_code >= 300:
-                failure = parse_failure(response.status_code, body, response.headers, secret=self.endpoint.api_key)
+                failure = parse_failure(
+                    response.status_code, body, response.headers, secret=self.endpoint.api_key
+                )
                 raise to_error(failure, self.place)
             return self.parse_models(_json_document(body, self.place))
         finally:

@@ -53,7 +53,7 @@ class Failure:
         """Whether the error points at one of `fields` (by `param`, or by naming it in the message)."""
         if self.param in fields:
             return True
-        return any(re.search(rf"(?<![\w.-]){re.escape(f)}(?![\w-])", self.message) for f in fields)
+        return any(re.search(rf"(?<![\w-]){re.escape(f)}(?![\w-])", self.message) for f in fields)
 
 
 def scrub(text: str, secret: str | None) -> str:
@@ -204,7 +204,9 @@ def _not_found(failure: Failure, place: Place, models: list[str] | None) -> str:
 def stream_error(payload: Any, place: Place, *, secret: str | None) -> StreamError:
     """An error object that arrived inside a 200 stream, as a `StreamError` (retryable when it sounds transient)."""
     message, code, _ = error_fields(payload)
-    error = StreamError(f"{place.provider} endpoint {place.url} reported an error mid-stream: {scrub(message, secret)}")
+    error = StreamError(
+        f"{place.provider} endpoint {place.url} reported an error mid-stream: {scrub(message, secret)}"
+    )
     error.retryable = bool(_TRANSIENT.search(code) or _TRANSIENT.search(message))
     return error
 
@@ -231,7 +233,11 @@ class RetryPolicy:
         asked = error.retry_after if isinstance(error, HTTPStatusError) else None
         if asked is not None:
             if asked > self.max_retry_after or asked > remaining:
-                limit = "the run's remaining time" if asked <= self.max_retry_after else f"{self.max_retry_after:g} s"
+                limit = (
+                    "the run's remaining time"
+                    if asked <= self.max_retry_after
+                    else f"{self.max_retry_after:g} s"
+                )
                 _note(error, f"the server asked to retry after {asked:g} s, longer than {limit}")
                 raise error
             return float(asked)

@@ -87,10 +87,18 @@ class OpenAIChat(HTTPProvider):
         if stops:
             body["stop"] = stops
         body.update(self.endpoint.options)
-        return self.json_call(self.endpoint.base_url + self.route, body, {"Accept": "text/event-stream", **bearer(self.endpoint)})
+        return self.json_call(
+            self.endpoint.base_url + self.route,
+            body,
+            {"Accept": "text/event-stream", **bearer(self.endpoint)},
+        )
 
     def adapt(self, failure: Failure) -> str | None:
-        if "max_completion_tokens" not in self.quirks and failure.blames("max_tokens") and "max_completion_tokens" in failure.message:
+        if (
+            "max_completion_tokens" not in self.quirks
+            and failure.blames("max_tokens")
+            and "max_completion_tokens" in failure.message
+        ):
             return "max_completion_tokens"
         if "no_stream_options" not in self.quirks and failure.blames("stream_options"):
             return "no_stream_options"
@@ -100,7 +108,9 @@ class OpenAIChat(HTTPProvider):
         return _OpenAIDecoder(self.place, self.endpoint.api_key)
 
     def models_call(self) -> HTTPCall:
-        return HTTPCall("GET", self.endpoint.base_url + "/models", {"Accept": "application/json", **bearer(self.endpoint)})
+        return HTTPCall(
+            "GET", self.endpoint.base_url + "/models", {"Accept": "application/json", **bearer(self.endpoint)}
+        )
 
     def parse_models(self, document: Any) -> list[str]:
         entries = document.get("data") if isinstance(document, dict) else None

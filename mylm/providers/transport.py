@@ -44,6 +44,10 @@ class HTTPCall:
     body: bytes | None = field(default=None, repr=False)
 
 
+class ConnectionBroke(StreamError):
+    """The connection failed mid-body (a `StreamError` to callers; the engine forgives it once an answer is whole)."""
+
+
 class CallGuard:
     """Enforces one model call's deadline and cancel token on whichever socket the call is using.
 
@@ -220,7 +224,12 @@ BASE_HEADERS: Mapping[str, str] = {
 
 
 def send(
-    session: requests.Session, call: HTTPCall, guard: CallGuard, *, connect_timeout: float, read_timeout: float
+    session: requests.Session,
+    call: HTTPCall,
+    guard: CallGuard,
+    *,
+    connect_timeout: float,
+    read_timeout: float,
 ) -> requests.Response:
     """Send `call` and return the response once its headers are in (any status); the body is not read yet."""
     timeout = (guard.timeout(connect_timeout), guard.timeout(read_timeout))
@@ -247,15 +256,25 @@ def send(
 def _request_error(exc: Exception, place: Place, connect_timeout: float, read_timeout: float) -> LLMError:
     configure = "start the server, or point mylm at it with --base-url or MYLM_BASE_URL"
     where = f"the {place.provider} endpoint at {place.url}"
-    if isinstance(exc, (requests.exceptions.InvalidURL, requests.exceptions.MissingSchema,
-                        requests.exceptions.InvalidSchema)):
+    if isinstance(
+        exc,
+        (
+            requests.exceptions.InvalidURL,
+            requests.exceptions.MissingSchema,
+            requests.exceptions.InvalidSchema,
+        ),
+    ):
         raise ConfigError(f"invalid endpoint URL {place.url}; set --base-url or MYLM_BASE_URL")
     if isinstance(exc, requests.exceptions.ConnectTimeout):
-        return EndpointUnreachableError(f"cannot reach {where}: no answer within {connect_timeout:g} s; {configure}")
+        return EndpointUnreachableError(
+            f"cannot reach {where}: no answer within {connect_timeout:g} s; {configure}"
+        )
     if isinstance(exc, requests.exceptions.ReadTimeout):
         return LLMTimeoutError(f"{where} sent no response within {read_timeout:g} s (the read timeout)")
     if isinstance(exc, requests.exceptions.SSLError):
-        error = EndpointUnreachableError(f"cannot reach {where}: TLS failed ({_root_cause(exc)}); {configure}")
+        error = EndpointUnreachableError(
+            f"cannot reach {where}: TLS failed ({_root_cause(exc)}); {configure}"
+        )
         error.retryable = False  # a certificate problem does not fix itself
         return error
     return EndpointUnreachableError(f"cannot reach {where}: {_root_cause(exc)}; {configure}")
@@ -282,8 +301,9 @@ def _root_cause(exc: BaseException) -> str:
     return text.split(">: ", 1)[-1][:200] or type(inner).__name__
 
 
-def iter_body(response: requests.Response, guard: CallGuard, *, idle: float, limit: int = MAX_RESPONSE_BYTES
-              ) -> Iterator[bytes]:
+def iter_body(
+    response: requests.Response, guard: CallGuard, *, idle: float, limit: int = MAX_RESPONSE_BYTES
+) -> Iterator[bytes]:
     """The response body as it arrives, each read bounded by the idle timeout and the deadline, `limit` in all."""
     raw = response.raw
     total = 0
@@ -342,4 +362,6 @@ def _read_error(exc: Exception, place: Place, idle: float) -> LLMError:
             f"the {place.provider} endpoint {place.url} went silent for {idle:g} s in the middle of its answer "
             "(the read timeout)"
         )
-    return StreamError(f"the connection to the {place.provider} endpoint {place.url} broke: {_root_cause(exc)}")
+    return ConnectionBroke(
+        f"the connection to the {place.provider} endpoint {place.url} broke: {_root_cause(exc)}"
+    )

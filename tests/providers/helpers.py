@@ -16,11 +16,19 @@ FAST_RETRY = RetryPolicy(base_delay=0.001, max_delay=0.01, max_retry_after=30.0,
 #: Generous bound that only catches hangs; no test asserts on timing beyond it.
 HANG_GUARD = 30.0
 
-TOOL_CALL = '<tool_code>\n<name>execute_command</name>\n<parameters>\n{"command": "ls"}\n</parameters>\n</tool_code>'
+TOOL_CALL = (
+    '<tool_code>\n<name>execute_command</name>\n<parameters>\n{"command": "ls"}\n</parameters>\n</tool_code>'
+)
 
 
-def request(user: str = "List the files.", *, stop: tuple[str, ...] = DEFAULT_STOPS, max_tokens: int | None = None,
-            timeout: float | None = HANG_GUARD, cancel: CancelToken | None = None) -> LLMRequest:
+def request(
+    user: str = "List the files.",
+    *,
+    stop: tuple[str, ...] = DEFAULT_STOPS,
+    max_tokens: int | None = None,
+    timeout: float | None = HANG_GUARD,
+    cancel: CancelToken | None = None,
+) -> LLMRequest:
     """A two-message request with mylm's stops and a hang-catching deadline."""
     return LLMRequest(
         messages=(Message("system", "You are a test."), Message("user", user)),

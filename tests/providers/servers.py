@@ -44,7 +44,8 @@ class Completion:
     prompt_tokens: int = 17
     #: After the text, keep generating `FILLER` forever (until the client goes away): a model that runs on.
     endless: bool = False
-    #: An error object the server puts into the stream after the text (the HTTP status stays 200).
+    #: The error payload (the whole JSON object, e.g. `{"error": {...}}`) the server puts into the stream after the
+    #: text, framed as that server frames it (the HTTP status stays 200).
     error_after: Mapping[str, Any] | None = None
 
 
@@ -156,7 +157,9 @@ class LoopbackServer:
         self._script: list[Reply] = list(replies)
         self._lock = threading.Condition()
         self._httpd = _HTTPServer(("127.0.0.1", 0), _Handler, self)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         self._thread.start()
 
     # ------------------------------------------------------------------------------------ test-facing API
@@ -304,8 +307,14 @@ class _Handler(BaseHTTPRequestHandler):
             elif isinstance(reply, HTTPError):
                 self._send_error(reply)
             elif isinstance(reply, Raw):
-                self._stream(iter(reply.pieces), reply.content_type, status=reply.status, then=reply.then,
-                             chunked=reply.chunked, headers=reply.headers)
+                self._stream(
+                    iter(reply.pieces),
+                    reply.content_type,
+                    status=reply.status,
+                    then=reply.then,
+                    chunked=reply.chunked,
+                    headers=reply.headers,
+                )
             elif isinstance(reply, Hang):
                 self._wait_for_client_exit()
             elif isinstance(reply, Trickle):
@@ -327,8 +336,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _stream(self, chunks: Iterator[bytes], kind: str, *, status: int = 200, then: str = "end",
-                chunked: bool = True, delay: float | None = None, headers: Mapping[str, str] | None = None) -> None:
+    def _stream(
+        self,
+        chunks: Iterator[bytes],
+        kind: str,
+        *,
+        status: int = 200,
+        then: str = "end",
+        chunked: bool = True,
+        delay: float | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         owner = self.server.owner
         pause = owner.delay if delay is None else delay
         self.send_response(status)
@@ -399,8 +417,16 @@ class OpenAIServer(LoopbackServer):
 
     base_path = "/v1"
 
-    def __init__(self, replies: Iterable[Reply] = (), *, done: bool = True, pings: bool = True, crlf: bool = False,
-                 usage: bool = True, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        replies: Iterable[Reply] = (),
+        *,
+        done: bool = True,
+        pings: bool = True,
+        crlf: bool = False,
+        usage: bool = True,
+        **kwargs: Any,
+    ) -> None:
         self.done, self.pings, self.crlf, self.usage = done, pings, crlf, usage
         super().__init__(replies, **kwargs)
 
@@ -409,10 +435,19 @@ class OpenAIServer(LoopbackServer):
 
     def other(self, request: RecordedRequest) -> tuple[int, Any]:
         if request.path == "/v1/models":
-            data = [{"id": m, "object": "model", "created": 1700000000, "owned_by": "mylm-tests"} for m in self.models]
+            data = [
+                {"id": m, "object": "model", "created": 1700000000, "owned_by": "mylm-tests"}
+                for m in self.models
+            ]
             return 200, {"object": "list", "data": data}
-        return 404, {"error": {"message": f"Unknown request URL: {request.method} {request.path}",
-                               "type": "invalid_request_error", "param": None, "code": "unknown_url"}}
+        return 404, {
+            "error": {
+                "message": f"Unknown request URL: {request.method} {request.path}",
+                "type": "invalid_request_error",
+                "param": None,
+                "code": "unknown_url",
+            }
+        }
 
     def stops_of(self, body: Any) -> list[str]:
         stop = (body or {}).get("stop") or []
@@ -420,18 +455,30 @@ class OpenAIServer(LoopbackServer):
 
     def rejection(self, request: RecordedRequest) -> HTTPError | None:
         if self.stop_mode == "reject" and "stop" in (request.body or {}):
-            return HTTPError(400, {"error": {
-                "message": "Unsupported parameter: 'stop' is not supported with this model.",
-                "type": "invalid_request_error", "param": "stop", "code": "unsupported_parameter"}})
+            return HTTPError(
+                400,
+                {
+                    "error": {
+                        "message": "Unsupported parameter: 'stop' is not supported with this model.",
+                        "type": "invalid_request_error",
+                        "param": "stop",
+                        "code": "unsupported_parameter",
+                    }
+                },
+            )
         return None
 
     def events(self, completion: Completion, request: RecordedRequest) -> Iterator[bytes]:
         body = request.body or {}
         chat = request.path.endswith("/chat/completions")
         text, hit = self.visible(completion, request)
-        head = {"id": "chatcmpl-test" if chat else "cmpl-test",
-                "object": "chat.completion.chunk" if chat else "text_completion",
-                "created": 1700000000, "model": body.get("model", "test-model"), "system_fingerprint": "fp_test"}
+        head = {
+            "id": "chatcmpl-test" if chat else "cmpl-test",
+            "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": 1700000000,
+            "model": body.get("model", "test-model"),
+            "system_fingerprint": "fp_test",
+        }
 
         def chunk(delta: Mapping[str, Any], finish: str | None = None, **extra: Any) -> bytes:
             choice: dict[str, Any] = {"index": 0}
@@ -463,8 +510,11 @@ class OpenAIServer(LoopbackServer):
             return
         yield chunk({}, completion.finish or "stop")
         if self.usage and (body.get("stream_options") or {}).get("include_usage"):
-            usage = {"prompt_tokens": completion.prompt_tokens, "completion_tokens": count,
-                     "total_tokens": completion.prompt_tokens + count}
+            usage = {
+                "prompt_tokens": completion.prompt_tokens,
+                "completion_tokens": count,
+                "total_tokens": completion.prompt_tokens + count,
+            }
             yield sse({**head, "choices": [], "usage": usage}, crlf=self.crlf)
         if self.done:
             yield sse("[DONE]", crlf=self.crlf)

@@ -64,7 +64,9 @@ def test_endpoint_rejects_unknown_provider_and_bad_url() -> None:
 
 def test_endpoint_repr_never_shows_the_key() -> None:
     endpoint = Endpoint(api_key="sk-secret-value-123")
-    assert "sk-secret-value-123" not in repr(endpoint) and "sk-secret-value-123" not in str(endpoint.resolved())
+    assert "sk-secret-value-123" not in repr(endpoint) and "sk-secret-value-123" not in str(
+        endpoint.resolved()
+    )
 
 
 def test_redact_url_drops_credentials_and_query() -> None:
@@ -72,14 +74,24 @@ def test_redact_url_drops_credentials_and_query() -> None:
 
 
 def test_merge_turns_splits_system_and_joins_same_role_runs() -> None:
-    system, turns = merge_turns([Message("system", "S"), Message("user", "a"), Message("user", "b"),
-                                 Message("assistant", "c")])
+    system, turns = merge_turns(
+        [Message("system", "S"), Message("user", "a"), Message("user", "b"), Message("assistant", "c")]
+    )
     assert system == "S"
     assert turns == [Message("user", "a\n\nb"), Message("assistant", "c")]
 
 
-@pytest.mark.parametrize(("model", "rejects"), [("o3", True), ("o3-mini", False), ("o4-mini", True),
-                                                ("openai/gpt-5", True), ("gpt-4o", False), (None, False)])
+@pytest.mark.parametrize(
+    ("model", "rejects"),
+    [
+        ("o3", True),
+        ("o3-mini", False),
+        ("o4-mini", True),
+        ("openai/gpt-5", True),
+        ("gpt-4o", False),
+        (None, False),
+    ],
+)
 def test_models_known_to_reject_stop(model: str | None, rejects: bool) -> None:
     assert model_rejects_stop(model) is rejects
 
@@ -87,17 +99,31 @@ def test_models_known_to_reject_stop(model: str | None, rejects: bool) -> None:
 @pytest.mark.parametrize(
     ("body", "fields"),
     [
-        ({"error": {"message": "m", "type": "invalid_request_error", "param": "stop", "code": None}},
-         ("m", "invalid_request_error", "stop")),
-        ({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
-         ("Overloaded", "overloaded_error", "")),
-        ({"error": {"code": 429, "message": "quota", "status": "RESOURCE_EXHAUSTED"}},
-         ("quota", "RESOURCE_EXHAUSTED", "")),
+        (
+            {"error": {"message": "m", "type": "invalid_request_error", "param": "stop", "code": None}},
+            ("m", "invalid_request_error", "stop"),
+        ),
+        (
+            {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+            ("Overloaded", "overloaded_error", ""),
+        ),
+        (
+            {"error": {"code": 429, "message": "quota", "status": "RESOURCE_EXHAUSTED"}},
+            ("quota", "RESOURCE_EXHAUSTED", ""),
+        ),
         ({"error": "model 'x' not found"}, ("model 'x' not found", "", "")),
-        ({"object": "error", "message": "bad", "type": "BadRequestError", "code": 400}, ("bad", "BadRequestError", "")),
-        ({"error": "Model is overloaded", "error_type": "overloaded"}, ("Model is overloaded", "overloaded", "")),
-        ({"error": {"code": 400, "message": "exceeds ctx", "type": "exceed_context_size_error"}},
-         ("exceeds ctx", "exceed_context_size_error", "")),
+        (
+            {"object": "error", "message": "bad", "type": "BadRequestError", "code": 400},
+            ("bad", "BadRequestError", ""),
+        ),
+        (
+            {"error": "Model is overloaded", "error_type": "overloaded"},
+            ("Model is overloaded", "overloaded", ""),
+        ),
+        (
+            {"error": {"code": 400, "message": "exceeds ctx", "type": "exceed_context_size_error"}},
+            ("exceeds ctx", "exceed_context_size_error", ""),
+        ),
     ],
 )
 def test_error_fields_read_every_known_shape(body: object, fields: tuple[str, str, str]) -> None:
@@ -105,7 +131,9 @@ def test_error_fields_read_every_known_shape(body: object, fields: tuple[str, st
 
 
 def test_parse_failure_scrubs_the_key_and_reads_html() -> None:
-    failure = parse_failure(502, b"<html><h1>Bad gateway</h1>\n<p>key sk-abcdef</p></html>", {}, secret="sk-abcdef")
+    failure = parse_failure(
+        502, b"<html><h1>Bad gateway</h1>\n<p>key sk-abcdef</p></html>", {}, secret="sk-abcdef"
+    )
     assert failure.message == "Bad gateway key [REDACTED]"
 
 
@@ -130,20 +158,25 @@ def test_backoff_grows_exponentially_with_jitter_and_respects_the_deadline() -> 
 
 EXPECTED = {
     "chatml": "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nyo<|im_end|>\n"
-              "<|im_start|>user\nmore<|im_end|>\n<|im_start|>assistant\n",
+    "<|im_start|>user\nmore<|im_end|>\n<|im_start|>assistant\n",
     "llama3": "<|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n"
-              "hi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nyo<|eot_id|><|start_header_id|>user"
-              "<|end_header_id|>\n\nmore<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+    "hi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nyo<|eot_id|><|start_header_id|>user"
+    "<|end_header_id|>\n\nmore<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
     "mistral": "[INST] S\n\nhi [/INST]yo</s>[INST] more [/INST]",
     "gemma": "<start_of_turn>user\nS\n\nhi<end_of_turn>\n<start_of_turn>model\nyo<end_of_turn>\n<start_of_turn>user\n"
-             "more<end_of_turn>\n<start_of_turn>model\n",
+    "more<end_of_turn>\n<start_of_turn>model\n",
     "plain": "S\n\nUser: hi\n\nAssistant: yo\n\nUser: more\n\nAssistant:",
 }
 
 
 @pytest.mark.parametrize("name", sorted(CHAT_FORMATS))
 def test_chat_formats_render_exactly(name: str) -> None:
-    messages = [Message("system", "S"), Message("user", "hi"), Message("assistant", "yo"), Message("user", "more")]
+    messages = [
+        Message("system", "S"),
+        Message("user", "hi"),
+        Message("assistant", "yo"),
+        Message("user", "more"),
+    ]
     assert render_prompt(PromptLoader.default(), chat_format(name), messages) == EXPECTED[name]
 
 
@@ -153,7 +186,8 @@ def test_user_chat_format_is_found_on_the_search_path(tmp_path: object) -> None:
     root = Path(str(tmp_path)) / "mine"
     (root / "chat").mkdir(parents=True)
     (root / "chat" / "vicuna.j2").write_text(
-        "{% for m in messages %}{{ m.role|upper }}: {{ m.content }}\n{% endfor %}ASSISTANT:")
+        "{% for m in messages %}{{ m.role|upper }}: {{ m.content }}\n{% endfor %}ASSISTANT:"
+    )
     loader = PromptLoader.default(root)
     assert render_prompt(loader, chat_format("vicuna"), [Message("user", "hi")]) == "USER: hi\nASSISTANT:"
     with pytest.raises(ConfigError, match="invalid chat format"):

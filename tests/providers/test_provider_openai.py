@@ -44,8 +44,13 @@ KEY = "sk-test-CANARY-0123456789"
 
 
 def chat(server: OpenAIServer, **overrides: Any) -> OpenAIChat:
-    settings: dict[str, Any] = {"base_url": server.base_url, "model": "test-model", "api_key": KEY,
-                                "api_key_source": "MYLM_API_KEY", **overrides}
+    settings: dict[str, Any] = {
+        "base_url": server.base_url,
+        "model": "test-model",
+        "api_key": KEY,
+        "api_key_source": "MYLM_API_KEY",
+        **overrides,
+    }
     return OpenAIChat(Endpoint(provider="openai", **settings), retry=FAST_RETRY)
 
 
@@ -108,7 +113,9 @@ def test_openai_framing_variants_give_the_same_text(knobs: dict[str, Any]) -> No
 
 
 def test_openai_bytes_split_anywhere_even_inside_utf8_decode_intact(openai_server: OpenAIServer) -> None:
-    events = b"".join(sse({"choices": [{"index": 0, "delta": {"content": part}}]}) for part in ("Grüße ", "🌍!"))
+    events = b"".join(
+        sse({"choices": [{"index": 0, "delta": {"content": part}}]}) for part in ("Grüße ", "🌍!")
+    )
     events += sse({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}) + sse("[DONE]")
     openai_server.script([Raw([events[i : i + 3] for i in range(0, len(events), 3)])])
     text, _, finish = collect(chat(openai_server).stream(request()))
@@ -116,7 +123,9 @@ def test_openai_bytes_split_anywhere_even_inside_utf8_decode_intact(openai_serve
     assert finish is not None and finish.reason == "stop"
 
 
-def test_openai_close_delimited_body_without_chunking_is_read_as_it_arrives(openai_server: OpenAIServer) -> None:
+def test_openai_close_delimited_body_without_chunking_is_read_as_it_arrives(
+    openai_server: OpenAIServer,
+) -> None:
     events = [sse({"choices": [{"index": 0, "delta": {"content": "abc"}, "finish_reason": "length"}]})]
     openai_server.script([Raw(events, chunked=False)])
     text, _, finish = collect(chat(openai_server).stream(request()))
@@ -125,18 +134,26 @@ def test_openai_close_delimited_body_without_chunking_is_read_as_it_arrives(open
 
 
 def test_openai_answer_without_streaming_is_accepted(openai_server: OpenAIServer) -> None:
-    document = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "Whole."}, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 5, "completion_tokens": 2}}
+    document = {
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "Whole."}, "finish_reason": "stop"}
+        ],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 2},
+    }
     openai_server.script([Raw([json.dumps(document).encode()], content_type="application/json")])
     text, _, finish = collect(chat(openai_server).stream(request()))
     assert text == "Whole."
     assert finish is not None and finish.usage == Usage(5, 2)
 
 
-def test_openai_completions_renders_the_chat_format_and_sends_its_end_marker(openai_server: OpenAIServer) -> None:
+def test_openai_completions_renders_the_chat_format_and_sends_its_end_marker(
+    openai_server: OpenAIServer,
+) -> None:
     openai_server.script(["Done."])
-    llm = OpenAICompletions(Endpoint(provider="openai-completions", base_url=openai_server.base_url,
-                                     chat_format="chatml"), retry=FAST_RETRY)
+    llm = OpenAICompletions(
+        Endpoint(provider="openai-completions", base_url=openai_server.base_url, chat_format="chatml"),
+        retry=FAST_RETRY,
+    )
     text, _, _ = collect(llm.stream(request("Hi")))
     [sent] = openai_server.requests
     assert sent.path == "/v1/completions"
@@ -149,8 +166,12 @@ def test_openai_completions_renders_the_chat_format_and_sends_its_end_marker(ope
 
 
 def test_openai_completions_cuts_a_spelled_out_end_marker_when_the_server_ignores_stops() -> None:
-    with OpenAIServer(["The answer is 4.<|im_end|>\n<|im_start|>user\nmade up"], stop_mode="ignore") as server:
-        llm = OpenAICompletions(Endpoint(provider="openai-completions", base_url=server.base_url), retry=FAST_RETRY)
+    with OpenAIServer(
+        ["The answer is 4.<|im_end|>\n<|im_start|>user\nmade up"], stop_mode="ignore"
+    ) as server:
+        llm = OpenAICompletions(
+            Endpoint(provider="openai-completions", base_url=server.base_url), retry=FAST_RETRY
+        )
         text, _, finish = collect(llm.stream(request()))
     assert text == "The answer is 4."
     assert finish is not None and (finish.reason, finish.stop_sequence) == ("stop", "<|im_end|>")
@@ -195,9 +216,15 @@ def test_openai_stops_are_capped_at_four(openai_server: OpenAIServer) -> None:
 
 
 def test_openai_max_tokens_renamed_when_the_server_asks(openai_server: OpenAIServer) -> None:
-    error = {"error": {"message": "Unsupported parameter: 'max_tokens' is not supported with this model. "
-                                  "Use 'max_completion_tokens' instead.", "type": "invalid_request_error",
-                       "param": "max_tokens", "code": "unsupported_parameter"}}
+    error = {
+        "error": {
+            "message": "Unsupported parameter: 'max_tokens' is not supported with this model. "
+            "Use 'max_completion_tokens' instead.",
+            "type": "invalid_request_error",
+            "param": "max_tokens",
+            "code": "unsupported_parameter",
+        }
+    }
     openai_server.script([HTTPError(400, error), "ok"])
     assert collect(chat(openai_server).stream(request()))[0] == "ok"
     second = openai_server.requests[1].body
@@ -223,8 +250,14 @@ def test_openai_early_close_disconnects_from_a_server_that_ignores_stops() -> No
 
 
 def test_openai_401_names_the_key_variable_and_never_the_key(openai_server: OpenAIServer) -> None:
-    body = {"error": {"message": f"Incorrect API key provided: {KEY}.", "type": "invalid_request_error",
-                      "param": None, "code": "invalid_api_key"}}
+    body = {
+        "error": {
+            "message": f"Incorrect API key provided: {KEY}.",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "invalid_api_key",
+        }
+    }
     openai_server.script([HTTPError(401, body)])
     with pytest.raises(AuthenticationError) as caught:
         collect(chat(openai_server).stream(request()))
@@ -242,8 +275,14 @@ def test_openai_401_without_a_key_says_to_set_one(openai_server: OpenAIServer) -
 
 def test_openai_404_on_the_model_lists_the_servers_models(openai_server: OpenAIServer) -> None:
     openai_server.models = ["llama-3.2-3b", "qwen2.5-7b"]
-    body = {"error": {"message": "The model `nope` does not exist.", "type": "invalid_request_error",
-                      "param": "model", "code": "model_not_found"}}
+    body = {
+        "error": {
+            "message": "The model `nope` does not exist.",
+            "type": "invalid_request_error",
+            "param": "model",
+            "code": "model_not_found",
+        }
+    }
     openai_server.script([HTTPError(404, body)])
     with pytest.raises(ModelNotFoundError) as caught:
         collect(chat(openai_server, model="nope").stream(request()))
@@ -258,9 +297,15 @@ def test_openai_404_on_the_route_points_at_the_base_url(openai_server: OpenAISer
 
 
 def test_openai_context_overflow_says_so(openai_server: OpenAIServer) -> None:
-    body = {"error": {"message": "This model's maximum context length is 8192 tokens. However, your messages "
-                                 "resulted in 9000 tokens.", "type": "invalid_request_error",
-                      "param": "messages", "code": "context_length_exceeded"}}
+    body = {
+        "error": {
+            "message": "This model's maximum context length is 8192 tokens. However, your messages "
+            "resulted in 9000 tokens.",
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": "context_length_exceeded",
+        }
+    }
     openai_server.script([HTTPError(400, body)])
     with pytest.raises(ContextOverflowError, match="no longer fits the model's context window"):
         collect(chat(openai_server).stream(request()))
@@ -268,7 +313,9 @@ def test_openai_context_overflow_says_so(openai_server: OpenAIServer) -> None:
 
 
 def test_openai_error_object_inside_a_200_stream_is_an_error(openai_server: OpenAIServer) -> None:
-    failure = {"error": {"message": "The server had an error while processing your request.", "type": "server_error"}}
+    failure = {
+        "error": {"message": "The server had an error while processing your request.", "type": "server_error"}
+    }
     openai_server.script([Completion("Partial", error_after=failure)])
     chunks = []
     with pytest.raises(StreamError, match="mid-stream: The server had an error"):
@@ -283,6 +330,18 @@ def test_openai_stream_cut_off_before_the_finish_is_an_error(openai_server: Open
     openai_server.script([Raw([piece], then="close")])
     with pytest.raises(StreamError, match="ended before the answer was complete|broke"):
         collect(chat(openai_server).stream(request()))
+
+
+def test_openai_connection_dropped_after_the_finish_still_gives_the_answer(
+    openai_server: OpenAIServer,
+) -> None:
+    events = [
+        sse({"choices": [{"index": 0, "delta": {"content": "whole"}}]}),
+        sse({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+    ]
+    openai_server.script([Raw(events, then="close")])
+    text, _, finish = collect(chat(openai_server).stream(request()))
+    assert text == "whole" and finish is not None and finish.reason == "stop"
 
 
 def test_openai_web_page_answer_is_reported(openai_server: OpenAIServer) -> None:
@@ -302,15 +361,22 @@ def test_openai_redirect_is_not_followed(openai_server: OpenAIServer) -> None:
 
 
 def test_openai_retries_429_honouring_retry_after(openai_server: OpenAIServer) -> None:
-    limited = HTTPError(429, {"error": {"message": "Rate limit reached", "type": "requests",
-                                        "code": "rate_limit_exceeded"}}, {"Retry-After": "0"})
+    limited = HTTPError(
+        429,
+        {"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}},
+        {"Retry-After": "0"},
+    )
     openai_server.script([limited, limited, "ok"])
     assert collect(chat(openai_server).stream(request()))[0] == "ok"
     assert len(openai_server.requests) == 3
 
 
-def test_openai_retry_after_beyond_the_cap_fails_at_once_with_the_servers_value(openai_server: OpenAIServer) -> None:
-    openai_server.script([HTTPError(429, {"error": {"message": "Slow down"}}, {"Retry-After": "86400"}), "ok"])
+def test_openai_retry_after_beyond_the_cap_fails_at_once_with_the_servers_value(
+    openai_server: OpenAIServer,
+) -> None:
+    openai_server.script(
+        [HTTPError(429, {"error": {"message": "Slow down"}}, {"Retry-After": "86400"}), "ok"]
+    )
     with pytest.raises(RateLimitError, match="retry after 86400 s"):
         collect(chat(openai_server).stream(request()))
     assert len(openai_server.requests) == 1
@@ -324,8 +390,13 @@ def test_openai_retry_after_beyond_the_deadline_fails_at_once(openai_server: Ope
 
 
 def test_openai_insufficient_quota_is_not_retried(openai_server: OpenAIServer) -> None:
-    body = {"error": {"message": "You exceeded your current quota.", "type": "insufficient_quota",
-                      "code": "insufficient_quota"}}
+    body = {
+        "error": {
+            "message": "You exceeded your current quota.",
+            "type": "insufficient_quota",
+            "code": "insufficient_quota",
+        }
+    }
     openai_server.script([HTTPError(429, body), "ok"])
     with pytest.raises(RateLimitError, match="quota") as caught:
         collect(chat(openai_server).stream(request()))
@@ -355,7 +426,9 @@ def test_openai_client_errors_are_not_retried(openai_server: OpenAIServer, statu
 
 
 def test_openai_x_should_retry_false_is_obeyed(openai_server: OpenAIServer) -> None:
-    openai_server.script([HTTPError(500, {"error": {"message": "permanent"}}, {"x-should-retry": "false"}), "ok"])
+    openai_server.script(
+        [HTTPError(500, {"error": {"message": "permanent"}}, {"x-should-retry": "false"}), "ok"]
+    )
     with pytest.raises(ServerError):
         collect(chat(openai_server).stream(request()))
     assert len(openai_server.requests) == 1
