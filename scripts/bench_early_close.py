@@ -43,7 +43,10 @@ def one_turn(base_url: str, *, close_early: bool = True) -> float:
     stream.close()
     text += cutter.flush()
     elapsed = time.perf_counter() - started
-    if not text.rstrip().endswith(TOOL_CALL.removesuffix("</tool_code>").rstrip()) and "</tool_code>" not in text:
+    if (
+        not text.rstrip().endswith(TOOL_CALL.removesuffix("</tool_code>").rstrip())
+        and "</tool_code>" not in text
+    ):
         raise SystemExit(f"bench: unexpected turn text {text!r}")
     return elapsed
 
@@ -70,7 +73,9 @@ def main() -> None:
         t_endless = measure(endless, Completion(TURN, endless=True), args.turns)
         t_ramble = measure(rambles, Completion(TURN + RAMBLE), args.turns, close_early=False)
         disconnects = endless.disconnected.is_set()
-    print(f"early close: {args.turns} turns, {args.token_delay * 1000:g} ms per streamed piece (median per turn)")
+    print(
+        f"early close: {args.turns} turns, {args.token_delay * 1000:g} ms per streamed piece (median per turn)"
+    )
     print(f"  server honours stops:              {t_honours * 1000:8.1f} ms")
     print(f"  server ignores stops, endless:     {t_endless * 1000:8.1f} ms  (client closed: {disconnects})")
     print(f"  ignores stops, read to the end:    {t_ramble * 1000:8.1f} ms  (what early close saves)")

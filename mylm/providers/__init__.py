@@ -1,4 +1,4 @@
-"""Model endpoints: `create_llm(endpoint)` picks the wire format; each provider module is imported only when used."""
+"""Model endpoints: `create_llm(endpoint)` picks the wire format; providers are imported on use."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ API_VERSION = "2023-06-01"
 
 
 class _AnthropicDecoder(Decoder):
-    """`message_start`, `content_block_delta`, `message_delta` (stop reason, output tokens), `message_stop`."""
+    """`message_start`, `content_block_delta`, `message_delta` (stop reason, usage), `message_stop`."""
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)

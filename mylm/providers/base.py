@@ -50,7 +50,7 @@ DEFAULT_MAX_TOKENS = 4096
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Everything needed to reach one model endpoint; `api_key` is kept out of `repr` so it never reaches a log."""
+    """Everything needed to reach one model endpoint; `api_key` stays out of `repr` (and so out of logs)."""
 
     #: One of `PROVIDERS`; None infers it from the URL where unambiguous, else `openai`.
     provider: str | None = None

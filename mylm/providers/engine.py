@@ -77,7 +77,7 @@ class Decoder(ABC):
 
 
 class _StatusFailure(Exception):
-    """An HTTP error answer, before it is turned into a typed error (it may first teach the provider a quirk)."""
+    """An HTTP error answer, before it becomes a typed error (it may first teach the provider a quirk)."""
 
     def __init__(self, failure: Failure) -> None:
         super().__init__(failure.message)
@@ -93,8 +93,8 @@ class HTTPProvider(ABC):
     framing: ClassVar[str] = "sse"
     #: Whether the wire format cannot work without a model name.
     requires_model: ClassVar[bool] = False
-    #: Whether the conversation is sent as one rendered prompt (so a chat format applies); may be set per instance
-    #: before `__init__` runs (Ollama switches to `/api/generate` when a chat format is configured).
+    #: Whether the conversation is sent as one rendered prompt (a chat format applies); may be set per
+    #: instance before `__init__` runs (Ollama switches to `/api/generate` when a chat format is configured).
     raw_prompt: bool = False
 
     def __init__(
@@ -141,7 +141,7 @@ class HTTPProvider(ABC):
         """Model names from the answer to `models_call`."""
 
     def prepare(self, request: LLMRequest, guard: CallGuard) -> LLMRequest:
-        """Work done once per call before sending, under the call's deadline (llama.cpp renders its prompt)."""
+        """Work done once per call before sending, under its deadline (llama.cpp renders its prompt)."""
         return request
 
     def adapt(self, failure: Failure) -> str | None:

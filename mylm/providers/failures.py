@@ -1,4 +1,4 @@
-"""What went wrong at an endpoint: error bodies read in every known shape, typed errors, and the retry policy."""
+"""What went wrong at an endpoint: error bodies in every known shape, typed errors, the retry policy."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def scrub(text: str, secret: str | None) -> str:
 
 
 def error_fields(payload: Any) -> tuple[str, str, str]:
-    """(message, code, param) from any known error shape: OpenAI, Anthropic, Gemini, Ollama, vLLM, TGI, llama.cpp."""
+    """(message, code, param) from any known error shape (OpenAI, Anthropic, Gemini, Ollama, ...)."""
     if not isinstance(payload, Mapping):
         return (str(payload) if payload is not None else ""), "", ""
     error = payload.get("error", payload)
@@ -190,7 +190,8 @@ def _not_found(failure: Failure, place: Place, models: list[str] | None) -> str:
     if "model" not in failure.message.lower() and "model" not in failure.code.lower():
         return (
             f"{place.url} has no such route (HTTP 404: {failure.message}); check the base URL "
-            f"(--base-url / MYLM_BASE_URL) and the provider (--provider / MYLM_PROVIDER, now {place.provider})"
+            f"(--base-url / MYLM_BASE_URL) and the provider "
+            f"(--provider / MYLM_PROVIDER, now {place.provider})"
         )
     text = f"model {place.model!r} not found at {place.url} (HTTP 404: {failure.message})"
     if models:
@@ -202,7 +203,7 @@ def _not_found(failure: Failure, place: Place, models: list[str] | None) -> str:
 
 
 def stream_error(payload: Any, place: Place, *, secret: str | None) -> StreamError:
-    """An error object that arrived inside a 200 stream, as a `StreamError` (retryable when it sounds transient)."""
+    """An error object that arrived inside a 200 stream, as a `StreamError` (retryable if transient)."""
     message, code, _ = error_fields(payload)
     error = StreamError(
         f"{place.provider} endpoint {place.url} reported an error mid-stream: {scrub(message, secret)}"
@@ -241,7 +242,7 @@ class RetryPolicy:
                 _note(error, f"the server asked to retry after {asked:g} s, longer than {limit}")
                 raise error
             return float(asked)
-        # Exponential backoff with jitter in [50%, 100%] of the step, so clients that failed together spread out.
+        # Exponential backoff with jitter in [50%, 100%] of the step: clients that failed together spread out.
         step = min(self.max_delay, self.base_delay * 2.0**attempt)
         wait = step * (0.5 + self.random() / 2)
         if wait > remaining:

@@ -1,4 +1,4 @@
-"""Chat formats: the templates in `prompts/chat/` that turn a conversation into one prompt for raw endpoints."""
+"""Chat formats: the templates in `prompts/chat/` that make a conversation one prompt for raw endpoints."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ class ChatFormat:
     name: str
     #: Template name on the prompt search path, e.g. `chat/chatml.j2`.
     template: str
-    #: End-of-turn markers. Servers usually stop on the real token, but a model may spell the marker as text and
-    #: go on to write the user's next turn, so these are sent as stops and also cut client-side.
+    #: End-of-turn markers. Servers usually stop on the real token, but a model may spell the marker as text
+    #: and     #: go on to write the user's next turn, so these are sent as stops and also cut client-side.
     stops: tuple[str, ...] = ()
 
 
@@ -43,7 +43,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 def chat_format(name: str) -> ChatFormat:
-    """The format called `name`: a built-in one, or a user template `chat/<name>.j2` (which has no extra stops)."""
+    """The format called `name`: a built-in one, or a user template `chat/<name>.j2` (with no extra stops)."""
     known = CHAT_FORMATS.get(name.lower())
     if known is not None:
         return known

@@ -52,9 +52,9 @@ def _decode(line: bytes | bytearray) -> str:
 
 
 def iter_sse(lines: Iterable[str]) -> Iterator[SSEEvent]:
-    """Server-sent events: `data:` lines gathered until a blank line, `event:` names, `:` comment pings skipped.
+    """Server-sent events: `data:` lines up to a blank line, `event:` names; `:` comment pings skipped.
 
-    llama.cpp's older servers send failures as an `error: {...}` line, which the SSE spec would ignore; it becomes
+    llama.cpp's older servers send failures as an `error: {...}` line, which the SSE spec ignores; it becomes
     an `error` event here so the failure is not lost.
     """
     name, data = "", list[str]()

@@ -1,4 +1,4 @@
-"""Google Gemini `streamGenerateContent?alt=sse` in plain-text mode (the key goes in a header, never the URL)."""
+"""Google Gemini `streamGenerateContent?alt=sse` in plain-text mode (the key in a header, never the URL)."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ class _Rendered(LLMRequest):
 
 
 class _LlamaCppDecoder(Decoder):
-    """`data: {"content": ..., "stop": false}` events; the last has `stop: true`, `stop_type` and `stopping_word`."""
+    """`data: {"content": ..., "stop": false}` events; last: `stop: true`, `stop_type`, `stopping_word`."""
 
     def feed(self, item: SSEEvent) -> Iterator[LLMChunk]:
         if item.event == "error":
@@ -48,7 +48,7 @@ class _LlamaCppDecoder(Decoder):
 
 
 class LlamaCpp(HTTPProvider):
-    """llama-server's `/completion`: raw prompt, `n_predict`, `stop` (reports `stopping_word`), `cache_prompt`.
+    """llama-server's `/completion`: raw prompt, `n_predict`, `stop` (names `stopping_word`), `cache_prompt`.
 
     With no `--chat-format`, the conversation is rendered by the server's own template via `/apply-template`,
     so the model's real format is used; a server without that route falls back to ChatML.
@@ -80,7 +80,7 @@ class LlamaCpp(HTTPProvider):
         )
 
     def prepare(self, request: LLMRequest, guard: CallGuard) -> LLMRequest:
-        """Render the conversation with the server's own template (one cheap local call), or fall back to ChatML."""
+        """Render the conversation with the server's template (a cheap local call), or fall back to ChatML."""
         if self.chat_format is not None:
             return request
         body = json.dumps({"messages": [m.to_dict() for m in request.messages]}).encode("utf-8")

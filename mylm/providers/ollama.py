@@ -1,4 +1,4 @@
-"""Ollama's native API: `/api/chat`, or `/api/generate` with `raw: true` when a chat format is set (NDJSON)."""
+"""Ollama's native API: `/api/chat`, or `/api/generate` with `raw: true` given a chat format (NDJSON)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ _TOP_LEVEL = frozenset({"format", "keep_alive", "think", "template", "suffix", "
 
 
 class _OllamaDecoder(Decoder):
-    """One JSON object per line; the last has `done: true` with the counts; `{"error": ...}` may come mid-stream."""
+    """One JSON object per line; the last has `done: true`, counts; `{"error": ...}` may come mid-stream."""
 
     def feed(self, item: Any) -> Iterator[LLMChunk]:
         self.fail_on_error(item)
@@ -32,14 +32,14 @@ class _OllamaDecoder(Decoder):
 
 
 class Ollama(HTTPProvider):
-    """Ollama: messages to `/api/chat` (the model's own template), or a mylm-rendered prompt to `/api/generate`."""
+    """Ollama: messages to `/api/chat` (the model's own template), or a rendered prompt to `/api/generate`."""
 
     name = "ollama"
     framing = "ndjson"
     requires_model = True
 
     def __init__(self, endpoint: Endpoint, **kwargs: Any) -> None:
-        # With a chat format the prompt is rendered here and sent raw, for models whose template is missing or wrong.
+        # With a chat format the prompt is rendered here and sent raw (for a missing or wrong model template).
         self.raw_prompt = bool(endpoint.chat_format)
         super().__init__(endpoint, **kwargs)
 

@@ -1,4 +1,4 @@
-"""OpenAI-compatible `/chat/completions` and legacy `/completions` over SSE (OpenAI, vLLM, LM Studio, llama.cpp, ...)."""
+"""OpenAI-compatible `/chat/completions` and legacy `/completions` over SSE (OpenAI, vLLM, LM Studio, ...)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ MAX_STOPS = 4
 
 
 class _OpenAIDecoder(Decoder):
-    """Chunks from `chat.completion.chunk` or `text_completion` events; the usage chunk comes after the finish."""
+    """Chunks from `chat.completion.chunk` or `text_completion` events; the usage chunk follows the finish."""
 
     def feed(self, item: SSEEvent) -> Iterator[LLMChunk]:
         if item.event == "error":
@@ -44,7 +44,7 @@ class _OpenAIDecoder(Decoder):
                 continue
             delta = choice.get("delta") or choice.get("message") or {}
             if isinstance(delta, dict):
-                # llama.cpp, vLLM and DeepSeek use `reasoning_content`; Ollama's and OpenRouter's layers `reasoning`.
+                # llama.cpp, vLLM and DeepSeek send `reasoning_content`; Ollama, OpenRouter `reasoning`.
                 thought = delta.get("reasoning_content") or delta.get("reasoning")
                 yield from text_chunks(delta.get("content"), thought)
             yield from text_chunks(choice.get("text"))

@@ -1,4 +1,4 @@
-"""HTTP for every provider: one `requests` session whose every socket read honours the call's deadline and cancel."""
+"""HTTP for every provider: a `requests` session whose every socket read honours the deadline and cancel."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ class HTTPCall:
 
 
 class ConnectionBroke(StreamError):
-    """The connection failed mid-body (a `StreamError` to callers; the engine forgives it once an answer is whole)."""
+    """The connection failed mid-body (a `StreamError`; the engine forgives it once an answer is whole)."""
 
 
 class CallGuard:
@@ -115,7 +115,8 @@ class CallGuard:
         if self.reason == "cancelled":
             return CancelledError("cancelled while waiting for the model")
         return LLMTimeoutError(
-            f"the run's time limit ran out while waiting for the {self.place.provider} endpoint {self.place.url}"
+            f"the run's time limit ran out while waiting for the {self.place.provider} endpoint "
+            f"{self.place.url}"
         )
 
     def timeout(self, limit: float) -> float:
@@ -211,7 +212,7 @@ def new_session() -> requests.Session:
     adapter = _GuardedAdapter(pool_maxsize=4, max_retries=0)
     session.mount("http://", adapter)
     session.mount("https://", adapter)
-    # A session-level auth stops requests from reading ~/.netrc, which would overwrite our Authorization header.
+    # A session-level auth keeps requests from reading ~/.netrc, which would replace our Authorization header.
     session.auth = _no_auth
     return session
 
@@ -304,7 +305,7 @@ def _root_cause(exc: BaseException) -> str:
 def iter_body(
     response: requests.Response, guard: CallGuard, *, idle: float, limit: int = MAX_RESPONSE_BYTES
 ) -> Iterator[bytes]:
-    """The response body as it arrives, each read bounded by the idle timeout and the deadline, `limit` in all."""
+    """The response body as it arrives, each read bounded by the idle timeout and the deadline."""
     raw = response.raw
     total = 0
     while True:
@@ -316,7 +317,7 @@ def iter_body(
             except OSError:
                 pass
         try:
-            # read1 returns whatever has arrived (at most one chunk's worth); decoding is capped at _READ_SIZE.
+            # read1 returns whatever has arrived (one chunk's worth at most); decoding is capped too.
             data = raw.read1(_READ_SIZE, decode_content=True)
         except Exception as exc:  # noqa: BLE001 - urllib3, http.client and socket each raise their own types
             if _is_timeout(exc) and wait < idle:
@@ -329,7 +330,8 @@ def iter_body(
         total += len(data)
         if total > limit:
             error = StreamError(
-                f"the {guard.place.provider} endpoint {guard.place.url} sent more than {limit // 1024 // 1024} MiB; "
+                f"the {guard.place.provider} endpoint {guard.place.url} sent more than "
+                f"{limit // 1024 // 1024} MiB; "
                 "stopped reading"
             )
             error.retryable = False
@@ -359,7 +361,8 @@ def _is_timeout(exc: Exception) -> bool:
 def _read_error(exc: Exception, place: Place, idle: float) -> LLMError:
     if _is_timeout(exc):
         return LLMTimeoutError(
-            f"the {place.provider} endpoint {place.url} went silent for {idle:g} s in the middle of its answer "
+            f"the {place.provider} endpoint {place.url} went silent for {idle:g} s "
+            "in the middle of its answer "
             "(the read timeout)"
         )
     return ConnectionBroke(

@@ -25,15 +25,20 @@ def engine_missing() -> str | None:
     """Why the engine cannot run here, or None when it can."""
     for module in ("llama_cpp", "gguf", "uvicorn", "fastapi", "sse_starlette", "starlette_context"):
         if importlib.util.find_spec(module) is None:
-            return (f"the real inference engine is not installed ({module} is missing); "
-                    "run scripts/install_engine.sh to build and install llama-cpp-python[server]")
+            return (
+                f"the real inference engine is not installed ({module} is missing); "
+                "run scripts/install_engine.sh to build and install llama-cpp-python[server]"
+            )
     return None
 
 
 def _byte_symbols() -> list[str]:
     """GPT-2's byte-to-printable-character table, so every byte is one token (any text can be spelled)."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
-        range(ord("®"), ord("ÿ") + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
     table = {b: chr(b) for b in printable}
     extra = 0
     for b in range(256):
@@ -111,9 +116,27 @@ class EngineServer:
             self.port = probe.getsockname()[1]
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
-             "--port", str(self.port), "--n_ctx", "2048", "--n_threads", "1", "--n_batch", "512"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+            [
+                sys.executable,
+                "-m",
+                "llama_cpp.server",
+                "--model",
+                str(model),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--n_ctx",
+                "2048",
+                "--n_threads",
+                "1",
+                "--n_batch",
+                "512",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
         )
         self.log: list[str] = []
         self._ready = threading.Event()

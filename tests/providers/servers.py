@@ -82,6 +82,8 @@ class Trickle:
     """Send headers, then one byte of an SSE comment every `interval` seconds, forever (slowloris)."""
 
     interval: float = 0.02
+    #: Trickle the status line and headers themselves, so the client never even gets a response object.
+    in_headers: bool = False
 
 
 Reply = Union[Completion, HTTPError, Raw, Hang, Trickle, str]
@@ -317,6 +319,12 @@ class _Handler(BaseHTTPRequestHandler):
                 )
             elif isinstance(reply, Hang):
                 self._wait_for_client_exit()
+            elif isinstance(reply, Trickle) and reply.in_headers:
+                self.close_connection = True
+                for byte in b"HTTP/1.1 200 OK\r\n" + b"X-Padding: " + b"x" * 100000:
+                    if owner.stopping.wait(reply.interval):
+                        return
+                    self.wfile.write(bytes([byte]))
             elif isinstance(reply, Trickle):
                 self._stream(_trickle(), owner.content_type, delay=reply.interval)
         except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):

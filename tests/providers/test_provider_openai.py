@@ -469,6 +469,15 @@ def test_openai_deadline_ends_a_slowloris_stream(openai_server: OpenAIServer) ->
         collect(chat(openai_server).stream(request(timeout=0.3)))
 
 
+def test_openai_deadline_ends_a_server_trickling_its_headers(openai_server: OpenAIServer) -> None:
+    # Before the headers are complete there is no response object to read from: only the guard's timer,
+    # which shuts the socket at the deadline, can end this.
+    openai_server.script([Trickle(0.02, in_headers=True)])
+    with pytest.raises(LLMTimeoutError, match="time limit"):
+        collect(chat(openai_server).stream(request(timeout=0.3)))
+    assert openai_server.disconnected.wait(30)
+
+
 def test_openai_idle_timeout_ends_a_silent_stream(openai_server: OpenAIServer) -> None:
     openai_server.script([Raw([sse({"choices": [{"index": 0, "delta": {"content": "a"}}]})], then="hang")])
     with pytest.raises(LLMTimeoutError, match="went silent for 0.2 s"):

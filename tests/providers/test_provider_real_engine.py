@@ -39,13 +39,20 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineServer]:
 def forced(engine: EngineServer, provider: str, text: str, **settings: object) -> object:
     """An LLM for the engine whose every completion is forced to be `text` (plus the engine's stop handling)."""
     return create_llm(
-        Endpoint(provider=provider, base_url=engine.base_url, model="tiny", options={"grammar": exact_grammar(text)},
-                 **settings)  # type: ignore[arg-type]
+        Endpoint(
+            provider=provider,
+            base_url=engine.base_url,
+            model="tiny",
+            options={"grammar": exact_grammar(text)},
+            **settings,
+        )  # type: ignore[arg-type]
     )
 
 
 @pytest.mark.parametrize("provider", ["openai", "openai-completions"])
-def test_real_engine_streams_a_tool_call_cut_at_the_stop_then_an_answer(engine: EngineServer, provider: str) -> None:
+def test_real_engine_streams_a_tool_call_cut_at_the_stop_then_an_answer(
+    engine: EngineServer, provider: str
+) -> None:
     settings = {"chat_format": "chatml"} if provider == "openai-completions" else {}
     call_llm = forced(engine, provider, CALL_TURN, **settings)
     chunks = list(call_llm.stream(request()))  # type: ignore[attr-defined]
@@ -56,7 +63,9 @@ def test_real_engine_streams_a_tool_call_cut_at_the_stop_then_an_answer(engine: 
     assert sum(isinstance(c, TextChunk) for c in chunks) > 5, "the text must arrive streamed, token by token"
     cutter = StopCutter(("</tool_code>", "<observation>"))
     normalised = cutter.feed(text) + cutter.flush()
-    assert normalised + ("</tool_code>" if cutter.hit is None else "") == f"I will list the files.\n{TOOL_CALL}"
+    assert (
+        normalised + ("</tool_code>" if cutter.hit is None else "") == f"I will list the files.\n{TOOL_CALL}"
+    )
 
     answer_llm = forced(engine, provider, ANSWER, **settings)
     text, _, finish = collect(answer_llm.stream(request("What is there?")))  # type: ignore[attr-defined]
