@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -343,14 +344,13 @@ def read_all(response: requests.Response, guard: CallGuard, *, idle: float, limi
     """The whole (small) body: an error answer or a JSON document; stops quietly at `limit`."""
     parts: list[bytes] = []
     size = 0
-    try:
+    # A body that breaks off still says what it managed to say.
+    with contextlib.suppress(StreamError):
         for data in iter_body(response, guard, idle=idle, limit=limit + _READ_SIZE):
             parts.append(data)
             size += len(data)
             if size >= limit:
                 break
-    except StreamError:
-        pass  # a body that breaks off still says what it managed to say
     return b"".join(parts)[:limit]
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from mylm.cancel import CancelToken
 from mylm.llm import FinishChunk, LLMChunk, LLMRequest, ReasoningChunk, TextChunk
@@ -37,6 +37,17 @@ def request(
         deadline=None if timeout is None else time.monotonic() + timeout,
         cancel=cancel,
     )
+
+
+def read_until_call(chunks: Iterator[LLMChunk]) -> str:
+    """Read text until a closing `</tool_code>` appears, then close the stream, as the agent does."""
+    seen = ""
+    for chunk in chunks:
+        seen += chunk.text if isinstance(chunk, TextChunk) else ""
+        if "</tool_code>" in seen:
+            break
+    chunks.close()  # type: ignore[attr-defined]
+    return seen
 
 
 def collect(chunks: Iterable[LLMChunk]) -> tuple[str, str, FinishChunk | None]:

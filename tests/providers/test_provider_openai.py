@@ -27,7 +27,7 @@ from mylm.llm import TextChunk
 from mylm.providers import Endpoint, create_llm, list_models
 from mylm.providers.openai import OpenAIChat, OpenAICompletions
 from mylm.types import Usage
-from tests.providers.helpers import FAST_RETRY, TOOL_CALL, collect, request
+from tests.providers.helpers import FAST_RETRY, TOOL_CALL, collect, read_until_call, request
 from tests.providers.servers import (
     FILLER,
     Completion,
@@ -233,14 +233,7 @@ def test_openai_max_tokens_renamed_when_the_server_asks(openai_server: OpenAISer
 
 def test_openai_early_close_disconnects_from_a_server_that_ignores_stops() -> None:
     with OpenAIServer([Completion(f"Looking.\n{TOOL_CALL}", endless=True)], stop_mode="ignore") as server:
-        stream = chat(server).stream(request())
-        seen = ""
-        for chunk in stream:
-            assert isinstance(chunk, TextChunk)
-            seen += chunk.text
-            if "</tool_code>" in seen:
-                break
-        stream.close()  # what the agent does once the call is complete
+        seen = read_until_call(chat(server).stream(request()))
         assert server.disconnected.wait(30), "the server never saw the client go away"
     assert seen.startswith("Looking.\n" + TOOL_CALL)
     assert len(seen) < len("Looking.\n" + TOOL_CALL) + len(FILLER)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -12,7 +11,7 @@ from mylm.llm import TextChunk
 from mylm.providers import Endpoint, create_llm, list_models
 from mylm.stops import StopCutter
 from tests.providers.engine_support import EngineServer, engine_missing, exact_grammar, write_tiny_llama
-from tests.providers.helpers import TOOL_CALL, collect, request
+from tests.providers.helpers import TOOL_CALL, collect, read_until_call, request
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -83,13 +82,7 @@ def test_real_engine_token_limit_is_reported_as_length(engine: EngineServer) -> 
 
 def test_real_engine_early_close_then_the_next_call_works(engine: EngineServer) -> None:
     llm = forced(engine, "openai", CALL_TURN + " and then a long ramble " * 20)
-    stream = llm.stream(request(stop=()))  # type: ignore[attr-defined]
-    seen = ""
-    for chunk in stream:
-        seen += chunk.text if isinstance(chunk, TextChunk) else ""
-        if "</tool_code>" in seen:
-            break
-    stream.close()
+    seen = read_until_call(llm.stream(request(stop=())))  # type: ignore[attr-defined]
     assert seen.startswith("I will list the files.\n<tool_code>")
     assert collect(forced(engine, "openai", ANSWER).stream(request()))[0] == ANSWER  # type: ignore[attr-defined]
 

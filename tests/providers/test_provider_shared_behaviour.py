@@ -21,7 +21,7 @@ from mylm.llm import TextChunk
 from mylm.providers import Endpoint, create_llm, list_models
 from mylm.providers.engine import HTTPProvider
 from mylm.types import Usage
-from tests.providers.helpers import FAST_RETRY, TOOL_CALL, collect, request
+from tests.providers.helpers import FAST_RETRY, TOOL_CALL, collect, read_until_call, request
 from tests.providers.native_servers import AnthropicServer, GeminiServer, LlamaCppServer, OllamaServer
 from tests.providers.servers import (
     FILLER,
@@ -191,13 +191,7 @@ def test_provider_server_side_stop_ends_the_turn_at_the_call(case: Case, server:
 def test_provider_early_close_releases_a_server_that_ignores_stops(case: Case) -> None:
     with case.server(stop_mode="ignore") as server:
         server.script([Completion(TOOL_CALL, endless=True)])
-        stream = llm(case, server).stream(request())
-        seen = ""
-        for chunk in stream:
-            seen += chunk.text if isinstance(chunk, TextChunk) else ""
-            if "</tool_code>" in seen:
-                break
-        stream.close()
+        seen = read_until_call(llm(case, server).stream(request()))
         assert server.disconnected.wait(30), "the server never saw the client go away"
     assert len(seen) < len(TOOL_CALL) + len(FILLER)
 
