@@ -1,0 +1,367 @@
+"""The streaming engine every provider shares: send, retry, adapt to rejected fields, decode, close early."""
+
+from __future__ import annotations
+
+import json
+import logging
+from abc import ABC, abstractmethod
+from contextlib import closing
+from typing import TYPE_CHECKING, Any, ClassVar, Generator, Iterable, Iterator
+
+from ..errors import ConfigError, HTTPStatusError, LLMError, StreamError
+from ..llm import FinishChunk, LLMChunk, LLMRequest, ReasoningChunk, TextChunk
+from ..stops import StopCutter
+from ..types import Usage
+from .base import Endpoint, redact_url
+from .failures import Failure, Place, RetryPolicy, parse_failure, stream_error, to_error
+from .formats import DEFAULT_CHAT_FORMAT, ChatFormat, chat_format, render_prompt
+from .framing import iter_lines, iter_ndjson, iter_sse
+from .transport import (
+    MAX_ERROR_BYTES,
+    MAX_RESPONSE_BYTES,
+    CallGuard,
+    ConnectionBroke,
+    HTTPCall,
+    iter_body,
+    new_session,
+    read_all,
+    send,
+)
+
+if TYPE_CHECKING:
+    import requests
+
+    from ..prompts import PromptLoader
+    from ..types import Message
+
+_log = logging.getLogger("mylm.providers")
+#: Time given to listing the server's models when a request named a model it does not have.
+_LIST_BUDGET = 5.0
+
+
+class Decoder(ABC):
+    """One call's decoding state: wire items in, chunks out; remembers the finish hints and usage."""
+
+    def __init__(self, place: Place, secret: str | None) -> None:
+        self.place = place
+        self.secret = secret
+        #: The wire format's own end marker has arrived (`[DONE]`, `done: true`, `message_stop`, ...).
+        self.done = False
+        self.reason: str | None = None
+        self.stop_sequence: str | None = None
+        self.usage: Usage | None = None
+
+    @abstractmethod
+    def feed(self, item: Any) -> Iterable[LLMChunk]:
+        """Chunks for one wire item (an `SSEEvent` or an NDJSON object)."""
+
+    def whole(self, document: Any) -> Iterable[LLMChunk]:
+        """Chunks for a single JSON answer, from a server that ignored `stream: true`."""
+        self.fail_on_error(document)
+        raise StreamError(f"{self.place.url} answered with one JSON document instead of a stream")
+
+    def fail_on_error(self, obj: Any) -> None:
+        """Raise if `obj` is an error object (a failure reported inside a 200 answer)."""
+        if isinstance(obj, dict) and (
+            "error" in obj or obj.get("object") == "error" or obj.get("type") == "error"
+        ):
+            raise stream_error(obj, self.place, secret=self.secret)
+
+    def complete_at_eof(self) -> bool:
+        """Whether the stream may end here (without its end marker) and still be whole."""
+        return self.done or self.reason is not None
+
+    def finish(self) -> FinishChunk:
+        """The final chunk."""
+        return FinishChunk(reason=self.reason, stop_sequence=self.stop_sequence, usage=self.usage)
+
+
+class _StatusFailure(Exception):
+    """An HTTP error answer, before it becomes a typed error (it may first teach the provider a quirk)."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+
+
+class HTTPProvider(ABC):
+    """A model endpoint over HTTP. Subclasses build the request and decode the stream; the rest is shared."""
+
+    #: The provider name, one of `PROVIDERS`.
+    name: ClassVar[str]
+    #: How the stream is framed: server-sent events or newline-delimited JSON.
+    framing: ClassVar[str] = "sse"
+    #: Whether the wire format cannot work without a model name.
+    requires_model: ClassVar[bool] = False
+    #: Whether the conversation is sent as one rendered prompt (a chat format applies); may be set per
+    #: instance before `__init__` runs (Ollama switches to `/api/generate` when a chat format is configured).
+    raw_prompt: bool = False
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        *,
+        prompts: PromptLoader | None = None,
+        retry: RetryPolicy | None = None,
+        session: requests.Session | None = None,
+    ) -> None:
+        self.endpoint = endpoint.resolved()
+        self.retry = retry or RetryPolicy()
+        self._prompts = prompts
+        self._session = session or new_session()
+        #: Request fields the server turned out to reject (learned from a 400, kept for later calls).
+        self.quirks: set[str] = set()
+        self.place = Place(
+            provider=self.name,
+            url=redact_url(self.endpoint.base_url),
+            model=self.endpoint.model,
+            key_hint=self.endpoint.key_hint,
+            has_key=bool(self.endpoint.api_key),
+        )
+        self.chat_format: ChatFormat | None = None
+        if self.raw_prompt:
+            self.chat_format = chat_format(self.endpoint.chat_format or DEFAULT_CHAT_FORMAT)
+
+    # ------------------------------------------------------------------------------------- for subclasses
+
+    @abstractmethod
+    def build_call(self, request: LLMRequest) -> HTTPCall:
+        """The HTTP request for `request`, honouring the learned `quirks`."""
+
+    @abstractmethod
+    def new_decoder(self) -> Decoder:
+        """A fresh decoder for one call."""
+
+    @abstractmethod
+    def models_call(self) -> HTTPCall:
+        """The request that lists the server's models."""
+
+    @abstractmethod
+    def parse_models(self, document: Any) -> list[str]:
+        """Model names from the answer to `models_call`."""
+
+    def prepare(self, request: LLMRequest, guard: CallGuard) -> LLMRequest:
+        """Work done once per call before sending, under its deadline (llama.cpp renders its prompt)."""
+        return request
+
+    def adapt(self, failure: Failure) -> str | None:
+        """A quirk to learn from a 400 (then the call is sent again without the blamed field), or None."""
+        if "no_stop" not in self.quirks and failure.blames("stop", "stop_sequences", "stopSequences"):
+            return "no_stop"
+        return None
+
+    def stops(self, request: LLMRequest, *, limit: int | None = None, no_blank: bool = False) -> list[str]:
+        """Stop strings to send: the request's, then the chat format's end-of-turn markers, within `limit`."""
+        if "no_stop" in self.quirks:
+            return []
+        extra = self.chat_format.stops if self.chat_format is not None else ()
+        chosen: list[str] = []
+        for stop in (*request.stop, *extra):
+            if stop and stop not in chosen and (stop.strip() or not no_blank):
+                chosen.append(stop)
+        return chosen[:limit]
+
+    def prompt(self, messages: tuple[Message, ...]) -> str:
+        """The conversation rendered through the chat format (raw-prompt providers)."""
+        if self._prompts is None:
+            from ..prompts import PromptLoader
+
+            self._prompts = PromptLoader.default()
+        return render_prompt(self._prompts, self.chat_format or chat_format(DEFAULT_CHAT_FORMAT), messages)
+
+    def max_tokens(self, request: LLMRequest) -> int:
+        """The output cap for this call (always sent: some servers default to unlimited)."""
+        return request.max_tokens or self.endpoint.max_tokens
+
+    def json_call(self, url: str, body: dict[str, Any], headers: dict[str, str]) -> HTTPCall:
+        """A POST of `body` as compact UTF-8 JSON."""
+        data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        return HTTPCall("POST", url, {"Content-Type": "application/json", **headers}, data)
+
+    # ------------------------------------------------------------------------------------------ the engine
+
+    def stream(self, request: LLMRequest) -> Iterator[LLMChunk]:
+        """Stream one completion (see `mylm.llm.LLM`)."""
+        guard = CallGuard(request.deadline, request.cancel, self.place)
+        try:
+            if self.requires_model and not self.endpoint.model:
+                raise self._missing_model(guard)
+            yield from self._attempts(self.prepare(request, guard), guard)
+        finally:
+            guard.close()
+
+    def _attempts(self, request: LLMRequest, guard: CallGuard) -> Iterator[LLMChunk]:
+        attempt = 0
+        while True:
+            produced = False
+            try:
+                with closing(self._attempt(self.build_call(request), guard)) as chunks:
+                    for chunk in chunks:
+                        produced = produced or not isinstance(chunk, FinishChunk)
+                        yield chunk
+                return
+            except _StatusFailure as status:
+                quirk = self.adapt(status.failure) if status.failure.status in (400, 422) else None
+                if quirk is not None and quirk not in self.quirks:
+                    _log.info("%s rejected a field (%s); sending again without it", self.place.url, quirk)
+                    self.quirks.add(quirk)
+                    continue
+                error: LLMError = self._status_error(status.failure, guard)
+            except LLMError as failed:
+                error = failed
+            if produced:
+                raise error  # the consumer has part of the answer already: never send it twice
+            delay = self.retry.delay(error, attempt, guard.remaining())
+            _log.info("retrying %s in %.2f s: %s", self.place.url, delay, error.message)
+            attempt += 1
+            guard.sleep(delay)
+
+    def _attempt(self, call: HTTPCall, guard: CallGuard) -> Generator[LLMChunk, None, None]:
+        idle = self.endpoint.read_timeout
+        response = send(
+            self._session, call, guard, connect_timeout=self.endpoint.connect_timeout, read_timeout=idle
+        )
+        try:
+            if response.status_code >= 300:
+                body = read_all(response, guard, idle=idle, limit=MAX_ERROR_BYTES)
+                raise _StatusFailure(
+                    parse_failure(response.status_code, body, response.headers, secret=self.endpoint.api_key)
+                )
+            decoder = self.new_decoder()
+            kind = response.headers.get("content-type", "").lower()
+            if "text/html" in kind:
+                error = StreamError(
+                    f"{self.place.url} answered with a web page, not a model stream; check the base URL "
+                    "(--base-url / MYLM_BASE_URL) and the provider (--provider)"
+                )
+                error.retryable = False
+                raise error
+            if self.framing == "sse" and kind.startswith("application/json"):
+                body = read_all(response, guard, idle=idle, limit=MAX_RESPONSE_BYTES)
+                yield from decoder.whole(_json_document(body, self.place))
+            else:
+                try:
+                    yield from self._decode(iter_body(response, guard, idle=idle), decoder)
+                except ConnectionBroke:
+                    # A server that drops the connection right after its finish (no [DONE], no final chunk)
+                    # has still given a whole answer.
+                    if not decoder.complete_at_eof():
+                        raise
+                if not decoder.complete_at_eof():
+                    raise StreamError(
+                        f"the stream from {self.place.url} ended before the answer was complete"
+                    )
+            yield decoder.finish()
+        finally:
+            guard.detach()
+            response.close()
+
+    def _decode(self, body: Iterator[bytes], decoder: Decoder) -> Iterator[LLMChunk]:
+        lines = iter_lines(body)
+        items: Iterator[Any] = iter_sse(lines) if self.framing == "sse" else iter_ndjson(lines)
+        # End-of-turn markers of the chat format are cut here: the agent knows only its own stops.
+        cutter = StopCutter(self.chat_format.stops, keep=()) if self.chat_format else None
+        for item in items:
+            for chunk in decoder.feed(item):
+                if cutter is None or not isinstance(chunk, TextChunk):
+                    yield chunk
+                    continue
+                text = cutter.feed(chunk.text)
+                if text:
+                    yield TextChunk(text)
+                if cutter.hit is not None:
+                    decoder.reason, decoder.stop_sequence, decoder.done = "stop", cutter.hit, True
+                    return
+            if decoder.done:
+                break
+        if cutter is not None:
+            rest = cutter.flush()
+            if rest:
+                yield TextChunk(rest)
+
+    # ------------------------------------------------------------------------------------------- failures
+
+    def _status_error(self, failure: Failure, guard: CallGuard | None) -> HTTPStatusError:
+        models = None
+        if (
+            failure.status == 404
+            and guard is not None
+            and "model" in (failure.message + failure.code).lower()
+        ):
+            models = self._models_quietly(guard)
+        return to_error(failure, self.place, models=models)
+
+    def _models_quietly(self, guard: CallGuard) -> list[str] | None:
+        try:
+            return self.list_models(deadline=_budget(guard))
+        except LLMError:
+            return None
+
+    def _missing_model(self, guard: CallGuard) -> ConfigError:
+        models = self._models_quietly(guard)
+        listed = f"; the server has: {', '.join(models[:20])}" if models else ""
+        return ConfigError(f"{self.name} needs a model name: set --model or MYLM_MODEL{listed}")
+
+    # --------------------------------------------------------------------------------------------- models
+
+    def list_models(self, *, deadline: float | None = None) -> list[str]:
+        """The model names the server offers."""
+        guard = CallGuard(deadline, None, self.place)
+        try:
+            idle = self.endpoint.read_timeout
+            response = send(
+                self._session,
+                self.models_call(),
+                guard,
+                connect_timeout=self.endpoint.connect_timeout,
+                read_timeout=idle,
+            )
+            try:
+                body = read_all(response, guard, idle=idle, limit=MAX_RESPONSE_BYTES)
+            finally:
+                response.close()
+            if response.status_code >= 300:
+                failure = parse_failure(
+                    response.status_code, body, response.headers, secret=self.endpoint.api_key
+                )
+                raise to_error(failure, self.place)
+            return self.parse_models(_json_document(body, self.place))
+        finally:
+            guard.close()
+
+
+def _budget(guard: CallGuard) -> float:
+    import time
+
+    return time.monotonic() + max(0.0, min(_LIST_BUDGET, guard.remaining()))
+
+
+def _json_document(body: bytes, place: Place) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError:
+        error = StreamError(f"{place.url} answered with something that is not JSON: {body[:80]!r}")
+        error.retryable = False
+        raise error from None
+
+
+def text_chunks(text: Any, reasoning: Any = None) -> Iterator[LLMChunk]:
+    """Reasoning then text chunks for the non-empty strings given (wire formats send empty deltas often)."""
+    if isinstance(reasoning, str) and reasoning:
+        yield ReasoningChunk(reasoning)
+    if isinstance(text, str) and text:
+        yield TextChunk(text)
+
+
+def usage_of(prompt: Any, completion: Any) -> Usage | None:
+    """A `Usage` from two counts as the wire sent them (None when neither is a number)."""
+    p = prompt if isinstance(prompt, int) else 0
+    c = completion if isinstance(completion, int) else 0
+    if not isinstance(prompt, int) and not isinstance(completion, int):
+        return None
+    return Usage(p, c)
+
+
+def bearer(endpoint: Endpoint) -> dict[str, str]:
+    """The `Authorization: Bearer` header when a key is set."""
+    return {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}

@@ -1,0 +1,61 @@
+"""Chat formats: the templates in `prompts/chat/` that make a conversation one prompt for raw endpoints."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from ..prompts import PromptLoader
+    from ..types import Message
+
+
+@dataclass(frozen=True)
+class ChatFormat:
+    """A named chat format: its template, and the text a model writes when its turn is over."""
+
+    name: str
+    #: Template name on the prompt search path, e.g. `chat/chatml.j2`.
+    template: str
+    #: End-of-turn markers. Servers usually stop on the real token, but a model may spell the marker as text
+    #: and     #: go on to write the user's next turn, so these are sent as stops and also cut client-side.
+    stops: tuple[str, ...] = ()
+
+
+CHAT_FORMATS: Mapping[str, ChatFormat] = MappingProxyType(
+    {
+        "chatml": ChatFormat("chatml", "chat/chatml.j2", ("<|im_end|>", "<|im_start|>")),
+        "llama3": ChatFormat("llama3", "chat/llama3.j2", ("<|eot_id|>", "<|start_header_id|>")),
+        "mistral": ChatFormat("mistral", "chat/mistral.j2", ("</s>", "[INST]")),
+        "gemma": ChatFormat("gemma", "chat/gemma.j2", ("<end_of_turn>", "<start_of_turn>")),
+        "plain": ChatFormat("plain", "chat/plain.j2", ("\nUser:",)),
+    }
+)
+
+#: What raw-prompt endpoints use when no format is configured: the most widespread instruct format.
+DEFAULT_CHAT_FORMAT = "chatml"
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def chat_format(name: str) -> ChatFormat:
+    """The format called `name`: a built-in one, or a user template `chat/<name>.j2` (with no extra stops)."""
+    known = CHAT_FORMATS.get(name.lower())
+    if known is not None:
+        return known
+    # A user may drop their own `chat/NAME.j2` on the prompt search path; the name must not escape `chat/`.
+    if not _NAME.match(name) or ".." in name:
+        raise ConfigError(
+            f"invalid chat format {name!r}; use one of {', '.join(CHAT_FORMATS)} or the name of a "
+            "template chat/NAME.j2 on the prompt search path"
+        )
+    return ChatFormat(name, f"chat/{name.removesuffix('.j2')}.j2")
+
+
+def render_prompt(loader: PromptLoader, fmt: ChatFormat, messages: Sequence[Message]) -> str:
+    """Render the conversation through the format's template, ending with an open assistant turn."""
+    return loader.render(fmt.template, messages=[m.to_dict() for m in messages], add_generation_prompt=True)

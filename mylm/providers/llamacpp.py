@@ -1,0 +1,136 @@
+"""llama.cpp's native `POST /completion` (SSE), with the server's own chat template unless a format is set."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from ..errors import StreamError
+from ..llm import LLMChunk, LLMRequest
+from .base import Endpoint
+from .engine import Decoder, HTTPProvider, bearer, text_chunks, usage_of
+from .formats import DEFAULT_CHAT_FORMAT, chat_format
+from .framing import SSEEvent, sse_json
+from .transport import MAX_RESPONSE_BYTES, CallGuard, HTTPCall, read_all, send
+
+
+@dataclass(frozen=True)
+class _Rendered(LLMRequest):
+    """A request whose prompt the server's own template has already rendered."""
+
+    prompt: str = ""
+
+
+class _LlamaCppDecoder(Decoder):
+    """`data: {"content": ..., "stop": false}` events; last: `stop: true`, `stop_type`, `stopping_word`."""
+
+    def feed(self, item: SSEEvent) -> Iterator[LLMChunk]:
+        if item.event == "error":
+            self.fail_on_error({"error": sse_json(item)[0]})
+        for obj in sse_json(item):
+            self.fail_on_error(obj)
+            if not isinstance(obj, dict):
+                continue
+            yield from text_chunks(obj.get("content"), obj.get("reasoning_content"))
+            if obj.get("stop"):
+                self.done = True
+                # `eos`, `word` (a stop string fired) or `limit` (n_predict reached).
+                self.reason = str(obj.get("stop_type") or "stop").lower()
+                self.stop_sequence = obj.get("stopping_word") or None
+                timings = obj.get("timings")
+                timings = timings if isinstance(timings, dict) else {}
+                self.usage = usage_of(
+                    timings.get("prompt_n", obj.get("tokens_evaluated")),
+                    timings.get("predicted_n", obj.get("tokens_predicted")),
+                )
+
+
+class LlamaCpp(HTTPProvider):
+    """llama-server's `/completion`: raw prompt, `n_predict`, `stop` (names `stopping_word`), `cache_prompt`.
+
+    With no `--chat-format`, the conversation is rendered by the server's own template via `/apply-template`,
+    so the model's real format is used; a server without that route falls back to ChatML.
+    """
+
+    name = "llamacpp"
+
+    def __init__(self, endpoint: Endpoint, **kwargs: Any) -> None:
+        self.raw_prompt = bool(endpoint.chat_format)
+        super().__init__(endpoint, **kwargs)
+
+    def build_call(self, request: LLMRequest) -> HTTPCall:
+        prompt = request.prompt if isinstance(request, _Rendered) else self.prompt(request.messages)
+        body: dict[str, Any] = {
+            "prompt": prompt,
+            "n_predict": self.max_tokens(request),
+            "stream": True,
+            # agent loops resend a growing prefix: reuse the KV cache for it
+            "cache_prompt": True,
+        }
+        stops = self.stops(request)
+        if stops:
+            body["stop"] = stops
+        body.update(self.endpoint.options)
+        return self.json_call(
+            self.endpoint.base_url + "/completion",
+            body,
+            {"Accept": "text/event-stream", **bearer(self.endpoint)},
+        )
+
+    def prepare(self, request: LLMRequest, guard: CallGuard) -> LLMRequest:
+        """Render the conversation with the server's template (a cheap local call), or fall back to ChatML."""
+        if self.chat_format is not None:
+            return request
+        body = json.dumps({"messages": [m.to_dict() for m in request.messages]}).encode("utf-8")
+        call = HTTPCall(
+            "POST",
+            self.endpoint.base_url + "/apply-template",
+            {"Content-Type": "application/json", **bearer(self.endpoint)},
+            body,
+        )
+        response = send(
+            self._session,
+            call,
+            guard,
+            connect_timeout=self.endpoint.connect_timeout,
+            read_timeout=self.endpoint.read_timeout,
+        )
+        try:
+            data = read_all(response, guard, idle=self.endpoint.read_timeout, limit=MAX_RESPONSE_BYTES)
+        finally:
+            guard.detach()
+            response.close()
+        if response.status_code == 404:
+            # An older server or a llama.cpp look-alike: render in mylm from now on.
+            self.chat_format = chat_format(DEFAULT_CHAT_FORMAT)
+            return request
+        try:
+            prompt = json.loads(data).get("prompt") if response.status_code == 200 else None
+        except (ValueError, AttributeError):
+            prompt = None
+        if not isinstance(prompt, str):
+            error = StreamError(
+                f"{self.place.url}/apply-template answered HTTP {response.status_code} without a prompt; "
+                "set --chat-format to render the prompt in mylm instead"
+            )
+            error.retryable = False
+            raise error
+        return _Rendered(
+            **{f.name: getattr(request, f.name) for f in dataclasses.fields(request)}, prompt=prompt
+        )
+
+    def new_decoder(self) -> Decoder:
+        return _LlamaCppDecoder(self.place, self.endpoint.api_key)
+
+    def models_call(self) -> HTTPCall:
+        return HTTPCall(
+            "GET",
+            self.endpoint.base_url + "/v1/models",
+            {"Accept": "application/json", **bearer(self.endpoint)},
+        )
+
+    def parse_models(self, document: Any) -> list[str]:
+        entries = document.get("data") if isinstance(document, dict) else None
+        return sorted(str(e.get("id")) for e in entries or () if isinstance(e, dict) and e.get("id"))

@@ -1,0 +1,132 @@
+"""OpenAI-compatible `/chat/completions` and legacy `/completions` over SSE (OpenAI, vLLM, LM Studio, ...)."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator
+from urllib.parse import urlsplit
+
+from ..llm import LLMChunk, LLMRequest
+from .base import model_rejects_stop
+from .engine import Decoder, HTTPProvider, bearer, text_chunks, usage_of
+from .failures import Failure
+from .framing import SSEEvent, sse_json
+from .transport import HTTPCall
+
+#: OpenAI accepts at most four stop strings.
+MAX_STOPS = 4
+
+
+class _OpenAIDecoder(Decoder):
+    """Chunks from `chat.completion.chunk` or `text_completion` events; the usage chunk follows the finish."""
+
+    def feed(self, item: SSEEvent) -> Iterator[LLMChunk]:
+        if item.event == "error":
+            self.fail_on_error(sse_json(item)[0] if item.data.strip() else {"error": "unknown error"})
+        if item.data.strip() == "[DONE]":
+            self.done = True
+            return
+        for obj in sse_json(item):
+            yield from self._object(obj)
+
+    def whole(self, document: Any) -> Iterable[LLMChunk]:
+        # A server that ignored `stream: true` sends one `chat.completion`; its `message` reads like a delta.
+        return list(self._object(document))
+
+    def _object(self, obj: Any) -> Iterator[LLMChunk]:
+        self.fail_on_error(obj)
+        if not isinstance(obj, dict):
+            return
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage_of(usage.get("prompt_tokens"), usage.get("completion_tokens")) or self.usage
+        for choice in obj.get("choices") or ():
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or choice.get("message") or {}
+            if isinstance(delta, dict):
+                # llama.cpp, vLLM and DeepSeek send `reasoning_content`; Ollama, OpenRouter `reasoning`.
+                thought = delta.get("reasoning_content") or delta.get("reasoning")
+                yield from text_chunks(delta.get("content"), thought)
+            yield from text_chunks(choice.get("text"))
+            if choice.get("finish_reason"):
+                self.reason = str(choice["finish_reason"]).lower()
+            # vLLM names the stop string that fired.
+            if isinstance(choice.get("stop_reason"), str):
+                self.stop_sequence = choice["stop_reason"]
+
+
+class OpenAIChat(HTTPProvider):
+    """`POST {base}/chat/completions`: the server applies the model's chat template to mylm's messages."""
+
+    name = "openai"
+    route = "/chat/completions"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if model_rejects_stop(self.endpoint.model):
+            self.quirks.add("no_stop")
+        # OpenAI itself wants the newer field name; compatible servers mostly know only `max_tokens`.
+        if (urlsplit(self.endpoint.base_url).hostname or "") == "api.openai.com":
+            self.quirks.add("max_completion_tokens")
+
+    def payload(self, request: LLMRequest) -> dict[str, Any]:
+        """The body fields that differ between chat and completions."""
+        return {"messages": [m.to_dict() for m in request.messages]}
+
+    def build_call(self, request: LLMRequest) -> HTTPCall:
+        body: dict[str, Any] = {}
+        if self.endpoint.model:
+            body["model"] = self.endpoint.model
+        body.update(self.payload(request))
+        body["stream"] = True
+        if "no_stream_options" not in self.quirks:
+            body["stream_options"] = {"include_usage": True}
+        cap = "max_completion_tokens" if "max_completion_tokens" in self.quirks else "max_tokens"
+        body[cap] = self.max_tokens(request)
+        stops = self.stops(request, limit=MAX_STOPS)
+        if stops:
+            body["stop"] = stops
+        body.update(self.endpoint.options)
+        return self.json_call(
+            self.endpoint.base_url + self.route,
+            body,
+            {"Accept": "text/event-stream", **bearer(self.endpoint)},
+        )
+
+    def adapt(self, failure: Failure) -> str | None:
+        if (
+            "max_completion_tokens" not in self.quirks
+            and failure.blames("max_tokens")
+            and "max_completion_tokens" in failure.message
+        ):
+            return "max_completion_tokens"
+        if "no_stream_options" not in self.quirks and failure.blames("stream_options"):
+            return "no_stream_options"
+        return super().adapt(failure)
+
+    def new_decoder(self) -> Decoder:
+        return _OpenAIDecoder(self.place, self.endpoint.api_key)
+
+    def models_call(self) -> HTTPCall:
+        return HTTPCall(
+            "GET", self.endpoint.base_url + "/models", {"Accept": "application/json", **bearer(self.endpoint)}
+        )
+
+    def parse_models(self, document: Any) -> list[str]:
+        entries = document.get("data") if isinstance(document, dict) else None
+        # Ollama's OpenAI layer and some gateways answer `{"models": [...]}` instead.
+        if entries is None and isinstance(document, dict):
+            entries = document.get("models")
+        names = [e.get("id") or e.get("name") for e in entries or () if isinstance(e, dict)]
+        return sorted(str(n) for n in names if n)
+
+
+class OpenAICompletions(OpenAIChat):
+    """`POST {base}/completions` with a prompt mylm renders itself through a chat format (base models)."""
+
+    name = "openai-completions"
+    route = "/completions"
+    raw_prompt = True
+
+    def payload(self, request: LLMRequest) -> dict[str, Any]:
+        return {"prompt": self.prompt(request.messages)}

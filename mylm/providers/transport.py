@@ -1,0 +1,370 @@
+"""HTTP for every provider: a `requests` session whose every socket read honours the deadline and cancel."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping
+
+import requests
+import urllib3
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.exceptions import ReadTimeoutError
+
+from .. import __version__
+from ..cancel import CancelToken, remaining
+from ..errors import (
+    CancelledError,
+    ConfigError,
+    EndpointUnreachableError,
+    LLMError,
+    LLMTimeoutError,
+    StreamError,
+)
+from .failures import Place
+
+#: Caps against a hostile or broken endpoint (THREATS.md T7): total body, one line, one error body.
+MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+MAX_LINE_BYTES = 1024 * 1024
+MAX_ERROR_BYTES = 64 * 1024
+_READ_SIZE = 64 * 1024
+
+
+@dataclass(frozen=True)
+class HTTPCall:
+    """One request a provider wants sent."""
+
+    method: str
+    url: str
+    #: Kept out of `repr`: it carries the API key.
+    headers: Mapping[str, str] = field(repr=False)
+    body: bytes | None = field(default=None, repr=False)
+
+
+class ConnectionBroke(StreamError):
+    """The connection failed mid-body (a `StreamError`; the engine forgives it once an answer is whole)."""
+
+
+class CallGuard:
+    """Enforces one model call's deadline and cancel token on whichever socket the call is using.
+
+    Socket timeouts bound each read, but a server that trickles a byte at a time (slowloris) would reset them
+    forever; so a timer shuts the socket down at the deadline, and a cancel does the same from any thread.
+    """
+
+    def __init__(self, deadline: float | None, cancel: CancelToken | None, place: Place) -> None:
+        self.deadline = deadline
+        self.place = place
+        self.reason: str | None = None
+        self._sock: socket.socket | None = None
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+        self._unregister: Callable[[], None] = lambda: None
+        if deadline is not None:
+            self._timer = threading.Timer(max(0.0, remaining(deadline)), self.abort, ("deadline",))
+            self._timer.daemon = True
+            self._timer.start()
+        if cancel is not None:
+            self._unregister = cancel.on_cancel(lambda: self.abort("cancelled"))
+        self._sleeper = cancel
+
+    def attach(self, sock: socket.socket | None) -> None:
+        """The call now reads from `sock`; shut it at once if the call was already aborted."""
+        with self._lock:
+            self._sock = sock
+            aborted = self.reason is not None
+        if aborted and sock is not None:
+            _shutdown(sock)
+
+    def detach(self) -> None:
+        """The call no longer owns a socket (it may go back to the pool for another call)."""
+        with self._lock:
+            self._sock = None
+
+    @property
+    def sock(self) -> socket.socket | None:
+        """The socket the call is reading from, if connected."""
+        return self._sock
+
+    def abort(self, reason: str) -> None:
+        """Stop the call: from a timer or another thread, unblocking any read in progress."""
+        with self._lock:
+            if self.reason is not None:
+                return
+            self.reason = reason
+            sock = self._sock
+        if sock is not None:
+            _shutdown(sock)
+
+    def remaining(self) -> float:
+        """Seconds left before the deadline (infinite without one)."""
+        return remaining(self.deadline)
+
+    def check(self) -> None:
+        """Raise the call's cancel or timeout error if it has been aborted or its deadline has passed."""
+        if self.reason is None and self.remaining() <= 0:
+            self.abort("deadline")
+        if self.reason is not None:
+            raise self.error()
+
+    def error(self) -> LLMError | CancelledError:
+        """The error that an abort stands for."""
+        if self.reason == "cancelled":
+            return CancelledError("cancelled while waiting for the model")
+        return LLMTimeoutError(
+            f"the run's time limit ran out while waiting for the {self.place.provider} endpoint "
+            f"{self.place.url}"
+        )
+
+    def timeout(self, limit: float) -> float:
+        """A socket timeout: `limit`, shortened to the time left (raises if none is left)."""
+        self.check()
+        return max(0.001, min(limit, self.remaining()))
+
+    def sleep(self, seconds: float) -> None:
+        """Wait before a retry, waking at once on cancel."""
+        if self._sleeper is not None:
+            self._sleeper.wait(seconds)
+        else:
+            time.sleep(seconds)
+        self.check()
+
+    def close(self) -> None:
+        """Release the timer and the cancel registration."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._unregister()
+        self.detach()
+
+
+def _shutdown(sock: socket.socket) -> None:
+    # The plain-socket shutdown wakes a blocked recv in another thread; for TLS it deliberately bypasses
+    # SSLSocket.shutdown, which would tear down the SSL object under the reading thread.
+    try:
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+# The guard of the call being sent on this thread, so the connection classes below can hand it their socket
+# while the request and its headers are in flight (before `requests` returns a response object).
+_sending = threading.local()
+
+
+def _attach_current(sock: Any) -> None:
+    guard: CallGuard | None = getattr(_sending, "guard", None)
+    if guard is not None and isinstance(sock, socket.socket):
+        guard.attach(sock)
+
+
+class _GuardedHTTPConnection(HTTPConnection):
+    def connect(self) -> None:
+        super().connect()
+        _attach_current(self.sock)
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        if self.sock is not None:  # a kept-alive connection: no connect() this time
+            _attach_current(self.sock)
+        super().request(*args, **kwargs)
+
+
+class _GuardedHTTPSConnection(HTTPSConnection):
+    def connect(self) -> None:
+        super().connect()
+        _attach_current(self.sock)
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        if self.sock is not None:
+            _attach_current(self.sock)
+        super().request(*args, **kwargs)
+
+
+class _HTTPPool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _GuardedHTTPConnection
+
+
+class _HTTPSPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _GuardedHTTPSConnection
+
+
+class _GuardedAdapter(HTTPAdapter):
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {"http": _HTTPPool, "https": _HTTPSPool}
+
+    def proxy_manager_for(self, proxy: str, **kwargs: Any) -> Any:
+        manager = super().proxy_manager_for(proxy, **kwargs)
+        if hasattr(manager, "pool_classes_by_scheme") and not proxy.lower().startswith("socks"):
+            manager.pool_classes_by_scheme = {"http": _HTTPPool, "https": _HTTPSPool}
+        return manager
+
+
+def _no_auth(request: requests.PreparedRequest) -> requests.PreparedRequest:
+    return request
+
+
+def new_session() -> requests.Session:
+    """A session with guarded connections, no automatic retries and no `.netrc` credentials."""
+    session = requests.Session()
+    adapter = _GuardedAdapter(pool_maxsize=4, max_retries=0)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    # A session-level auth keeps requests from reading ~/.netrc, which would replace our Authorization header.
+    session.auth = _no_auth
+    return session
+
+
+BASE_HEADERS: Mapping[str, str] = {
+    "User-Agent": f"mylm/{__version__}",
+    # Compressed bodies are refused by default (a gzip bomb is cheap to send); urllib3 still caps decoding.
+    "Accept-Encoding": "identity",
+}
+
+
+def send(
+    session: requests.Session,
+    call: HTTPCall,
+    guard: CallGuard,
+    *,
+    connect_timeout: float,
+    read_timeout: float,
+) -> requests.Response:
+    """Send `call` and return the response once its headers are in (any status); the body is not read yet."""
+    timeout = (guard.timeout(connect_timeout), guard.timeout(read_timeout))
+    _sending.guard = guard
+    try:
+        return session.request(
+            call.method,
+            call.url,
+            data=call.body,
+            headers={**BASE_HEADERS, **call.headers},
+            stream=True,
+            timeout=timeout,
+            allow_redirects=False,
+        )
+    except requests.exceptions.RequestException as exc:
+        if isinstance(exc, requests.exceptions.Timeout) and timeout[1] < read_timeout:
+            guard.abort("deadline")  # the wait was cut short by the deadline, so the deadline is what passed
+        guard.check()
+        raise _request_error(exc, guard.place, connect_timeout, read_timeout) from None
+    finally:
+        _sending.guard = None
+
+
+def _request_error(exc: Exception, place: Place, connect_timeout: float, read_timeout: float) -> LLMError:
+    configure = "start the server, or point mylm at it with --base-url or MYLM_BASE_URL"
+    where = f"the {place.provider} endpoint at {place.url}"
+    if isinstance(
+        exc,
+        (
+            requests.exceptions.InvalidURL,
+            requests.exceptions.MissingSchema,
+            requests.exceptions.InvalidSchema,
+        ),
+    ):
+        raise ConfigError(f"invalid endpoint URL {place.url}; set --base-url or MYLM_BASE_URL")
+    if isinstance(exc, requests.exceptions.ConnectTimeout):
+        return EndpointUnreachableError(
+            f"cannot reach {where}: no answer within {connect_timeout:g} s; {configure}"
+        )
+    if isinstance(exc, requests.exceptions.ReadTimeout):
+        return LLMTimeoutError(f"{where} sent no response within {read_timeout:g} s (the read timeout)")
+    if isinstance(exc, requests.exceptions.SSLError):
+        error = EndpointUnreachableError(
+            f"cannot reach {where}: TLS failed ({_root_cause(exc)}); {configure}"
+        )
+        error.retryable = False  # a certificate problem does not fix itself
+        return error
+    return EndpointUnreachableError(f"cannot reach {where}: {_root_cause(exc)}; {configure}")
+
+
+def _root_cause(exc: BaseException) -> str:
+    """The innermost cause, as a short phrase (`connection refused`, a DNS failure, ...)."""
+    seen: set[int] = set()
+    inner: BaseException = exc
+    while id(inner) not in seen:
+        seen.add(id(inner))
+        nxt = getattr(inner, "reason", None) or inner.__cause__ or inner.__context__
+        if not isinstance(nxt, BaseException):
+            break
+        inner = nxt
+    if isinstance(inner, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(inner, socket.gaierror):
+        return f"host name not found ({inner.strerror or inner})"
+    if isinstance(inner, ConnectionResetError):
+        return "the connection was reset"
+    text = str(inner)
+    # urllib3 puts the connection object's repr first; what follows the colon is the readable part.
+    return text.split(">: ", 1)[-1][:200] or type(inner).__name__
+
+
+def iter_body(
+    response: requests.Response, guard: CallGuard, *, idle: float, limit: int = MAX_RESPONSE_BYTES
+) -> Iterator[bytes]:
+    """The response body as it arrives, each read bounded by the idle timeout and the deadline."""
+    raw = response.raw
+    total = 0
+    while True:
+        sock = guard.sock
+        wait = guard.timeout(idle)
+        if sock is not None:
+            try:
+                sock.settimeout(wait)
+            except OSError:
+                pass
+        try:
+            # read1 returns whatever has arrived (one chunk's worth at most); decoding is capped too.
+            data = raw.read1(_READ_SIZE, decode_content=True)
+        except Exception as exc:  # noqa: BLE001 - urllib3, http.client and socket each raise their own types
+            if _is_timeout(exc) and wait < idle:
+                guard.abort("deadline")
+            guard.check()
+            raise _read_error(exc, guard.place, idle) from None
+        guard.check()
+        if not data:
+            return
+        total += len(data)
+        if total > limit:
+            error = StreamError(
+                f"the {guard.place.provider} endpoint {guard.place.url} sent more than "
+                f"{limit // 1024 // 1024} MiB; "
+                "stopped reading"
+            )
+            error.retryable = False
+            raise error
+        yield data
+
+
+def read_all(response: requests.Response, guard: CallGuard, *, idle: float, limit: int) -> bytes:
+    """The whole (small) body: an error answer or a JSON document; stops quietly at `limit`."""
+    parts: list[bytes] = []
+    size = 0
+    # A body that breaks off still says what it managed to say.
+    with contextlib.suppress(StreamError):
+        for data in iter_body(response, guard, idle=idle, limit=limit + _READ_SIZE):
+            parts.append(data)
+            size += len(data)
+            if size >= limit:
+                break
+    return b"".join(parts)[:limit]
+
+
+def _is_timeout(exc: Exception) -> bool:
+    return isinstance(exc, (ReadTimeoutError, socket.timeout, requests.exceptions.Timeout))
+
+
+def _read_error(exc: Exception, place: Place, idle: float) -> LLMError:
+    if _is_timeout(exc):
+        return LLMTimeoutError(
+            f"the {place.provider} endpoint {place.url} went silent for {idle:g} s "
+            "in the middle of its answer "
+            "(the read timeout)"
+        )
+    return ConnectionBroke(
+        f"the connection to the {place.provider} endpoint {place.url} broke: {_root_cause(exc)}"
+    )
