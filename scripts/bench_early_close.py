@@ -2,8 +2,9 @@
 
 Three loopback OpenAI servers stream the same tool-call turn at the same token rate: one honours the stop strings,
 one ignores them and keeps generating forever, and (for scale) one ignores them and runs on for a finite ramble
-that a client without early close reads to the end. The consumer otherwise does what the agent does: it cuts
-client-side with `StopCutter` and closes the stream as soon as the call is complete. Prints the median wall time per turn for each, and the ratio the target is about.
+that a client without early close reads to the end. Each turn goes through the agent's own turn code
+(`mylm.turn.stream_turn`: the parser decides when the call is complete and the stream is closed then). Prints
+the median wall time per turn for each, and the ratio the target is about.
 
     python scripts/bench_early_close.py [--turns 15] [--token-delay 0.002]
 """
@@ -15,12 +16,15 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Generator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root: mylm and the test servers
 
 from mylm.llm import TextChunk  # noqa: E402
+from mylm.parser import parse_completion  # noqa: E402
 from mylm.providers import Endpoint, create_llm  # noqa: E402
-from mylm.stops import DEFAULT_STOPS, StopCutter  # noqa: E402
+from mylm.turn import ModelTurn, stream_turn  # noqa: E402
+from mylm.types import Event  # noqa: E402
 from tests.providers.helpers import TOOL_CALL, request  # noqa: E402
 from tests.providers.servers import Completion, OpenAIServer  # noqa: E402
 
@@ -29,26 +33,27 @@ RAMBLE = "\n<observation>\nmade-up output line\n</observation>\n" * 40
 
 
 def one_turn(base_url: str, *, close_early: bool = True) -> float:
-    """Seconds for one agent-style turn: stream, cut client-side, close once the call is complete."""
+    """Seconds for one turn: the agent's turn code, or (`close_early=False`) the stream read to its end."""
     llm = create_llm(Endpoint(provider="openai", base_url=base_url, model="bench"))
-    cutter = StopCutter(DEFAULT_STOPS)
     started = time.perf_counter()
-    stream = llm.stream(request(timeout=60))
-    text = ""
-    for chunk in stream:
-        if isinstance(chunk, TextChunk):
-            text += cutter.feed(chunk.text)
-            if cutter.hit is not None and close_early:
-                break
-    stream.close()
-    text += cutter.flush()
+    if close_early:
+        parsed = consume(stream_turn(llm, request(timeout=60), multiple_calls=False, shown=[])).parsed
+    else:
+        text = "".join(c.text for c in llm.stream(request(timeout=60)) if isinstance(c, TextChunk))
+        parsed = parse_completion(text)
     elapsed = time.perf_counter() - started
-    if (
-        not text.rstrip().endswith(TOOL_CALL.removesuffix("</tool_code>").rstrip())
-        and "</tool_code>" not in text
-    ):
-        raise SystemExit(f"bench: unexpected turn text {text!r}")
+    if [c.name for c in parsed.tool_calls][:1] != ["execute_command"]:
+        raise SystemExit(f"bench: unexpected turn {parsed!r}")
     return elapsed
+
+
+def consume(turn_events: Generator[Event, None, ModelTurn]) -> ModelTurn:
+    """Drain the turn's events and return the turn."""
+    while True:
+        try:
+            next(turn_events)
+        except StopIteration as stop:
+            return stop.value
 
 
 def measure(server: OpenAIServer, completion: Completion, turns: int, *, close_early: bool = True) -> float:

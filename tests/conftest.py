@@ -30,8 +30,7 @@ def isolated_user_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path
     monkeypatch.chdir(workspace)
     return workspace
 
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from tests.support import REPO_ROOT
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT
+from tests.support import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 

@@ -8,6 +8,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
+from urllib.parse import urlsplit
 
 import requests
 import urllib3
@@ -279,7 +280,16 @@ def _request_error(exc: Exception, place: Place, connect_timeout: float, read_ti
         )
         error.retryable = False  # a certificate problem does not fix itself
         return error
-    return EndpointUnreachableError(f"cannot reach {where}: {_root_cause(exc)}; {configure}")
+    cause = _root_cause(exc)
+    error = EndpointUnreachableError(f"cannot reach {where}: {cause}; {configure}")
+    if cause == "connection refused" and _is_loopback(place.url):
+        error.retryable = False  # nothing listens on this machine's port, and waiting will not start it
+    return error
+
+
+def _is_loopback(url: str) -> bool:
+    host = (urlsplit(url).hostname or "").lower()
+    return host in ("localhost", "::1") or host.startswith("127.")
 
 
 def _root_cause(exc: BaseException) -> str:
