@@ -7,7 +7,7 @@ import platform
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Generator, Iterable, Iterator, Literal, Sequence, TypeVar
 
 from .cancel import CancelToken
 from .context import TokenEstimator, split_for_compaction
@@ -47,6 +47,10 @@ logger = logging.getLogger("mylm.agent")
 
 PermissionHook = Callable[[ToolCall, Tool], Permission]
 
+T = TypeVar("T")
+#: A step of the loop: yields events as they happen, returns its outcome.
+Steps = Generator[Event, None, T]
+
 #: The answer given when the iteration limit is hit and even the summary call fails (seed 003 §6).
 FALLBACK_ANSWER = "I could not finish the task within the allowed number of steps."
 
@@ -77,7 +81,7 @@ class _Run:
 class AgentStream:
     """The events of one run as they happen; `result` is set once the iteration is exhausted."""
 
-    def __init__(self, events: Iterator[Event], cancel: CancelToken) -> None:
+    def __init__(self, events: Generator[Event, None, RunResult], cancel: CancelToken) -> None:
         self._events = events
         self._cancel = cancel
         self.result: RunResult | None = None
@@ -197,7 +201,7 @@ class Agent:
 
     # ---------------------------------------------------------------------------------------- the loop
 
-    def _recorded(self, run: _Run) -> Iterator[Event]:
+    def _recorded(self, run: _Run) -> Steps[RunResult]:
         """Run the loop, keeping every event for the result; turn any ending into a `RunResult`."""
         loop = self._loop(run)
         try:
@@ -221,7 +225,7 @@ class Agent:
         finally:
             loop.close()
 
-    def _fail(self, run: _Run, error: MylmError) -> Iterator[Event]:
+    def _fail(self, run: _Run, error: MylmError) -> Steps[RunResult]:
         event = ErrorEvent(str(error), type(error).__name__, fatal=True)
         run.events.append(event)
         yield event
@@ -242,7 +246,7 @@ class Agent:
             compacted=run.compacted,
         )
 
-    def _loop(self, run: _Run) -> Iterator[Event]:
+    def _loop(self, run: _Run) -> Steps[tuple[str, StopReason]]:
         for iteration in range(1, self.max_iterations + 1):
             self._check(run)
             yield from self._maybe_compact(run)
@@ -281,7 +285,7 @@ class Agent:
 
     # ----------------------------------------------------------------------------------- model turns
 
-    def _model_turn(self, run: _Run, messages: tuple[Message, ...]) -> Iterator[Event]:
+    def _model_turn(self, run: _Run, messages: tuple[Message, ...]) -> Steps[ModelTurn]:
         """One completion; redone once without stop strings if a server stop cut the model's reasoning."""
         turn = yield from self._complete(run, messages)
         if cut_mid_thought(turn) and run.stops:
@@ -293,7 +297,7 @@ class Agent:
             turn = yield from self._complete(run, messages)
         return turn
 
-    def _complete(self, run: _Run, messages: tuple[Message, ...]) -> Iterator[Event]:
+    def _complete(self, run: _Run, messages: tuple[Message, ...]) -> Steps[ModelTurn]:
         request = LLMRequest(messages, run.stops, self.max_tokens, run.deadline, run.cancel)
         shown: list[str] = []
         try:
@@ -312,7 +316,7 @@ class Agent:
             yield UsageEvent(turn.usage, run.usage)
         return turn
 
-    def _reject_turn(self, run: _Run, turn: ModelTurn, message: str) -> Iterator[Event]:
+    def _reject_turn(self, run: _Run, turn: ModelTurn, message: str) -> Steps[None]:
         """Record an unusable turn and tell the model exactly what to fix (or give up after repeated failures)."""
         run.add(Message("assistant", turn.parsed.text.strip() or "(empty reply)"))
         run.failures += 1
@@ -327,7 +331,7 @@ class Agent:
 
     # ------------------------------------------------------------------------------------------ tools
 
-    def _act(self, run: _Run, parsed: ParsedTurn) -> Iterator[Event]:
+    def _act(self, run: _Run, parsed: ParsedTurn) -> Steps[str | None]:
         """Run the turn's calls in order; return the done tool's final message, if one ended the run."""
         calls = parsed.tool_calls if self.multiple_calls else parsed.tool_calls[:1]
         calls = tuple(replace(c, id=f"call_{run.iteration}_{i}") for i, c in enumerate(calls, 1))
@@ -351,10 +355,10 @@ class Agent:
                 run.add(Message("user", "\n".join(observations)))
         return final
 
-    def _step(self, run: _Run, call: ToolCall) -> Iterator[Event]:
+    def _step(self, run: _Run, call: ToolCall) -> Steps[tuple[ToolOutcome, str]]:
         yield StepStartEvent(call.id, run.iteration, call.name)
         tool_ = self.tools.get(call.name)
-        status = "error"
+        status: Literal["completed", "error", "denied"] = "error"
         if tool_ is None:
             yield ToolCallEvent(call)
             outcome = ToolOutcome(self.tools.unknown_tool_message(call.name), True, 0.0)
@@ -373,10 +377,10 @@ class Agent:
                 outcome = run_tool(tool_, arguments, context)
                 status = "error" if outcome.is_error else "completed"
         yield ToolResultEvent(call.id, call.name, outcome.output, outcome.is_error, outcome.duration)
-        yield StepCompleteEvent(call.id, status)  # type: ignore[arg-type]
+        yield StepCompleteEvent(call.id, status)
         return outcome, self._observe(call.name, outcome, status)
 
-    def _observe(self, name: str, outcome: ToolOutcome, status: str) -> str:
+    def _observe(self, name: str, outcome: ToolOutcome, status: Literal["completed", "error", "denied"]) -> str:
         if status == "denied":
             return self.prompts.render("denied.j2", tool=name, reason=outcome.output)
         if outcome.is_error:
@@ -391,7 +395,7 @@ class Agent:
 
     # ------------------------------------------------------------------------- context and the summary
 
-    def _maybe_compact(self, run: _Run) -> Iterator[Event]:
+    def _maybe_compact(self, run: _Run) -> Steps[None]:
         """Summarise older turns through a model call when the prompt nears the context budget (seed 003)."""
         if self.context_budget is None:
             return
@@ -422,7 +426,7 @@ class Agent:
         logger.info("Compacted %d messages into a summary (~%d -> ~%d tokens)", len(older), before, after)
         yield CompactionEvent(len(older) + len(recent), len(run.messages), before, after)
 
-    def _summarise(self, run: _Run) -> Iterator[Event]:
+    def _summarise(self, run: _Run) -> Steps[str]:
         """At the iteration limit: one last call asking for an answer without tools (seed 003 §6)."""
         request = Message("user", self.prompts.render("summary.j2", max_iterations=self.max_iterations))
         try:

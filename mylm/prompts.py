@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from .errors import TemplateError
+
+if TYPE_CHECKING:
+    from jinja2.sandbox import SandboxedEnvironment
 
 #: Rendered prompts larger than this are refused: a template bug, or a template trying to exhaust memory.
 MAX_RENDERED_CHARS = 2_000_000
@@ -89,7 +93,7 @@ class PromptLoader:
 
         entries = [e if isinstance(e, tuple) else ("custom", Path(e)) for e in search_path]
         self.search_path: tuple[tuple[str, Path], ...] = tuple(entries)
-        self._env = _BoundedSandbox(
+        self._env = _bounded_sandbox()(
             loader=FileSystemLoader([str(p) for _, p in entries if p.is_dir()]),
             undefined=StrictUndefined,
             autoescape=False,
@@ -136,7 +140,7 @@ class PromptLoader:
 
         try:
             template = self._env.get_template(name)
-            text = template.render(**variables)
+            text: str = template.render(**variables)
         except TemplateNotFound as error:
             where = ", ".join(str(p) for _, p in self.search_path)
             raise TemplateError(f"template {error.name!r} not found (looked in {where})") from None
@@ -157,10 +161,12 @@ class PromptLoader:
         return str(found[1]) if found else name
 
 
-def _make_bounded_sandbox() -> type:
+@functools.lru_cache(maxsize=1)
+def _bounded_sandbox() -> type[SandboxedEnvironment]:
+    """The sandbox class, built on first use so importing this module does not import jinja2."""
     from jinja2.sandbox import SandboxedEnvironment
 
-    class BoundedSandbox(SandboxedEnvironment):  # type: ignore[misc]
+    class BoundedSandbox(SandboxedEnvironment):
         """The Jinja sandbox, plus limits on `*` and `**` so a template cannot build a gigabyte string."""
 
         intercepted_binops = frozenset({"*", "**"})
@@ -178,20 +184,6 @@ def _make_bounded_sandbox() -> type:
             return super().call_binop(context, operator, left, right)
 
     return BoundedSandbox
-
-
-class _LazySandbox:
-    """Defers importing jinja2 until a loader is built (keeps `import mylm.prompts` cheap)."""
-
-    _cls: type | None = None
-
-    def __call__(self, **kwargs: Any) -> Any:
-        if _LazySandbox._cls is None:
-            _LazySandbox._cls = _make_bounded_sandbox()
-        return _LazySandbox._cls(**kwargs)
-
-
-_BoundedSandbox = _LazySandbox()
 
 
 def tool_view(tools: Iterable[Any]) -> list[dict[str, Any]]:

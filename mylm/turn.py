@@ -30,7 +30,7 @@ def stream_turn(
     """
     parser = StreamParser(multiple_calls=multiple_calls)
     server: FinishChunk | None = None
-    stream = llm.stream(request)
+    stream = iter(llm.stream(request))
     try:
         for chunk in stream:
             if isinstance(chunk, TextChunk):
@@ -43,7 +43,9 @@ def stream_turn(
             elif isinstance(chunk, FinishChunk):
                 server = chunk
     finally:
-        stream.close()
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()  # release the connection now: the rest of the completion is not needed
     yield from _relay(parser.close(), shown)
     assert parser.result is not None
     return ModelTurn(parser.result, finish_reason(parser.result, server, parser.finished), server.usage if server else None)
