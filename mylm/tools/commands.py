@@ -1,0 +1,497 @@
+"""Classify a shell command for approval: read-only (may run unasked), unknown, dangerous, or refused outright.
+
+The read-only list is argument-aware (after Codex's `is_safe_command`): `find -delete`, `sort -o`, `sed -i`
+and `git -c` are not read-only even though `find`, `sort`, `sed` and `git` can be. A command is read-only only
+when every simple command in it is, nothing is substituted or backgrounded, output goes nowhere but the
+terminal, and no argument points outside the workspace or at a secret. Dangerous commands (after Codex's
+`is_dangerous_command`) always ask, even when the user has approved the tool for the run.
+"""
+
+from __future__ import annotations
+
+import glob as _glob
+import os
+import posixpath
+import re
+import shlex
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Literal, Sequence
+
+from .sensitive import is_secret_path
+from .shell_syntax import RESERVED, Script, ShellSyntaxError, SimpleCommand, Word, parse
+
+Level = Literal["safe", "unknown", "dangerous", "forbidden"]
+
+
+@dataclass(frozen=True)
+class CommandVerdict:
+    """How risky a command is, and why, in words a user (and the model) can act on."""
+
+    level: Level
+    reason: str
+
+
+# ------------------------------------------------------------------------------------------- characters
+
+_INVISIBLE = {0x2028, 0x2029, 0x200B, 0x200C, 0x200D, 0x2060, 0xFEFF, 0x061C, 0x200E, 0x200F}
+_INVISIBLE |= set(range(0x202A, 0x202F)) | set(range(0x2066, 0x206A))
+
+
+def _hidden_character(command: str) -> str | None:
+    for ch in command:
+        code = ord(ch)
+        if ch in "\n\t":
+            continue
+        if code < 0x20 or 0x7F <= code <= 0x9F or code in _INVISIBLE or 0xD800 <= code <= 0xDFFF:
+            name = unicodedata.name(ch, "a control character")
+            return f"U+{code:04X} ({name})"
+    return None
+
+
+# ------------------------------------------------------------------------------------- the read-only list
+
+#: Read-only whatever their options; their path arguments are still checked.
+_READ_ONLY = frozenset(
+    {"ls", "cat", "head", "tail", "wc", "pwd", "echo", "printf", "true", "false", "stat", "du", "df", "nl",
+     "cut", "tr", "grep", "egrep", "fgrep", "which", "whoami", "id", "uname", "basename", "dirname",
+     "realpath", "readlink", "cmp", "diff", "comm", "md5sum", "sha1sum", "sha256sum", "sha512sum", "seq",
+     "expr", "test", "[", "column", "jq", "type", "printenv", "od", "hexdump", "strings", "tac", "rev",
+     "paste", "join", "fold", "fmt", "numfmt", "nproc", "locale", "cd", "sleep", "file", "tree", "date",
+     "sort", "uniq", "find", "rg", "sed", "git", "env", "hostname", "command"}
+)
+#: Options that make an otherwise read-only program write, execute or change the system.
+_UNSAFE_OPTIONS: dict[str, tuple[str, ...]] = {
+    "find": ("-exec", "-execdir", "-ok", "-okdir", "-delete", "-fls", "-fprint", "-fprint0", "-fprintf"),
+    "sort": ("-o", "--output", "--compress-program"),
+    "rg": ("--pre", "--hostname-bin", "--search-zip", "-z"),
+    "tree": ("-o", "--output"),
+    "file": ("-C", "--compile"),
+    "date": ("-s", "--set"),
+}
+#: Programs that read the contents of whole directory trees; secrets beneath them would be shown.
+_RECURSIVE = {"grep": ("-r", "-R", "--recursive", "--dereference-recursive")}
+_GIT_READ_ONLY = frozenset(
+    {"status", "log", "diff", "show", "rev-parse", "ls-files", "blame", "describe", "shortlog", "ls-tree",
+     "cat-file", "merge-base", "show-ref", "grep"}
+)
+_GIT_UNSAFE_OPTIONS = ("--output", "--ext-diff", "--textconv", "--exec", "--open-files-in-pager", "-O", "--no-index")
+_VERSION_QUERY = frozenset(
+    {"python", "python3", "node", "npm", "go", "cargo", "rustc", "gcc", "make", "pip", "pip3", "java", "ruby"}
+)
+
+
+# --------------------------------------------------------------------------------------- the danger list
+
+_NETWORK = frozenset(
+    {"curl", "wget", "nc", "ncat", "netcat", "socat", "ssh", "scp", "sftp", "rsync", "ftp", "telnet", "nmap"}
+)
+_PRIVILEGE = frozenset({"sudo", "su", "doas", "pkexec"})
+_DESTRUCTIVE = frozenset(
+    {"dd", "mkfs", "fdisk", "parted", "wipefs", "shred", "shutdown", "reboot", "halt", "poweroff",
+     "killall", "pkill", "crontab"}
+)
+_INSTALLERS = {
+    "pip": {"install"}, "pip3": {"install"}, "npm": {"install", "i", "add", "ci"}, "yarn": {"add", "install"},
+    "pnpm": {"add", "install", "i"}, "gem": {"install"}, "cargo": {"install"}, "go": {"install", "get"},
+    "apt": {"install"}, "apt-get": {"install"}, "brew": {"install"}, "uv": {"add"}, "poetry": {"add"},
+}
+_INTERPRETERS = frozenset(
+    {"sh", "bash", "zsh", "dash", "ksh", "fish", "python", "python3", "perl", "ruby", "node", "php"}
+)
+_SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh"})
+#: Programs that run the command given in their arguments; the policy looks through them.
+_WRAPPERS = {
+    "env": ("-u", "--unset", "-C", "--chdir", "-S"), "nice": ("-n",), "nohup": (), "time": (),
+    "timeout": ("-s", "--signal", "-k", "--kill-after"), "command": (), "builtin": (), "exec": ("-a",),
+    "stdbuf": ("-i", "-o", "-e"), "ionice": ("-c", "-n"), "xargs": ("-I", "-n", "-P", "-L", "-d", "-E", "-s", "-a"),
+    "watch": ("-n",), "sudo": ("-u", "-g"), "doas": ("-u",),
+}
+_WRITERS = frozenset({"cp", "mv", "tee", "ln", "install", "sed", "truncate", "chmod", "chown", "touch", "rm", "dd"})
+_RC_FILES = frozenset(
+    {".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile", ".zshrc", ".zprofile", ".zshenv",
+     ".zlogin", ".cshrc", ".tcshrc", ".kshrc", "config.fish", ".inputrc"}
+)
+_FORK_BOMB = re.compile(r"(\w+|:)\s*\(\s*\)\s*\{[^}]*\1\s*\|\s*\1\s*&")
+
+
+def is_protected_path(text: str, *, config_dir: Path | None = None) -> bool:
+    """Whether a path (as written in a command or passed to a file tool) is one of mylm's guard rails:
+    `.git/`, a shell startup file, or mylm's own config directory."""
+    normal = posixpath.normpath(text.replace("\\", "/")) if text else ""
+    parts = normal.split("/")
+    if ".git" in parts or (parts and parts[-1] in _RC_FILES) or ".mylm" in parts or parts[-1:] == [".mylm.toml"]:
+        return True
+    if config_dir is not None:
+        expanded = os.path.expanduser(normal) if normal.startswith("~") else normal
+        home_config = os.path.join(os.path.expanduser("~"), ".config", "mylm")
+        for base in {str(config_dir), home_config}:
+            if expanded == base or expanded.startswith(base.rstrip("/") + "/"):
+                return True
+    return False
+
+
+# --------------------------------------------------------------------------------------- the classifier
+
+
+@dataclass(frozen=True)
+class _Context:
+    workspace: Path | None
+    config_dir: Path | None
+    allow: tuple[tuple[str, ...], ...]
+    deny: tuple[tuple[str, ...], ...]
+
+
+def _rules(patterns: Sequence[str]) -> tuple[tuple[str, ...], ...]:
+    rules = []
+    for pattern in patterns:
+        try:
+            words = tuple(shlex.split(pattern))
+        except ValueError:
+            words = tuple(pattern.split())
+        if words:
+            rules.append(words)
+    return tuple(rules)
+
+
+def classify(
+    command: str,
+    *,
+    workspace: Path | None = None,
+    config_dir: Path | None = None,
+    allow: Sequence[str] = (),
+    deny: Sequence[str] = (),
+) -> CommandVerdict:
+    """Classify `command`; `allow` and `deny` are the user's argv-prefix rules (e.g. `"npm test"`)."""
+    hidden = _hidden_character(command)
+    if hidden:
+        return CommandVerdict(
+            "forbidden", f"the command contains the invisible or control character {hidden}, which can hide "
+            "what it really does; write the command without it"
+        )
+    ctx = _Context(workspace, config_dir, _rules(allow), _rules(deny))
+    try:
+        script = parse(command)
+    except ShellSyntaxError as error:
+        return CommandVerdict("forbidden", f"the command does not parse ({error}); fix its quoting")
+    if not script.commands:
+        return CommandVerdict("forbidden", "the command is empty")
+    try:
+        every = list(_all_commands(script, depth=0))
+    except ShellSyntaxError as error:
+        return CommandVerdict("forbidden", f"a nested command does not parse ({error})")
+    for argv in every:
+        for rule in ctx.deny:
+            if tuple(w.text for w in argv[: len(rule)]) == rule:
+                return CommandVerdict("forbidden", f"the user's policy refuses commands starting with '{' '.join(rule)}'")
+    danger = _danger(command, script, every, ctx)
+    if danger:
+        return CommandVerdict("dangerous", danger)
+    problem = _not_read_only(script, ctx)
+    if problem:
+        return CommandVerdict("unknown", problem)
+    return CommandVerdict("safe", "a read-only command")
+
+
+def _all_commands(script: Script, depth: int) -> Iterator[list[Word]]:
+    """Every program invocation in the script, looking through wrappers, `sh -c`, `eval`, `xargs`,
+    `find -exec` and command substitutions (to a depth of 5)."""
+    if depth > 5:
+        raise ShellSyntaxError("commands nested too deeply")
+    for command in script.commands:
+        yield from _unwrap(_strip_reserved(command.argv), depth)
+    for inner in script.substitutions:
+        yield from _all_commands(parse(inner), depth + 1)
+
+
+def _strip_reserved(argv: list[Word]) -> list[Word]:
+    index = 0
+    while index < len(argv) and not argv[index].quoted and argv[index].text in RESERVED:
+        index += 1
+    return argv[index:]
+
+
+def _unwrap(argv: list[Word], depth: int) -> Iterator[list[Word]]:
+    if not argv:
+        return
+    yield argv
+    name = posixpath.basename(argv[0].text)
+    rest = argv[1:]
+    if name in _WRAPPERS:
+        takes_value = _WRAPPERS[name]
+        index = 0
+        while index < len(rest):
+            text = rest[index].text
+            if name == "env" and "=" in text and not text.startswith("-"):
+                index += 1
+            elif text.startswith("-") and text != "-":
+                index += 2 if text in takes_value else 1
+            else:
+                break
+        if name == "timeout":
+            index += 1  # the duration
+        yield from _unwrap(rest[index:], depth)
+    elif name in _SHELLS:
+        for i, word in enumerate(rest):
+            if word.text == "-c" and i + 1 < len(rest):
+                yield from _all_commands(parse(rest[i + 1].text), depth + 1)
+                break
+    elif name == "eval":
+        yield from _all_commands(parse(" ".join(w.text for w in rest)), depth + 1)
+    elif name == "find":
+        for i, word in enumerate(rest):
+            if word.text in ("-exec", "-execdir", "-ok", "-okdir"):
+                end = next((j for j in range(i + 1, len(rest)) if rest[j].text in (";", "+")), len(rest))
+                yield from _unwrap(rest[i + 1 : end], depth)
+
+
+# ------------------------------------------------------------------------------------------------ danger
+
+
+def _danger(text: str, script: Script, every: list[list[Word]], ctx: _Context) -> str | None:
+    if _FORK_BOMB.search(text):
+        return "it looks like a fork bomb"
+    for argv in every:
+        reason = _dangerous_argv(argv, ctx)
+        if reason:
+            return reason
+    for command in script.commands:
+        argv = _strip_reserved(command.argv)
+        if command.after in ("|", "|&") and argv and posixpath.basename(argv[0].text) in _INTERPRETERS:
+            if len([w for w in argv[1:] if not w.text.startswith("-")]) == 0:
+                return f"it pipes text into {argv[0].text}, which runs it as a program"
+        for redirect in command.redirects:
+            target = redirect.target.text
+            if target.startswith(("/dev/tcp/", "/dev/udp/")):
+                return "it opens a network connection (/dev/tcp)"
+            if re.match(r"/dev/(sd|nvme|hd|vd|xvd|mmcblk|disk)", target) and ">" in redirect.op:
+                return f"it writes to the raw disk {target}"
+            if ">" in redirect.op and is_protected_path(target, config_dir=ctx.config_dir):
+                return f"it writes to the protected path {target}"
+    return None
+
+
+def _dangerous_argv(argv: list[Word], ctx: _Context) -> str | None:
+    first = argv[0]
+    if first.expands:
+        return "the program it runs is only known at run time (a $-expansion or substitution names it)"
+    name = posixpath.basename(first.text)
+    args = [w.text for w in argv[1:]]
+    flags = "".join(a[1:] for a in args if a.startswith("-") and not a.startswith("--"))
+    if any("/dev/tcp/" in a or "/dev/udp/" in a for a in args):
+        return "it opens a network connection (/dev/tcp)"
+    if name in _PRIVILEGE:
+        return f"{name} runs a command with root privileges"
+    if name == "rm" and ("r" in flags or "R" in flags or "f" in flags or {"--recursive", "--force"} & set(args)):
+        return "rm -r/-f deletes files for good"
+    if name in _DESTRUCTIVE or name.startswith("mkfs"):
+        return f"{name} can destroy data or stop the system"
+    if name in ("chmod", "chown", "chgrp") and ("R" in flags or "--recursive" in args):
+        return f"{name} -R changes permissions of a whole tree"
+    if name == "kill" and any(a in ("-1", "0") for a in args if not a.startswith("-") or a == "-1"):
+        return "kill -1 signals every process of the user"
+    if name in _NETWORK:
+        return f"{name} uses the network, which can send workspace data out"
+    if name in _INSTALLERS and set(args) & _INSTALLERS[name]:
+        return f"{name} install runs the packages' install scripts"
+    if name in ("python", "python3") and args[:3] == ["-m", "pip", "install"]:
+        return "pip install runs the packages' install scripts"
+    if name == "git":
+        reason = _dangerous_git(args)
+        if reason:
+            return reason
+    if name == "find" and "-delete" in args:
+        return "find -delete deletes files"
+    if name in _WRITERS and any(is_protected_path(a, config_dir=ctx.config_dir) for a in args):
+        return "it changes a protected path (.git/, a shell startup file or mylm's config)"
+    return None
+
+
+def _dangerous_git(args: list[str]) -> str | None:
+    sub = next((a for a in args if not a.startswith("-")), "")
+    rest = args[args.index(sub) + 1 :] if sub else []
+    if sub in ("push", "fetch", "pull", "clone", "remote", "submodule", "ls-remote", "archive", "send-email"):
+        return f"git {sub} uses the network (and can publish or overwrite work)"
+    if sub == "reset" and "--hard" in rest:
+        return "git reset --hard discards uncommitted work"
+    if sub == "clean" and any(a.startswith("-") and "f" in a.lstrip("-") for a in rest if not a.startswith("--")):
+        return "git clean -f deletes untracked files"
+    if sub in ("checkout", "restore") and ("--" in rest or "." in rest):
+        return f"git {sub} of paths discards uncommitted changes"
+    if sub == "branch" and any(a in ("-D", "--delete", "-d") for a in rest):
+        return "git branch -D deletes a branch"
+    if sub == "stash" and rest[:1] in (["drop"], ["clear"]):
+        return "git stash drop/clear deletes stashed work"
+    if sub in ("filter-branch", "filter-repo", "update-ref", "reflog") or (sub == "gc" and "--prune=now" in rest):
+        return f"git {sub} rewrites or deletes history"
+    return None
+
+
+# --------------------------------------------------------------------------------------------- read-only
+
+
+def _not_read_only(script: Script, ctx: _Context) -> str | None:
+    """Why the script is not read-only, or None when every part of it is."""
+    if script.substitutions:
+        return "it runs nested commands ($(...), backticks or <(...)), which are not checked for being read-only"
+    if "&" in script.operators:
+        return "it starts a background process ('&')"
+    if {"(", ")"} & script.operators:
+        return "it runs a subshell ('(...)')"
+    if script.heredoc:
+        return "it uses a here-document"
+    cwd = "."
+    for command in script.commands:
+        if command.assignments:
+            return "it sets variables for the program (VAR=value), which can change what runs"
+        argv = command.argv
+        if not argv:
+            return "it only redirects"
+        if argv[0].text in RESERVED and not argv[0].quoted:
+            return f"it uses shell control flow ('{argv[0].text}')"
+        for redirect in command.redirects:
+            if not _harmless_redirect(redirect.op, redirect.target.text):
+                return f"it redirects {'output to' if '>' in redirect.op else 'input from'} a file"
+        if _user_allowed(argv, ctx):
+            continue
+        problem = _read_only_argv(argv, ctx, cwd)
+        if problem:
+            return problem
+        if argv[0].text == "cd" and len(argv) > 1:
+            cwd = posixpath.normpath(posixpath.join(cwd, argv[1].text))
+    return None
+
+
+def _harmless_redirect(op: str, target: str) -> bool:
+    if op in (">&", "<&") and (target.isdigit() or target == "-"):
+        return True  # 2>&1: joins streams, touches no file
+    return op in (">", ">>", "&>", "2>") and target == "/dev/null"
+
+
+def _user_allowed(argv: list[Word], ctx: _Context) -> bool:
+    texts = tuple(w.text for w in argv)
+    return any(texts[: len(rule)] == rule for rule in ctx.allow) and not any(w.expands for w in argv)
+
+
+def _read_only_argv(argv: list[Word], ctx: _Context, cwd: str) -> str | None:
+    first = argv[0]
+    name = first.text
+    args = argv[1:]
+    texts = [w.text for w in args]
+    if name in _VERSION_QUERY and texts in (["--version"], ["-V"], ["version"]):
+        return None
+    if name not in _READ_ONLY or "/" in name:
+        return f"'{name}' is not on the read-only list"
+    if name in ("env", "hostname", "command") and (texts and not (name == "command" and texts[0] == "-v")):
+        return f"'{name}' with arguments can run or change something"
+    for option in _UNSAFE_OPTIONS.get(name, ()):
+        if any(t == option or t.startswith(option + "=") or (option.startswith("-") and len(option) == 2
+               and t.startswith(option) and not t.startswith("--")) for t in texts):
+            return f"'{name} {option}' writes files, runs programs or changes the system"
+    if name == "uniq" and len([t for t in texts if not t.startswith("-")]) > 1:
+        return "'uniq IN OUT' writes its output to a file"
+    if name == "sed" and not _sed_print_only(texts):
+        return "sed is read-only here only as `sed -n 'N,Mp' FILE`"
+    if name == "git":
+        problem = _git_read_only(texts)
+        if problem:
+            return problem
+    for word in args:
+        problem = _argument_problem(word, name, ctx, cwd)
+        if problem:
+            return problem
+    recursive = name == "rg" or (name == "git" and texts[:1] == ["grep"])
+    if recursive or (name in _RECURSIVE and any(_has_flag(t, _RECURSIVE[name]) for t in texts)):
+        # Positional arguments are the pattern and the roots; checking the pattern as a root costs nothing.
+        roots = [t for t in texts if not t.startswith("-") and t != "grep"] or ["."]
+        secret = _secret_beneath(ctx.workspace, cwd, roots if name != "git" else ["."])
+        if secret:
+            return f"it searches a tree that holds the secret file {secret}"
+    return None
+
+
+def _has_flag(text: str, flags: tuple[str, ...]) -> bool:
+    if text in flags:
+        return True
+    return text.startswith("-") and not text.startswith("--") and any(f[1] in text[1:] for f in flags if len(f) == 2)
+
+
+def _sed_print_only(texts: list[str]) -> bool:
+    if len(texts) < 2 or texts[0] != "-n":
+        return False
+    return re.fullmatch(r"\d+(,\d+)?p", texts[1]) is not None and all(not t.startswith("-") for t in texts[2:])
+
+
+def _git_read_only(texts: list[str]) -> str | None:
+    if not texts or texts[0].startswith("-"):
+        return "git options before the subcommand (-c, -C, --git-dir, ...) can run programs"
+    sub, rest = texts[0], texts[1:]
+    if sub == "branch" and all(t in ("-a", "-r", "-v", "-vv", "--list", "--show-current", "-l") for t in rest):
+        return None
+    if sub in ("remote", "tag") and all(t in ("-v", "-l", "--list") for t in rest):
+        return None
+    if sub not in _GIT_READ_ONLY:
+        return f"'git {sub}' is not on the read-only list"
+    for t in rest:
+        if any(t == o or t.startswith(o + "=") for o in _GIT_UNSAFE_OPTIONS):
+            return f"'git {sub} {t}' can write files or run programs"
+    return None
+
+
+def _argument_problem(word: Word, name: str, ctx: _Context, cwd: str) -> str | None:
+    if word.expands:
+        return "an argument uses $-expansion, so its value is only known at run time"
+    if word.tilde:
+        return "an argument refers to a home directory (~), outside the workspace"
+    text = word.text
+    values = [text] + ([text.split("=", 1)[1]] if text.startswith("-") and "=" in text else [])
+    for value in values:
+        if value.startswith("/") and value != "/dev/null":
+            return f"it reads outside the workspace ({value})"
+        normal = posixpath.normpath(posixpath.join(cwd, value)) if value else "."
+        if normal == ".." or normal.startswith("../"):
+            return f"it reads outside the workspace ({value})"
+        if value and is_secret_path(normal):
+            return f"it reads the secret file {value}"
+    if word.glob:
+        return _glob_problem(text, ctx, cwd)
+    return None
+
+
+def _glob_problem(pattern: str, ctx: _Context, cwd: str) -> str | None:
+    """A glob is read-only when what it expands to right now is neither an option nor a secret."""
+    if ctx.workspace is None:
+        return "a glob is expanded by the shell, and without a workspace its matches cannot be checked"
+    root = ctx.workspace / cwd
+    matches = _glob.glob(pattern, root_dir=root)
+    if len(matches) > 2000:
+        return "a glob matches too many files to check"
+    for match in matches:
+        if match.startswith("-"):
+            return f"the glob {pattern!r} matches a file named like an option ({match})"
+        if is_secret_path(posixpath.normpath(posixpath.join(cwd, match))):
+            return f"the glob {pattern!r} matches the secret file {match}"
+    return None
+
+
+def _secret_beneath(workspace: Path | None, cwd: str, roots: list[str]) -> str | None:
+    """The first secret file below `roots` (as the search would visit them), or a reason it cannot be told."""
+    if workspace is None:
+        return "(unknown: no workspace)"
+    budget = 20000
+    for root in roots:
+        base = workspace / posixpath.normpath(posixpath.join(cwd, root))
+        if not base.is_dir():
+            continue  # a file argument was checked on its own; a pattern names no directory
+        for directory, dirs, files in os.walk(base):
+            dirs[:] = [d for d in dirs if d != ".git"]
+            budget -= len(dirs) + len(files)
+            if budget < 0:
+                return "(too many files to check)"
+            rel_dir = os.path.relpath(directory, workspace)
+            for name in files + dirs:
+                rel = posixpath.normpath(posixpath.join(rel_dir.replace(os.sep, "/"), name))
+                if is_secret_path(rel):
+                    return rel
+    return None
