@@ -1,4 +1,4 @@
-"""Tools the model can call: the Tool value, `@tool`, the registry, the builtin tools, MCP and the approval policy."""
+"""Tools the model can call: Tool, `@tool`, the registry, the builtin tools, MCP and the approval policy."""
 
 from __future__ import annotations
 
@@ -26,7 +26,10 @@ _LAZY = {
 }
 
 __all__ = [
-    "Risk", "TaskComplete", "Tool", "ToolContext", "ToolOutcome", "ToolRegistry", "run_tool", "tool", *_LAZY,
+    "Answer", "ApprovalPolicy", "Approver", "Decision", "McpServerConfig", "McpServers", "MemoryStore",
+    "Risk", "ShellLimits", "TaskComplete", "Tool", "ToolContext", "ToolOutcome", "ToolRegistry",
+    "ToolSettings", "Workspace", "builtin_tools", "decide", "open_mcp_servers", "parse_mcp_config",
+    "run_tool", "tool",
 ]
 
 if TYPE_CHECKING:

@@ -44,7 +44,7 @@ class TaskComplete(Exception):
 
 @dataclass(frozen=True)
 class Tool:
-    """A tool the model can call: its name, description, JSON Schema parameters and the function that runs it."""
+    """A tool the model can call: name, description, JSON Schema parameters and the function that runs it."""
 
     name: str
     description: str
@@ -97,7 +97,8 @@ def _context_param(function: Callable[..., Any]) -> str | None:
         hints = {}
     for name in inspect.signature(function).parameters:
         hint = hints.get(name)
-        if hint is ToolContext or ToolContext in typing.get_args(hint) or (name == "context" and hint is None):
+        takes_context = hint is ToolContext or ToolContext in typing.get_args(hint)
+        if takes_context or (name == "context" and hint is None):
             return name
     return None
 

@@ -18,7 +18,7 @@ _KEYS = {"command_timeout", "env", "memory", "memory_path", "approval"}
 
 @dataclass(frozen=True)
 class ToolSettings:
-    """The `[tools]` config table (the `[tools.approval]` sub-table is read by `ApprovalPolicy.from_config`)."""
+    """The `[tools]` config table (`ApprovalPolicy.from_config` reads its `[tools.approval]` sub-table)."""
 
     #: Default seconds a command may run when the model gives no timeout (at most 120).
     command_timeout: float = DEFAULT_TIMEOUT
@@ -33,7 +33,8 @@ class ToolSettings:
         """Read the `[tools]` table; a malformed value is a `ConfigError` naming the key."""
         unknown = sorted(set(section) - _KEYS)
         if unknown:
-            raise ConfigError(f"[tools] has unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(_KEYS))}")
+            known = ", ".join(sorted(_KEYS))
+            raise ConfigError(f"[tools] has unknown key(s) {', '.join(unknown)}; known: {known}")
         timeout = section.get("command_timeout", DEFAULT_TIMEOUT)
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 120:
             raise ConfigError("[tools] command_timeout must be a number of seconds between 0 and 120")
@@ -56,14 +57,15 @@ def builtin_tools(
     memory: bool = True,
     command_timeout: float = DEFAULT_TIMEOUT,
     env_passthrough: Sequence[str] = (),
-    shell_limits: ShellLimits = ShellLimits(),
+    shell_limits: ShellLimits | None = None,
     session: str | None = None,
 ) -> list[Tool]:
     """The builtin tools confined to `workspace`: execute_command, read_file, write_file, edit_file, list_dir,
     and (unless `memory` is False) remember and search_memory over the store at `memory_path`."""
     confined = Workspace(workspace)
     tools = [
-        shell_tool(confined.root, default_timeout=command_timeout, limits=shell_limits, env_passthrough=env_passthrough),
+        shell_tool(confined.root, default_timeout=command_timeout, limits=shell_limits or ShellLimits(),
+                   env_passthrough=env_passthrough),
         *file_tools(confined),
     ]
     if memory:

@@ -1,4 +1,4 @@
-"""Classify a shell command for approval: read-only (may run unasked), unknown, dangerous, or refused outright.
+"""Classify a shell command for approval: read-only (runs unasked), unknown, dangerous, or refused outright.
 
 The read-only list is argument-aware (after Codex's `is_safe_command`): `find -delete`, `sort -o`, `sed -i`
 and `git -c` are not read-only even though `find`, `sort`, `sed` and `git` can be. A command is read-only only
@@ -10,6 +10,7 @@ terminal, and no argument points outside the workspace or at a secret. Dangerous
 from __future__ import annotations
 
 import glob as _glob
+import itertools
 import os
 import posixpath
 import re
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Iterator, Literal, Sequence
 
 from .sensitive import is_secret_path
-from .shell_syntax import RESERVED, Script, ShellSyntaxError, SimpleCommand, Word, parse
+from .shell_syntax import RESERVED, Script, ShellSyntaxError, Word, parse
 
 Level = Literal["safe", "unknown", "dangerous", "forbidden"]
 
@@ -35,8 +36,12 @@ class CommandVerdict:
 
 # ------------------------------------------------------------------------------------------- characters
 
-_INVISIBLE = {0x2028, 0x2029, 0x200B, 0x200C, 0x200D, 0x2060, 0xFEFF, 0x061C, 0x200E, 0x200F}
-_INVISIBLE |= set(range(0x202A, 0x202F)) | set(range(0x2066, 0x206A))
+#: Separators, bidi controls, zero-width characters and lone surrogates: they can make a command look
+#: different from what runs.
+INVISIBLE = frozenset(
+    [0x2028, 0x2029, 0x061C, 0xFEFF, *range(0x200B, 0x2010), *range(0x202A, 0x202F), *range(0x2060, 0x206A),
+     *range(0xD800, 0xE000)]
+)
 
 
 def _hidden_character(command: str) -> str | None:
@@ -44,7 +49,7 @@ def _hidden_character(command: str) -> str | None:
         code = ord(ch)
         if ch in "\n\t":
             continue
-        if code < 0x20 or 0x7F <= code <= 0x9F or code in _INVISIBLE or 0xD800 <= code <= 0xDFFF:
+        if code < 0x20 or 0x7F <= code <= 0x9F or code in INVISIBLE:
             name = unicodedata.name(ch, "a control character")
             return f"U+{code:04X} ({name})"
     return None
@@ -76,7 +81,9 @@ _GIT_READ_ONLY = frozenset(
     {"status", "log", "diff", "show", "rev-parse", "ls-files", "blame", "describe", "shortlog", "ls-tree",
      "cat-file", "merge-base", "show-ref", "grep"}
 )
-_GIT_UNSAFE_OPTIONS = ("--output", "--ext-diff", "--textconv", "--exec", "--open-files-in-pager", "-O", "--no-index")
+_GIT_UNSAFE_OPTIONS = (
+    "--output", "--ext-diff", "--textconv", "--exec", "--open-files-in-pager", "-O", "--no-index"
+)
 _VERSION_QUERY = frozenset(
     {"python", "python3", "node", "npm", "go", "cargo", "rustc", "gcc", "make", "pip", "pip3", "java", "ruby"}
 )
@@ -105,10 +112,13 @@ _SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh"})
 _WRAPPERS = {
     "env": ("-u", "--unset", "-C", "--chdir", "-S"), "nice": ("-n",), "nohup": (), "time": (),
     "timeout": ("-s", "--signal", "-k", "--kill-after"), "command": (), "builtin": (), "exec": ("-a",),
-    "stdbuf": ("-i", "-o", "-e"), "ionice": ("-c", "-n"), "xargs": ("-I", "-n", "-P", "-L", "-d", "-E", "-s", "-a"),
+    "stdbuf": ("-i", "-o", "-e"), "ionice": ("-c", "-n"),
+    "xargs": ("-I", "-n", "-P", "-L", "-d", "-E", "-s", "-a"),
     "watch": ("-n",), "sudo": ("-u", "-g"), "doas": ("-u",),
 }
-_WRITERS = frozenset({"cp", "mv", "tee", "ln", "install", "sed", "truncate", "chmod", "chown", "touch", "rm", "dd"})
+_WRITERS = frozenset(
+    {"cp", "mv", "tee", "ln", "install", "sed", "truncate", "chmod", "chown", "touch", "rm", "dd"}
+)
 _RC_FILES = frozenset(
     {".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile", ".zshrc", ".zprofile", ".zshenv",
      ".zlogin", ".cshrc", ".tcshrc", ".kshrc", "config.fish", ".inputrc"}
@@ -121,8 +131,10 @@ def is_protected_path(text: str, *, config_dir: Path | None = None) -> bool:
     `.git/`, a shell startup file, or mylm's own config directory."""
     normal = posixpath.normpath(text.replace("\\", "/")) if text else ""
     parts = normal.split("/")
-    if ".git" in parts or (parts and parts[-1] in _RC_FILES) or ".mylm" in parts or parts[-1:] == [".mylm.toml"]:
+    if ".git" in parts or ".mylm" in parts or parts[-1] in _RC_FILES or parts[-1] == ".mylm.toml":
         return True
+    if any(pair == (".config", "mylm") for pair in itertools.pairwise(parts)):
+        return True  # ~/.config/mylm as written, wherever the real config dir is
     if config_dir is not None:
         expanded = os.path.expanduser(normal) if normal.startswith("~") else normal
         home_config = os.path.join(os.path.expanduser("~"), ".config", "mylm")
@@ -184,7 +196,8 @@ def classify(
     for argv in every:
         for rule in ctx.deny:
             if tuple(w.text for w in argv[: len(rule)]) == rule:
-                return CommandVerdict("forbidden", f"the user's policy refuses commands starting with '{' '.join(rule)}'")
+                words = " ".join(rule)
+                return CommandVerdict("forbidden", f"the user's policy refuses commands that start '{words}'")
     danger = _danger(command, script, every, ctx)
     if danger:
         return CommandVerdict("dangerous", danger)
@@ -258,9 +271,9 @@ def _danger(text: str, script: Script, every: list[list[Word]], ctx: _Context) -
             return reason
     for command in script.commands:
         argv = _strip_reserved(command.argv)
-        if command.after in ("|", "|&") and argv and posixpath.basename(argv[0].text) in _INTERPRETERS:
-            if len([w for w in argv[1:] if not w.text.startswith("-")]) == 0:
-                return f"it pipes text into {argv[0].text}, which runs it as a program"
+        piped = command.after in ("|", "|&") and argv and posixpath.basename(argv[0].text) in _INTERPRETERS
+        if piped and all(w.text.startswith("-") for w in argv[1:]):  # no script file: the program is stdin
+            return f"it pipes text into {argv[0].text}, which runs it as a program"
         for redirect in command.redirects:
             target = redirect.target.text
             if target.startswith(("/dev/tcp/", "/dev/udp/")):
@@ -283,7 +296,7 @@ def _dangerous_argv(argv: list[Word], ctx: _Context) -> str | None:
         return "it opens a network connection (/dev/tcp)"
     if name in _PRIVILEGE:
         return f"{name} runs a command with root privileges"
-    if name == "rm" and ("r" in flags or "R" in flags or "f" in flags or {"--recursive", "--force"} & set(args)):
+    if name == "rm" and (set(flags) & set("rRf") or {"--recursive", "--force"} & set(args)):
         return "rm -r/-f deletes files for good"
     if name in _DESTRUCTIVE or name.startswith("mkfs"):
         return f"{name} can destroy data or stop the system"
@@ -315,7 +328,7 @@ def _dangerous_git(args: list[str]) -> str | None:
         return f"git {sub} uses the network (and can publish or overwrite work)"
     if sub == "reset" and "--hard" in rest:
         return "git reset --hard discards uncommitted work"
-    if sub == "clean" and any(a.startswith("-") and "f" in a.lstrip("-") for a in rest if not a.startswith("--")):
+    if sub == "clean" and any(a.startswith("-") and not a.startswith("--") and "f" in a for a in rest):
         return "git clean -f deletes untracked files"
     if sub in ("checkout", "restore") and ("--" in rest or "." in rest):
         return f"git {sub} of paths discards uncommitted changes"
@@ -323,7 +336,9 @@ def _dangerous_git(args: list[str]) -> str | None:
         return "git branch -D deletes a branch"
     if sub == "stash" and rest[:1] in (["drop"], ["clear"]):
         return "git stash drop/clear deletes stashed work"
-    if sub in ("filter-branch", "filter-repo", "update-ref", "reflog") or (sub == "gc" and "--prune=now" in rest):
+    if sub in ("filter-branch", "filter-repo", "update-ref", "reflog") or (sub, "--prune=now") in (
+        ("gc", a) for a in rest
+    ):
         return f"git {sub} rewrites or deletes history"
     return None
 
@@ -334,7 +349,7 @@ def _dangerous_git(args: list[str]) -> str | None:
 def _not_read_only(script: Script, ctx: _Context) -> str | None:
     """Why the script is not read-only, or None when every part of it is."""
     if script.substitutions:
-        return "it runs nested commands ($(...), backticks or <(...)), which are not checked for being read-only"
+        return "it runs nested commands ($(...), backticks or <(...)), which are not checked as read-only"
     if "&" in script.operators:
         return "it starts a background process ('&')"
     if {"(", ")"} & script.operators:
@@ -404,7 +419,9 @@ def _read_only_argv(argv: list[Word], ctx: _Context, cwd: str) -> str | None:
     recursive = name == "rg" or (name == "git" and texts[:1] == ["grep"])
     if recursive or (name in _RECURSIVE and any(_has_flag(t, _RECURSIVE[name]) for t in texts)):
         # Positional arguments are the pattern and the roots; checking the pattern as a root costs nothing.
-        roots = [t for t in texts if not t.startswith("-") and t != "grep"] or ["."]
+        roots = [t for t in texts if not t.startswith("-") and t != "grep"]
+        if len(roots) <= 1:
+            roots.append(".")  # only a pattern: the search starts in the current directory
         secret = _secret_beneath(ctx.workspace, cwd, roots if name != "git" else ["."])
         if secret:
             return f"it searches a tree that holds the secret file {secret}"
@@ -414,20 +431,22 @@ def _read_only_argv(argv: list[Word], ctx: _Context, cwd: str) -> str | None:
 def _has_flag(text: str, flags: tuple[str, ...]) -> bool:
     if text in flags:
         return True
-    return text.startswith("-") and not text.startswith("--") and any(f[1] in text[1:] for f in flags if len(f) == 2)
+    short = [f[1] for f in flags if len(f) == 2]
+    return text.startswith("-") and not text.startswith("--") and any(f in text[1:] for f in short)
 
 
 def _sed_print_only(texts: list[str]) -> bool:
     if len(texts) < 2 or texts[0] != "-n":
         return False
-    return re.fullmatch(r"\d+(,\d+)?p", texts[1]) is not None and all(not t.startswith("-") for t in texts[2:])
+    files = texts[2:]
+    return re.fullmatch(r"\d+(,\d+)?p", texts[1]) is not None and not any(t.startswith("-") for t in files)
 
 
 def _git_read_only(texts: list[str]) -> str | None:
     if not texts or texts[0].startswith("-"):
         return "git options before the subcommand (-c, -C, --git-dir, ...) can run programs"
     sub, rest = texts[0], texts[1:]
-    if sub == "branch" and all(t in ("-a", "-r", "-v", "-vv", "--list", "--show-current", "-l") for t in rest):
+    if sub == "branch" and set(rest) <= {"-a", "-r", "-v", "-vv", "--list", "--show-current", "-l"}:
         return None
     if sub in ("remote", "tag") and all(t in ("-v", "-l", "--list") for t in rest):
         return None

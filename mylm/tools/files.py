@@ -27,10 +27,11 @@ _CHUNK = 1024 * 1024
 
 _MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"\x89PNG\r\n\x1a\n", "PNG image"), (b"\xff\xd8\xff", "JPEG image"), (b"GIF8", "GIF image"),
-    (b"%PDF", "PDF document"), (b"PK\x03\x04", "ZIP archive (or .jar, .docx, .whl)"), (b"\x1f\x8b", "gzip data"),
-    (b"\x7fELF", "ELF executable or library"), (b"SQLite format 3\0", "SQLite database"),
-    (b"\0asm", "WebAssembly module"), (b"BZh", "bzip2 data"), (b"\xfd7zXZ\0", "xz data"),
-    (b"7z\xbc\xaf'\x1c", "7-Zip archive"), (b"\xca\xfe\xba\xbe", "Java class file"), (b"RIFF", "RIFF media file"),
+    (b"%PDF", "PDF document"), (b"PK\x03\x04", "ZIP archive (or .jar, .docx, .whl)"),
+    (b"\x1f\x8b", "gzip data"), (b"\x7fELF", "ELF executable or library"),
+    (b"SQLite format 3\0", "SQLite database"), (b"\0asm", "WebAssembly module"), (b"BZh", "bzip2 data"),
+    (b"\xfd7zXZ\0", "xz data"), (b"7z\xbc\xaf'\x1c", "7-Zip archive"),
+    (b"\xca\xfe\xba\xbe", "Java class file"), (b"RIFF", "RIFF media file"),
 )
 
 
@@ -76,7 +77,7 @@ def _seek_line(fd: int, line: int) -> int | None:
 
 
 def read_text(ws: Workspace, path: str, offset: int = 1, limit: int = DEFAULT_READ_LINES) -> str:
-    """Lines `offset`…`offset+limit-1` of a text file, at most 256 KiB, with a header saying where they are."""
+    """Lines `offset`…`offset+limit-1` of a text file (at most 256 KiB), with a header saying which."""
     # O_NONBLOCK: opening a FIFO must not wait for a writer; check_regular refuses it right after.
     fd = ws.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     try:
@@ -166,8 +167,8 @@ def _existing(dir_fd: int, name: str, shown: str) -> os.stat_result | None:
     if not stat.S_ISREG(info.st_mode):
         raise ToolError(f"'{shown}' is not a regular file")
     if info.st_nlink > 1:
-        raise ToolError(f"'{shown}' has {info.st_nlink} hard links; a hard link may point at a file outside the "
-                        "workspace, so mylm does not write to it")
+        raise ToolError(f"'{shown}' has {info.st_nlink} hard links; a hard link may point at a file outside "
+                        "the workspace, so mylm does not write to it")
     return info
 
 
@@ -199,7 +200,7 @@ def write_text(ws: Workspace, path: str, content: str) -> str:
 def edit_text(ws: Workspace, path: str, old: str, new: str) -> str:
     """Replace the one occurrence of `old` in a text file with `new`."""
     if not old:
-        raise ToolError("argument 'old' is empty; give the exact text to replace (use write_file for a new file)")
+        raise ToolError("argument 'old' is empty; give the exact text to replace (write_file creates files)")
     if old == new:
         raise ToolError("arguments 'old' and 'new' are identical, so there is nothing to change")
     rel, parent, name = _split(ws, path)
@@ -209,8 +210,9 @@ def edit_text(ws: Workspace, path: str, old: str, new: str) -> str:
         if before is None:
             raise ToolError(f"'{rel}' does not exist; create it with write_file")
         if before.st_size > MAX_WRITE_BYTES:
-            raise ToolError(f"'{rel}' is {before.st_size:,} bytes; edit_file handles files up to {MAX_WRITE_BYTES:,}")
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), dir_fd=dir_fd)
+            raise ToolError(f"'{rel}' is {before.st_size:,} bytes; edit_file edits up to {MAX_WRITE_BYTES:,}")
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+        fd = os.open(name, flags, dir_fd=dir_fd)
         try:
             check_regular(fd, rel)
             data = os.pread(fd, MAX_WRITE_BYTES + 1, 0)
@@ -221,7 +223,7 @@ def edit_text(ws: Workspace, path: str, old: str, new: str) -> str:
         old_b, new_b, note = _match(data, old, new, rel)
         index = data.index(old_b)
         after = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        if (after.st_ino, after.st_mtime_ns, after.st_size) != (before.st_ino, before.st_mtime_ns, before.st_size):
+        if _identity(after) != _identity(before):
             raise ToolError(f"'{rel}' changed while it was being edited; read it again and retry")
         _atomic_replace(dir_fd, name, data.replace(old_b, new_b, 1), stat.S_IMODE(before.st_mode))
     finally:
@@ -229,6 +231,10 @@ def edit_text(ws: Workspace, path: str, old: str, new: str) -> str:
     line = data.count(b"\n", 0, index) + 1
     removed, added = old_b.count(b"\n") + 1, new_b.count(b"\n") + 1
     return f"Edited {rel}: replaced {removed} line(s) at line {line} with {added} line(s).{note}"
+
+
+def _identity(info: os.stat_result) -> tuple[int, int, int]:
+    return info.st_ino, info.st_mtime_ns, info.st_size
 
 
 def _match(data: bytes, old: str, new: str, rel: str) -> tuple[bytes, bytes, str]:
@@ -244,10 +250,10 @@ def _match(data: bytes, old: str, new: str, rel: str) -> tuple[bytes, bytes, str
     if count == 1:
         return old_b, new_b, note
     if count > 1:
-        lines = _lines_of(data, old_b)
+        lines = ", ".join(map(str, _lines_of(data, old_b)[:10]))
         raise ToolError(
-            f"'old' occurs {count} times in {rel} (at lines {', '.join(map(str, lines[:10]))}); include more of the "
-            "surrounding text so that it matches exactly once"
+            f"'old' occurs {count} times in {rel} (at lines {lines}); include more of the surrounding text "
+            "so that it matches exactly once"
         )
     loose = re.compile(rb"\s+".join(re.escape(w) for w in old_b.split()))
     found = loose.search(data) if old_b.split() else None
@@ -323,7 +329,8 @@ def _os_errors(function: Callable[..., str]) -> Callable[..., str]:
         try:
             return function(*args, **kwargs)
         except FileNotFoundError:
-            raise ToolError(f"'{kwargs.get('path', args[1] if len(args) > 1 else '')}' does not exist") from None
+            path = kwargs.get("path", args[1] if len(args) > 1 else "")
+            raise ToolError(f"'{path}' does not exist") from None
         except NotADirectoryError:
             raise ToolError("a component of the path is a file, not a directory") from None
         except PermissionError:

@@ -1,4 +1,4 @@
-"""Tools from Model Context Protocol servers over stdio, via the official `mcp` SDK (`pip install 'mylm[mcp]'`).
+"""Tools from Model Context Protocol servers over stdio, via the official `mcp` SDK (extra `mylm[mcp]`).
 
 The SDK is asynchronous and mylm's tools are not, so the servers live on one background event-loop thread
 owned by `McpServers`; each tool call is submitted to it and waited for with the run's deadline and cancel
@@ -14,7 +14,7 @@ import re
 import tempfile
 import threading
 from dataclasses import dataclass, field
-from typing import IO, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, TextIO
 
 from ..errors import CancelledError, ConfigError, ToolError
 from .base import Risk, Tool, ToolContext
@@ -57,7 +57,8 @@ def parse_mcp_config(section: Mapping[str, Any]) -> list[McpServerConfig]:
             raise ConfigError(f"{where} must be a table")
         unknown = sorted(set(table) - _KEYS)
         if unknown:
-            raise ConfigError(f"{where} has unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(_KEYS))}")
+            known = ", ".join(sorted(_KEYS))
+            raise ConfigError(f"{where} has unknown key(s) {', '.join(unknown)}; known: {known}")
         command = table.get("command")
         args = table.get("args", [])
         env = table.get("env", {})
@@ -65,7 +66,7 @@ def parse_mcp_config(section: Mapping[str, Any]) -> list[McpServerConfig]:
             raise ConfigError(f"{where} needs command = \"program to run\"")
         if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
             raise ConfigError(f"{where} args must be a list of strings")
-        if not isinstance(env, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        if not isinstance(env, Mapping) or not all(isinstance(v, str) for v in [*env, *env.values()]):
             raise ConfigError(f"{where} env must be a table of strings")
         risk = table.get("risk", "execute")
         if risk not in ("read", "write", "execute"):
@@ -86,7 +87,7 @@ def parse_mcp_config(section: Mapping[str, Any]) -> list[McpServerConfig]:
 class _Server:
     """One running server: its session, its tools, and the event that ends it."""
 
-    def __init__(self, config: McpServerConfig, errlog: IO[str]) -> None:
+    def __init__(self, config: McpServerConfig, errlog: TextIO) -> None:
         self.config = config
         self.errlog = errlog
         self.session: Any = None
@@ -117,7 +118,7 @@ class McpServers:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
 
-    def __enter__(self) -> McpServers:
+    def __enter__(self) -> McpServers:  # noqa: PYI034 - Python 3.10 has no typing.Self
         self.start()
         return self
 
@@ -139,7 +140,9 @@ class McpServers:
         self._thread.start()
         pending = []
         for config in self.configs:
-            server = _Server(config, tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace"))
+            # The server's stderr goes to a private file, not mylm's terminal; its tail explains failures.
+            errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
+            server = _Server(config, errlog)
             ready: concurrent.futures.Future[None] = concurrent.futures.Future()
             owner = asyncio.run_coroutine_threadsafe(self._serve(server, ready), self._loop)
             self._servers.append(server)
@@ -149,15 +152,14 @@ class McpServers:
             try:
                 ready.result(timeout=server.config.startup_timeout)
             except concurrent.futures.TimeoutError:
-                self.errors[server.config.name] = (
-                    f"did not finish starting within {server.config.startup_timeout:g} s{server.stderr_tail()}"
-                )
+                limit = server.config.startup_timeout
+                self.errors[server.config.name] = f"did not start within {limit:g} s{server.stderr_tail()}"
                 self._stop(server)
                 continue
             except Exception as error:  # noqa: BLE001 - any start failure is reported per server
                 self.errors[server.config.name] = f"{_message(error)}{server.stderr_tail()}"
                 continue
-            self.tools.extend(self._wrap(server, spec) for spec in server.tools if _TOOL_NAME.match(spec.name))
+            self.tools.extend(self._wrap(server, s) for s in server.tools if _TOOL_NAME.match(s.name))
         return self.tools
 
     async def _serve(self, server: _Server, ready: concurrent.futures.Future[None]) -> None:
@@ -167,16 +169,18 @@ class McpServers:
 
         config = server.config
         server.stop = asyncio.Event()
-        params = StdioServerParameters(command=config.command, args=list(config.args), env=dict(config.env) or None,
-                                       cwd=config.cwd)
+        params = StdioServerParameters(
+            command=config.command, args=list(config.args), env=dict(config.env) or None, cwd=config.cwd
+        )
         try:
-            async with stdio_client(params, errlog=server.errlog) as (read, write):
-                async with ClientSession(read, write) as session:
-                    await session.initialize()
-                    server.tools = await _list_tools(session)
-                    server.session = session
-                    ready.set_result(None)
-                    await server.stop.wait()
+            async with stdio_client(params, errlog=server.errlog) as (read, write), ClientSession(
+                read, write
+            ) as session:
+                await session.initialize()
+                server.tools = await _list_tools(session)
+                server.session = session
+                ready.set_result(None)
+                await server.stop.wait()
         except BaseException as error:  # noqa: BLE001 - reported to whoever waits, then the task ends
             if not ready.done():
                 ready.set_exception(error if isinstance(error, Exception) else RuntimeError(repr(error)))
@@ -206,12 +210,16 @@ class McpServers:
         label = f"MCP server '{server.config.name}'"
         session = server.session
         if session is None or self._loop is None:
-            raise ToolError(f"{label} is not running ({server.failure or 'it was stopped'}{server.stderr_tail()})")
+            why = server.failure or "it was stopped"
+            raise ToolError(f"{label} is not running ({why}{server.stderr_tail()})")
         limit = context.time_left(server.config.timeout)
         if limit <= 0:
             raise ToolError("no time is left in this run to call a tool")
         future = asyncio.run_coroutine_threadsafe(session.call_tool(name, arguments), self._loop)
-        unregister = context.cancel.on_cancel(future.cancel) if context.cancel is not None else (lambda: None)
+        def abort() -> None:
+            future.cancel()
+
+        unregister = context.cancel.on_cancel(abort) if context.cancel is not None else (lambda: None)
         try:
             result = future.result(timeout=limit)
         except concurrent.futures.CancelledError:
@@ -241,7 +249,7 @@ class McpServers:
         for owner in self._owners:
             try:
                 owner.result(timeout=10)
-            except Exception:  # noqa: BLE001 - a server that failed to stop cleanly is not our caller's problem
+            except Exception:  # noqa: BLE001 - a server that stopped badly is not the caller's problem
                 owner.cancel()
         self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread is not None:
@@ -281,8 +289,10 @@ def _field(obj: Any, *names: str) -> Any:
 
 
 def _message(error: BaseException) -> str:
-    if isinstance(error, BaseExceptionGroup):
-        return "; ".join(_message(e) for e in error.exceptions)
+    # anyio task groups wrap failures in exception groups (a builtin from Python 3.11 on).
+    nested = getattr(error, "exceptions", None)
+    if isinstance(nested, (list, tuple)) and nested:
+        return "; ".join(_message(e) for e in nested)
     return str(error) or type(error).__name__
 
 

@@ -1,4 +1,4 @@
-"""Workspace confinement: open paths strictly beneath a root, refusing `..`, absolute paths and escaping symlinks.
+"""Workspace confinement: open paths strictly beneath a root; `..`, absolute paths and escaping links fail.
 
 Resolution happens in the kernel relative to a directory descriptor, so a symlink swapped in between a check
 and the open cannot lead outside: `openat2(RESOLVE_BENEATH)` on Linux 5.6+, else a component-by-component walk
@@ -19,11 +19,12 @@ from ..errors import ToolError
 
 Resolver = Literal["auto", "openat2", "walk"]
 
-_SYS_OPENAT2 = 437  # the same number on every Linux architecture (it was added after the syscall tables merged)
+_SYS_OPENAT2 = 437  # the same on every Linux architecture (added after the syscall tables were unified)
 _RESOLVE_NO_MAGICLINKS = 0x02
 _RESOLVE_BENEATH = 0x08
 _MAX_SYMLINKS = 40
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC
 
 
 class _OpenHow(ctypes.Structure):
@@ -40,7 +41,7 @@ def _openat2(dir_fd: int, path: str, flags: int, mode: int) -> int:
         raise NotImplementedError
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
-    how = _OpenHow(flags | getattr(os, "O_CLOEXEC", 0), mode if flags & os.O_CREAT else 0,
+    how = _OpenHow(flags | _CLOEXEC, mode if flags & os.O_CREAT else 0,
                    _RESOLVE_BENEATH | _RESOLVE_NO_MAGICLINKS)
     fd = libc.syscall(
         ctypes.c_long(_SYS_OPENAT2), ctypes.c_int(dir_fd), ctypes.c_char_p(os.fsencode(path)),
@@ -152,7 +153,7 @@ class Workspace:
                 if error.errno != errno.EXDEV:
                     raise
                 if self.resolver == "openat2":
-                    raise EscapeError(f"'{shown}' resolves outside the workspace (through a symbolic link)") from None
+                    raise EscapeError(f"'{shown}' resolves outside the workspace (through a link)") from None
         return self._walk(dir_fd, rel, flags, mode, shown=shown)
 
     def _walk(self, dir_fd: int, rel: str, flags: int, mode: int, *, shown: str) -> int:
@@ -162,7 +163,7 @@ class Workspace:
         hops = 0
         try:
             if not parts:
-                return os.open(".", flags | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), mode, dir_fd=stack[-1])
+                return os.open(".", flags | os.O_NOFOLLOW | _CLOEXEC, mode, dir_fd=stack[-1])
             while parts:
                 name = parts.pop(0)
                 if name in ("", "."):
@@ -173,7 +174,7 @@ class Workspace:
                     os.close(stack.pop())
                     continue
                 last = not parts
-                step_flags = (flags if last else _DIR_FLAGS) | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+                step_flags = (flags if last else _DIR_FLAGS) | os.O_NOFOLLOW | _CLOEXEC
                 try:
                     fd = os.open(name, step_flags, mode, dir_fd=stack[-1])
                 except OSError as error:
@@ -204,7 +205,7 @@ class Workspace:
                     return fd
                 stack.append(fd)
             # The path ended in '..' or '.': open the directory we are in.
-            return os.open(".", flags | getattr(os, "O_CLOEXEC", 0), mode, dir_fd=stack[-1])
+            return os.open(".", flags | _CLOEXEC, mode, dir_fd=stack[-1])
         finally:
             for fd in stack:
                 os.close(fd)
@@ -220,15 +221,15 @@ class Workspace:
 
 
 def check_regular(fd: int, shown: str) -> os.stat_result:
-    """fstat an open file and refuse anything but a regular file with a single link (hard links can escape)."""
+    """fstat an open file; refuse all but a regular file with a single link (a hard link can escape)."""
     info = os.fstat(fd)
     if stat.S_ISDIR(info.st_mode):
         raise ToolError(f"'{shown}' is a directory; use list_dir to see what it contains")
     if not stat.S_ISREG(info.st_mode):
-        raise ToolError(f"'{shown}' is not a regular file (it is a device, FIFO or socket), so it is not read")
+        raise ToolError(f"'{shown}' is not a regular file (but a device, FIFO or socket), so it is not read")
     if info.st_nlink > 1:
         raise EscapeError(
-            f"'{shown}' has {info.st_nlink} hard links; a hard link may point at a file outside the workspace, "
-            "so mylm does not open it"
+            f"'{shown}' has {info.st_nlink} hard links; a hard link may point at a file outside the "
+            "workspace, so mylm does not open it"
         )
     return info

@@ -1,4 +1,4 @@
-"""The approval policy: for each tool call, allow it, ask the user, or refuse it, and say exactly what it does.
+"""The approval policy: allow each tool call, ask the user, or refuse it, and say exactly what it does.
 
 `decide` is pure policy (it only looks at the workspace to expand globs and find secrets a search would read).
 `Approver` adds the one piece of state a run has, the tools the user approved "always", and turns a decision
@@ -16,7 +16,7 @@ from typing import Any, Callable, Literal, Mapping
 from ..errors import ConfigError, ToolError
 from ..types import Permission, ToolCall
 from .base import Tool
-from .commands import classify, is_protected_path
+from .commands import INVISIBLE, classify, is_protected_path
 from .paths import Workspace
 from .sensitive import is_secret_path
 
@@ -51,11 +51,12 @@ class ApprovalPolicy:
     def from_config(
         cls, section: Mapping[str, Any], *, workspace: Path, yes: bool = False, config_dir: Path | None = None
     ) -> ApprovalPolicy:
-        """Build from the `[tools.approval]` table; anything malformed is a `ConfigError` (never "allow all")."""
+        """Build from the `[tools.approval]` table; a malformed one is a `ConfigError`, never "allow all"."""
         known = {"approve_edits", "approve_commands", "allow_commands", "deny_commands", "allow_tools"}
         unknown = sorted(set(section) - known)
         if unknown:
-            raise ConfigError(f"[tools.approval] has unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+            listed = ", ".join(sorted(known))
+            raise ConfigError(f"[tools.approval] has unknown key(s) {', '.join(unknown)}; known: {listed}")
         for key in ("approve_edits", "approve_commands"):
             if not isinstance(section.get(key, False), bool):
                 raise ConfigError(f"[tools.approval] {key} must be true or false")
@@ -92,7 +93,9 @@ class Decision:
     rememberable: bool = True
 
 
-def decide(call: ToolCall, tool: Tool, policy: ApprovalPolicy, *, always: frozenset[str] = frozenset()) -> Decision:
+def decide(
+    call: ToolCall, tool: Tool, policy: ApprovalPolicy, *, always: frozenset[str] = frozenset()
+) -> Decision:
     """Decide one call: `allow`, `ask` or `deny`. `always` holds the tools approved "always" in this run."""
     summary, details = describe_call(call, tool, policy.workspace)
 
@@ -122,7 +125,8 @@ def decide(call: ToolCall, tool: Tool, policy: ApprovalPolicy, *, always: frozen
         return make("allow", "the user approved this tool")
     if tool.risk == "read":
         return make("allow", "a read-only tool")
-    return make("ask", f"{tool.name} can {'change files or state' if tool.risk == 'write' else 'run programs'}")
+    can = "change files or state" if tool.risk == "write" else "run programs"
+    return make("ask", f"{tool.name} can {can}")
 
 
 def _decide_path(
@@ -141,7 +145,7 @@ def _decide_path(
         if secret:
             return make("ask", f"{rel} looks like a secret (keys, tokens, passwords)", rememberable=False)
         return make("allow", "a read inside the workspace")
-    if is_protected_path(rel, config_dir=policy.config_dir) or is_protected_path(absolute, config_dir=policy.config_dir):
+    if any(is_protected_path(p, config_dir=policy.config_dir) for p in (rel, absolute)):
         return make("ask", f"{rel} is protected (.git/, shell startup files and mylm's config always ask)",
                     rememberable=False)
     if secret:
@@ -163,8 +167,7 @@ def visible(text: str) -> str:
             out.append(ch)
         elif code < 0x20 or 0x7F <= code <= 0x9F:
             out.append(f"\\x{code:02x}")
-        elif code in (0x2028, 0x2029, 0x061C, 0xFEFF) or 0x200B <= code <= 0x200F or 0x202A <= code <= 0x202E \
-                or 0x2060 <= code <= 0x2069 or 0xD800 <= code <= 0xDFFF:
+        elif code in INVISIBLE:
             out.append(f"<U+{code:04X}>")
         else:
             out.append(ch)
@@ -188,11 +191,13 @@ def describe_call(call: ToolCall, tool: Tool, workspace: Path) -> tuple[str, str
             exists = os.path.lexists(os.path.join(workspace, str(args.get("path", ""))))
             size = len(content.encode("utf-8", "surrogatepass"))
             what = "replace" if exists else "create"
-            return f"{what} {path} with {size:,} bytes ({content.count(chr(10)) + 1} lines)", _preview(content)
+            lines = content.count("\n") + 1
+            return f"{what} {path} with {size:,} bytes ({lines} lines)", _preview(content)
         if tool.name == "edit_file":
             old, new = str(args.get("old", "")), str(args.get("new", ""))
-            diff = "\n".join([*("- " + line for line in old.splitlines()), *("+ " + line for line in new.splitlines())])
-            return f"edit {path}: replace {old.count(chr(10)) + 1} line(s) with {new.count(chr(10)) + 1}", visible(diff)
+            diff = "\n".join([*("- " + s for s in old.splitlines()), *("+ " + s for s in new.splitlines())])
+            counts = old.count("\n") + 1, new.count("\n") + 1
+            return f"edit {path}: replace {counts[0]} line(s) with {counts[1]}", visible(diff)
         return (f"read {path}" if tool.name == "read_file" else f"list {path}"), ""
     text = json.dumps(dict(args), ensure_ascii=False, default=str)
     return visible(f"{tool.name} {text if len(text) <= 200 else text[:197] + '...'}"), visible(

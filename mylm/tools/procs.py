@@ -90,7 +90,9 @@ def has_tag(pid: int, tag: str) -> bool:
     return f"{TAG_VARIABLE}={tag}".encode() in environ.split(b"\0")
 
 
-def members(*, tag: str, group: int | None = None, root: int | None = None, since: int | None = None) -> set[int]:
+def members(
+    *, tag: str, group: int | None = None, root: int | None = None, since: int | None = None
+) -> set[int]:
     """The live (non-zombie) processes of one command: its group, the tree under `root`, the tagged ones,
     and, when this process is a subreaper, its own descendants started at or after `since`."""
     table = process_table()
@@ -137,7 +139,7 @@ def _signal_group(group: int | None, sig: int) -> None:
 
 
 def stop_all(command: Command, *, grace: float) -> int:
-    """SIGTERM the command's processes, SIGKILL whatever is left after `grace` seconds; return how many remain.
+    """SIGTERM the command's processes, SIGKILL what is left after `grace` seconds; return how many remain.
 
     With `grace` 0 it goes straight to SIGKILL (on cancel or Ctrl-C, when nothing should wait). Returns 0
     unless a process survived even SIGKILL for a second (stuck in the kernel), which the caller reports.
@@ -175,7 +177,7 @@ def _wait_gone(command: Command, seconds: float) -> bool:
 
 
 def _reap_adopted(command: Command) -> None:
-    """As a subreaper, collect the zombies of orphans this command left to us (not the shell: Popen owns it)."""
+    """As a subreaper, reap the zombies of orphans this command left to us (not the shell: Popen owns it)."""
     if not _subreaper or command.since is None:
         return
     me = os.getpid()

@@ -94,7 +94,9 @@ def _arg_indent(lines: list[str], name: str) -> int:
     return 0
 
 
-def schema_from_signature(function: Callable[..., Any], *, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
+def schema_from_signature(
+    function: Callable[..., Any], *, skip: frozenset[str] = frozenset()
+) -> dict[str, Any]:
     """Build an object schema for `function`'s parameters from its type hints, defaults and docstring."""
     signature = inspect.signature(function)
     try:
@@ -108,7 +110,7 @@ def schema_from_signature(function: Callable[..., Any], *, skip: frozenset[str] 
         if name in skip or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
         prop = dict(schema_for_annotation(hints.get(name, param.annotation)))
-        if name in docs and docs[name]:
+        if docs.get(name):
             prop["description"] = docs[name]
         if param.default is param.empty:
             required.append(name)

@@ -1,4 +1,4 @@
-"""The builtin `execute_command` tool: a shell command in its own session, bounded in time, output and lifetime."""
+"""The builtin `execute_command` tool: a command in its own session, bounded in time, output and lifetime."""
 
 from __future__ import annotations
 
@@ -88,13 +88,14 @@ class _Capture:
         cut = self.total - len(self.head) - len(self.tail)
         if cut <= 0:
             return head + tail
-        return f"{head}\n[... {cut:,} bytes cut from the middle; narrow the command (grep, head, tail) ...]\n{tail}"
+        note = f"[... {cut:,} bytes cut from the middle; narrow the command (grep, head, tail) ...]"
+        return f"{head}\n{note}\n{tail}"
 
 
 def child_environment(
     passthrough: Sequence[str] = (), *, tag: str = "", environ: Mapping[str, str] | None = None
 ) -> dict[str, str]:
-    """The environment a command sees: an allowlist plus names the user opted in, never mylm's own settings."""
+    """The environment a command sees: an allowlist plus names the user opted in, never mylm's own."""
     env = os.environ if environ is None else environ
     wanted = set(ENV_ALLOWLIST) | {n for n in passthrough if not n.upper().startswith("MYLM_")}
     child = {k: v for k, v in env.items() if k in wanted or k.startswith("LC_")}
@@ -111,7 +112,7 @@ def _shell() -> list[str]:
 
 
 def _exited(process: subprocess.Popen[bytes]) -> bool:
-    """Whether the shell has exited, without reaping it: its pid must stay reserved until the sweep is done."""
+    """Whether the shell has exited, without reaping it: its pid stays reserved until the sweep is done."""
     if not hasattr(os, "waitid"):
         return process.poll() is not None
     try:
@@ -193,7 +194,7 @@ def run_command(
             # Without a pidfd, poll for the shell's exit a few times a second.
             wait = min(until - now, 0.1 if pidfd is None else until - now)
             for key, _ in selector.select(timeout=max(wait, 0.0)):
-                fd = int(key.fd)  # type: ignore[call-overload]
+                fd = int(key.fd)
                 if fd not in streams:
                     continue
                 try:
@@ -237,7 +238,7 @@ def run_command(
 
 
 def _open_pidfd(pid: int) -> int | None:
-    """A descriptor that becomes readable when `pid` exits (Linux 5.3+), so exit is noticed without polling."""
+    """A descriptor that becomes readable when `pid` exits (Linux 5.3+): exit is seen without polling."""
     try:
         return os.pidfd_open(pid)
     except (AttributeError, OSError):
@@ -306,4 +307,5 @@ def shell_tool(
         return text
 
     # No "maximum": a longer timeout is clamped rather than rejected, which would cost the model a turn.
-    return tool(risk="execute")(execute_command).refine(command={"minLength": 1}, timeout={"exclusiveMinimum": 0})
+    built = tool(risk="execute")(execute_command)
+    return built.refine(command={"minLength": 1}, timeout={"exclusiveMinimum": 0})

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import operator
 import re
 from typing import Any, Mapping
 
@@ -177,23 +178,23 @@ class _Validator:
     def _check_bounds(self, schema: Mapping[str, Any], value: Any, where: str) -> list[str]:
         problems: list[str] = []
         if isinstance(value, str):
-            if "minLength" in schema and len(value) < schema["minLength"]:
-                problems.append(f"{where} must be at least {schema['minLength']} character(s) long, got {_describe(value)}")
-            if "maxLength" in schema and len(value) > schema["maxLength"]:
-                problems.append(f"{where} must be at most {schema['maxLength']} characters long, got {len(value)}")
-            if "pattern" in schema:
-                try:
-                    if not re.search(schema["pattern"], value):
-                        problems.append(f"{where} must match the pattern {schema['pattern']!r}, got {_describe(value)}")
-                except re.error:
-                    pass  # a pattern Python cannot compile (ECMA syntax): leave it to the tool
+            low, high, pattern = schema.get("minLength"), schema.get("maxLength"), schema.get("pattern")
+            if low is not None and len(value) < low:
+                problems.append(f"{where} must be at least {low} character(s) long, got {_describe(value)}")
+            if high is not None and len(value) > high:
+                problems.append(f"{where} must be at most {high} characters long, got {len(value)}")
+            try:
+                if pattern is not None and not re.search(pattern, value):
+                    problems.append(f"{where} must match the pattern {pattern!r}, got {_describe(value)}")
+            except re.error:
+                pass  # a pattern Python cannot compile (ECMA syntax): leave it to the tool
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            for key, test, word in (
-                ("minimum", lambda v, b: v < b, ">="), ("maximum", lambda v, b: v > b, "<="),
-                ("exclusiveMinimum", lambda v, b: v <= b, ">"), ("exclusiveMaximum", lambda v, b: v >= b, "<"),
+            for key, fails, word in (
+                ("minimum", operator.lt, ">="), ("maximum", operator.gt, "<="),
+                ("exclusiveMinimum", operator.le, ">"), ("exclusiveMaximum", operator.ge, "<"),
             ):
                 bound = schema.get(key)
-                if isinstance(bound, (int, float)) and not isinstance(bound, bool) and test(value, bound):
+                if isinstance(bound, (int, float)) and not isinstance(bound, bool) and fails(value, bound):
                     problems.append(f"{where} must be {word} {bound}, got {value}")
         if isinstance(value, list):
             if "minItems" in schema and len(value) < schema["minItems"]:
@@ -202,7 +203,9 @@ class _Validator:
                 problems.append(f"{where} must have at most {schema['maxItems']} items, got {len(value)}")
         return problems
 
-    def _check_items(self, schema: Mapping[str, Any], value: list[Any], path: str, depth: int) -> tuple[Any, list[str]]:
+    def _check_items(
+        self, schema: Mapping[str, Any], value: list[Any], path: str, depth: int
+    ) -> tuple[Any, list[str]]:
         items = schema.get("items")
         if not isinstance(items, Mapping):
             return value, []

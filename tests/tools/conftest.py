@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import secrets
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -11,6 +13,8 @@ from typing import Callable
 import pytest
 
 CANARY = "OUTSIDE-CANARY-7f3a"
+#: The worktree root, so a fresh interpreter imports this checkout of mylm.
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -77,3 +81,36 @@ def processes_with_fixture() -> Callable[[str], list[int]]:
 def wait_for_fixture() -> Callable[..., bool]:
     """`wait_for(condition, timeout=10)`: poll a condition with a bound that only catches hangs."""
     return _wait_for
+
+
+def python_env() -> dict[str, str]:
+    """The environment for a fresh interpreter that imports this checkout of mylm."""
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+@pytest.fixture(name="run_python")
+def run_python_fixture() -> Callable[..., str]:
+    """`run_python(code, cwd, *argv)`: run `code` in a fresh interpreter and return its stdout.
+
+    For what must be measured or changed process-wide (peak RSS, being a subreaper) without touching pytest.
+    """
+
+    def run(code: str, cwd: Path, *argv: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", code, *argv],
+            cwd=cwd,
+            env=python_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        return done.stdout
+
+    return run
+
+
+@pytest.fixture(name="python_env")
+def python_env_fixture() -> dict[str, str]:
+    """See `python_env`."""
+    return python_env()

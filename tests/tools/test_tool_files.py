@@ -55,8 +55,15 @@ def hostile_reads(outside: Path) -> list[str]:
     ]
 
 
-BENIGN_READS = ["inside.txt", "./inside.txt", "sub/inner.txt", "sub/../inside.txt", "inlink", "absin",
-                "sub/up/inside.txt"]
+BENIGN_READS = [
+    "inside.txt",
+    "./inside.txt",
+    "sub/inner.txt",
+    "sub/../inside.txt",
+    "inlink",
+    "absin",
+    "sub/up/inside.txt",
+]
 
 
 @pytest.mark.parametrize("resolver", RESOLVERS)
@@ -99,8 +106,16 @@ def test_files_attack_table_is_real(tree: Path, outside: Path) -> None:
 def test_files_hostile_writes_are_refused(tree: Path, outside: Path, resolver: str) -> None:
     ws = Workspace(tree, resolver=resolver)  # type: ignore[arg-type]
     before = sorted(p.name for p in outside.iterdir())
-    for path in ["../outside/victim.txt", str(outside / "victim.txt"), "docs/victim.txt", "dangling", "hard",
-                 "rel_out/new.txt", "abs_file", "docs/deeper/new.txt"]:
+    for path in [
+        "../outside/victim.txt",
+        str(outside / "victim.txt"),
+        "docs/victim.txt",
+        "dangling",
+        "hard",
+        "rel_out/new.txt",
+        "abs_file",
+        "docs/deeper/new.txt",
+    ]:
         with pytest.raises(ToolError):
             write_text(ws, path, "PWNED")
         with pytest.raises(ToolError):
@@ -117,7 +132,11 @@ def test_files_benign_writes_inside_still_work(tree: Path, resolver: str) -> Non
     write_text(ws, str(tree / "abs.txt"), "c\n")
     write_text(ws, "sub/up/via_up.txt", "d\n")
     assert [(tree / p).read_text() for p in ("new.txt", "deep/er/new.txt", "abs.txt", "via_up.txt")] == [
-        "a\n", "b\n", "c\n", "d\n"]
+        "a\n",
+        "b\n",
+        "c\n",
+        "d\n",
+    ]
 
 
 def _exchange(a: Path, b: Path) -> None:
@@ -128,7 +147,9 @@ def _exchange(a: Path, b: Path) -> None:
 
 
 @pytest.mark.parametrize("resolver", ["openat2", "walk"])
-def test_files_symlink_swapped_in_during_the_call_never_leaks(tree: Path, outside: Path, resolver: str) -> None:
+def test_files_symlink_swapped_in_during_the_call_never_leaks(
+    tree: Path, outside: Path, resolver: str
+) -> None:
     ws = Workspace(tree, resolver=resolver)  # type: ignore[arg-type]
     (tree / "flip").mkdir()
     (tree / "flip" / "file.txt").write_text("inside\n")
@@ -166,7 +187,8 @@ def test_files_read_pages_through_a_file(workspace: Path) -> None:
     (workspace / "f.txt").write_text("".join(f"line {i}\n" for i in range(1, 11)))
     ws = Workspace(workspace)
     assert read_text(ws, "f.txt", 1, 3) == (
-        "[f.txt: lines 1-3 of 10]\nline 1\nline 2\nline 3\n[more lines follow; call read_file with offset=4 to continue]"
+        "[f.txt: lines 1-3 of 10]\nline 1\nline 2\nline 3\n"
+        "[more lines follow; call read_file with offset=4 to continue]"
     )
     assert read_text(ws, "f.txt", 9, 5) == "[f.txt: lines 9-10 of 10]\nline 9\nline 10"
     with pytest.raises(ToolError, match="offset 11 is past the end of f.txt: it has 10 lines"):
@@ -215,7 +237,10 @@ def test_files_write_is_atomic_and_keeps_the_mode(workspace: Path) -> None:
     script.write_text("old\n")
     script.chmod(0o755)
     ws = Workspace(workspace)
-    assert write_text(ws, "run.sh", "new\n") == "Wrote 4 bytes (1 lines) to run.sh (replaced its previous content)."
+    assert (
+        write_text(ws, "run.sh", "new\n")
+        == "Wrote 4 bytes (1 lines) to run.sh (replaced its previous content)."
+    )
     assert script.read_text() == "new\n" and stat.S_IMODE(script.stat().st_mode) == 0o755
     assert sorted(p.name for p in workspace.iterdir()) == ["run.sh"]  # no temp file left behind
     with pytest.raises(ToolError, match="names a directory"):
@@ -230,7 +255,8 @@ def test_files_edit_replaces_exactly_one_occurrence(workspace: Path) -> None:
     with pytest.raises(ToolError, match=r"occurs 2 times in a.py \(at lines 2, 5\)"):
         edit_text(ws, "a.py", "return 1", "return 2")
     assert edit_text(ws, "a.py", "def g():\n    return 1", "def g():\n    return 2") == (
-        "Edited a.py: replaced 2 line(s) at line 4 with 2 line(s).")
+        "Edited a.py: replaced 2 line(s) at line 4 with 2 line(s)."
+    )
     assert (workspace / "a.py").read_text().endswith("return 2\n")
     with pytest.raises(ToolError, match="differing only in whitespace is at line 1"):
         edit_text(ws, "a.py", "def f():\n  return 1", "x")
@@ -267,6 +293,9 @@ def test_files_tools_turn_failures_into_error_observations(workspace: Path) -> N
     assert missing.is_error and missing.output == "'nope.txt' does not exist"
     escape = run_tool(tools["read_file"], {"path": "../x"}, context)
     assert escape.is_error and "leads outside the workspace" in escape.output
-    assert tools["read_file"].validate({"path": "a", "offset": 0})[1] == ["argument 'offset' must be >= 1, got 0"]
+    assert tools["read_file"].validate({"path": "a", "offset": 0})[1] == [
+        "argument 'offset' must be >= 1, got 0"
+    ]
     assert tools["write_file"].validate({"path": "a"})[1] == [
-        "missing required argument 'content' (The complete new content of the file.)"]
+        "missing required argument 'content' (The complete new content of the file.)"
+    ]

@@ -15,7 +15,7 @@ from typing import Callable
 import pytest
 
 from mylm.cancel import CancelToken
-from mylm.errors import CancelledError, ToolError
+from mylm.errors import CancelledError
 from mylm.tools import ToolContext, run_tool
 from mylm.tools.shell import ShellLimits, child_environment, run_command, shell_tool
 
@@ -63,13 +63,13 @@ def test_shell_setsid_grandchild_holding_stdout_cannot_hang_the_call(
         "setsid sleep {m} > /dev/null 2>&1 &",  # left the group and the pipe: found by its tag
         "(setsid sleep {m} > /dev/null 2>&1 &); echo double-forked",  # orphaned to init at once
         "nohup sleep {m} > /dev/null 2>&1 &",
-        "for i in 1 2 3 4 5; do sleep {m} & done; wait",
+        "for i in 1 2 3 4 5; do sleep {m} & done; wait",  # stopped by the timeout with all five children
     ],
 )
 def test_shell_detached_processes_are_swept(
     workspace: Path, marker: str, command: str, processes_with: Callable[[str], list[int]]
 ) -> None:
-    result = run(command.format(m=marker), workspace, timeout=1)
+    result = run(command.format(m=marker), workspace, timeout=0.3)
     assert result.survivors == 0
     assert processes_with(marker) == []
 
@@ -84,15 +84,44 @@ def test_shell_process_ignoring_sigterm_is_killed(
 
 
 def test_shell_waiting_on_stdin_gets_end_of_file_at_once(workspace: Path) -> None:
-    result = run('read x; echo "got[$x]"; cat; python3 -c "input()" 2>/dev/null; echo "python exit $?"', workspace)
+    result = run(
+        'read x; echo "got[$x]"; cat; python3 -c "input()" 2>/dev/null; echo "python exit $?"', workspace
+    )
     assert result.stopped == ""
     assert result.stdout == "got[]\npython exit 1\n"
 
 
-def test_shell_has_no_controlling_terminal(workspace: Path) -> None:
-    # sudo and ssh ask for passwords on /dev/tty; without a terminal they fail instead of waiting.
-    result = run("tty; exec 3</dev/tty && echo opened", workspace)
-    assert "not a tty" in result.stdout and "opened" not in result.stdout
+def test_shell_stdin_is_not_inherited(workspace: Path, python_env: dict[str, str]) -> None:
+    # mylm's stdin may be a pipe that never closes (`producer | mylm ask ...`); a command must not read it.
+    probe = (
+        "from mylm.tools.shell import run_command\n"
+        "r = run_command('read x; echo done', cwd='.', timeout=5)\n"
+        "print(r.stopped or r.stdout.strip(), flush=True)\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", probe],
+        cwd=workspace,
+        env=python_env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None and child.stdin is not None
+    try:
+        assert child.stdout.readline().strip() == "done"  # not "timed out after 5 s"
+    finally:
+        child.stdin.close()
+        child.wait(timeout=HANG)
+        child.stdout.close()
+
+
+def test_shell_runs_in_its_own_session_without_a_terminal(workspace: Path) -> None:
+    # Its own session: Ctrl-C at mylm's terminal does not reach it, and killpg reaches all of it. No terminal:
+    # sudo and ssh, which ask for passwords on /dev/tty, fail instead of waiting.
+    result = run("cut -d' ' -f6 /proc/$$/stat; tty; exec 3</dev/tty && echo opened", workspace)
+    session, *rest = result.stdout.splitlines()
+    assert int(session) != os.getsid(0)
+    assert rest == ["not a tty"]
 
 
 def test_shell_waits_for_a_command_that_closed_its_output(workspace: Path) -> None:
@@ -120,7 +149,7 @@ def test_shell_large_output_keeps_head_and_tail_with_a_count(workspace: Path) ->
     assert cut == result.output_bytes - FAST.head_bytes - FAST.tail_bytes
 
 
-def test_shell_peak_memory_stays_flat_under_a_flood(workspace: Path) -> None:
+def test_shell_peak_memory_stays_flat_under_a_flood(workspace: Path, run_python: Callable[..., str]) -> None:
     # Measured in a fresh interpreter: ru_maxrss only ever grows, so this process's history would hide it.
     probe = (
         "import json, resource, sys\n"
@@ -131,10 +160,7 @@ def test_shell_peak_memory_stays_flat_under_a_flood(workspace: Path) -> None:
         "after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         "print(json.dumps([before, after, a.stopped, b.stopped, len(a.stdout), len(b.stdout)]))\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
-    out = subprocess.run([sys.executable, "-c", probe], cwd=workspace, env=env, capture_output=True, text=True,
-                         timeout=120, check=True)
-    before, after, stopped_a, stopped_b, len_a, len_b = json.loads(out.stdout)
+    before, after, stopped_a, stopped_b, len_a, len_b = json.loads(run_python(probe, workspace))
     assert stopped_a == stopped_b == "printed more than 64 MiB"
     assert len_a < 40_000 and len_b < 40_000
     assert (after - before) / 1024 < 32, f"peak RSS grew by {(after - before) / 1024:.1f} MB"
@@ -169,7 +195,11 @@ def test_shell_cancel_through_the_tool_propagates(
     token = CancelToken()
     threading.Thread(target=lambda: wait_for(lambda: bool(processes_with(marker))) and token.cancel()).start()
     with pytest.raises(CancelledError):
-        run_tool(tool_, {"command": f"sleep {marker}", "timeout": 60}, ToolContext(cancel=token, workspace=workspace))
+        run_tool(
+            tool_,
+            {"command": f"sleep {marker}", "timeout": 60},
+            ToolContext(cancel=token, workspace=workspace),
+        )
     assert processes_with(marker) == []
 
 
@@ -197,7 +227,9 @@ def test_shell_tool_honours_the_run_deadline(
     outcome = run_tool(tool_, {"command": f"sleep {marker}", "timeout": 60}, context)
     assert outcome.is_error and "the run's time budget ran out" in outcome.output
     assert processes_with(marker) == []
-    spent = run_tool(tool_, {"command": "echo hi"}, ToolContext(deadline=time.monotonic() - 1, workspace=workspace))
+    spent = run_tool(
+        tool_, {"command": "echo hi"}, ToolContext(deadline=time.monotonic() - 1, workspace=workspace)
+    )
     assert spent.is_error and "no time is left" in spent.output
 
 
@@ -218,10 +250,12 @@ def test_shell_tool_runs_in_the_workspace(workspace: Path) -> None:
 def test_shell_tool_validates_its_arguments(workspace: Path) -> None:
     tool_ = shell_tool(workspace)
     assert tool_.validate({"command": "ls", "timeout": "abc"})[1] == [
-        'argument \'timeout\' must be a number, got string "abc"'
+        "argument 'timeout' must be a number, got string \"abc\""
     ]
     assert tool_.validate({"command": "ls", "timeout": 0})[1] == ["argument 'timeout' must be > 0, got 0"]
-    assert tool_.validate({"command": ""})[1] == ['argument \'command\' must be at least 1 character(s) long, got ""']
+    assert tool_.validate({"command": ""})[1] == [
+        "argument 'command' must be at least 1 character(s) long, got \"\""
+    ]
     assert tool_.validate({"cmd": "ls"})[1][1].endswith("did you mean 'command'?")
     assert tool_.validate({"command": "ls", "timeout": "5"}) == ({"command": "ls", "timeout": 5}, [])
 
@@ -254,17 +288,28 @@ def test_shell_output_is_scrubbed_of_known_secret_values(
 def test_shell_child_environment_is_an_allowlist() -> None:
     env = child_environment(
         ["EXTRA", "MYLM_API_KEY"],
-        environ={"PATH": "/bin", "HOME": "/h", "EXTRA": "1", "MYLM_API_KEY": "k", "AWS_SECRET_ACCESS_KEY": "s",
-                 "LC_ALL": "C", "SSH_AUTH_SOCK": "/tmp/agent"},
+        environ={
+            "PATH": "/bin",
+            "HOME": "/h",
+            "EXTRA": "1",
+            "MYLM_API_KEY": "k",
+            "AWS_SECRET_ACCESS_KEY": "s",
+            "LC_ALL": "C",
+            "SSH_AUTH_SOCK": "/tmp/agent",
+        },
     )
-    assert {k: env[k] for k in ("PATH", "HOME", "EXTRA", "LC_ALL")} == {"PATH": "/bin", "HOME": "/h", "EXTRA": "1",
-                                                                         "LC_ALL": "C"}
+    assert {k: env[k] for k in ("PATH", "HOME", "EXTRA", "LC_ALL")} == {
+        "PATH": "/bin",
+        "HOME": "/h",
+        "EXTRA": "1",
+        "LC_ALL": "C",
+    }
     assert not {"MYLM_API_KEY", "AWS_SECRET_ACCESS_KEY", "SSH_AUTH_SOCK"} & set(env)
     assert env["GIT_TERMINAL_PROMPT"] == "0" and env["PAGER"] == "cat"
 
 
 def test_shell_subreaper_catches_a_daemon_that_clears_its_environment(
-    workspace: Path, marker: str, processes_with: Callable[[str], list[int]]
+    workspace: Path, marker: str, processes_with: Callable[[str], list[int]], run_python: Callable[..., str]
 ) -> None:
     # `env -i` drops the tag and the double fork leaves the tree; only a subreaper still sees the daemon.
     # Run in a fresh interpreter, because being a subreaper is a property of the whole process.
@@ -273,12 +318,10 @@ def test_shell_subreaper_catches_a_daemon_that_clears_its_environment(
         "from mylm.tools import procs\n"
         "from mylm.tools.shell import run_command, ShellLimits\n"
         "assert procs.become_subreaper()\n"
-        f"r = run_command('(setsid env -i /bin/sleep {marker} > /dev/null 2>&1 &); echo ok', cwd='.', timeout=5,"
-        " limits=ShellLimits(drain_seconds=0.3, kill_grace=0.3))\n"
+        f"command = '(setsid env -i /bin/sleep {marker} > /dev/null 2>&1 &); echo ok'\n"
+        "limits = ShellLimits(drain_seconds=0.3, kill_grace=0.3)\n"
+        "r = run_command(command, cwd='.', timeout=5, limits=limits)\n"
         "print(r.stdout.strip(), r.survivors)\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
-    out = subprocess.run([sys.executable, "-c", probe], cwd=workspace, env=env, capture_output=True, text=True,
-                         timeout=60, check=True)
-    assert out.stdout.split() == ["ok", "0"]
+    assert run_python(probe, workspace).split() == ["ok", "0"]
     assert processes_with(marker) == []
