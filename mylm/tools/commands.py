@@ -401,8 +401,7 @@ def _read_only_argv(argv: list[Word], ctx: _Context, cwd: str) -> str | None:
     if name in ("env", "hostname", "command") and (texts and not (name == "command" and texts[0] == "-v")):
         return f"'{name}' with arguments can run or change something"
     for option in _UNSAFE_OPTIONS.get(name, ()):
-        if any(t == option or t.startswith(option + "=") or (option.startswith("-") and len(option) == 2
-               and t.startswith(option) and not t.startswith("--")) for t in texts):
+        if any(_uses_option(t, option) for t in texts):
             return f"'{name} {option}' writes files, runs programs or changes the system"
     if name == "uniq" and len([t for t in texts if not t.startswith("-")]) > 1:
         return "'uniq IN OUT' writes its output to a file"
@@ -453,9 +452,18 @@ def _git_read_only(texts: list[str]) -> str | None:
     if sub not in _GIT_READ_ONLY:
         return f"'git {sub}' is not on the read-only list"
     for t in rest:
-        if any(t == o or t.startswith(o + "=") for o in _GIT_UNSAFE_OPTIONS):
+        if any(_uses_option(t, o) for o in _GIT_UNSAFE_OPTIONS):
             return f"'git {sub} {t}' can write files or run programs"
     return None
+
+
+def _uses_option(text: str, option: str) -> bool:
+    """Whether the word `text` gives `option`: exactly, as `--opt=value`, or (for a one-letter option) inside
+    a cluster of short options such as `-uo` (when unsure, say yes: the price is one question)."""
+    if text == option or text.startswith(option + "="):
+        return True
+    short = len(option) == 2 and option[0] == "-" and option[1] != "-"
+    return short and text.startswith("-") and not text.startswith("--") and option[1] in text[1:]
 
 
 def _argument_problem(word: Word, name: str, ctx: _Context, cwd: str) -> str | None:

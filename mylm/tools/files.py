@@ -13,6 +13,7 @@ from typing import Any, Callable
 from ..errors import ToolError
 from .base import Tool, tool
 from .paths import Workspace, check_regular
+from .sensitive import redact
 
 #: Bytes one read_file call returns at most; the rest is paged with offset/limit.
 MAX_READ_BYTES = 256 * 1024
@@ -123,7 +124,8 @@ def _page(path: str, data: bytes, start: int, offset: int, limit: int, size: int
     header = f"[{path}: lines {offset}-{last}{of}]"
     if more:
         notes.append(f"[more lines follow; call read_file with offset={last + 1} to continue]")
-    text = b"\n".join(lines).decode("utf-8", errors="replace")
+    # Known secret values (mylm's own key, tokens in the environment) never reach the model, even from a file.
+    text = redact(b"\n".join(lines).decode("utf-8", errors="replace"))
     return "\n".join([header, text, *notes])
 
 

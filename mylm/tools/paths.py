@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import os
 import posixpath
 import stat
+import sys
 from pathlib import Path
 from typing import Literal
 
@@ -34,13 +36,19 @@ class _OpenHow(ctypes.Structure):
 _openat2_works: bool | None = None
 
 
+@functools.lru_cache(maxsize=1)
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return libc
+
+
 def _openat2(dir_fd: int, path: str, flags: int, mode: int) -> int:
     """openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS); raises OSError, or NotImplementedError without it."""
     global _openat2_works
-    if _openat2_works is False:
-        raise NotImplementedError
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
+    if _openat2_works is False or not sys.platform.startswith("linux"):
+        raise NotImplementedError  # the syscall number means something else on other systems
+    libc = _libc()
     how = _OpenHow(flags | _CLOEXEC, mode if flags & os.O_CREAT else 0,
                    _RESOLVE_BENEATH | _RESOLVE_NO_MAGICLINKS)
     fd = libc.syscall(

@@ -223,6 +223,12 @@ def test_files_binary_and_huge_sparse_files_are_described(workspace: Path) -> No
     assert text.startswith("[sparse.log: lines 1-") and len(text) < MAX_READ_BYTES + 300
 
 
+def test_files_read_scrubs_known_secret_values(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MYLM_API_KEY", "sk-test-CANARY-0123456789abcdef")
+    (workspace / "config.py").write_text('KEY = "sk-test-CANARY-0123456789abcdef"\n')
+    assert read_text(Workspace(workspace), "config.py").endswith('KEY = "[REDACTED]"')
+
+
 def test_files_special_files_are_refused(workspace: Path) -> None:
     os.mkfifo(workspace / "fifo")  # opening it for reading must not wait for a writer
     ws = Workspace(workspace)

@@ -99,6 +99,9 @@ ASK = [
     "grep -r --include=*.py x",
     "printenv HOME | tee log.txt",
     "awk '{print}' README.md",
+    "sort -uo out.txt README.md",
+    "git grep -Ovim TODO",
+    "rg -uz TODO src",
 ]
 DANGEROUS = [
     "rm -rf build",
