@@ -16,7 +16,8 @@ from typing import Any, Callable, Literal, Mapping
 from ..errors import ConfigError, ToolError
 from ..types import Permission, ToolCall
 from .base import Tool
-from .commands import INVISIBLE, classify, is_protected_path
+from .commands import INVISIBLE, classify
+from .danger import is_protected_path
 from .paths import Workspace
 from .sensitive import is_secret_path
 
