@@ -92,7 +92,8 @@ class _Server:
         self.errlog = errlog
         self.session: Any = None
         self.tools: list[Any] = []
-        self.stop: asyncio.Event | None = None
+        # Bound to the loop on first use (Python 3.10+), so it can be made here, on the caller's thread.
+        self.stop = asyncio.Event()
         self.failure: str = ""
 
     def stderr_tail(self) -> str:
@@ -168,7 +169,6 @@ class McpServers:
         from mcp.client.stdio import stdio_client
 
         config = server.config
-        server.stop = asyncio.Event()
         params = StdioServerParameters(
             command=config.command, args=list(config.args), env=dict(config.env) or None, cwd=config.cwd
         )
@@ -181,13 +181,14 @@ class McpServers:
                 server.session = session
                 ready.set_result(None)
                 await server.stop.wait()
-        except BaseException as error:  # noqa: BLE001 - reported to whoever waits, then the task ends
+        except Exception as error:  # noqa: BLE001 - reported to whoever waits, then the task ends
+            server.failure = _message(error)
             if not ready.done():
-                ready.set_exception(error if isinstance(error, Exception) else RuntimeError(repr(error)))
-            server.failure = _message(error) if isinstance(error, Exception) else "stopped"
-            server.session = None
+                ready.set_exception(error)
         finally:
             server.session = None
+            if not ready.done():
+                ready.set_exception(RuntimeError("the server was stopped while starting"))
 
     def _wrap(self, server: _Server, spec: Any) -> Tool:
         config = server.config
@@ -237,7 +238,7 @@ class McpServers:
         return text
 
     def _stop(self, server: _Server) -> None:
-        if self._loop is not None and server.stop is not None:
+        if self._loop is not None:
             self._loop.call_soon_threadsafe(server.stop.set)
 
     def close(self) -> None:
