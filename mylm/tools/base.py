@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import inspect
-import typing
 import json
 import time
-from dataclasses import dataclass, field
+import typing
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, TypeVar, overload
 
 from ..cancel import CancelToken, remaining
-from .schema import parse_docstring, schema_from_signature, validate
+from .schema import parse_docstring, schema_from_signature
+from .validation import validate
 
 #: How much a tool can change: `read` tools run without asking, `write` and `execute` ask first in the CLI.
 Risk = Literal["read", "write", "execute"]
@@ -43,7 +44,7 @@ class TaskComplete(Exception):
 
 @dataclass(frozen=True)
 class Tool:
-    """A tool the model can call: its name, description, JSON Schema parameters and the function that runs it."""
+    """A tool the model can call: name, description, JSON Schema parameters and the function that runs it."""
 
     name: str
     description: str
@@ -57,6 +58,15 @@ class Tool:
         """Check arguments against the schema; return them (with unambiguous coercions) and the problems."""
         value, problems = validate(self.parameters, dict(arguments))
         return (value if isinstance(value, dict) else dict(arguments)), problems
+
+    def refine(self, **properties: Mapping[str, Any]) -> Tool:
+        """A copy whose named parameter schemas are extended, e.g. `refine(offset={"minimum": 1})`."""
+        schema = dict(self.parameters)
+        merged = dict(schema.get("properties", {}))
+        for name, extra in properties.items():
+            merged[name] = {**merged.get(name, {}), **extra}
+        schema["properties"] = merged
+        return replace(self, parameters=schema)
 
     def invoke(self, arguments: Mapping[str, Any], context: ToolContext | None = None) -> str:
         """Run the tool with already-validated arguments and return its output as text."""
@@ -87,7 +97,8 @@ def _context_param(function: Callable[..., Any]) -> str | None:
         hints = {}
     for name in inspect.signature(function).parameters:
         hint = hints.get(name)
-        if hint is ToolContext or ToolContext in typing.get_args(hint) or (name == "context" and hint is None):
+        takes_context = hint is ToolContext or ToolContext in typing.get_args(hint)
+        if takes_context or (name == "context" and hint is None):
             return name
     return None
 

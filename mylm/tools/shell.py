@@ -1,150 +1,311 @@
-"""The builtin `execute_command` tool: a shell command in its own process group, bounded in time and output."""
+"""The builtin `execute_command` tool: a command in its own session, bounded in time, output and lifetime."""
 
 from __future__ import annotations
 
 import os
+import secrets
 import selectors
-import signal
 import subprocess
 import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Mapping, Sequence
 
-from ..errors import ToolError
+from ..cancel import CancelToken
+from ..errors import CancelledError, ToolError
+from . import procs
 from .base import Tool, ToolContext, tool
+from .sensitive import redact
 
 DEFAULT_TIMEOUT = 30.0
-MAX_TIMEOUT = 120.0
-#: Bytes kept from the start and from the end of the output; the middle is elided.
-HEAD_BYTES = 16 * 1024
-TAIL_BYTES = 16 * 1024
-#: Past this many bytes of output the command is killed: nothing useful reads that much.
-STREAM_CAP = 64 * 1024 * 1024
-#: After the shell exits, how long to wait for a background child still holding the output pipe.
-DRAIN_SECONDS = 2.0
-KILL_GRACE = 2.0
 
-_ENV_ALLOWLIST = ("PATH", "HOME", "LANG", "LANGUAGE", "TERM", "USER", "LOGNAME", "SHELL", "TMPDIR", "TZ", "PWD")
+#: Variables a command may see. Everything else (API keys, tokens, cloud credentials) stays in mylm.
+ENV_ALLOWLIST = ("PATH", "HOME", "LANG", "LANGUAGE", "USER", "LOGNAME", "SHELL", "TMPDIR", "TZ")
+#: Set for every command: output goes to a model, not a terminal, and nothing may wait for a keyboard.
+_FIXED_ENV = {"TERM": "dumb", "PAGER": "cat", "GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0", "NO_COLOR": "1"}
+_READ_SIZE = 65536
 
 
-def child_environment() -> dict[str, str]:
-    """The environment a command sees: an allowlist, so API keys and tokens never reach it."""
-    env = {k: v for k, v in os.environ.items() if k in _ENV_ALLOWLIST or k.startswith("LC_")}
-    env.setdefault("PATH", os.defpath)
-    return env
+@dataclass(frozen=True)
+class ShellLimits:
+    """How far one command may go; the defaults follow SECURITY_DEFAULTS.md."""
+
+    #: Bytes kept from the start and from the end of stdout; the middle is elided with a count.
+    head_bytes: int = 16 * 1024
+    tail_bytes: int = 16 * 1024
+    #: The same for stderr, which matters less once the exit code is known.
+    stderr_bytes: int = 4 * 1024
+    #: Past this many bytes of output (both streams) the command is killed: nothing useful prints that much.
+    stream_cap: int = 64 * 1024 * 1024
+    #: After the shell exits, how long a background process may keep the output pipe open.
+    drain_seconds: float = 2.0
+    #: Between SIGTERM and SIGKILL.
+    kill_grace: float = 2.0
+    max_timeout: float = 120.0
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What one command did: its exit code (None if mylm stopped it), its output, and why it was stopped."""
+
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    #: Empty when the command ended by itself; otherwise why mylm ended it ("timed out after 5 s", ...).
+    stopped: str
+    #: Set when a background process still held the output pipe after the command exited.
+    lingering: bool
+    duration: float
+    output_bytes: int
+    #: Processes that survived even SIGKILL (0 unless something is stuck in the kernel).
+    survivors: int = 0
 
 
 class _Capture:
     """Keeps the head and tail of a byte stream in bounded memory, counting what it drops."""
 
-    def __init__(self) -> None:
+    def __init__(self, head: int, tail: int) -> None:
+        self._head_room = head
+        self._tail_room = tail
         self.head = bytearray()
         self.tail = bytearray()
         self.total = 0
 
     def add(self, data: bytes) -> None:
         self.total += len(data)
-        room = HEAD_BYTES - len(self.head)
+        room = self._head_room - len(self.head)
         if room > 0:
             self.head += data[:room]
             data = data[room:]
-        if data:
-            self.tail += data
-            if len(self.tail) > TAIL_BYTES:
-                del self.tail[: len(self.tail) - TAIL_BYTES]
+        if data and self._tail_room:
+            self.tail += data[-self._tail_room :]
+            if len(self.tail) > self._tail_room:
+                del self.tail[: len(self.tail) - self._tail_room]
 
     def text(self) -> str:
-        kept = len(self.head) + len(self.tail)
         head = self.head.decode("utf-8", errors="replace")
         tail = self.tail.decode("utf-8", errors="replace")
-        if kept >= self.total:
+        cut = self.total - len(self.head) - len(self.tail)
+        if cut <= 0:
             return head + tail
-        cut = self.total - kept
-        return f"{head}\n[... {cut:,} bytes of output cut; narrow the command (grep, head, tail) to see them ...]\n{tail}"
+        note = f"[... {cut:,} bytes cut from the middle; narrow the command (grep, head, tail) ...]"
+        return f"{head}\n{note}\n{tail}"
 
 
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
+def child_environment(
+    passthrough: Sequence[str] = (), *, tag: str = "", environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The environment a command sees: an allowlist plus names the user opted in, never mylm's own."""
+    env = os.environ if environ is None else environ
+    wanted = set(ENV_ALLOWLIST) | {n for n in passthrough if not n.upper().startswith("MYLM_")}
+    child = {k: v for k, v in env.items() if k in wanted or k.startswith("LC_")}
+    child.setdefault("PATH", os.defpath)
+    child.update(_FIXED_ENV)
+    if tag:
+        child[procs.TAG_VARIABLE] = tag
+    return child
+
+
+def _shell() -> list[str]:
+    # Models write bash (arrays, [[ ]], brace expansion); fall back to POSIX sh where there is no bash.
+    return ["/bin/bash", "-c"] if os.path.exists("/bin/bash") else ["/bin/sh", "-c"]
+
+
+def _exited(process: subprocess.Popen[bytes]) -> bool:
+    """Whether the shell has exited, without reaping it: its pid stays reserved until the sweep is done."""
+    if not hasattr(os, "waitid"):
+        return process.poll() is not None
     try:
-        os.killpg(process.pid, signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
-        return
-    try:
-        process.wait(timeout=KILL_GRACE)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+        return os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
 
 
-def run_command(command: str, *, timeout: float, cwd: str | None = None) -> tuple[int | None, str, str]:
-    """Run `command` with `sh -c`; return (exit code or None if killed, reason it was killed, output)."""
+def run_command(
+    command: str,
+    *,
+    cwd: str | os.PathLike[str],
+    timeout: float,
+    limits: ShellLimits = ShellLimits(),
+    env: Mapping[str, str] | None = None,
+    cancel: CancelToken | None = None,
+) -> CommandResult:
+    """Run `command` in a new session with stdin from /dev/null; no process it starts outlives this call.
+
+    Raises `CancelledError` (after the cleanup) if `cancel` fires while the command runs.
+    """
+    tag = secrets.token_hex(12)
+    child_env = dict(env if env is not None else child_environment())
+    child_env[procs.TAG_VARIABLE] = tag
+    started = time.monotonic()
     process = subprocess.Popen(
-        ["/bin/sh", "-c", command],
+        [*_shell(), command],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # own process group and session: no controlling terminal, no Ctrl-C from ours
         cwd=cwd,
-        env=child_environment(),
+        env=child_env,
     )
-    capture = _Capture()
-    killed = ""
-    started = time.monotonic()
-    assert process.stdout is not None
-    fd = process.stdout.fileno()
-    os.set_blocking(fd, False)
+    assert process.stdout is not None and process.stderr is not None
+    target = procs.Command(tag, group=process.pid, root=process.pid, since=procs.start_time(process.pid))
+    out = _Capture(limits.head_bytes, limits.tail_bytes)
+    err = _Capture(limits.stderr_bytes, limits.stderr_bytes)
+    streams = {process.stdout.fileno(): out, process.stderr.fileno(): err}
+    wake_r, wake_w = os.pipe()
+    cancelled: list[bool] = []
+
+    def on_cancel() -> None:  # runs on the canceller's thread: stop the command now, then wake the loop
+        cancelled.append(True)
+        procs.stop_all(target, grace=0)
+        try:
+            os.write(wake_w, b"x")
+        except OSError:
+            pass
+
+    unregister = cancel.on_cancel(on_cancel) if cancel is not None else (lambda: None)
     selector = selectors.DefaultSelector()
-    selector.register(fd, selectors.EVENT_READ)
-    exited_at: float | None = None
+    pidfd = _open_pidfd(process.pid)
+    stopped, lingering, graceful = "", False, True
     try:
-        while True:
+        for fd in streams:
+            os.set_blocking(fd, False)
+            selector.register(fd, selectors.EVENT_READ)
+        selector.register(wake_r, selectors.EVENT_READ)
+        if pidfd is not None:
+            selector.register(pidfd, selectors.EVENT_READ)
+        deadline = started + timeout
+        exited_at: float | None = None
+        while not cancelled:
             now = time.monotonic()
-            if process.poll() is not None and exited_at is None:
+            if exited_at is None and _exited(process):
                 exited_at = now
-            if exited_at is not None and now - exited_at > DRAIN_SECONDS:
-                break  # a background child still holds the pipe; do not wait for it
-            if exited_at is None and now - started > timeout:
-                killed = f"timed out after {timeout:g} s"
+                if pidfd is not None:
+                    selector.unregister(pidfd)
+            if exited_at is not None and not streams:
                 break
-            if not selector.select(timeout=0.05):
-                continue
-            try:
-                data = os.read(fd, 65536)
-            except BlockingIOError:
-                continue
-            if not data:
+            if exited_at is None and now >= deadline:
+                stopped = f"timed out after {timeout:.3g} s"
                 break
-            capture.add(data)
-            if capture.total > STREAM_CAP:
-                killed = f"produced more than {STREAM_CAP // (1024 * 1024)} MiB of output"
+            if exited_at is not None and now >= exited_at + limits.drain_seconds:
+                lingering = True  # a background process holds the pipe; do not wait for it
                 break
+            until = deadline if exited_at is None else exited_at + limits.drain_seconds
+            # Without a pidfd, poll for the shell's exit a few times a second.
+            wait = min(until - now, 0.1 if pidfd is None else until - now)
+            for key, _ in selector.select(timeout=max(wait, 0.0)):
+                fd = int(key.fd)
+                if fd not in streams:
+                    continue
+                try:
+                    data = os.read(fd, _READ_SIZE)
+                except BlockingIOError:
+                    continue
+                if not data:
+                    selector.unregister(fd)
+                    del streams[fd]
+                    continue
+                streams[fd].add(data)
+                if out.total + err.total > limits.stream_cap:
+                    stopped = f"printed more than {limits.stream_cap / 2**20:g} MiB"
+                    break
+            if stopped:
+                break
+    except BaseException:
+        graceful = False  # Ctrl-C or a crash in mylm: kill at once, then let the exception go on
+        raise
     finally:
-        selector.close()
-        # Whatever happened, nothing the command started may outlive the call.
-        _kill_group(process)
-        process.stdout.close()
+        unregister()
+        survivors = procs.stop_all(target, grace=limits.kill_grace if graceful else 0)
         process.wait()
-    code = None if killed else process.returncode
-    return code, killed, capture.text()
+        selector.close()
+        for fd in (wake_r, wake_w, *([pidfd] if pidfd is not None else [])):
+            os.close(fd)
+        process.stdout.close()
+        process.stderr.close()
+    if cancelled:
+        raise CancelledError("cancelled while the command was running; it was stopped")
+    return CommandResult(
+        exit_code=None if stopped else process.returncode,
+        stdout=out.text(),
+        stderr=err.text(),
+        stopped=stopped,
+        lingering=lingering,
+        duration=time.monotonic() - started,
+        output_bytes=out.total + err.total,
+        survivors=survivors,
+    )
 
 
-@tool(risk="execute")
-def execute_command(command: str, timeout: float = DEFAULT_TIMEOUT, context: ToolContext | None = None) -> str:
-    """Run a shell command in the workspace and return its exit code and output (stdout and stderr together).
-
-    Args:
-        command: The shell command to run, e.g. `ls -la`.
-        timeout: Seconds before the command is killed (at most 120).
-    """
-    ctx = context or ToolContext()
-    limit = ctx.time_left(min(max(float(timeout), 0.1), MAX_TIMEOUT))
-    if limit <= 0:
-        raise ToolError("no time is left in this run to execute a command")
-    code, killed, output = run_command(command, timeout=limit, cwd=str(ctx.workspace))
-    status = f"killed: {killed}" if killed else f"exit code {code}"
-    return f"[{status}]\n{output}" if output else f"[{status}]\n(no output)"
+def _open_pidfd(pid: int) -> int | None:
+    """A descriptor that becomes readable when `pid` exits (Linux 5.3+): exit is seen without polling."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
 
 
-def builtin_shell_tool() -> Tool:
-    """Return the `execute_command` tool."""
-    return execute_command
+def format_result(result: CommandResult) -> str:
+    """The observation text for a command: its status line, then stdout and stderr when they are not empty."""
+    if result.stopped:
+        status = f"[stopped: {result.stopped}; the command and its children were killed]"
+    elif result.exit_code is not None and result.exit_code < 0:
+        status = f"[killed by signal {-result.exit_code}]"
+    else:
+        status = f"[exit code {result.exit_code}]"
+    parts = [status]
+    if result.lingering:
+        parts.append("[a background process kept the output open after the command exited; it was stopped]")
+    if result.survivors:
+        parts.append(f"[warning: {result.survivors} process(es) could not be killed]")
+    if result.stdout:
+        parts.append(result.stdout if not result.stderr else f"--- stdout ---\n{result.stdout}")
+    if result.stderr:
+        parts.append(f"--- stderr ---\n{result.stderr}")
+    if not result.stdout and not result.stderr:
+        parts.append("(no output)")
+    return redact("\n".join(parts))
+
+
+def shell_tool(
+    workspace: Path,
+    *,
+    default_timeout: float = DEFAULT_TIMEOUT,
+    limits: ShellLimits = ShellLimits(),
+    env_passthrough: Sequence[str] = (),
+) -> Tool:
+    """Return the `execute_command` tool, running commands in `workspace`."""
+    default = min(default_timeout, limits.max_timeout)
+
+    def execute_command(command: str, timeout: float = default, context: ToolContext | None = None) -> str:
+        """Run a shell command (bash) in the workspace and return its exit code, stdout and stderr.
+
+        Stdin is empty, so interactive prompts fail at once; background processes are stopped when the
+        command returns.
+
+        Args:
+            command: The shell command to run, e.g. `ls -la src`.
+            timeout: Seconds before the command is killed (at most 120).
+        """
+        ctx = context or ToolContext(workspace=workspace)
+        limit = ctx.time_left(min(max(float(timeout), 0.1), limits.max_timeout))
+        if limit <= 0:
+            raise ToolError("no time is left in this run to execute a command")
+        result = run_command(
+            command,
+            cwd=workspace,
+            timeout=limit,
+            limits=limits,
+            env=child_environment(env_passthrough),
+            cancel=ctx.cancel,
+        )
+        if result.stopped.startswith("timed out") and limit < min(float(timeout), limits.max_timeout):
+            result = replace(result, stopped=f"the run's time budget ran out after {limit:.3g} s")
+        text = format_result(result)
+        if result.stopped:
+            raise ToolError(text)
+        return text
+
+    # No "maximum": a longer timeout is clamped rather than rejected, which would cost the model a turn.
+    built = tool(risk="execute")(execute_command)
+    return built.refine(command={"minLength": 1}, timeout={"exclusiveMinimum": 0})

@@ -1,0 +1,262 @@
+"""The approval policy: allow each tool call, ask the user, or refuse it, and say exactly what it does.
+
+`decide` is pure policy (it only looks at the workspace to expand globs and find secrets a search would read).
+`Approver` adds the one piece of state a run has, the tools the user approved "always", and turns a decision
+into the `Permission` the agent's hook returns, asking through a prompt function the CLI supplies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal, Mapping
+
+from ..errors import ConfigError, ToolError
+from ..types import Permission, ToolCall
+from .base import Tool
+from .commands import INVISIBLE, classify
+from .danger import is_protected_path
+from .paths import Workspace
+from .sensitive import is_secret_path
+
+Action = Literal["allow", "ask", "deny"]
+#: The builtin tools whose `path` argument the policy inspects.
+PATH_TOOLS = frozenset({"read_file", "write_file", "edit_file", "list_dir"})
+SHELL_TOOL = "execute_command"
+_PREVIEW_LINES = 40
+
+
+@dataclass(frozen=True)
+class ApprovalPolicy:
+    """What runs without asking. Built from flags and the user's config, never from the workspace."""
+
+    workspace: Path
+    #: `--yes`: approve every call (the user's deny rules and workspace confinement still hold).
+    yes: bool = False
+    #: Auto-approve writes inside the workspace; protected paths and secrets still ask.
+    approve_edits: bool = False
+    #: Auto-approve commands; dangerous ones still ask.
+    approve_commands: bool = False
+    #: Argv prefixes the user trusts (e.g. `"pytest"`, `"npm test"`), allowed like read-only commands.
+    allow_commands: tuple[str, ...] = ()
+    #: Argv prefixes always refused, even with `--yes` (e.g. `"git push"`).
+    deny_commands: tuple[str, ...] = ()
+    #: Tools that run without asking (e.g. `"remember"`, an MCP tool known to be read-only).
+    allow_tools: frozenset[str] = frozenset()
+    #: mylm's config directory: writes to it always ask.
+    config_dir: Path | None = None
+
+    @classmethod
+    def from_config(
+        cls, section: Mapping[str, Any], *, workspace: Path, yes: bool = False, config_dir: Path | None = None
+    ) -> ApprovalPolicy:
+        """Build from the `[tools.approval]` table; a malformed one is a `ConfigError`, never "allow all"."""
+        known = {"approve_edits", "approve_commands", "allow_commands", "deny_commands", "allow_tools"}
+        unknown = sorted(set(section) - known)
+        if unknown:
+            listed = ", ".join(sorted(known))
+            raise ConfigError(f"[tools.approval] has unknown key(s) {', '.join(unknown)}; known: {listed}")
+        for key in ("approve_edits", "approve_commands"):
+            if not isinstance(section.get(key, False), bool):
+                raise ConfigError(f"[tools.approval] {key} must be true or false")
+        lists = {}
+        for key in ("allow_commands", "deny_commands", "allow_tools"):
+            value = section.get(key, [])
+            if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+                raise ConfigError(f"[tools.approval] {key} must be a list of non-empty strings")
+            lists[key] = tuple(value)
+        return cls(
+            workspace=workspace,
+            yes=yes,
+            approve_edits=bool(section.get("approve_edits", False)),
+            approve_commands=bool(section.get("approve_commands", False)),
+            allow_commands=lists["allow_commands"],
+            deny_commands=lists["deny_commands"],
+            allow_tools=frozenset(lists["allow_tools"]),
+            config_dir=config_dir,
+        )
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The policy's answer for one call, with what to show the user if it asks."""
+
+    action: Action
+    #: Why: shown at the prompt, and sent to the model when the call is refused.
+    reason: str
+    #: One line saying exactly what the call will do, e.g. "run `ls -la` in /home/u/proj".
+    summary: str
+    #: The full command, the content to write or the edit, with control characters made visible.
+    details: str = ""
+    #: Whether an "always for this tool" answer may cover this call (not for dangerous or protected ones).
+    rememberable: bool = True
+
+
+def decide(
+    call: ToolCall, tool: Tool, policy: ApprovalPolicy, *, always: frozenset[str] = frozenset()
+) -> Decision:
+    """Decide one call: `allow`, `ask` or `deny`. `always` holds the tools approved "always" in this run."""
+    summary, details = describe_call(call, tool, policy.workspace)
+
+    def make(action: Action, reason: str, rememberable: bool = True) -> Decision:
+        return Decision(action, reason, summary, details, rememberable)
+
+    trusted = policy.yes or tool.name in always or tool.name in policy.allow_tools
+    if tool.name == SHELL_TOOL:
+        verdict = classify(
+            str(call.arguments.get("command", "")), workspace=policy.workspace, config_dir=policy.config_dir,
+            allow=policy.allow_commands, deny=policy.deny_commands,
+        )
+        if verdict.level == "forbidden":
+            return make("deny", verdict.reason)
+        if policy.yes:
+            return make("allow", "--yes approves every call")
+        if verdict.level == "dangerous":
+            return make("ask", verdict.reason, rememberable=False)
+        if verdict.level == "safe":
+            return make("allow", verdict.reason)
+        if trusted or policy.approve_commands:
+            return make("allow", "commands are approved for this run")
+        return make("ask", verdict.reason)
+    if tool.name in PATH_TOOLS:
+        return _decide_path(call, tool, policy, trusted, make)
+    if trusted:
+        return make("allow", "the user approved this tool")
+    if tool.risk == "read":
+        return make("allow", "a read-only tool")
+    can = "change files or state" if tool.risk == "write" else "run programs"
+    return make("ask", f"{tool.name} can {can}")
+
+
+def _decide_path(
+    call: ToolCall, tool: Tool, policy: ApprovalPolicy, trusted: bool, make: Callable[..., Decision]
+) -> Decision:
+    path = str(call.arguments.get("path", "."))
+    try:
+        rel = Workspace(policy.workspace).relative(path)
+    except ToolError as error:
+        return make("deny", str(error))
+    absolute = os.path.join(str(policy.workspace), rel)
+    if policy.yes:
+        return make("allow", "--yes approves every call")
+    secret = is_secret_path(rel)
+    if tool.risk == "read":
+        if secret:
+            return make("ask", f"{rel} looks like a secret (keys, tokens, passwords)", rememberable=False)
+        return make("allow", "a read inside the workspace")
+    if any(is_protected_path(p, config_dir=policy.config_dir) for p in (rel, absolute)):
+        return make("ask", f"{rel} is protected (.git/, shell startup files and mylm's config always ask)",
+                    rememberable=False)
+    if secret:
+        return make("ask", f"{rel} looks like a secret (keys, tokens, passwords)", rememberable=False)
+    if trusted or policy.approve_edits:
+        return make("allow", "edits are approved for this run")
+    return make("ask", f"{tool.name} changes {rel}")
+
+
+# ------------------------------------------------------------------------------------------ the display
+
+
+def visible(text: str) -> str:
+    """Make control, bidi and invisible characters visible (`\\x0d`, `<U+202E>`) so a prompt cannot lie."""
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if ch in "\n\t":
+            out.append(ch)
+        elif code < 0x20 or 0x7F <= code <= 0x9F:
+            out.append(f"\\x{code:02x}")
+        elif code in INVISIBLE:
+            out.append(f"<U+{code:04X}>")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def describe_call(call: ToolCall, tool: Tool, workspace: Path) -> tuple[str, str]:
+    """A one-line summary and the full details of exactly what `call` will do."""
+    args = call.arguments
+    if tool.name == SHELL_TOOL:
+        command = visible(str(args.get("command", "")))
+        first = command.splitlines()[0] if command else ""
+        more = " …" if "\n" in command else ""
+        timeout = args.get("timeout")
+        limit = f" (timeout {timeout} s)" if timeout is not None else ""
+        return f"run `{first}{more}` in {workspace}{limit}", command
+    if tool.name in PATH_TOOLS:
+        path = visible(str(args.get("path", ".")))
+        if tool.name == "write_file":
+            content = str(args.get("content", ""))
+            exists = os.path.lexists(os.path.join(workspace, str(args.get("path", ""))))
+            size = len(content.encode("utf-8", "surrogatepass"))
+            what = "replace" if exists else "create"
+            lines = content.count("\n") + 1
+            return f"{what} {path} with {size:,} bytes ({lines} lines)", _preview(content)
+        if tool.name == "edit_file":
+            old, new = str(args.get("old", "")), str(args.get("new", ""))
+            diff = "\n".join([*("- " + s for s in old.splitlines()), *("+ " + s for s in new.splitlines())])
+            counts = old.count("\n") + 1, new.count("\n") + 1
+            return f"edit {path}: replace {counts[0]} line(s) with {counts[1]}", visible(diff)
+        return (f"read {path}" if tool.name == "read_file" else f"list {path}"), ""
+    text = json.dumps(dict(args), ensure_ascii=False, default=str)
+    return visible(f"{tool.name} {text if len(text) <= 200 else text[:197] + '...'}"), visible(
+        json.dumps(dict(args), ensure_ascii=False, indent=2, default=str)
+    )
+
+
+def _preview(content: str) -> str:
+    lines = content.splitlines()
+    shown = "\n".join(lines[:_PREVIEW_LINES])
+    if len(lines) > _PREVIEW_LINES:
+        shown += f"\n… ({len(lines) - _PREVIEW_LINES} more lines)"
+    return visible(shown)
+
+
+# ------------------------------------------------------------------------------------------ the approver
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the user said at the prompt: yes, no (with an optional reason for the model), or always."""
+
+    choice: Literal["yes", "no", "always"]
+    reason: str = ""
+
+
+#: Shows a decision to the user and returns their answer; the CLI's version reads from the terminal.
+Prompt = Callable[[ToolCall, Decision], Answer]
+
+NO_TERMINAL = (
+    "this call needs the user's approval ({reason}), and no one can be asked in this session (no terminal; "
+    "the user can rerun with --yes). Do not retry it; use a read-only approach or answer with what you have."
+)
+
+
+@dataclass
+class Approver:
+    """The agent's permission hook: `decide`, then ask through `prompt` (None: nobody to ask, so refuse)."""
+
+    policy: ApprovalPolicy
+    prompt: Prompt | None = None
+    #: Tools the user approved "always" during this run.
+    always: set[str] = field(default_factory=set)
+
+    def __call__(self, call: ToolCall, tool: Tool) -> Permission:
+        decision = decide(call, tool, self.policy, always=frozenset(self.always))
+        if decision.action == "allow":
+            return Permission.allow()
+        if decision.action == "deny":
+            return Permission.deny(f"refused by the approval policy: {decision.reason}")
+        if self.prompt is None:
+            return Permission.deny(NO_TERMINAL.format(reason=decision.reason))
+        answer = self.prompt(call, decision)
+        if answer.choice == "always":
+            if decision.rememberable:
+                self.always.add(tool.name)
+            return Permission.allow()
+        if answer.choice == "yes":
+            return Permission.allow()
+        reason = answer.reason.strip()
+        return Permission.deny("the user declined this call" + (f": {reason}" if reason else ""))

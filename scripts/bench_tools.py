@@ -1,0 +1,257 @@
+"""Measure the tool defences with real processes and files: latency, survivors, flood memory, escapes.
+
+    python scripts/bench_tools.py
+
+Prints the figures published in the README (docs/tools.md). Takes about half a minute on 2 cores.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from functools import partial
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from mylm.cancel import CancelToken
+from mylm.errors import CancelledError, ToolError
+from mylm.tools.files import edit_text, read_text, write_text
+from mylm.tools.paths import Workspace
+from mylm.tools.shell import ShellLimits, run_command
+
+CANARY = "OUTSIDE-CANARY"
+
+
+def marker() -> str:
+    return f"{secrets.randbelow(9 * 10**5) + 10**5}.{secrets.randbelow(9 * 10**5) + 10**5}"
+
+
+def survivors(mark: str) -> int:
+    count = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X"):
+                    continue
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                count += mark.encode() in f.read()
+        except (OSError, IndexError):
+            continue
+    return count
+
+
+def timed(command: str, timeout: float, cwd: str) -> float:
+    started = time.monotonic()
+    run_command(command, cwd=cwd, timeout=timeout)
+    return time.monotonic() - started
+
+
+def bench_latency(cwd: str) -> None:
+    runs = [timed(f"sleep {marker()}", 1.0, cwd) for _ in range(5)]
+    print(
+        f"timeout-to-return, `sleep` with a 1 s timeout (5 runs): median {statistics.median(runs):.3f} s, "
+        f"max {max(runs):.3f} s"
+    )
+    drain = timed(f"setsid sleep {marker()} & echo started", 10.0, cwd)
+    print(f"setsid grandchild holding stdout (exits at once, 2 s drain): returned in {drain:.3f} s")
+    stubborn = timed(f"trap '' TERM; sleep {marker()}", 1.0, cwd)
+    print(f"SIGTERM ignored, 1 s timeout (2 s grace, then SIGKILL): returned in {stubborn:.3f} s")
+
+
+def bench_survivors(cwd: str) -> None:
+    fast = ShellLimits(drain_seconds=0.5, kill_grace=0.5)
+    scenarios = {
+        "sleeper": ("sleep {m}", 0.5),
+        "background child": ("sleep {m} > /dev/null 2>&1 & echo bg", 5),
+        "setsid grandchild holding stdout": ("setsid sleep {m} & echo started", 5),
+        "setsid grandchild, output redirected": ("setsid sleep {m} > /dev/null 2>&1 &", 5),
+        "double fork": ("(setsid sleep {m} > /dev/null 2>&1 &); echo forked", 5),
+        "nohup": ("nohup sleep {m} > /dev/null 2>&1 &", 5),
+        "five background jobs": ("for i in 1 2 3 4 5; do sleep {m} & done; wait", 0.5),
+        "SIGTERM ignored": ("trap '' TERM; sleep {m}", 0.5),
+        "flood (1 GiB)": ("yes {m} | head -c 1073741824", 30),
+        "waiting on stdin": ("read x; cat; sleep {m}", 0.5),
+    }
+    total = 0
+    for command, timeout in scenarios.values():
+        mark = marker()
+        run_command(command.format(m=mark), cwd=cwd, timeout=timeout, limits=fast)
+        total += survivors(mark)
+    mark = marker()
+    token = CancelToken()
+    threading.Timer(0.3, token.cancel).start()
+    try:
+        run_command(f"sleep {mark} & sleep {mark}", cwd=cwd, timeout=30, limits=fast, cancel=token)
+    except CancelledError:
+        pass
+    total += survivors(mark)
+    print(f"survivors after {len(scenarios) + 1} scenarios (incl. cancel mid-command): {total}")
+
+
+_FLOOD_PROBE = """
+import json, resource, sys, time
+sys.path.insert(0, sys.argv[1])
+from mylm.tools.shell import ShellLimits, run_command
+command, cap = sys.argv[2], int(sys.argv[3])
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+started = time.monotonic()
+result = run_command(command, cwd=".", timeout=120, limits=ShellLimits(stream_cap=cap))
+spent = time.monotonic() - started
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps([before, after, result.output_bytes, len(result.stdout), spent, result.stopped]))
+"""
+
+
+def bench_flood(cwd: str) -> None:
+    cases = [
+        ("1 GiB `yes`, default 64 MiB cap", "yes | head -c 1073741824", 64 * 2**20),
+        ("1 GiB `yes`, cap lifted (read to the end)", "yes | head -c 1073741824", 2 * 2**30),
+        ("256 MiB single line, default cap", "head -c 268435456 /dev/zero | tr '\\0' x", 64 * 2**20),
+    ]
+    for label, command, cap in cases:
+        out = subprocess.run(
+            [sys.executable, "-c", _FLOOD_PROBE, str(ROOT), command, str(cap)],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        before, after, read, kept, spent, stopped = json.loads(out.stdout)
+        print(
+            f"{label}: peak RSS {after / 1024:.1f} MB (baseline {before / 1024:.1f} MB, "
+            f"+{(after - before) / 1024:.1f} MB), read {read / 2**20:.0f} MiB, kept {kept:,} chars, "
+            f"{spent:.2f} s{', ' + stopped if stopped else ''}"
+        )
+
+
+def _exchange(a: Path, b: Path) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.renameat2(-100, os.fsencode(a), -100, os.fsencode(b), 2)
+
+
+def _attack_tree(base: Path) -> tuple[Path, Path]:
+    ws, out = base / "ws", base / "outside"
+    ws.mkdir()
+    out.mkdir()
+    for name in ("secret.txt", "victim.txt"):
+        (out / name).write_text(CANARY)
+    (ws / "inside.txt").write_text("inside\n")
+    os.symlink(out, ws / "docs")
+    os.symlink("../outside", ws / "rel_out")
+    os.symlink(out / "secret.txt", ws / "abs_file")
+    os.symlink("../outside/secret.txt", ws / "rel_file")
+    os.symlink(out / "new.txt", ws / "dangling")
+    os.link(out / "secret.txt", ws / "hard")
+    return ws, out
+
+
+def bench_escapes() -> None:
+    reads = [
+        "../outside/secret.txt",
+        "{out}/secret.txt",
+        "docs/secret.txt",
+        "rel_out/secret.txt",
+        "abs_file",
+        "rel_file",
+        "hard",
+        "x/../../outside/secret.txt",
+        "~/../outside/secret.txt",
+        "inside.txt\0/../../outside/secret.txt",
+        "/proc/self/root{out}/secret.txt",
+    ]
+    writes = [
+        "../outside/victim.txt",
+        "{out}/victim.txt",
+        "docs/victim.txt",
+        "dangling",
+        "hard",
+        "rel_out/new.txt",
+    ]
+    for resolver in ("openat2", "walk"):
+        with tempfile.TemporaryDirectory() as tmp:
+            ws_path, out = _attack_tree(Path(tmp))
+            ws = Workspace(ws_path, resolver=resolver)  # type: ignore[arg-type]
+            escapes = 0
+            for path in reads:
+                try:
+                    escapes += CANARY in read_text(ws, path.format(out=out))
+                except (ToolError, OSError):
+                    pass
+            for path in writes:
+                for action in (write_text, edit_text):
+                    try:
+                        if action is write_text:
+                            write_text(ws, path.format(out=out), "PWNED")
+                        else:
+                            edit_text(ws, path.format(out=out), CANARY, "PWNED")
+                    except (ToolError, OSError):
+                        pass
+            escapes += sum(p.read_text() != CANARY for p in out.iterdir()) + (len(list(out.iterdir())) != 2)
+            race = _race(ws_path, out, partial(read_text, ws))
+            benign = read_text(ws, "inside.txt").endswith("inside")
+            print(
+                f"escapes, resolver {resolver}: {escapes} of {len(reads)} hostile reads and "
+                f"{2 * len(writes)} hostile writes; symlink-swap race: {race[0]} leaks in {race[1]} reads; "
+                f"benign read works: {benign}"
+            )
+    with tempfile.TemporaryDirectory() as tmp:
+        ws_path, out = _attack_tree(Path(tmp))
+
+        def naive(path: str) -> str:
+            real = os.path.realpath(ws_path / path)
+            if os.path.commonpath([real, str(ws_path)]) != str(ws_path):
+                raise ToolError("outside")
+            return (ws_path / path).read_text()
+
+        leaks, total = _race(ws_path, out, naive)
+        print(f"for comparison, realpath + commonpath check: {leaks} leaks in {total} reads of the same race")
+
+
+def _race(ws: Path, out: Path, read: object, iterations: int = 3000) -> tuple[int, int]:
+    (ws / "flip").mkdir()
+    (ws / "flip" / "file.txt").write_text("inside\n")
+    os.symlink(out, ws / "flip.link")
+    (out / "file.txt").write_text(CANARY)
+    stop = threading.Event()
+
+    def flip() -> None:
+        while not stop.is_set():
+            _exchange(ws / "flip", ws / "flip.link")
+
+    thread = threading.Thread(target=flip, daemon=True)
+    thread.start()
+    leaks = 0
+    try:
+        for _ in range(iterations):
+            try:
+                leaks += CANARY in read("flip/file.txt")  # type: ignore[operator]
+            except (ToolError, OSError):
+                pass
+    finally:
+        stop.set()
+        thread.join()
+    return leaks, iterations
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as cwd:
+        bench_latency(cwd)
+        bench_survivors(cwd)
+        bench_flood(cwd)
+    bench_escapes()
+
+
+if __name__ == "__main__":
+    main()
