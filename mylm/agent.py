@@ -139,7 +139,10 @@ class Agent:
         self.llm = llm
         self.outputs = OutputCache() if output_cache else None
         self.tools = ToolRegistry(tools)
+        advertised = list(self.tools)
         if self.outputs is not None and "read_output" not in self.tools:
+            # Callable, but not listed in the system prompt: the observation that cuts an output says exactly
+            # how to call it, and every listed tool costs tokens on every call.
             self.tools.add(self.outputs.tool())
         self.max_iterations = max_iterations
         self.timeout = timeout
@@ -158,7 +161,7 @@ class Agent:
         # One system prompt for the agent's life: no timestamps or counters, so server prompt caches hit.
         self.system_prompt = self.prompts.render(
             "system.j2",
-            tools=tool_view(self.tools),
+            tools=tool_view(advertised),
             multiple_calls=multiple_calls,
             instructions=instructions,
             platform=platform.system() or "unknown",

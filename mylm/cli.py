@@ -205,9 +205,11 @@ def _make_llm(settings: Settings, loader: Any) -> Any:
 
 
 def _default_tools() -> list[Tool]:
-    from .tools.shell import execute_command
+    from pathlib import Path
 
-    return [execute_command]
+    from .tools.shell import shell_tool
+
+    return [shell_tool(Path.cwd())]
 
 
 # ------------------------------------------------------------------------------------------- approvals

@@ -186,9 +186,26 @@ def _bounded_sandbox() -> type[SandboxedEnvironment]:
     return BoundedSandbox
 
 
+#: Schema keywords that only constrain values. Arguments are still validated against them, but showing them
+#: to the model costs tokens on every call and barely changes what it writes.
+_VALIDATION_ONLY = frozenset({
+    "$schema", "$id", "title", "additionalProperties", "minLength", "maxLength", "pattern", "minimum", "maximum",
+    "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minItems", "maxItems", "uniqueItems",
+})
+
+
+def prompt_schema(schema: Any) -> Any:
+    """The part of a JSON Schema worth showing the model: types, properties, required, descriptions, enums."""
+    if isinstance(schema, Mapping):
+        return {k: prompt_schema(v) for k, v in schema.items() if k not in _VALIDATION_ONLY}
+    if isinstance(schema, list):
+        return [prompt_schema(v) for v in schema]
+    return schema
+
+
 def tool_view(tools: Iterable[Any]) -> list[dict[str, Any]]:
     """The template-facing view of tools: name, description and the parameters schema as JSON text."""
     return [
-        {"name": t.name, "description": t.description, "parameters": dump_json(dict(t.parameters))}
+        {"name": t.name, "description": t.description, "parameters": dump_json(prompt_schema(dict(t.parameters)))}
         for t in tools
     ]

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import itertools
 
+from pathlib import Path
+
 import pytest
 
 from mylm import Agent, Permission, StopReason, TaskComplete, tool
 from mylm.errors import EndpointUnreachableError, ServerError
 from mylm.parser import format_tool_call
 from mylm.testing import ScriptedLLM, ScriptedReply
-from mylm.tools.shell import execute_command
+from mylm.tools.shell import shell_tool
 from mylm.types import (
     ErrorEvent,
     FinalResponseEvent,
@@ -57,7 +59,7 @@ def finish(summary: str) -> str:
 
 def test_agent_runs_tool_and_feeds_observation_back() -> None:
     llm = ScriptedLLM([call("execute_command", command="echo marker-$((40+2))"), "It printed marker-42."])
-    result = Agent(llm, [execute_command]).run("What does it print?")
+    result = Agent(llm, [shell_tool(Path.cwd())]).run("What does it print?")
     assert result.stop_reason is StopReason.FINAL_ANSWER
     assert result.final_text == "It printed marker-42."
     assert result.iterations_used == 2
@@ -109,7 +111,7 @@ def test_agent_event_order_per_iteration() -> None:
 
 def test_agent_unknown_tool_is_an_error_observation_naming_the_real_tools() -> None:
     llm = ScriptedLLM([call("ad", a=1, b=2), "sorry"])
-    result = Agent(llm, [add, execute_command]).run("x")
+    result = Agent(llm, [add, shell_tool(Path.cwd())]).run("x")
     observation = llm.requests[1].messages[-1].content
     assert "no tool named 'ad'" in observation and "Did you mean 'add'" in observation
     assert "execute_command" in observation
@@ -150,7 +152,7 @@ def test_agent_permission_hook_denial_is_fed_back() -> None:
         return Permission.deny("not on a Friday")
 
     llm = ScriptedLLM([call("execute_command", command="touch should-not-exist"), "ok"])
-    result = Agent(llm, [execute_command], permission=deny).run("x")
+    result = Agent(llm, [shell_tool(Path.cwd())], permission=deny).run("x")
     assert seen and seen[0].arguments == {"command": "touch should-not-exist"}
     assert "not on a Friday" in llm.requests[1].messages[-1].content
     assert next(e for e in result.events if isinstance(e, StepCompleteEvent)).status == "denied"

@@ -57,7 +57,7 @@ def test_features_large_output_is_cut_and_pageable_by_handle() -> None:
     Agent(llm, [big], max_observation_chars=2000).run("x")
     first = llm.requests[1].messages[-1].content
     assert "line 000000" in first and "line 004999" in first and "line 002500" not in first
-    assert 'call read_output with {"handle": "out_1"' in first
+    assert 'call the read_output tool with {"handle": "out_1"' in first
     assert "characters were cut" in first
     page = llm.requests[2].messages[-1].content
     assert "[out_1: characters 30000-30050 of" in page and "line 00" in page

@@ -16,11 +16,12 @@ pytestmark = pytest.mark.slow
 
 CHECK = """
 import sys, mylm, mylm.prompts as p
-from mylm.tools.shell import execute_command
+from pathlib import Path
+from mylm.tools.shell import shell_tool
 assert mylm.__file__.startswith(sys.argv[1]), mylm.__file__
 d = p.packaged_prompts_dir()
 assert str(d).startswith(sys.argv[1]), d
-text = p.PromptLoader.default().render("system.j2", tools=p.tool_view([execute_command]), multiple_calls=False,
+text = p.PromptLoader.default().render("system.j2", tools=p.tool_view([shell_tool(Path.cwd())]), multiple_calls=False,
                                        instructions="", platform="x", cwd="/")
 assert "<name>execute_command</name>" in text
 print(d)

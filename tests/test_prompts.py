@@ -8,7 +8,7 @@ import pytest
 
 from mylm.errors import TemplateError
 from mylm.prompts import PromptLoader, neutralise, packaged_prompts_dir
-from mylm.tools.shell import execute_command
+from mylm.tools.shell import shell_tool
 from mylm.prompts import tool_view
 
 DEFAULTS = ("system.j2", "tool_definitions.j2", "observation.j2", "tool_error.j2", "format_error.j2",
@@ -16,7 +16,7 @@ DEFAULTS = ("system.j2", "tool_definitions.j2", "observation.j2", "tool_error.j2
 
 
 def render_system(loader: PromptLoader) -> str:
-    return loader.render("system.j2", tools=tool_view([execute_command]), multiple_calls=False,
+    return loader.render("system.j2", tools=tool_view([shell_tool(Path.cwd())]), multiple_calls=False,
                          instructions="", platform="Linux", cwd="/w")
 
 
