@@ -6,35 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from cli_support import FakeTerminal, call, invoke
 
-from mylm.cli import Terminal, cli
 from mylm.errors import EndpointUnreachableError
-from mylm.parser import format_tool_call
 from mylm.testing import ScriptedLLM
-from mylm.types import ToolCall
-
-
-def call(name: str, **arguments: object) -> str:
-    return "Checking.\n" + format_tool_call(ToolCall(name, arguments))
-
-
-class FakeTerminal(Terminal):
-    """Answers approval questions from a script and records what was asked."""
-
-    def __init__(self, answers: list[str]) -> None:
-        self.answers = answers
-        self.asked: list[str] = []
-
-    def ask(self, question: str) -> str:
-        self.asked.append(question)
-        return self.answers.pop(0)
-
-
-def invoke(args: list[str], llm: ScriptedLLM, *, terminal: Terminal | None = None, stdin: str = ""):
-    runner = CliRunner()
-    obj = {"llm": llm, "terminal": lambda: terminal}
-    return runner.invoke(cli, args, obj=obj, input=stdin, catch_exceptions=False)
 
 
 def test_cli_ask_prints_only_the_answer_on_stdout() -> None:
