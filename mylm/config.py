@@ -167,7 +167,7 @@ def read_config_file(path: Path, *, known: set[str] | None = None) -> dict[str, 
         raise ConfigError(f"cannot read config file {path}: {error.strerror}") from None
     try:
         text = raw.decode("utf-8")
-        data = tomllib.loads(text)
+        data: dict[str, Any] = tomllib.loads(text)
     except UnicodeDecodeError:
         raise ConfigError(f"config file {path} is not UTF-8 text") from None
     except tomllib.TOMLDecodeError as error:

@@ -32,10 +32,14 @@ _PATTERNS = (
 # stays readable, the value goes.
 _ASSIGNMENTS = (
     r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/\-]{16,}=*",
-    r"(\b[A-Z0-9_]*(?:KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL)[A-Z0-9_]*\s*=\s*['\"]?)"
-    r"(?![/~])[^\s'\"]{8,}",
-    r"(?i)([\"']?\b[a-z0-9_\-]*(?:api[_\-]?key|secret|token|password|access[_\-]?key)[\"']?\s*[:=]\s*[\"'])"
-    r"(?![/~])[^\"'\s]{8,}",
+    (
+        r"(\b[A-Z0-9_]*(?:KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL)[A-Z0-9_]*\s*=\s*['\"]?)"
+        r"(?![/~])[^\s'\"]{8,}"
+    ),
+    (
+        r"(?i)([\"']?\b[a-z0-9_\-]*(?:api[_\-]?key|secret|token|password|access[_\-]?key)[\"']?\s*[:=]\s*[\"'])"
+        r"(?![/~])[^\"'\s]{8,}"
+    ),
 )
 
 #: How every credential shape in `_PATTERNS` begins.

@@ -25,7 +25,7 @@ from mylm.types import (
 )
 
 #: Every C0 and C1 control and DEL: 32 + 32 + 1 = 65 code points.
-CONTROLS = [chr(c) for c in (*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0))]
+CONTROLS = [chr(c) for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))]
 #: What may reach the terminal raw: no control but tab and newline, no bidi control.
 UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
 
@@ -200,5 +200,5 @@ def test_display_json_printer_one_record_per_line_redacted() -> None:
     p.finish()
     records = [json.loads(line) for line in out.getvalue().splitlines()]
     assert "CANARY2" not in out.getvalue()
-    assert [r["type"] for r in records][0] == "iteration_start" and records[-1]["type"] == "final"
+    assert records[0]["type"] == "iteration_start" and records[-1]["type"] == "final"
     assert "".join(r["text"] for r in records if r["type"] == "text") == "token [REDACTED] done"

@@ -1,24 +1,56 @@
 """The `mylm` command line: the composition root, and the only package that prints or exits.
 
-Each command lives in its own module and imports the agent, jinja2 and requests only when it runs, so
-`mylm --help` stays about as fast as importing click.
+Each command lives in its own module, imported only when that command runs (or its help is shown), and imports
+the agent, jinja2 and requests only inside the command, so `mylm --help` stays about as fast as importing click.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 import click
 
-from .approve import Approver, Terminal, open_terminal
-from .ask import ask
-from .chat import chat
+from .. import __version__
 from .common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_ITERATIONS, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE
-from .info import completion, config, models, tools
-from .prompts import prompts
-from .sessions import sessions
+
+if TYPE_CHECKING:
+    from .approve import Approver, Terminal, open_terminal
+
+#: Each command: the module and name defining it, and the one-line summary `mylm --help` shows without importing it.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "ask": ("ask:ask", "Ask the agent to do one task; the answer goes to stdout."),
+    "chat": ("chat:chat", "Talk with the agent over several turns (Ctrl-C stops a reply)."),
+    "sessions": ("sessions:sessions", "List and show saved conversations."),
+    "prompts": ("prompts:prompts", "List, show, edit and locate the prompt templates."),
+    "tools": ("info:tools", "List the tools the model can call, with their schemas."),
+    "config": ("info:config", "Show the effective settings and where each came from."),
+    "models": ("info:models", "List the models the endpoint offers."),
+    "completion": ("info:completion", "Print the shell completion script for bash, zsh or fish."),
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="mylm", prog_name="mylm")
+class LazyGroup(click.Group):
+    """A group that imports a command's module only when that command is used."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module, _, name = COMMANDS[cmd_name][0].partition(":")
+        command: click.Command = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, summary) for name, (_, summary) in COMMANDS.items()])
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+# The version from the package itself: package metadata is missing when run from a checkout (`python -m mylm`).
+@click.version_option(version=__version__, prog_name="mylm")
 def cli() -> None:
     """mylm: turn any plain-text LLM endpoint into an agent that reasons, runs tools and answers.
 
@@ -35,16 +67,21 @@ def cli() -> None:
     """
 
 
-for _command in (ask, chat, sessions, prompts, tools, config, models, completion):
-    cli.add_command(_command)
-
-
 def main() -> None:
     """Entry point of the `mylm` console script."""
     cli(prog_name="mylm")
 
 
+def __getattr__(name: str) -> Any:
+    # The approval classes stay importable from here (`from mylm.cli import Terminal`) without slowing --help.
+    if name in ("Approver", "Terminal", "open_terminal"):
+        from . import approve
+
+        return getattr(approve, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
-    "EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_ITERATIONS", "EXIT_OK", "EXIT_TIMEOUT", "EXIT_USAGE",
+    "COMMANDS", "EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_ITERATIONS", "EXIT_OK", "EXIT_TIMEOUT", "EXIT_USAGE",
     "Approver", "Terminal", "cli", "main", "open_terminal",
 ]

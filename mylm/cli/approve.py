@@ -36,7 +36,8 @@ def open_terminal() -> Terminal | None:
         return None
     # open("/dev/tty", "r+") fails: a read-write buffered file must be seekable, and a terminal is not.
     pair = io.BufferedRWPair(io.FileIO(fd, "r", closefd=False), io.FileIO(fd, "w", closefd=True))
-    return Terminal(io.TextIOWrapper(pair, encoding="utf-8", errors="replace", write_through=True))
+    stream = io.TextIOWrapper(pair, encoding="utf-8", errors="replace", write_through=True)  # type: ignore[type-var]
+    return Terminal(stream)
 
 
 class Approver:

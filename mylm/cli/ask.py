@@ -49,7 +49,7 @@ def run_options(command: Any) -> Any:
 @verbose_option
 @click.pass_context
 @handles_errors
-def ask(ctx: click.Context, prompt: tuple[str, ...], **options: Any) -> None:
+def ask(ctx: click.Context, /, prompt: tuple[str, ...], **options: Any) -> None:
     """Ask the agent to do PROMPT; piped stdin is added as context.
 
     The answer goes to stdout; thoughts, tool calls and their output go to stderr. Tools that change

@@ -28,7 +28,7 @@ from .record import Recorder, inherit_model, resume_option, session_to_resume
 @verbose_option
 @click.pass_context
 @handles_errors
-def chat(ctx: click.Context, **options: Any) -> None:
+def chat(ctx: click.Context, /, **options: Any) -> None:
     """Talk with the agent over several turns; every turn can use tools.
 
     Line editing and history work as in a shell. Ctrl-C stops the current reply or tool and returns

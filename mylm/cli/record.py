@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from ..config import Settings
     from ..redact import Redactor
     from ..sessions import Session, Transcript
-    from ..types import Message
     from .runner import Turn
 
 

@@ -108,7 +108,7 @@ def _answer(state: ChatState, text: str) -> None:
     if result.stop_reason is StopReason.CANCELLED:
         # The first Ctrl-C stopped the reply; one more at the prompt leaves.
         state.interrupts = 1
-        click.echo("^C stopped; what was said so far is kept. (Ctrl-C again or Ctrl-D to leave)", err=True)
+        click.echo("Stopped; what was said so far is kept. (Ctrl-C again or Ctrl-D to leave)", err=True)
     elif result.error is not None:
         click.echo(f"mylm: error: {for_terminal(state.redactor.redact(str(result.error)))}", err=True)
     elif result.stop_reason is StopReason.MAX_ITERATIONS:

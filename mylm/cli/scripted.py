@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 from .. import errors
 from ..errors import ConfigError, LLMError, MylmError
@@ -24,7 +24,7 @@ from ..testing import ScriptedLLM, ScriptedReply, ScriptExhaustedError, ScriptIt
 class ScriptedCLIModel:
     """A `ScriptedLLM` plus the controls only a separate process needs (wait on a gate, hold until cancelled)."""
 
-    def __init__(self, llm: ScriptedLLM, controls: list[Mapping[str, Any]]) -> None:
+    def __init__(self, llm: ScriptedLLM, controls: Sequence[Mapping[str, Any]]) -> None:
         self.llm = llm
         self.controls = controls
 

@@ -21,7 +21,7 @@ class Spinner:
         self.interval = interval
         self.delay = delay
         encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
-        self.frames = _FRAMES if encoding == "utf8" else _ASCII_FRAMES
+        self.frames, self.ellipsis = (_FRAMES, "…") if encoding == "utf8" else (_ASCII_FRAMES, "...")
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -55,7 +55,7 @@ class Spinner:
         frame = 0
         while not stop.is_set():
             seconds = int(time.monotonic() - started)
-            text = f"{self.frames[frame % len(self.frames)]} {label}…" + (f" {seconds}s" if seconds else "")
+            text = f"{self.frames[frame % len(self.frames)]} {label}{self.ellipsis}" + (f" {seconds}s" if seconds else "")
             with self._lock:
                 if stop.is_set():
                     return

@@ -87,7 +87,7 @@ def test_pty_chat_ctrl_c_during_a_tool_kills_it_and_returns_to_the_prompt(env: d
     child.sendline("run the slow thing")
     pid = int(read_fifo_line(fifo))  # the command is running now
     child.sendintr()
-    child.expect("stopped; what was said so far is kept")
+    child.expect("Stopped; what was said so far is kept")
     child.expect("> ")
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)  # killed and reaped with its process group, not left behind
@@ -158,7 +158,7 @@ def test_pty_thought_is_redrawn_dimmed_and_the_answer_is_not(env: dict[str, str]
 
 def test_pty_two_processes_append_to_one_session(env: dict[str, str], tmp_path: Path) -> None:
     first = subprocess.run([sys.executable, "-m", "mylm", "ask", "start"],
-                           env=scripted(env, tmp_path, ["started"]), capture_output=True, text=True)
+                           env=scripted(env, tmp_path, ["started"]), capture_output=True, text=True, check=False)
     assert first.returncode == 0
     (path,) = transcripts()
     gates = [Gate(tmp_path / f"gate{i}") for i in range(2)]
@@ -185,7 +185,7 @@ def test_pty_secret_canary_reaches_no_output_log_transcript_or_history(env: dict
     replies = [call("execute_command", thought=f"I see {key}.", command="cat notes.txt; env"),
                f"Your key is {key} and the token is {token}."]
     done = subprocess.run([sys.executable, "-m", "mylm", "ask", "--yes", "-vv", f"is {key} valid?"],
-                          env=scripted(env, tmp_path, replies), capture_output=True, text=True)
+                          env=scripted(env, tmp_path, replies), capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert "[REDACTED]" in done.stdout and "[INFO] Agentic iteration 1/10" in done.stderr
     child = spawn(["chat"], scripted(env, tmp_path, [f"Noted: {token}."], "chat.json"))

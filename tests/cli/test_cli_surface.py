@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -30,6 +31,23 @@ def test_cli_help_names_every_command_and_each_has_help() -> None:
             assert invoke([group, sub, "--help"]).exit_code == 0
 
 
+def test_cli_help_imports_no_command_module(subprocess_env: dict[str, str]) -> None:
+    code = (
+        "import sys; from mylm.cli import main; sys.argv = ['mylm', '--help']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('mylm.cli.')), file=sys.stderr)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=subprocess_env, capture_output=True, text=True, check=True)
+    assert done.stderr.strip() == "['mylm.cli.common']" and "completion" in done.stdout
+
+
+def test_cli_version_works_from_a_checkout() -> None:
+    from mylm import __version__
+
+    result = invoke(["--version"])
+    assert result.exit_code == 0 and result.stdout == f"mylm, version {__version__}\n"
+
+
 # ------------------------------------------------------------------------------------------- sessions
 
 
@@ -45,7 +63,7 @@ def test_cli_ask_saves_a_session_that_list_and_show_display() -> None:
     assert "## user\n\nwhat prints" in shown.stdout and "It printed saved." in shown.stdout
     assert "<observation>" in shown.stdout
     records = [json.loads(line) for line in invoke(["sessions", "show", "--json", path.stem]).stdout.splitlines()]
-    assert [r["type"] for r in records][0] == "session" and records[-1]["type"] == "run_end"
+    assert records[0]["type"] == "session" and records[-1]["type"] == "run_end"
     assert invoke(["sessions", "path"]).stdout.strip() == str(sessions_dir())
 
 
