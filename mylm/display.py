@@ -47,6 +47,17 @@ def for_terminal(text: str) -> str:
     return _BIDI.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
 
 
+def quote_for_terminal(value: object) -> str:
+    """A value on one line, quoted like `repr` but with every control shown as `\\xNN` (a CR as `\\x0d`).
+
+    For approval prompts: the user must see exactly what will run, so nothing may be hidden, wrapped or executed.
+    """
+    if not isinstance(value, str):
+        return for_terminal(repr(value))
+    escaped = value.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n").replace("\t", "\\t")
+    return "'" + for_terminal(escaped) + "'"
+
+
 def text_rows(text: str, columns: int) -> int | None:
     """How many terminal rows `text` (already sanitised) fills from column 0, or None when that is uncertain.
 

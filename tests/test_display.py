@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mylm.display import EventPrinter, JsonPrinter, Screen, for_terminal, text_rows
+from mylm.display import EventPrinter, JsonPrinter, Screen, for_terminal, quote_for_terminal, text_rows
 from mylm.redact import Redactor
 from mylm.types import (
     ErrorEvent,
@@ -70,6 +70,13 @@ def test_display_sanitiser_every_control_code_point(control: str) -> None:
 @given(st.text(alphabet=st.sampled_from([*CONTROLS, "[", "]", ";", "\\", "a", "0", "\u202e", "\u2066", "é"])))
 def test_display_sanitiser_fuzzed_mixtures(text: str) -> None:
     assert not UNSAFE.search(for_terminal(text))
+
+
+@given(st.text(alphabet=st.sampled_from([*CONTROLS, "'", "\\", "a", "\u202e"])))
+def test_display_quoted_values_stay_on_one_line_with_nothing_hidden(text: str) -> None:
+    shown = quote_for_terminal(text)
+    assert not UNSAFE.search(shown) and "\n" not in shown and "\t" not in shown
+    assert shown.startswith("'") and shown.endswith("'")
 
 
 def test_display_sanitiser_keeps_ordinary_text() -> None:

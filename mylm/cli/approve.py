@@ -86,13 +86,13 @@ class Approver:
         return self._terminal
 
     def _ask(self, terminal: Terminal, call: ToolCall) -> Permission:
-        from ..display import for_terminal
+        from ..display import for_terminal, quote_for_terminal
         from ..types import Permission
 
-        redact = self._redactor.redact if self._redactor is not None else str
-        # repr() quotes the exact value: a carriage return or escape hiding part of a command shows as \r, \x1b.
+        redact = self._redactor.redact_value if self._redactor is not None else (lambda value: value)
+        # Quoted on one line: a carriage return or escape hiding part of a command shows as \x0d, \x1b.
         lines = [f"mylm wants to run {for_terminal(call.name)}:"]
-        lines += [f"  {key} = {for_terminal(redact(repr(value)))}" for key, value in call.arguments.items()]
+        lines += [f"  {for_terminal(key)} = {quote_for_terminal(redact(value))}" for key, value in call.arguments.items()]
         self._err.flush()
         answer = terminal.ask("\n".join(lines) + f"\nAllow? [y]es / [n]o / [a]lways {call.name} {self._scope}: ")
         choice = answer.lower()[:1]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 import click
@@ -39,7 +39,7 @@ class ChatState:
     printer_factory: Callable[[], EventPrinter | JsonPrinter]
     #: Ctrl-C presses in a row with nothing typed in between; the second one leaves.
     interrupts: int = 0
-    done: bool = field(default=False)
+    done: bool = False
 
 
 def repl(state: ChatState, *, prompt: str) -> int:

@@ -45,6 +45,15 @@ def test_cli_ask_approval_prompt_yes_and_no_with_reason() -> None:
     assert not Path("nope").exists()
 
 
+def test_cli_ask_approval_prompt_shows_what_hides_in_a_command() -> None:
+    """THREATS T8: a carriage return that would hide `rm -rf` behind `ls -la` is shown, not executed."""
+    terminal = FakeTerminal(["n", ""])
+    llm = ScriptedLLM([call("execute_command", command="rm -rf ~/proj\r ls -la \x1b]0;t\x07"), "ok"])
+    assert invoke(["ask", "x"], llm, terminal=terminal).exit_code == 0
+    assert "command = 'rm -rf ~/proj\\x0d ls -la \\x1b]0;t\\x07'" in terminal.asked[0]
+    assert "\r" not in terminal.asked[0] and "\x1b" not in terminal.asked[0]
+
+
 def test_cli_ask_always_approves_the_tool_for_the_rest_of_the_run() -> None:
     terminal = FakeTerminal(["a"])
     llm = ScriptedLLM([call("execute_command", command="true"), call("execute_command", command="true"), "ok"])
