@@ -1,8 +1,23 @@
-"""Settings resolved from flags, then `MYLM_*` and `OPENAI_*` variables, then the config file, then defaults."""
+"""Settings resolved from flags, a chosen profile, `MYLM_*`/`OPENAI_*` variables, the config files, then defaults.
+
+Priority, highest first (each setting remembers where it came from, for `mylm config`):
+
+1. flags;
+2. the profile named by `-m NAME` (a `[profiles.NAME]` table in the user config file);
+3. environment variables;
+4. the profile named by `$MYLM_MODEL` or the file's `default_profile`;
+5. the user config file's top-level keys;
+6. defaults.
+
+A profile's API key is read only from its own `api_key_env` variable (or `--api-key`), so a key meant for one
+endpoint is never sent to another. The project file `./.mylm/config.toml` is not trusted (THREATS T13): it may add
+instructions and tighten limits, nothing else; what it tries beyond that is ignored with a warning.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -11,6 +26,7 @@ from .errors import ConfigError
 
 DEFAULT_BASE_URL = "http://localhost:11434"
 CONFIG_FILE_NAME = "config.toml"
+PROJECT_CONFIG = Path(".mylm") / "config.toml"
 
 
 @dataclass(frozen=True)
@@ -23,6 +39,8 @@ class _Key:
 
 
 def _positive_int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError("is not a whole number")
     try:
         number = int(value)
     except (TypeError, ValueError):
@@ -33,6 +51,8 @@ def _positive_int(value: Any) -> int:
 
 
 def _positive_float(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError("is not a number")
     try:
         number = float(value)
     except (TypeError, ValueError):
@@ -59,6 +79,12 @@ def _flag(value: Any) -> bool:
     raise ValueError("is not true or false")
 
 
+def _table(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError("must be a table, e.g. { temperature = 0.2 }")
+    return value
+
+
 _KEYS: dict[str, _Key] = {
     "base_url": _Key(("MYLM_BASE_URL", "OPENAI_BASE_URL"), _text, DEFAULT_BASE_URL),
     "model": _Key(("MYLM_MODEL",), _text),
@@ -71,15 +97,22 @@ _KEYS: dict[str, _Key] = {
     "prompts": _Key(("MYLM_PROMPTS",), _text),
     "yes": _Key(("MYLM_YES",), _flag, False),
     "instructions": _Key((), _text, ""),
+    "options": _Key((), _table, None),
 }
 
-#: Keys the config file may also hold that are read by other parts (endpoint options, tools, MCP servers).
-_FILE_ONLY = {"options", "mcp", "profiles", "tools", "api_key_env"}
+#: Every setting, in the order `mylm config` shows them.
+SETTING_NAMES = tuple(_KEYS)
+#: Keys the config file may also hold that are read by other parts (tools, MCP servers) or by this module.
+_FILE_ONLY = {"mcp", "profiles", "tools", "api_key_env", "default_profile"}
+#: What a `[profiles.NAME]` table may set: an endpoint and how to talk to it.
+PROFILE_KEYS = ("base_url", "model", "provider", "api_key_env", "chat_format", "max_tokens", "options")
+#: Limits a project file may lower (never raise), and the flag it may only turn off.
+_PROJECT_LIMITS = ("max_iterations", "timeout", "max_tokens")
 
 
 @dataclass(frozen=True)
 class Settings:
-    """The effective settings, and where each one came from (`flag`, `env NAME`, `config FILE`, `default`)."""
+    """The effective settings, and where each came from (`flag`, `env NAME`, `profile P (...)`, `config FILE`, ...)."""
 
     base_url: str = DEFAULT_BASE_URL
     model: str | None = None
@@ -92,9 +125,15 @@ class Settings:
     prompts: str | None = None
     yes: bool = False
     instructions: str = ""
-    #: Everything else the config file holds (endpoint options, MCP servers, ...), passed through as read.
+    #: Provider options (temperature, top_p, ...) passed to the endpoint as they are.
+    options: Mapping[str, Any] | None = None
+    #: The profile in effect, if any.
+    profile: str | None = None
+    #: Everything else the config file holds (MCP servers, tools, ...), passed through as read.
     extra: Mapping[str, Any] = field(default_factory=dict)
     sources: Mapping[str, str] = field(default_factory=dict)
+    #: Things the user should know about the settings (ignored project settings, a profile's unset key variable).
+    warnings: tuple[str, ...] = ()
 
     @property
     def api_key_source(self) -> str | None:
@@ -113,8 +152,8 @@ def config_path(environ: Mapping[str, str] | None = None) -> Path:
     return user_config_dir() / CONFIG_FILE_NAME
 
 
-def read_config_file(path: Path) -> dict[str, Any]:
-    """Parse the TOML config file (a missing file is an empty config); errors name the file and line."""
+def read_config_file(path: Path, *, known: set[str] | None = None) -> dict[str, Any]:
+    """Parse a TOML config file (a missing file is an empty config); errors name the file and line."""
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
@@ -122,21 +161,59 @@ def read_config_file(path: Path) -> dict[str, Any]:
 
     try:
         raw = path.read_bytes()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return {}
     except OSError as error:
         raise ConfigError(f"cannot read config file {path}: {error.strerror}") from None
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
+        data: dict[str, Any] = tomllib.loads(text)
     except UnicodeDecodeError:
         raise ConfigError(f"config file {path} is not UTF-8 text") from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"config file {path}: {error}") from None
-    unknown = sorted(set(data) - set(_KEYS) - _FILE_ONLY)
+    allowed = known if known is not None else set(_KEYS) | _FILE_ONLY
+    unknown = sorted(set(data) - allowed)
     if unknown:
-        known = ", ".join(sorted(set(_KEYS) | _FILE_ONLY))
-        raise ConfigError(f"config file {path}: unknown setting {unknown[0]!r} (known settings: {known})")
+        where = _line_of(text, unknown[0])
+        listed = ", ".join(sorted(allowed))
+        raise ConfigError(f"config file {path}{where}: unknown setting {unknown[0]!r} (known settings: {listed})")
+    _check_profiles(path, text, data.get("profiles", {}))
     return data
+
+
+def _check_profiles(path: Path, text: str, profiles: Any) -> None:
+    if not isinstance(profiles, dict) or any(not isinstance(v, dict) for v in profiles.values()):
+        raise ConfigError(f"config file {path}{_line_of(text, 'profiles')}: profiles are tables: [profiles.NAME]")
+    for name, table in profiles.items():
+        unknown = sorted(set(table) - set(PROFILE_KEYS))
+        if unknown:
+            where = _line_of(text, unknown[0], after=f"[profiles.{name}]")
+            raise ConfigError(
+                f"config file {path}{where}: profile {name!r} has unknown setting {unknown[0]!r} "
+                f"(a profile may set: {', '.join(PROFILE_KEYS)})"
+            )
+
+
+def _line_of(text: str, key: str, *, after: str = "") -> str:
+    """`, line N` for the first line assigning `key` (after the line holding `after`), or nothing."""
+    start = text.find(after) if after else 0
+    pattern = re.compile(rf"^\s*[\"']?{re.escape(key)}[\"']?\s*[=.\]]", re.MULTILINE)
+    match = pattern.search(text, max(start, 0))
+    if match is None:
+        match = re.search(rf"^\s*\[\s*{re.escape(key)}\b", text, re.MULTILINE)
+    return f", line {text.count(chr(10), 0, match.start()) + 1}" if match else ""
+
+
+@dataclass(frozen=True)
+class _Layer:
+    """One place settings can come from, with the source label `mylm config` shows."""
+
+    values: Mapping[str, Any]
+    source: str | Callable[[str], str]
+
+    def label(self, name: str) -> str:
+        return self.source if isinstance(self.source, str) else self.source(name)
 
 
 def load_settings(
@@ -144,38 +221,133 @@ def load_settings(
     *,
     environ: Mapping[str, str] | None = None,
     path: Path | None = None,
+    cwd: Path | None = None,
 ) -> Settings:
-    """Resolve every setting by priority: flag, environment, config file, default. Reads files on call only."""
+    """Resolve every setting by priority (see the module docstring). Reads the files on call, never at import."""
     env = os.environ if environ is None else environ
+    flags = {k: v for k, v in (flags or {}).items() if v is not None}
     file_path = path or config_path(env)
     data = read_config_file(file_path)
+    profiles: dict[str, dict[str, Any]] = data.get("profiles", {})
+    profile, chosen_by = _choose_profile(flags, env, data, profiles, file_path)
+    if chosen_by == "flag":
+        flags.pop("model")
+    env_values = _from_environment(env)
+    if chosen_by == "env":
+        env_values.pop("model")  # $MYLM_MODEL named the profile, not a model
+    profile_layer = _Layer(profiles.get(profile or "", {}), f"profile {profile} ({file_path})")
+    layers = [
+        _Layer(flags, "flag"),
+        *([profile_layer] if chosen_by == "flag" else []),
+        _Layer({k: v for k, (v, _) in env_values.items()}, lambda name: env_values[name][1]),
+        *([profile_layer] if chosen_by not in (None, "flag") else []),
+        _Layer(data, f"config {file_path}"),
+    ]
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     for name, key in _KEYS.items():
-        value, source = _pick(name, key, flags or {}, env, data, file_path)
-        if value is None:
+        found = next((layer for layer in layers if name in layer.values), None)
+        if found is None:
+            if key.default is not None:
+                values[name], sources[name] = key.default, "default"
             continue
+        value, source = found.values[name], found.label(name)
         try:
-            values[name] = key.parse(value) if source != "default" else value
+            values[name] = key.parse(value)
         except (TypeError, ValueError) as error:
             raise ConfigError(f"{name.replace('_', '-')} from {source}: {value!r} {error}") from None
         sources[name] = source
-    if "api_key" not in values and isinstance(data.get("api_key_env"), str):
-        var = data["api_key_env"]
+    warnings: list[str] = []
+    _resolve_key(values, sources, warnings, flags, env, data, profiles.get(profile or ""), profile, file_path)
+    _apply_project(values, sources, warnings, (cwd or Path.cwd()) / PROJECT_CONFIG)
+    extra = {k: v for k, v in data.items() if k in ("mcp", "tools")}
+    return Settings(**values, profile=profile, extra=extra, sources=sources, warnings=tuple(warnings))
+
+
+def _from_environment(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    """Each setting set in the environment: (value, `env NAME`), the first variable listed winning."""
+    found: dict[str, tuple[str, str]] = {}
+    for name, key in _KEYS.items():
+        var = next((v for v in key.env if env.get(v)), None)
+        if var is not None:
+            found[name] = (env[var], f"env {var}")
+    return found
+
+
+def _choose_profile(
+    flags: Mapping[str, Any], env: Mapping[str, str], data: Mapping[str, Any], profiles: Mapping[str, Any], path: Path
+) -> tuple[str | None, str | None]:
+    if flags.get("model") in profiles:
+        return flags["model"], "flag"
+    if "model" in flags:
+        return None, None  # an explicit model name: no profile applies
+    if env.get("MYLM_MODEL") in profiles:
+        return env["MYLM_MODEL"], "env"
+    default = data.get("default_profile")
+    if default is not None:
+        if default not in profiles:
+            raise ConfigError(f"config file {path}: default_profile {default!r} is not a [profiles.NAME] table")
+        return default, "config"
+    return None, None
+
+
+def _resolve_key(
+    values: dict[str, Any],
+    sources: dict[str, str],
+    warnings: list[str],
+    flags: Mapping[str, Any],
+    env: Mapping[str, str],
+    data: Mapping[str, Any],
+    profile_table: Mapping[str, Any] | None,
+    profile: str | None,
+    path: Path,
+) -> None:
+    """The API key: `--api-key`; else a profile's own variable only; else MYLM_/OPENAI_ variables, then the file."""
+    if "api_key" in flags:
+        return
+    values.pop("api_key", None)
+    sources.pop("api_key", None)
+    if profile_table is not None:
+        var = profile_table.get("api_key_env")
+        if isinstance(var, str) and env.get(var):
+            values["api_key"], sources["api_key"] = env[var], f"env {var}"
+        elif isinstance(var, str):
+            warnings.append(f"profile {profile} reads its API key from ${var}, which is not set")
+        return
+    for var in _KEYS["api_key"].env:
         if env.get(var):
             values["api_key"], sources["api_key"] = env[var], f"env {var}"
-    extra = {k: v for k, v in data.items() if k in _FILE_ONLY}
-    return Settings(**values, extra=extra, sources=sources)
+            return
+    if isinstance(data.get("api_key"), str):
+        values["api_key"], sources["api_key"] = data["api_key"], f"config {path}"
+    elif isinstance(data.get("api_key_env"), str) and env.get(data["api_key_env"]):
+        var = data["api_key_env"]
+        values["api_key"], sources["api_key"] = env[var], f"env {var}"
 
 
-def _pick(
-    name: str, key: _Key, flags: Mapping[str, Any], env: Mapping[str, str], data: Mapping[str, Any], path: Path
-) -> tuple[Any, str]:
-    if flags.get(name) is not None:
-        return flags[name], "flag"
-    for var in key.env:
-        if env.get(var):
-            return env[var], f"env {var}"
-    if name in data:
-        return data[name], f"config {path}"
-    return key.default, "default"
+def _apply_project(values: dict[str, Any], sources: dict[str, str], warnings: list[str], path: Path) -> None:
+    """Apply the untrusted project file: append instructions, lower limits, turn `yes` off; refuse the rest."""
+    data = read_config_file(path, known=set(_KEYS) | _FILE_ONLY)
+    label = f"project {path}"
+    for name, value in data.items():
+        if name == "instructions" and isinstance(value, str):
+            before = values.get("instructions", "")
+            values["instructions"] = f"{before}\n\n{value}" if before else value
+            sources["instructions"] = f"{sources['instructions']} + {label}" if before else label
+        elif name in _PROJECT_LIMITS:
+            try:
+                number = _KEYS[name].parse(value)
+            except (TypeError, ValueError) as error:
+                raise ConfigError(f"{name.replace('_', '-')} from {label}: {value!r} {error}") from None
+            if number > values[name]:
+                warnings.append(f"ignoring {name!r} in {path}: a project's config may lower limits, not raise them")
+            elif sources.get(name) != "flag" and number < values[name]:
+                values[name], sources[name] = number, label
+        elif name == "yes" and value is False:
+            if sources.get("yes") != "flag":
+                values["yes"], sources["yes"] = False, label
+        else:
+            warnings.append(
+                f"ignoring {name!r} in {path}: a project's config may only add instructions and lower limits "
+                "(endpoints, keys, templates and approvals come from your own config or flags)"
+            )

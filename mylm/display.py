@@ -1,13 +1,16 @@
-"""Terminal output for the CLI: the one sanitiser for foreign text, and the renderer of agent events."""
+"""Terminal output for the CLI: the one sanitiser for foreign text, and the printers of agent events."""
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
-from typing import IO, Any
+import unicodedata
+from dataclasses import dataclass, field
+from typing import IO, Any, Callable, Protocol
 
+from .redact import Redactor, StreamRedactor
 from .types import (
+    CompactionEvent,
     ErrorEvent,
     Event,
     FinalResponseEvent,
@@ -29,7 +32,8 @@ _ESCAPES = re.compile(
     r"|\x1b[ -~]?"
 )
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_BIDI = re.compile(r"[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# Bidi embeddings, overrides and isolates, and the line/paragraph separators some terminals act on.
+_BIDI = re.compile(r"[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
 
 
 def for_terminal(text: str) -> str:
@@ -43,20 +47,61 @@ def for_terminal(text: str) -> str:
     return _BIDI.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
 
 
-@dataclass
+def quote_for_terminal(value: object) -> str:
+    """A value on one line, quoted like `repr` but with every control shown as `\\xNN` (a CR as `\\x0d`).
+
+    For approval prompts: the user must see exactly what will run, so nothing may be hidden, wrapped or executed.
+    """
+    if not isinstance(value, str):
+        return for_terminal(repr(value))
+    escaped = value.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n").replace("\t", "\\t")
+    return "'" + for_terminal(escaped) + "'"
+
+
+def text_rows(text: str, columns: int) -> int | None:
+    """How many terminal rows `text` (already sanitised) fills from column 0, or None when that is uncertain.
+
+    Uncertain means characters whose width terminals disagree on (emoji, ambiguous East Asian, combining marks):
+    a wrong count would erase lines that are not ours, so the caller then leaves the screen alone.
+    """
+    rows = 0
+    for line in text.split("\n"):
+        width = 0
+        for char in line:
+            if char == "\t":
+                width += 8 - width % 8
+            elif char < "\u0300":
+                width += 1
+            else:
+                kind = unicodedata.east_asian_width(char)
+                if kind in ("W", "F") and not _is_emoji(char):
+                    width += 2
+                elif kind in ("N", "Na", "H") and not unicodedata.combining(char) and not _is_emoji(char):
+                    width += 1
+                else:
+                    return None
+        rows += max(1, -(-width // max(1, columns)))
+    return rows
+
+
+def _is_emoji(char: str) -> bool:
+    return "\U0001f000" <= char or "\u2600" <= char <= "\u27bf" or char in "\ufe0f\u200d"
+
+
+@dataclass(frozen=True)
 class Style:
     """How decorations look: plain when colour is off (NO_COLOR, not a terminal)."""
 
     color: bool
 
     def dim(self, text: str) -> str:
-        return f"\x1b[2m{text}\x1b[0m" if self.color else text
+        return f"\x1b[2m{text}\x1b[0m" if self.color and text else text
 
     def bold(self, text: str) -> str:
-        return f"\x1b[1m{text}\x1b[0m" if self.color else text
+        return f"\x1b[1m{text}\x1b[0m" if self.color and text else text
 
     def red(self, text: str) -> str:
-        return f"\x1b[31m{text}\x1b[0m" if self.color else text
+        return f"\x1b[31m{text}\x1b[0m" if self.color and text else text
 
 
 def summarise_output(output: str, *, lines: int = 6, width: int = 160) -> str:
@@ -64,74 +109,195 @@ def summarise_output(output: str, *, lines: int = 6, width: int = 160) -> str:
     rows = output.rstrip("\n").splitlines() or [""]
     shown = [r if len(r) <= width else r[: width - 1] + "…" for r in rows[:lines]]
     if len(rows) > lines:
-        shown.append(f"… {len(rows) - lines} more lines")
+        shown.append(f"… {len(rows) - lines} more lines (-v shows all)")
     return "\n".join(shown)
+
+
+class Waiting(Protocol):
+    """Something drawn while nothing else is (the spinner); it must be erased before anything is printed."""
+
+    def start(self, label: str) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Screen:
+    """Where the printer writes: whether stdout is a terminal, the same one as stderr, and its size."""
+
+    out_is_tty: bool = False
+    #: stdout and stderr are one terminal: what is streamed to stdout can be redrawn from stderr.
+    same_terminal: bool = False
+    color: bool = False
+    size: Callable[[], tuple[int, int]] = field(default=lambda: (80, 24))
 
 
 class EventPrinter:
     """Renders agent events: the answer to `out`, everything else (thoughts, calls, results) to `err`.
 
-    When `out` and `err` are the same terminal, text streams once, live, to `out`. When `out` is redirected,
-    text streams dimmed to `err` and only the final answer is written to `out`, so `> answer.txt` captures
-    just the answer.
+    Text streams as it arrives, but whether it is the answer or a thought before a tool call is only known when
+    the model's turn ends. So on a terminal it streams undimmed to `out` (most streamed text is the answer); if the
+    turn then calls a tool, the thought just shown is erased and redrawn dimmed on `err`, so that dimmed text is
+    always a thought and the answer is never dimmed. When `out` is redirected, text streams dimmed to `err` and
+    only the final answer is written to `out`. With `stream=False` nothing is shown until each turn ends.
     """
 
-    def __init__(self, out: IO[str], err: IO[str], *, out_is_tty: bool, color: bool, verbose: bool) -> None:
+    def __init__(
+        self,
+        out: IO[str],
+        err: IO[str],
+        *,
+        screen: Screen,
+        verbose: bool = False,
+        stream: bool = True,
+        redactor: Redactor | None = None,
+        waiting: Waiting | None = None,
+    ) -> None:
         self.out, self.err = out, err
-        self.out_is_tty = out_is_tty
-        self.style = Style(color)
+        self.screen = screen
+        self.style = Style(screen.color)
         self.verbose = verbose
+        self.stream = stream
+        self.redactor = redactor or Redactor()
+        self.waiting = waiting
+        self._text: StreamRedactor = self.redactor.stream()
+        self._reasoning: StreamRedactor = self.redactor.stream()
         self._line_open: IO[str] | None = None
+        self._turn_text: list[str] = []  # this turn's visible text, as shown (no-stream mode: not yet shown)
+        self._live = False  # this turn's text went to `out` and nothing was printed after it
         self._streamed_answer = False
+
+    # ------------------------------------------------------------------------------------------ events
 
     def handle(self, event: Event) -> None:
         """Render one event."""
         if isinstance(event, IterationStartEvent):
-            self._streamed_answer = False
-        elif isinstance(event, TextEvent):
-            self._text(event.text)
-        elif isinstance(event, ReasoningEvent):
-            self._write(self.err, self.style.dim(for_terminal(event.text)))
-        elif isinstance(event, ToolCallEvent):
+            self._settle_thought()
             self._end_line()
-            args = json.dumps(dict(event.call.arguments), ensure_ascii=False)
-            self._write(self.err, self.style.bold(f"→ {event.call.name} ") + for_terminal(args) + "\n")
+            self._streamed_answer = False
+            if self.waiting is not None:
+                self.waiting.start("waiting for the model")
+        elif isinstance(event, TextEvent):
+            self._show_text(self._text.feed(event.text))
+        elif isinstance(event, ReasoningEvent):
+            self._show_text(self._text.flush())
+            self._write(self.err, self.style.dim(for_terminal(self._reasoning.feed(event.text))))
+        elif isinstance(event, ToolCallEvent):
+            self._settle_thought()
+            self._tool_call(event)
         elif isinstance(event, ToolResultEvent):
             self._tool_result(event)
-        elif isinstance(event, ErrorEvent) and not event.fatal:
-            self._end_line()
-            self._write(self.err, self.style.red(f"! {for_terminal(event.message)}") + "\n")
+        elif isinstance(event, ErrorEvent):
+            self._settle_thought()
+            if not event.fatal:
+                self._write(self.err, self.style.red(f"! {for_terminal(self.redactor.redact(event.message))}") + "\n")
+        elif isinstance(event, CompactionEvent):
+            self._settle_thought()
+            note = f"(older turns summarised: ~{event.tokens_before} -> ~{event.tokens_after} tokens)"
+            self._write(self.err, self.style.dim(note) + "\n")
         elif isinstance(event, FinalResponseEvent):
             self._final(event)
 
-    def _text(self, text: str) -> None:
-        if self.out_is_tty:
-            self._write(self.out, for_terminal(text))
-            self._streamed_answer = True
+    def finish(self) -> None:
+        """Stop the spinner and close any line left open by streamed text."""
+        self._stop_waiting()
+        self._show_text(self._text.flush())
+        self._end_line()
+
+    # -------------------------------------------------------------------------------------------- text
+
+    def _show_text(self, text: str) -> None:
+        if not text:
+            return
+        safe = for_terminal(text)
+        self._turn_text.append(safe)
+        if not self.stream:
+            return
+        if self.screen.out_is_tty:
+            self._write(self.out, safe)
+            self._live, self._streamed_answer = True, True
         else:
-            self._write(self.err, self.style.dim(for_terminal(text)))
+            self._write(self.err, self.style.dim(safe))
+
+    def _settle_thought(self) -> None:
+        """This turn's text turned out to be a thought (a tool call or a problem followed it): show it as one."""
+        self._show_text(self._text.flush())
+        self._flush_reasoning()
+        text = "".join(self._turn_text)
+        self._turn_text.clear()
+        if not text.strip():
+            self._live = False
+            return
+        if not self.stream:
+            self._write(self.err, self.style.dim(text.strip("\n")) + "\n")
+        elif self._live and self.screen.same_terminal and self.style.color:
+            self._redraw_dimmed(text)
+        self._live = False
+        self._streamed_answer = False
+
+    def _redraw_dimmed(self, text: str) -> None:
+        columns, lines = self.screen.size()
+        rows = text_rows(text, columns)
+        if rows is None or rows >= lines:
+            return  # cannot be sure what to erase, or part of it has scrolled away: leave it as it is
+        up = f"\x1b[{rows - 1}A" if rows > 1 else ""
+        self._stop_waiting()
+        self.err.write("\r" + up + "\x1b[J" + self.style.dim(text))
+        self.err.flush()
+        self._line_open = None if text.endswith("\n") else self.err
+
+    def _flush_reasoning(self) -> None:
+        rest = self._reasoning.flush()
+        if rest:
+            self._write(self.err, self.style.dim(for_terminal(rest)))
+
+    # ------------------------------------------------------------------------------------------- tools
+
+    def _tool_call(self, event: ToolCallEvent) -> None:
+        self._end_line()
+        args = json.dumps(dict(event.call.arguments), ensure_ascii=False)
+        args = for_terminal(self.redactor.redact(args))
+        if not self.verbose and len(args) > 300:
+            args = args[:299] + "…"
+        self._write(self.err, self.style.bold(f"→ {for_terminal(event.call.name)} ") + args + "\n")
 
     def _tool_result(self, event: ToolResultEvent) -> None:
         self._end_line()
-        body = event.output if self.verbose else summarise_output(event.output)
+        output = self.redactor.redact(event.output)
+        body = output if self.verbose else summarise_output(output)
         status = "error" if event.is_error else "done"
         header = f"  {status} in {event.duration:.2f}s"
         text = "\n".join("  │ " + line for line in for_terminal(body).splitlines())
         paint = self.style.red if event.is_error else self.style.dim
         self._write(self.err, paint(header) + "\n" + (self.style.dim(text) + "\n" if text else ""))
 
+    # ------------------------------------------------------------------------------------------ answer
+
     def _final(self, event: FinalResponseEvent) -> None:
-        streamed = self.out_is_tty and self._streamed_answer and event.stop_reason is not StopReason.DONE_TOOL
+        self._show_text(self._text.flush())
+        self._flush_reasoning()
+        streamed = (
+            self.stream
+            and self.screen.out_is_tty
+            and self._streamed_answer
+            and event.stop_reason is not StopReason.DONE_TOOL
+        )
+        self._turn_text.clear()
+        self._live = False
         self._end_line()
         if not streamed:
-            self.out.write(for_terminal(event.text).rstrip("\n") + "\n")
-            self.out.flush()
+            self._write(self.out, for_terminal(self.redactor.redact(event.text)).rstrip("\n") + "\n")
+
+    # ---------------------------------------------------------------------------------------- plumbing
 
     def _write(self, stream: IO[str], text: str) -> None:
         if not text:
             return
+        self._stop_waiting()
         if self._line_open is not None and self._line_open is not stream:
             self._end_line()
+        if stream is self.err:
+            self._live = False  # something now follows the streamed text: it can no longer be redrawn
         stream.write(text)
         stream.flush()
         self._line_open = None if text.endswith("\n") else stream
@@ -142,9 +308,47 @@ class EventPrinter:
             self._line_open.flush()
             self._line_open = None
 
+    def _stop_waiting(self) -> None:
+        if self.waiting is not None:
+            self.waiting.stop()
+
+
+class JsonPrinter:
+    """Writes each event as one JSON object per line (`--json`), redacted like everything else mylm prints."""
+
+    def __init__(self, out: IO[str], *, redactor: Redactor | None = None) -> None:
+        self.out = out
+        self.redactor = redactor or Redactor()
+        self._text = self.redactor.stream()
+        self._reasoning = self.redactor.stream()
+
+    def handle(self, event: Event) -> None:
+        """Write one event (text is re-cut at word ends, so a secret split between two pieces is still caught)."""
+        if isinstance(event, TextEvent):
+            self._emit_text("text", self._text.feed(event.text))
+            return
+        if isinstance(event, ReasoningEvent):
+            self._emit_text("reasoning", self._reasoning.feed(event.text))
+            return
+        self._flush()
+        self.emit(event.to_dict())
+
+    def emit(self, record: dict[str, Any]) -> None:
+        """Write one record as a line."""
+        self.out.write(json.dumps(self.redactor.redact_value(record), ensure_ascii=False) + "\n")
+        self.out.flush()
+
     def finish(self) -> None:
-        """Close any line left open by streamed text."""
-        self._end_line()
+        """Write any text still held back."""
+        self._flush()
+
+    def _flush(self) -> None:
+        self._emit_text("reasoning", self._reasoning.flush())
+        self._emit_text("text", self._text.flush())
+
+    def _emit_text(self, kind: str, text: str) -> None:
+        if text:
+            self.emit({"type": kind, "text": text})
 
 
 def event_json(event: Event | dict[str, Any]) -> str:

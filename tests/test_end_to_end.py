@@ -65,7 +65,7 @@ def test_end_to_end_no_terminal_no_yes_refuses_the_tool(subprocess_env: dict[str
     assert done.returncode == 0, done.stderr
     assert not marker.exists()
     assert "refused execute_command" in done.stderr and "--yes" in done.stderr
-    assert "cannot be asked for approval" in refusal
+    assert "no one can be asked" in refusal
 
 
 def test_end_to_end_json_lines(subprocess_env: dict[str, str]) -> None:

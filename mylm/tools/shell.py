@@ -9,7 +9,7 @@ import subprocess
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from ..cancel import CancelToken
 from ..errors import CancelledError, ToolError
@@ -138,36 +138,48 @@ def run_command(
     child_env = dict(env if env is not None else child_environment())
     child_env[procs.TAG_VARIABLE] = tag
     started = time.monotonic()
-    process = subprocess.Popen(
-        [*_shell(), command],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,  # own process group and session: no controlling terminal, no Ctrl-C from ours
-        cwd=cwd,
-        env=child_env,
-    )
+    target = procs.Command(tag)
+    try:
+        process = subprocess.Popen(
+            [*_shell(), command],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # own process group and session: no controlling terminal, no Ctrl-C from ours
+            cwd=cwd,
+            env=child_env,
+        )
+    except BaseException:
+        # Ctrl-C inside Popen, after the fork: the child may exist with no handle to it; its tag still finds it.
+        procs.stop_all(target, grace=0)
+        raise
     assert process.stdout is not None and process.stderr is not None
-    target = procs.Command(tag, group=process.pid, root=process.pid, since=procs.start_time(process.pid))
     out = _Capture(limits.head_bytes, limits.tail_bytes)
     err = _Capture(limits.stderr_bytes, limits.stderr_bytes)
     streams = {process.stdout.fileno(): out, process.stderr.fileno(): err}
-    wake_r, wake_w = os.pipe()
     cancelled: list[bool] = []
-
-    def on_cancel() -> None:  # runs on the canceller's thread: stop the command now, then wake the loop
-        cancelled.append(True)
-        procs.stop_all(target, grace=0)
-        try:
-            os.write(wake_w, b"x")
-        except OSError:
-            pass
-
-    unregister = cancel.on_cancel(on_cancel) if cancel is not None else (lambda: None)
-    selector = selectors.DefaultSelector()
-    pidfd = _open_pidfd(process.pid)
+    pipe: tuple[int, int] | None = None
+    pidfd: int | None = None
+    selector: selectors.BaseSelector | None = None
+    unregister: Callable[[], None] = lambda: None  # noqa: E731
     stopped, lingering, graceful = "", False, True
+    # Everything after Popen is inside the try: a Ctrl-C at any point still stops the command.
     try:
+        target = procs.Command(tag, group=process.pid, root=process.pid, since=procs.start_time(process.pid))
+        pipe = os.pipe()
+        wake_r, wake_w = pipe
+
+        def on_cancel() -> None:  # runs on the canceller's thread: stop the command now, then wake the loop
+            cancelled.append(True)
+            procs.stop_all(target, grace=0)
+            try:
+                os.write(wake_w, b"x")
+            except OSError:
+                pass
+
+        unregister = cancel.on_cancel(on_cancel) if cancel is not None else (lambda: None)
+        selector = selectors.DefaultSelector()
+        pidfd = _open_pidfd(process.pid)
         for fd in streams:
             os.set_blocking(fd, False)
             selector.register(fd, selectors.EVENT_READ)
@@ -218,8 +230,9 @@ def run_command(
         unregister()
         survivors = procs.stop_all(target, grace=limits.kill_grace if graceful else 0)
         process.wait()
-        selector.close()
-        for fd in (wake_r, wake_w, *([pidfd] if pidfd is not None else [])):
+        if selector is not None:
+            selector.close()
+        for fd in (*(pipe or ()), *([pidfd] if pidfd is not None else [])):
             os.close(fd)
         process.stdout.close()
         process.stderr.close()

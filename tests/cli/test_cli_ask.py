@@ -6,35 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from cli_support import FakeTerminal, call, invoke
 
-from mylm.cli import Terminal, cli
 from mylm.errors import EndpointUnreachableError
-from mylm.parser import format_tool_call
 from mylm.testing import ScriptedLLM
-from mylm.types import ToolCall
-
-
-def call(name: str, **arguments: object) -> str:
-    return "Checking.\n" + format_tool_call(ToolCall(name, arguments))
-
-
-class FakeTerminal(Terminal):
-    """Answers approval questions from a script and records what was asked."""
-
-    def __init__(self, answers: list[str]) -> None:
-        self.answers = answers
-        self.asked: list[str] = []
-
-    def ask(self, question: str) -> str:
-        self.asked.append(question)
-        return self.answers.pop(0)
-
-
-def invoke(args: list[str], llm: ScriptedLLM, *, terminal: Terminal | None = None, stdin: str = ""):
-    runner = CliRunner()
-    obj = {"llm": llm, "terminal": lambda: terminal}
-    return runner.invoke(cli, args, obj=obj, input=stdin, catch_exceptions=False)
 
 
 def test_cli_ask_prints_only_the_answer_on_stdout() -> None:
@@ -51,30 +26,57 @@ def test_cli_ask_without_terminal_refuses_and_tells_both_user_and_model() -> Non
     result = invoke(["ask", "make a file"], llm, terminal=None)
     assert result.exit_code == 0
     assert "refused execute_command" in result.stderr and "--yes" in result.stderr
-    assert "cannot be asked for approval" in llm.requests[1].messages[-1].content
+    assert "no one can be asked" in llm.requests[1].messages[-1].content
     assert not Path("created-by-model").exists()
 
 
 def test_cli_ask_approval_prompt_yes_and_no_with_reason() -> None:
     terminal = FakeTerminal(["y", "n", "use ls instead"])
     llm = ScriptedLLM([
-        call("execute_command", command="echo approved"),
+        call("execute_command", command="touch approved && echo made"),
         call("execute_command", command="touch nope"),
         "ok",
     ])
     result = invoke(["ask", "x"], llm, terminal=terminal)
     assert result.exit_code == 0
-    assert "command = 'echo approved'" in terminal.asked[0]
-    assert "approved" in llm.requests[1].messages[-1].content
+    assert "run `touch approved && echo made`" in terminal.asked[0]
+    assert Path("approved").exists() and "made" in llm.requests[1].messages[-1].content
     assert "use ls instead" in llm.requests[2].messages[-1].content
     assert not Path("nope").exists()
 
 
+def test_cli_ask_read_only_commands_run_without_asking() -> None:
+    terminal = FakeTerminal([])
+    llm = ScriptedLLM([call("execute_command", command="ls -la"), "listed"])
+    assert invoke(["ask", "x"], llm, terminal=terminal).exit_code == 0
+    assert terminal.asked == [] and "exit code 0" in llm.requests[1].messages[-1].content
+
+
+def test_cli_ask_command_hiding_text_is_refused_and_shown() -> None:
+    """THREATS T8: a carriage return that would hide `rm -rf` behind `ls -la` is refused, and shown made visible."""
+    terminal = FakeTerminal([])
+    llm = ScriptedLLM([call("execute_command", command="rm -rf ~/proj\r ls -la \x1b]0;t\x07"), "ok"])
+    result = invoke(["ask", "x"], llm, terminal=terminal)
+    assert result.exit_code == 0 and terminal.asked == []
+    assert "refused execute_command" in result.stderr and "U+000D" in result.stderr
+    assert "\r" not in result.stderr and "\x1b]0" not in result.stderr
+    assert "write the command without it" in llm.requests[1].messages[-1].content
+
+
+def test_cli_ask_approval_prompt_shows_the_exact_call() -> None:
+    terminal = FakeTerminal(["n", ""])
+    llm = ScriptedLLM([call("execute_command", command="rm -rf build"), "ok"])
+    assert invoke(["ask", "x"], llm, terminal=terminal).exit_code == 0
+    assert terminal.asked[0].startswith("mylm wants to run `rm -rf build` in ")
+    assert "deletes files for good" in terminal.asked[0]
+    assert "[a]lways" not in terminal.asked[0]  # a dangerous command is asked about every time
+
+
 def test_cli_ask_always_approves_the_tool_for_the_rest_of_the_run() -> None:
     terminal = FakeTerminal(["a"])
-    llm = ScriptedLLM([call("execute_command", command="true"), call("execute_command", command="true"), "ok"])
+    llm = ScriptedLLM([call("execute_command", command="touch a"), call("execute_command", command="touch b"), "ok"])
     assert invoke(["ask", "x"], llm, terminal=terminal).exit_code == 0
-    assert len(terminal.asked) == 1
+    assert len(terminal.asked) == 1 and Path("a").exists() and Path("b").exists()
 
 
 def test_cli_ask_piped_stdin_is_context() -> None:

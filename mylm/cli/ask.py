@@ -1,0 +1,149 @@
+"""`mylm ask`: one task, answered on stdout; everything else on stderr; the conversation saved as a session."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from .common import (
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_ITERATIONS,
+    EXIT_OK,
+    EXIT_TIMEOUT,
+    configure_logging,
+    endpoint_options,
+    handles_errors,
+    make_redactor,
+    read_piped_stdin,
+    settings_from,
+    verbose_option,
+)
+from .record import Recorder, inherit_model, resume_option, session_to_resume
+
+if TYPE_CHECKING:
+    from ..redact import Redactor
+    from ..types import RunResult
+
+
+def run_options(command: Any) -> Any:
+    """The per-run limits and approval flag shared by `ask` and `chat`."""
+    options = [
+        click.option("--max-iterations", type=int, metavar="N", help="Model calls allowed before a summary answer [10]."),
+        click.option("--timeout", type=float, metavar="SECONDS", help="Wall-clock budget for each run [120]."),
+        click.option("-y", "--yes", is_flag=True, default=None, help="Run every tool call without asking."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+@click.command()
+@click.argument("prompt", nargs=-1)
+@endpoint_options
+@run_options
+@resume_option
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per event per line on stdout.")
+@click.option("--no-stream", is_flag=True, help="Show each reply once it is complete instead of as it arrives.")
+@verbose_option
+@click.pass_context
+@handles_errors
+def ask(ctx: click.Context, /, prompt: tuple[str, ...], **options: Any) -> None:
+    """Ask the agent to do PROMPT; piped stdin is added as context.
+
+    The answer goes to stdout; thoughts, tool calls and their output go to stderr. Tools that change
+    things ask first (from the terminal, even when stdin is piped); without a terminal they are refused
+    unless --yes is given. Every run is saved as a session: --continue (or --session ID) carries on from
+    it with the whole conversation.
+
+    \b
+    Examples:
+      mylm ask "how many Python files are here?"
+      git diff | mylm ask "review this"
+      mylm ask -m work --json "list the TODOs" | jq .
+      mylm ask --continue "and now fix the first one"
+
+    Exit codes: 0 answer, 1 error, 2 usage, 3 iteration limit, 4 timeout, 130 interrupted.
+    """
+    from .runner import build_agent, make_approver, make_printer, run_turn, session_tools
+
+    text = _prompt_text(prompt, read_piped_stdin())
+    if not text:
+        raise click.UsageError('no prompt given: mylm ask "what to do"')
+    resume = session_to_resume(options["continue_last"], options["session_id"])
+    settings = settings_from(inherit_model(options, resume))
+    redactor = make_redactor(settings)
+    configure_logging(options["verbose"], redactor)
+    history = resume.history if resume is not None else ()
+    with session_tools(settings) as tools:
+        agent = build_agent(ctx, settings, make_approver(ctx, settings, redactor), tools)
+        printer = make_printer(
+            redactor, as_json=options["as_json"], verbose=options["verbose"] > 0, stream=not options["no_stream"]
+        )
+        recorder = Recorder.start(command="ask", settings=settings, redactor=redactor, resume=resume,
+                                  save=not options["no_save"])
+        recorder.prompt(text)
+        try:
+            turn = run_turn(agent, text, history, printer.handle)
+        finally:
+            printer.finish()
+    recorder.turn(turn)
+    recorder.close()
+    if turn.output_error is not None:
+        raise turn.output_error
+    result = turn.result
+    if options["as_json"]:
+        printer.emit(_summary(result, recorder.id))  # type: ignore[union-attr]
+    _report_ending(result, recorder.id, redactor)
+    ctx.exit(exit_code(result))
+
+
+def _prompt_text(words: tuple[str, ...], piped: str) -> str:
+    prompt = " ".join(words).strip()
+    piped = piped.strip("\n")
+    if piped and prompt:
+        return f"{piped}\n\n{prompt}"
+    return piped or prompt
+
+
+def _report_ending(result: RunResult, session: str | None, redactor: Redactor) -> None:
+    from ..display import for_terminal
+
+    reason = result.stop_reason.value
+    if result.error is not None and reason in ("error", "timeout"):
+        click.echo(f"mylm: error: {for_terminal(redactor.redact(str(result.error)))}", err=True)
+    elif reason == "cancelled":
+        resume = " (the conversation is saved: `mylm ask --continue` resumes it)" if session else ""
+        click.echo(f"mylm: interrupted{resume}", err=True)
+    elif reason == "max_iterations":
+        click.echo(f"mylm: stopped after {result.iterations_used} iterations (--max-iterations)", err=True)
+
+
+def _summary(result: RunResult, session: str | None) -> dict[str, Any]:
+    usage = result.usage
+    return {
+        "type": "run_end",
+        "stop_reason": result.stop_reason.value,
+        "iterations_used": result.iterations_used,
+        "timed_out": result.timed_out,
+        "final_text": result.final_text,
+        "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens},
+        "error": str(result.error) if result.error is not None else None,
+        "session": session,
+    }
+
+
+def exit_code(result: RunResult) -> int:
+    """The exit code for how a run ended."""
+    reason = result.stop_reason.value
+    if reason in ("final_answer", "done_tool"):
+        return EXIT_OK
+    if reason == "max_iterations":
+        return EXIT_ITERATIONS
+    if reason == "timeout":
+        return EXIT_TIMEOUT
+    if reason == "cancelled":
+        return EXIT_INTERRUPTED
+    return result.error.exit_code if result.error is not None else EXIT_ERROR
+

@@ -1,0 +1,184 @@
+"""What every command shares: exit codes, turning errors into one line, the endpoint options, settings, streams."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from typing import IO, TYPE_CHECKING, Any, Callable, TypeVar
+
+import click
+
+if TYPE_CHECKING:
+    from ..config import Settings
+    from ..redact import Redactor
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: Exit codes (also in the README): 0 answer, 1 error, 2 usage, 3 iteration limit, 4 timeout, 130 interrupted.
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_ITERATIONS, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+
+
+def fail(message: str, code: int) -> None:
+    """Print `mylm: error: MESSAGE` on stderr (sanitised: it may quote the model) and exit with `code`."""
+    from ..display import for_terminal
+
+    click.echo(f"mylm: error: {for_terminal(make_redactor(None).redact(message))}", err=True)
+    sys.exit(code)
+
+
+def warn(message: str) -> None:
+    """Print `mylm: warning: MESSAGE` on stderr."""
+    click.echo(f"mylm: warning: {message}", err=True)
+
+
+def handles_errors(command: F) -> F:
+    """Turn mylm's errors and Ctrl-C into one readable line and a distinct exit code, never a traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from ..errors import MylmError
+
+        try:
+            return command(*args, **kwargs)
+        except MylmError as error:
+            fail(str(error), error.exit_code)
+        except KeyboardInterrupt:
+            click.echo("mylm: interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        except BrokenPipeError:
+            # The reader went away (`mylm ask ... | head`): not an error worth a message.
+            _silence_stdout()
+            sys.exit(EXIT_ERROR)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _silence_stdout() -> None:
+    # Python flushes stdout at exit; with the reader gone that raises again, so point it at /dev/null.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _complete_profile(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    from click.shell_completion import CompletionItem
+
+    try:
+        from ..config import config_path, read_config_file
+
+        profiles = read_config_file(config_path()).get("profiles", {})
+    except Exception:  # noqa: BLE001 - completion must never print a traceback into the shell
+        return []
+    return [CompletionItem(name, help="profile") for name in profiles if name.startswith(incomplete)]
+
+
+def endpoint_options(command: F) -> F:
+    """The options naming the endpoint and templates, shared by every command that talks to a model."""
+    options = [
+        click.option("--base-url", metavar="URL", help="Endpoint URL [env: MYLM_BASE_URL, OPENAI_BASE_URL]."),
+        click.option(
+            "-m", "--model", metavar="NAME", shell_complete=_complete_profile,
+            help="A profile from the config file, or a model name [env: MYLM_MODEL].",
+        ),
+        click.option("--api-key", metavar="KEY", help="API key [env: MYLM_API_KEY, OPENAI_API_KEY]."),
+        click.option("--provider", metavar="NAME", help="Wire format, e.g. openai, ollama [env: MYLM_PROVIDER]."),
+        click.option("--prompts", "prompts_dir", metavar="DIR", help="Directory of templates overriding the defaults."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def verbose_option(command: F) -> F:
+    """`-v`: full tool output and the loop's log on stderr (`-vv` for debug)."""
+    return click.option(
+        "-v", "--verbose", count=True, help="Show tool output in full and log the loop to stderr (-vv: debug)."
+    )(command)
+
+
+def settings_from(options: dict[str, Any]) -> Settings:
+    """Resolve the settings from a command's options; warnings about them go to stderr."""
+    from ..config import load_settings
+
+    names = ("base_url", "model", "api_key", "provider", "max_iterations", "timeout", "yes")
+    flags = {name: options.get(name) for name in names}
+    flags["prompts"] = options.get("prompts_dir")
+    settings = load_settings(flags)
+    for message in settings.warnings:
+        warn(message)
+    return settings
+
+
+def make_redactor(settings: Settings | None) -> Redactor:
+    """The redactor for this process: secret-named environment values and the API key in use."""
+    from ..redact import Redactor
+
+    return Redactor.from_environment(extra=[settings.api_key if settings else None])
+
+
+def configure_logging(verbose: int, redactor: Redactor) -> None:
+    """Send mylm's log to stderr at `-v` (info) or `-vv` (debug), redacted."""
+    if not verbose:
+        return
+    import logging
+
+    class _Redacting(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            record.msg, record.args = redactor.redact(record.getMessage()), None
+            return True
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("[%(levelname)s] %(message)s"))
+    handler.addFilter(_Redacting())
+    handler.set_name("mylm-cli")
+    root = logging.getLogger("mylm")
+    for old in [h for h in root.handlers if h.get_name() == "mylm-cli"]:
+        root.removeHandler(old)  # an embedding program (or a test) running several commands in one process
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG if verbose > 1 else logging.INFO)
+
+
+def isatty(stream: IO[str] | None) -> bool:
+    """Whether `stream` is a terminal (False for test buffers and closed streams)."""
+    try:
+        return stream is not None and stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def same_terminal(a: IO[str], b: IO[str]) -> bool:
+    """Whether two streams are the same terminal device (`mylm ask` run plainly, nothing redirected)."""
+    if not (isatty(a) and isatty(b)):
+        return False
+    try:
+        sa, sb = os.fstat(a.fileno()), os.fstat(b.fileno())
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (sa.st_dev, sa.st_ino, sa.st_rdev) == (sb.st_dev, sb.st_ino, sb.st_rdev)
+
+
+def use_color(stream: IO[str]) -> bool:
+    """Colour decorations only on a terminal, and never when NO_COLOR is set (https://no-color.org)."""
+    return isatty(stream) and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+
+
+def read_piped_stdin() -> str:
+    """Piped or redirected stdin, to add as context; never blocks on a terminal."""
+    import stat
+
+    stream = sys.stdin
+    if stream is None:
+        return ""
+    try:
+        if stream.isatty():
+            return ""
+        mode = os.fstat(stream.fileno()).st_mode
+        if not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode)):
+            return ""
+    except (OSError, ValueError, AttributeError):
+        # Not a real file (a test runner's buffer): read it if it is there.
+        pass
+    return stream.read()

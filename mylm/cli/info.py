@@ -1,0 +1,135 @@
+"""`mylm tools`, `mylm config`, `mylm models` and `mylm completion`: what mylm would use, and shell set-up."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import click
+
+from .common import endpoint_options, handles_errors, settings_from
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the tools as one JSON array.")
+@handles_errors
+def tools(as_json: bool) -> None:
+    """List the tools the model can call, with their parameters' JSON Schema.
+
+    Tools marked `read` run freely; `write` and `execute` tools ask first (or need --yes).
+    """
+    import json
+
+    from ..config import load_settings
+    from ..display import for_terminal
+    from .runner import model_tools, session_tools
+
+    with session_tools(load_settings()) as tools:
+        listed = model_tools(tools)
+    if as_json:
+        data = [{"name": t.name, "description": t.description, "risk": t.risk, "parameters": dict(t.parameters)}
+                for t in listed]
+        click.echo(json.dumps(data, ensure_ascii=False, indent=2))
+        return
+    for tool in listed:
+        asks = "runs freely" if tool.risk == "read" else "asks first"
+        click.echo(click.style(tool.name, bold=True) + f"  [{tool.risk}: {asks}]")
+        click.echo(f"  {for_terminal(tool.description)}")
+        schema = json.dumps(dict(tool.parameters), ensure_ascii=False, indent=2)
+        click.echo("\n".join("    " + line for line in for_terminal(schema).splitlines()) + "\n")
+
+
+@click.command()
+@endpoint_options
+@click.option("--json", "as_json", is_flag=True, help="Print the settings and their sources as JSON.")
+@handles_errors
+def config(as_json: bool, **options: Any) -> None:
+    """Show the effective settings and where each came from (flag, env, profile, file, default).
+
+    Takes the same endpoint options as `ask`, so `mylm config -m NAME` shows what profile NAME
+    resolves to. The API key itself is never shown, only where it comes from.
+    """
+    import json
+
+    from ..config import PROJECT_CONFIG, SETTING_NAMES, config_path, read_config_file
+    from ..display import for_terminal
+
+    settings = settings_from(options)
+    user_file = config_path()
+    profiles = sorted(read_config_file(user_file).get("profiles", {}))
+    rows = []
+    for name in SETTING_NAMES:
+        value: Any = getattr(settings, name)
+        if name == "api_key":
+            value = "(set)" if value else None
+        rows.append((name, value, settings.sources.get(name, "unset")))
+    if as_json:
+        data = {
+            "config_file": str(user_file),
+            "project_file": str(PROJECT_CONFIG.resolve()),
+            "profile": settings.profile,
+            "profiles": profiles,
+            "settings": {name: {"value": value, "source": source} for name, value, source in rows},
+        }
+        click.echo(json.dumps(data, ensure_ascii=False, indent=2))
+        return
+    exists = "" if user_file.exists() else "  (not found)"
+    project = PROJECT_CONFIG.resolve()
+    click.echo(f"config file     {user_file}{exists}")
+    click.echo(f"project file    {project}{'' if project.exists() else '  (not found)'}")
+    click.echo(f"profile         {settings.profile or '-'}  (profiles: {', '.join(profiles) or 'none'})\n")
+    for name, value, source in rows:
+        shown = "-" if value is None or value == "" else _short(value)
+        click.echo(for_terminal(f"{name:<15} {shown:<40} {source}"))
+
+
+def _short(value: Any) -> str:
+    import json
+
+    text = json.dumps(value, ensure_ascii=False) if isinstance(value, dict) else str(value)
+    text = " ".join(text.split())
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+@click.command()
+@endpoint_options
+@handles_errors
+def models(**options: Any) -> None:
+    """List the models the endpoint offers, one per line."""
+    from ..display import for_terminal
+    from ..errors import MylmError
+    from .runner import make_endpoint
+
+    settings = settings_from(options)
+    try:
+        from ..providers import list_models
+
+        endpoint = make_endpoint(settings)
+    except ImportError as error:
+        raise MylmError(f"listing models needs mylm.providers.list_models, which this installation lacks ({error})") from None
+    for name in list_models(endpoint):
+        click.echo(for_terminal(name))
+
+
+_SHELLS = ("bash", "zsh", "fish")
+
+
+@click.command()
+@click.argument("shell", required=False, type=click.Choice(_SHELLS))
+@click.pass_context
+def completion(ctx: click.Context, shell: str | None) -> None:
+    """Print the shell completion script for SHELL (default: your $SHELL).
+
+    \b
+    Enable it once, e.g. in ~/.bashrc:   eval "$(mylm completion bash)"
+    zsh (~/.zshrc):                     eval "$(mylm completion zsh)"
+    fish:                               mylm completion fish > ~/.config/fish/completions/mylm.fish
+    """
+    from click.shell_completion import get_completion_class
+
+    chosen = shell or os.path.basename(os.environ.get("SHELL", ""))
+    if chosen not in _SHELLS:
+        raise click.UsageError(f"say which shell: mylm completion {{{','.join(_SHELLS)}}}")
+    completer = get_completion_class(chosen)
+    assert completer is not None and ctx.parent is not None
+    click.echo(completer(ctx.parent.command, {}, "mylm", "_MYLM_COMPLETE").source())

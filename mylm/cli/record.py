@@ -1,0 +1,168 @@
+"""Saving `ask` and `chat` conversations as sessions, and finding the one to resume."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from .common import warn
+
+if TYPE_CHECKING:
+    from ..config import Settings
+    from ..redact import Redactor
+    from ..sessions import Session, Transcript
+    from .runner import Turn
+
+
+def resume_option(command: Any) -> Any:
+    """`--continue` and `--session ID`, and `--no-save`."""
+    command = click.option("--no-save", is_flag=True, help="Do not save this conversation as a session.")(command)
+    command = click.option(
+        "--session", "session_id", metavar="ID", shell_complete=complete_session,
+        help="Resume saved session ID (a unique prefix or suffix will do; see `mylm sessions list`).",
+    )(command)
+    return click.option(
+        "-c", "--continue", "continue_last", is_flag=True, help="Resume the most recent session."
+    )(command)
+
+
+def complete_session(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    from click.shell_completion import CompletionItem
+
+    from ..sessions import session_paths, sessions_dir
+
+    ids = [p.name.removesuffix(".jsonl") for p in session_paths(sessions_dir())]
+    return [CompletionItem(i) for i in ids if i.startswith(incomplete) or i.endswith(incomplete)]
+
+
+def find_session(key: str) -> Path:
+    """The transcript for a session id (or a unique prefix or suffix of one); a usage error if there is none."""
+    from ..sessions import find, session_paths, sessions_dir
+
+    directory = sessions_dir()
+    path = find(directory, key)
+    if path is None:
+        several = [p for p in session_paths(directory) if key and key in p.name]
+        hint = "it matches several; give more of it" if len(several) > 1 else "see `mylm sessions list`"
+        raise click.UsageError(f"no session {key!r} ({hint})")
+    return path
+
+
+def session_to_resume(continue_last: bool, session_id: str | None) -> Session | None:
+    """The session `--continue` or `--session` names, read back, or None for a new conversation."""
+    from ..sessions import latest, load, sessions_dir
+
+    if continue_last and session_id:
+        raise click.UsageError("--continue and --session cannot be used together")
+    if session_id:
+        path = find_session(session_id)
+    elif continue_last:
+        found = latest(sessions_dir())
+        if found is None:
+            raise click.UsageError("there is no saved session to continue")
+        path = found
+    else:
+        return None
+    session = load(path)
+    if session.skipped:
+        warn(f"session {session.id}: skipped {session.skipped} unreadable line(s)")
+    return session
+
+
+def inherit_model(options: dict[str, Any], resume: Session | None) -> dict[str, Any]:
+    """Without `-m`, a resumed session keeps talking to the profile (or model) it was started with."""
+    if resume is None or options.get("model") or options.get("base_url"):
+        return options
+    chosen = resume.header.get("profile") or resume.header.get("model")
+    return {**options, "model": chosen} if isinstance(chosen, str) and chosen else options
+
+
+class Recorder:
+    """Writes a conversation to its session transcript; a failure to save warns once and never stops the chat."""
+
+    def __init__(self, transcript: Transcript | None) -> None:
+        self.transcript = transcript
+
+    @property
+    def id(self) -> str | None:
+        """The session id, or None when nothing is being saved."""
+        return self.transcript.id if self.transcript is not None else None
+
+    @classmethod
+    def start(
+        cls,
+        *,
+        command: str,
+        settings: Settings,
+        redactor: Redactor,
+        resume: Session | None,
+        save: bool,
+    ) -> Recorder:
+        """Open the resumed session for appending, or create a new one (unless `save` is off)."""
+        if not save:
+            return cls(None)
+        from ..sessions import Transcript, private_sessions_dir
+
+        try:
+            if resume is not None:
+                return cls(Transcript.open(resume.path, redactor=redactor))
+            header = {
+                "command": command,
+                "cwd": os.getcwd(),
+                "model": settings.model,
+                "profile": settings.profile,
+                "base_url": settings.base_url,
+                "provider": settings.provider,
+            }
+            return cls(Transcript.create(private_sessions_dir(), redactor=redactor, header=header))
+        except OSError as error:
+            warn(f"this conversation will not be saved: {error}")
+            return cls(None)
+
+    def prompt(self, text: str) -> None:
+        """Record the user's prompt before the run starts, so even a crash keeps the question."""
+        from ..types import Message
+
+        self._write(lambda t: t.messages([Message("user", text)]))
+
+    def turn(self, turn: Turn) -> None:
+        """Record what the turn added after the prompt (or the rewritten conversation), then how it ended."""
+        result = turn.result
+
+        def write(transcript: Transcript) -> None:
+            if result.compacted:
+                transcript.compacted(turn.history)
+            else:
+                transcript.messages(turn.added[1:])
+            usage = result.usage
+            transcript.append({
+                "type": "run_end",
+                "stop_reason": result.stop_reason.value,
+                "iterations_used": result.iterations_used,
+                "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens},
+                "error": str(result.error) if result.error is not None else None,
+            })
+
+        self._write(write)
+
+    def reset(self) -> None:
+        """Record that the conversation was cleared."""
+        self._write(lambda t: t.reset())
+
+    def close(self) -> None:
+        """Close the transcript."""
+        if self.transcript is not None:
+            self.transcript.close()
+
+    def _write(self, action: Any) -> None:
+        if self.transcript is None:
+            return
+        try:
+            action(self.transcript)
+        except OSError as error:
+            warn(f"could not save to session {self.transcript.id}, saving stops here: {error}")
+            self.transcript.close()
+            self.transcript = None

@@ -1,0 +1,268 @@
+"""Running the agent for `ask` and `chat`: the model, the tools, the agent, and one turn that Ctrl-C can stop."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterator
+
+import click
+
+from .common import isatty, same_terminal, use_color
+
+if TYPE_CHECKING:
+    from ..agent import Agent
+    from ..config import Settings
+    from ..display import EventPrinter, JsonPrinter
+    from ..llm import LLM
+    from ..prompts import PromptLoader
+    from ..redact import Redactor
+    from ..tools.base import Tool
+    from ..types import Event, Message, RunResult
+    from .approve import Approver
+
+#: Names a JSON script file that replaces the model endpoint (a testing aid: see docs/cli.md).
+SCRIPTED_LLM_ENV = "MYLM_SCRIPTED_LLM"
+
+
+@contextmanager
+def session_tools(settings: Settings) -> Iterator[list[Tool]]:
+    """The tools `ask`, `chat` and `mylm tools` give the model: the one place to change them.
+
+    The builtin tools are confined to the current directory; tools from the MCP servers in `[mcp]` are added,
+    and those servers live until the block ends.
+    """
+    from ..tools import ToolSettings, builtin_tools
+    from ..tools.procs import become_subreaper
+
+    # Adopt orphaned descendants, so a command's double-forked daemon is still found and stopped (T4).
+    become_subreaper()
+    configured = ToolSettings.from_config(dict(settings.extra.get("tools", {}) or {}))
+    tools = builtin_tools(
+        workspace=Path.cwd(),
+        memory_path=configured.memory_path,
+        memory=configured.memory,
+        command_timeout=configured.command_timeout,
+        env_passthrough=configured.env,
+    )
+    servers = settings.extra.get("mcp")
+    if not servers:
+        yield tools
+        return
+    from ..tools import open_mcp_servers
+
+    with open_mcp_servers(servers) as mcp:
+        yield [*tools, *mcp.tools]
+
+
+def make_llm(ctx: click.Context, settings: Settings, loader: PromptLoader) -> LLM:
+    """The model: injected through click's obj (embedding, tests), a `$MYLM_SCRIPTED_LLM` script, or the endpoint."""
+    injected = ctx.obj or {}
+    if "llm" in injected:
+        return injected["llm"]  # type: ignore[no-any-return]
+    script = os.environ.get(SCRIPTED_LLM_ENV)
+    if script:
+        from .scripted import load_script
+
+        return load_script(Path(script))
+    try:
+        from ..providers import create_llm
+
+        endpoint = make_endpoint(settings)
+    except ImportError as error:
+        from ..errors import MylmError
+
+        raise MylmError(f"this installation of mylm has no HTTP providers ({error})") from None
+    return create_llm(endpoint, prompts=loader)  # type: ignore[no-any-return]
+
+
+def make_endpoint(settings: Settings) -> Any:
+    """The `mylm.providers.Endpoint` the settings describe (ImportError if the providers are not installed)."""
+    from ..providers import Endpoint
+
+    return Endpoint(
+        provider=settings.provider,
+        base_url=settings.base_url,
+        model=settings.model,
+        api_key=settings.api_key,
+        api_key_source=settings.api_key_source,
+        chat_format=settings.chat_format,
+        max_tokens=settings.max_tokens,
+        options=dict(settings.options or {}),
+    )
+
+
+def model_tools(tools: list[Tool]) -> list[Tool]:
+    """Every tool the model can call: `tools`, plus `read_output`, which the agent adds to page long output."""
+    from ..outputs import OutputCache
+
+    listed = list(tools)
+    if all(t.name != "read_output" for t in listed):
+        listed.append(OutputCache().tool())
+    return listed
+
+
+def make_approver(
+    ctx: click.Context, settings: Settings, redactor: Redactor, *, scope: str = "this run"
+) -> Approver:
+    """The permission hook: the approval policy from flags and user config, asking on the terminal (or on the
+    terminal injected through click's obj) when the policy says to ask."""
+    from ..prompts import user_config_dir
+    from ..tools import ApprovalPolicy
+    from .approve import Approver, open_terminal
+
+    section = (settings.extra.get("tools", {}) or {}).get("approval", {}) or {}
+    policy = ApprovalPolicy.from_config(
+        section, workspace=Path.cwd(), yes=settings.yes, config_dir=user_config_dir()
+    )
+    terminal_factory = (ctx.obj or {}).get("terminal", open_terminal)
+    return Approver(
+        policy=policy,
+        terminal_factory=terminal_factory,
+        err=sys.stderr,
+        color=use_color(sys.stderr),
+        redactor=redactor,
+        scope=scope,
+    )
+
+
+def build_agent(ctx: click.Context, settings: Settings, approver: Approver, tools: list[Tool]) -> Agent:
+    """The agent for this command, from the settings."""
+    from ..agent import Agent
+    from ..prompts import PromptLoader
+
+    loader = PromptLoader.default(settings.prompts)
+    return Agent(
+        make_llm(ctx, settings, loader),
+        tools,
+        max_iterations=settings.max_iterations,
+        timeout=settings.timeout,
+        prompts=loader,
+        max_tokens=settings.max_tokens,
+        permission=approver,
+        instructions=settings.instructions,
+    )
+
+
+def make_printer(
+    redactor: Redactor, *, as_json: bool = False, verbose: bool = False, stream: bool = True
+) -> EventPrinter | JsonPrinter:
+    """The event printer for stdout/stderr as they are (terminal or not), with a spinner on a terminal."""
+    from ..display import EventPrinter, JsonPrinter, Screen
+
+    out, err = sys.stdout, sys.stderr
+    if as_json:
+        return JsonPrinter(out, redactor=redactor)
+    waiting = None
+    if isatty(err) and os.environ.get("TERM") != "dumb":
+        from .spinner import Spinner
+
+        waiting = Spinner(err)
+    screen = Screen(
+        out_is_tty=isatty(out),
+        same_terminal=same_terminal(out, err),
+        color=use_color(err),
+        size=lambda: _terminal_size(err),
+    )
+    return EventPrinter(out, err, screen=screen, verbose=verbose, stream=stream, redactor=redactor, waiting=waiting)
+
+
+def _terminal_size(stream: IO[str]) -> tuple[int, int]:
+    try:
+        size = os.get_terminal_size(stream.fileno())
+        return size.columns, size.lines
+    except (OSError, ValueError, AttributeError):
+        return 80, 24
+
+
+# ------------------------------------------------------------------------------------------- one turn
+
+
+@dataclass(frozen=True)
+class Turn:
+    """What one prompt did to the conversation: the result, the messages it added, the conversation after it."""
+
+    result: RunResult
+    #: The messages to record (a run cut short ends with a marked assistant message).
+    added: tuple[Message, ...]
+    history: tuple[Message, ...]
+    #: Showing an event failed (stdout closed: `mylm ask ... | head -1`); the run was stopped there.
+    output_error: OSError | None = None
+
+
+def run_turn(
+    agent: Agent, prompt: str, history: tuple[Message, ...], handle: Callable[[Event], None]
+) -> Turn:
+    """Run one prompt, passing each event to `handle`; Ctrl-C or SIGTERM stops it and keeps the partial turn.
+
+    Ctrl-C usually lands inside the agent, which ends the run as cancelled. When it lands in our own code (while an
+    event is printed), the run is cancelled through its stream and drained, so the partial turn is kept either way.
+    A third Ctrl-C while draining gives up on it.
+    """
+    from ..sessions import INTERRUPTED, close_dangling
+    from ..types import StopReason
+
+    stream = agent.stream(prompt, history=history)
+    interrupts = 0
+    output_error: OSError | None = None
+    with _terminate_as_interrupt():
+        while True:
+            try:
+                for event in stream:
+                    if output_error is None:
+                        handle(event)
+                break
+            except KeyboardInterrupt:
+                interrupts += 1
+                if interrupts >= 3:
+                    raise
+                stream.cancel()
+            except OSError as error:
+                # Nobody can see the rest: stop the run, but still return it so the caller can save it.
+                output_error = error
+                stream.cancel()
+    result = stream.result
+    assert result is not None
+    added = list(result.history_delta)
+    after = list(result.history) if result.compacted else [*history, *added]
+    if result.stop_reason in (StopReason.CANCELLED, StopReason.ERROR, StopReason.TIMEOUT):
+        marker = INTERRUPTED if result.stop_reason is StopReason.CANCELLED else f"[{result.stop_reason.value}]"
+        close_dangling(added, marker)
+        close_dangling(after, marker)
+    return Turn(result, tuple(added), tuple(after), output_error)
+
+
+_terminated = False
+
+
+def terminated() -> bool:
+    """Whether SIGTERM or SIGHUP arrived (the terminal closed): the conversation should end, saved."""
+    return _terminated
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    global _terminated
+    _terminated = True
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """While a turn runs, SIGTERM and SIGHUP stop it like Ctrl-C does, so the partial turn is saved before exit."""
+    previous: dict[int, Any] = {}
+    try:
+        for name in ("SIGTERM", "SIGHUP"):
+            number = getattr(signal, name, None)
+            if number is not None:
+                previous[number] = signal.signal(number, _raise_interrupt)
+    except ValueError:  # not the main thread (an embedding application): leave its signals alone
+        pass
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)

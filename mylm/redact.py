@@ -1,0 +1,182 @@
+"""Secret redaction for every sink mylm writes to (transcripts, logs, the terminal): known values, then patterns."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Iterable, Mapping
+
+REDACTED = "[REDACTED]"
+#: Environment values shorter than this are not treated as secrets: too many ordinary words would match.
+MIN_SECRET_LENGTH = 8
+#: Variable names whose values are secrets (T9: `*KEY*|*SECRET*|*TOKEN*|*PASSWORD*|*CREDENTIAL*`).
+_SECRET_NAME = re.compile(r"KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
+#: Values of secret-named variables that are settings rather than secrets (`KEY_FILE=/path`, `TOKEN_TTL=3600`).
+_NOT_A_SECRET = re.compile(r"[0-9]+|(?:true|false|yes|no|on|off)|/[^\s]*", re.IGNORECASE)
+
+# Well-known credential shapes (goose's redactor and the providers' documented key formats).
+_PATTERNS = (
+    r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)",
+    r"\bsk-(?:ant-|proj-|live-|test-)?[A-Za-z0-9_\-]{16,}",
+    r"\bgh[pousr]_[A-Za-z0-9]{30,}",
+    r"\bgithub_pat_[A-Za-z0-9_]{40,}",
+    r"\bglpat-[A-Za-z0-9_\-]{20,}",
+    r"\bxox[abposr]-[A-Za-z0-9\-]{10,}",
+    r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
+    r"\bAIza[0-9A-Za-z_\-]{35}",
+    r"\bhf_[A-Za-z0-9]{30,}",
+    r"\bgsk_[A-Za-z0-9]{30,}",
+    r"\beyJ[A-Za-z0-9_\-]{10,}\.eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}",
+)
+# `Authorization: Bearer x`, `API_KEY=x` in .env files and shells, `"api_key": "x"` in JSON and YAML: the name
+# stays readable, the value goes.
+_ASSIGNMENTS = (
+    r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/\-]{16,}=*",
+    (
+        r"(\b[A-Z0-9_]*(?:KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL)[A-Z0-9_]*\s*=\s*['\"]?)"
+        r"(?![/~])[^\s'\"]{8,}"
+    ),
+    (
+        r"(?i)([\"']?\b[a-z0-9_\-]*(?:api[_\-]?key|secret|token|password|access[_\-]?key)[\"']?\s*[:=]\s*[\"'])"
+        r"(?![/~])[^\"'\s]{8,}"
+    ),
+)
+
+#: How every credential shape in `_PATTERNS` begins.
+_SECRET_PREFIXES = (
+    "sk-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "xox", "AKIA", "ASIA", "AIza", "hf_",
+    "gsk_", "eyJ", "-----BEGIN",
+)
+_PEM_END = re.compile(r"-----END [A-Z ]*PRIVATE KEY-----")
+#: Words that come before a secret in `_ASSIGNMENTS` (searched for first: a literal search is fast).
+_SECRET_NAMES = ("bearer", "key", "secret", "token", "passw", "credential")
+#: A secret's name near the end of streamed text: its value may still be coming.
+_SENSITIVE_TAIL = re.compile(r"(?i)(?:bearer|key|secret|token|passw(?:or)?d|credential)[^\n]{0,40}\Z")
+
+
+class Redactor:
+    """Replaces secrets in text with `[REDACTED]`: first the exact values it was given, then credential shapes."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        # Longest first, so a secret that contains another is replaced whole.
+        values = {s for s in secrets if s and len(s) >= MIN_SECRET_LENGTH}
+        self.secrets: tuple[str, ...] = tuple(sorted(values, key=len, reverse=True))
+        self._exact = re.compile("|".join(re.escape(s) for s in self.secrets)) if self.secrets else None
+        self._patterns = re.compile("|".join(f"(?:{p})" for p in _PATTERNS), re.DOTALL)
+        self._assignments = tuple(re.compile(p) for p in _ASSIGNMENTS)
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None, extra: Iterable[str | None] = ()) -> Redactor:
+        """A redactor for the values of secret-named environment variables, plus `extra` (the API key in use)."""
+        env = os.environ if environ is None else environ
+        found = [value for name, value in env.items() if _SECRET_NAME.search(name) and _is_secret_value(value)]
+        return cls([*found, *(e for e in extra if e)])
+
+    def redact(self, text: str) -> str:
+        """`text` with every known secret and credential-shaped string replaced."""
+        if not text:
+            return text
+        if self._exact is not None:
+            text = self._exact.sub(REDACTED, text)
+        # Cheap literal searches first: most text (tool output, long answers) holds no credential at all.
+        if any(prefix in text for prefix in _SECRET_PREFIXES):
+            text = self._patterns.sub(REDACTED, text)
+        lowered = text.lower()
+        if any(name in lowered for name in _SECRET_NAMES):
+            for pattern in self._assignments:
+                text = pattern.sub(lambda m: m.group(1) + REDACTED, text)
+        return text
+
+    def redact_value(self, value: Any) -> Any:
+        """A JSON-like value with every string in it redacted (keys included)."""
+        if isinstance(value, str):
+            return self.redact(value)
+        if isinstance(value, Mapping):
+            return {self.redact(str(k)): self.redact_value(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.redact_value(v) for v in value]
+        return value
+
+    def stream(self) -> StreamRedactor:
+        """A redactor for text that arrives in pieces, where a secret may be split between two pieces."""
+        return StreamRedactor(self)
+
+
+class StreamRedactor:
+    """Redacts streamed text, holding back an unfinished word only while the next piece could make it a secret.
+
+    Held back: a word that starts like a credential (`sk-`, `ghp_`, ...), a possible start of a known secret
+    value, and the text after a secret's name (`Bearer`, `token:`) until its value has ended. Everything else
+    streams at once.
+    """
+
+    #: A "word" longer than this is let through in parts (nothing we recognise is that long).
+    MAX_HOLD = 8192
+    #: How much already-shown text is kept to recognise a secret's name before its value (`Bearer `).
+    CONTEXT = 80
+
+    def __init__(self, redactor: Redactor) -> None:
+        self._redactor = redactor
+        self._held = ""
+        self._context = ""
+
+    def feed(self, text: str) -> str:
+        """Add a piece; return what can be shown now (redacted)."""
+        self._held += text
+        keep = self._keep(self._held)
+        ready, self._held = self._held[: len(self._held) - keep], self._held[len(self._held) - keep :]
+        return self._release(ready)
+
+    def flush(self) -> str:
+        """Return (redacted) whatever is still held back: the stream has ended or paused for good."""
+        ready, self._held = self._held, ""
+        return self._release(ready)
+
+    def _release(self, ready: str) -> str:
+        if not ready:
+            return ""
+        # Redact with the text already shown in front, so `Bearer ` shown earlier still marks the value as secret.
+        before = self._redactor.redact(self._context)
+        both = self._redactor.redact(self._context + ready)
+        self._context = (self._context + ready)[-self.CONTEXT :]
+        return both[len(before) :] if both.startswith(before) else self._redactor.redact(ready)
+
+    def _keep(self, text: str) -> int:
+        begin = text.rfind("-----BEGIN")
+        if begin >= 0 and not _PEM_END.search(text, begin) and len(text) - begin <= self.MAX_HOLD * 4:
+            header = text[begin:].split("\n", 1)
+            if len(header) == 1 or "PRIVATE KEY-----" in header[0]:
+                return len(text) - begin  # a PEM block spans lines: hold it until its END line is complete
+        start = _word_start(text, len(text))
+        word = len(text) - start if _could_become_secret(text[start:]) else 0
+        seen = self._context + text
+        near = _SENSITIVE_TAIL.search(seen)
+        if near is not None:
+            # `Bearer x`, `"token": "x"`, `password = x`: the value comes some words after the name.
+            word = max(word, len(seen) - max(_word_start(seen, near.start()), len(self._context)))
+        prefix = 0
+        for secret in self._redactor.secrets:
+            for n in range(min(len(secret) - 1, len(text)), prefix, -1):
+                if text.endswith(secret[:n]):
+                    prefix = n
+                    break
+        return min(max(word, prefix), self.MAX_HOLD, len(text))
+
+
+def _could_become_secret(word: str) -> bool:
+    """Whether more text could turn the end of `word` into a credential shape (`s`, `sk-pro`, `"ghp_12`)."""
+    for i in range(len(word)):
+        if i and word[i - 1].isalnum():
+            continue
+        piece = word[i:]
+        if any(piece.startswith(p) or p.startswith(piece) for p in _SECRET_PREFIXES):
+            return True
+    return False
+
+
+def _word_start(text: str, end: int) -> int:
+    return max(text.rfind(c, 0, end) for c in " \t\n") + 1
+
+
+def _is_secret_value(value: str) -> bool:
+    return len(value) >= MIN_SECRET_LENGTH and not _NOT_A_SECRET.fullmatch(value)

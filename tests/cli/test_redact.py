@@ -1,0 +1,92 @@
+"""Secret redaction (THREATS T9): exact values from the environment, credential shapes, and streamed text."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mylm.redact import REDACTED, Redactor
+
+SHAPES = {
+    "openai": "sk-proj-AbCdEfGhIjKlMnOpQrStUvWx",
+    "anthropic": "sk-ant-api03-AbCdEfGhIjKlMnOpQrSt",
+    "github": "ghp_" + "a1B2" * 9,
+    "github fine-grained": "github_pat_" + "A1b2C3" * 8,
+    "gitlab": "glpat-AbCdEfGhIjKlMnOpQrSt",
+    "slack": "xoxb-123456789012-abcdef",
+    "aws": "AKIAIOSFODNN7EXAMPLE",
+    "google": "AIza" + "B" * 35,
+    "huggingface": "hf_" + "c" * 34,
+    "groq": "gsk_" + "d" * 40,
+    "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    "bearer": "Authorization: Bearer abcdefghijklmnop0123",
+    "dotenv": "DATABASE_PASSWORD=hunter2hunter2",
+    "json": '{"api_key": "abcdef123456"}',
+}
+
+
+@pytest.mark.parametrize("text", SHAPES.values(), ids=SHAPES.keys())
+def test_redact_credential_shapes(text: str) -> None:
+    shown = Redactor().redact(f"before {text} after")
+    assert REDACTED in shown and shown.startswith("before ") and shown.endswith(" after")
+    secret_part = text.split()[-1].split("=")[-1].split('"')[-2 if '"' in text else -1]
+    assert secret_part not in shown
+
+
+def test_redact_pem_private_key_block() -> None:
+    pem = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\nabc\n-----END RSA PRIVATE KEY-----"
+    assert Redactor().redact(f"key:\n{pem}\nend") == f"key:\n{REDACTED}\nend"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "token = get_token()",
+        "max_tokens = 4096",
+        "the password must be long",
+        "KEY_FILE=/etc/ssl/key.pem is a path",
+        "skeleton key-value store with sk-short",
+        "def parse_api_key(value): return value",
+    ],
+)
+def test_redact_leaves_ordinary_text(text: str) -> None:
+    assert Redactor.from_environment({"KEY_FILE": "/etc/ssl/key.pem", "TOKEN_TTL": "3600"}).redact(text) == text
+
+
+def test_redact_environment_values_by_name() -> None:
+    env = {"MYLM_API_KEY": "plain-value-001", "FOO_TOKEN": "CANARY2xyz", "HOME": "/home/someone-long", "PW": "x"}
+    redactor = Redactor.from_environment(env, extra=["flag-key-12345", None])
+    text = "plain-value-001 CANARY2xyz /home/someone-long flag-key-12345"
+    assert redactor.redact(text) == f"{REDACTED} {REDACTED} /home/someone-long {REDACTED}"
+
+
+def test_redact_longest_secret_first() -> None:
+    assert Redactor(["abcdefgh", "abcdefgh-longer"]).redact("abcdefgh-longer") == REDACTED
+
+
+def test_redact_nested_values() -> None:
+    value = Redactor(["secret-value-1"]).redact_value({"a": ["secret-value-1", 3], "secret-value-1": None})
+    assert value == {"a": [REDACTED, 3], REDACTED: None}
+
+
+@given(st.integers(min_value=1, max_value=12), st.sampled_from(["sk-test-CANARY-0123456789abcdef", "my pass phrase"]))
+def test_redact_stream_catches_secrets_split_anywhere(size: int, secret: str) -> None:
+    text = f"say {secret} and Bearer abcdefghijklmnopqrstuv, then stop"
+    stream = Redactor([secret]).stream()
+    shown = "".join(stream.feed(text[i : i + size]) for i in range(0, len(text), size)) + stream.flush()
+    assert shown == f"say {REDACTED} and Bearer {REDACTED}, then stop"
+
+
+def test_redact_stream_does_not_hold_ordinary_words() -> None:
+    stream = Redactor(["sk-test-CANARY-0123456789abcdef"]).stream()
+    assert stream.feed("Let me think about this at length") == "Let me think about this at length"
+    assert stream.feed(" sk-te") == " " and stream.flush() == "sk-te"
+
+
+def test_redact_stream_holds_a_pem_block_until_it_ends() -> None:
+    pem = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----"
+    text = f"here:\n{pem}\nthat was it"
+    stream = Redactor().stream()
+    shown = "".join(stream.feed(text[i : i + 3]) for i in range(0, len(text), 3)) + stream.flush()
+    assert shown == f"here:\n{REDACTED}\nthat was it"
