@@ -80,9 +80,9 @@ _PROTOCOL_TAG = re.compile(
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\ud800-\udfff]")
 
 
-def dump_json(value: Any, indent: int | None = None) -> str:
-    """JSON as templates show it: UTF-8 kept readable, nothing HTML-escaped."""
-    return json.dumps(value, ensure_ascii=False, indent=indent)
+def dump_json(value: Any, indent: int | None = None, *, compact: bool = False) -> str:
+    """JSON as templates show it: UTF-8 kept readable, nothing HTML-escaped (`compact`: no spaces)."""
+    return json.dumps(value, ensure_ascii=False, indent=indent, separators=(",", ":") if compact else None)
 
 
 class PromptLoader:
@@ -206,6 +206,8 @@ def prompt_schema(schema: Any) -> Any:
 def tool_view(tools: Iterable[Any]) -> list[dict[str, Any]]:
     """The template-facing view of tools: name, description and the parameters schema as JSON text."""
     return [
-        {"name": t.name, "description": t.description, "parameters": dump_json(prompt_schema(dict(t.parameters)))}
+        # Compact JSON: every character of the tool list is paid on every call.
+        {"name": t.name, "description": t.description,
+         "parameters": dump_json(prompt_schema(dict(t.parameters)), compact=True)}
         for t in tools
     ]

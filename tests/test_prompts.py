@@ -26,7 +26,7 @@ def test_prompts_defaults_are_packaged_and_render() -> None:
         assert (directory / name).is_file(), name
     text = render_system(PromptLoader.default())
     assert "<tool_definitions>" in text and "<name>execute_command</name>" in text
-    assert '"required": ["command"]' in text
+    assert '"required":["command"]' in text
     assert "<tool_code>" in text and "</tool_code>" in text
 
 

@@ -351,11 +351,11 @@ def file_tools(ws: Workspace) -> list[Tool]:
 
     @tool(risk="read")
     def read_file(path: str, offset: int = 1, limit: int = DEFAULT_READ_LINES) -> str:
-        """Read a text file in the workspace, a page of lines at a time (at most 256 KiB per call).
+        """Read a text file in the workspace, a page of lines at a time (at most 256 KiB).
 
         Args:
-            path: The file, relative to the workspace, e.g. `src/app.py`.
-            offset: The first line to read (1 is the first line of the file).
+            path: Relative to the workspace, e.g. `src/app.py`.
+            offset: First line to read (1-based).
             limit: How many lines to read.
         """
         return read(ws, path, offset, limit)

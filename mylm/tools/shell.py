@@ -291,14 +291,12 @@ def shell_tool(
     default = min(default_timeout, limits.max_timeout)
 
     def execute_command(command: str, timeout: float = default, context: ToolContext | None = None) -> str:
-        """Run a shell command (bash) in the workspace and return its exit code, stdout and stderr.
-
-        Stdin is empty, so interactive prompts fail at once; background processes are stopped when the
-        command returns.
+        """Run a bash command in the workspace; returns its exit code, stdout and stderr. Stdin is empty;
+        background processes stop when it returns.
 
         Args:
-            command: The shell command to run, e.g. `ls -la src`.
-            timeout: Seconds before the command is killed (at most 120).
+            command: e.g. `ls -la src`.
+            timeout: Seconds before it is killed (max 120).
         """
         ctx = context or ToolContext(workspace=workspace)
         limit = ctx.time_left(min(max(float(timeout), 0.1), limits.max_timeout))
