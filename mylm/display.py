@@ -19,6 +19,7 @@ from .types import (
     StopReason,
     TextEvent,
     ToolCallEvent,
+    StepCompleteEvent,
     ToolResultEvent,
 )
 
@@ -166,11 +167,15 @@ class EventPrinter:
         self._turn_text: list[str] = []  # this turn's visible text, as shown (no-stream mode: not yet shown)
         self._live = False  # this turn's text went to `out` and nothing was printed after it
         self._streamed_answer = False
+        self._pending_result: ToolResultEvent | None = None
 
     # ------------------------------------------------------------------------------------------ events
 
     def handle(self, event: Event) -> None:
         """Render one event."""
+        if self._pending_result is not None and not isinstance(event, StepCompleteEvent):
+            pending, self._pending_result = self._pending_result, None
+            self._tool_result(pending, "error" if pending.is_error else "completed")
         if isinstance(event, IterationStartEvent):
             self._settle_thought()
             self._end_line()
@@ -186,7 +191,12 @@ class EventPrinter:
             self._settle_thought()
             self._tool_call(event)
         elif isinstance(event, ToolResultEvent):
-            self._tool_result(event)
+            # Shown when its step completes, which says whether the call failed or was refused.
+            self._pending_result = event
+        elif isinstance(event, StepCompleteEvent):
+            if self._pending_result is not None:
+                self._tool_result(self._pending_result, event.status)
+                self._pending_result = None
         elif isinstance(event, ErrorEvent):
             self._settle_thought()
             if not event.fatal:
@@ -200,6 +210,9 @@ class EventPrinter:
 
     def finish(self) -> None:
         """Stop the spinner and close any line left open by streamed text."""
+        if self._pending_result is not None:
+            pending, self._pending_result = self._pending_result, None
+            self._tool_result(pending, "error" if pending.is_error else "completed")
         self._stop_waiting()
         self._show_text(self._text.flush())
         self._end_line()
@@ -261,12 +274,11 @@ class EventPrinter:
             args = args[:299] + "…"
         self._write(self.err, self.style.bold(f"→ {for_terminal(event.call.name)} ") + args + "\n")
 
-    def _tool_result(self, event: ToolResultEvent) -> None:
+    def _tool_result(self, event: ToolResultEvent, status: str) -> None:
         self._end_line()
         output = self.redactor.redact(event.output)
         body = output if self.verbose else summarise_output(output)
-        status = "error" if event.is_error else "done"
-        header = f"  {status} in {event.duration:.2f}s"
+        header = "  refused" if status == "denied" else f"  {'error' if event.is_error else 'done'} in {event.duration:.2f}s"
         text = "\n".join("  │ " + line for line in for_terminal(body).splitlines())
         paint = self.style.red if event.is_error else self.style.dim
         self._write(self.err, paint(header) + "\n" + (self.style.dim(text) + "\n" if text else ""))

@@ -21,6 +21,7 @@ from mylm.types import (
     TextEvent,
     ToolCall,
     ToolCallEvent,
+    StepCompleteEvent,
     ToolResultEvent,
 )
 
@@ -209,3 +210,15 @@ def test_display_json_printer_one_record_per_line_redacted() -> None:
     assert "CANARY2" not in out.getvalue()
     assert records[0]["type"] == "iteration_start" and records[-1]["type"] == "final"
     assert "".join(r["text"] for r in records if r["type"] == "text") == "token [REDACTED] done"
+
+
+def test_display_printer_says_refused_for_a_denied_call() -> None:
+    call = ToolCall("execute_command", {"command": "rm -rf build"}, id="call_1_1")
+    events = [
+        IterationStartEvent(1, 10), ToolCallEvent(call),
+        ToolResultEvent("call_1_1", "execute_command", "the user declined it", True, 0.0),
+        StepCompleteEvent("call_1_1", "denied"),
+        FinalResponseEvent("ok", StopReason.FINAL_ANSWER),
+    ]
+    _, err = run(printer(out_tty=False), events)
+    assert "  refused\n" in err and "error in" not in err
