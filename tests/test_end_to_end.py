@@ -102,3 +102,19 @@ def test_end_to_end_bad_key_names_the_variable(subprocess_env: dict[str, str]) -
     assert done.returncode == 1
     assert "MYLM_API_KEY" in done.stderr and "Incorrect API key" in done.stderr
     assert "CANARY" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_end_to_end_raw_completions_with_a_chat_format(subprocess_env: dict[str, str]) -> None:
+    with OpenAIServer() as server:
+        server.script([tool_turn("echo raw-$((2*21))"), "It printed raw-42."])
+        done = mylm(["ask", "--yes", "--provider", "openai-completions", "--chat-format", "llama3", "go"],
+                    subprocess_env, MYLM_BASE_URL=server.base_url, MYLM_MODEL="base")
+        first, second = (r for r in server.requests if r.method == "POST")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "It printed raw-42.\n"
+    assert first.path == "/v1/completions"
+    prompt = first.body["prompt"]
+    assert prompt.startswith("<|start_header_id|>system<|end_header_id|>") and "<tool_definitions>" in prompt
+    assert prompt.endswith("<|start_header_id|>assistant<|end_header_id|>\n\n")
+    assert "<|eot_id|>" in first.body["stop"] and "</tool_code>" in first.body["stop"]
+    assert "raw-42" in second.body["prompt"] and second.body["prompt"].startswith(prompt[: len(prompt) - 60])

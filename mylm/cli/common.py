@@ -84,7 +84,16 @@ def endpoint_options(command: F) -> F:
             help="A profile from the config file, or a model name [env: MYLM_MODEL].",
         ),
         click.option("--api-key", metavar="KEY", help="API key [env: MYLM_API_KEY, OPENAI_API_KEY]."),
-        click.option("--provider", metavar="NAME", help="Wire format, e.g. openai, ollama [env: MYLM_PROVIDER]."),
+        click.option(
+            "--provider", metavar="NAME",
+            help="Wire format: openai, openai-completions, ollama, llamacpp, anthropic or gemini "
+                 "(default: inferred from the URL) [env: MYLM_PROVIDER].",
+        ),
+        click.option(
+            "--chat-format", metavar="NAME",
+            help="Prompt format for raw-completion endpoints: chatml, llama3, mistral, gemma, plain, or a "
+                 "template of yours in chat/ [env: MYLM_CHAT_FORMAT].",
+        ),
         click.option("--prompts", "prompts_dir", metavar="DIR", help="Directory of templates overriding the defaults."),
     ]
     for option in reversed(options):
@@ -103,7 +112,7 @@ def settings_from(options: dict[str, Any]) -> Settings:
     """Resolve the settings from a command's options; warnings about them go to stderr."""
     from ..config import load_settings
 
-    names = ("base_url", "model", "api_key", "provider", "max_iterations", "timeout", "yes")
+    names = ("base_url", "model", "api_key", "provider", "chat_format", "max_iterations", "timeout", "yes")
     flags = {name: options.get(name) for name in names}
     flags["prompts"] = options.get("prompts_dir")
     settings = load_settings(flags)

@@ -289,3 +289,11 @@ def test_cli_prompts_edit_copies_the_default_first_and_never_touches_the_install
     again = invoke(["prompts", "edit", "summary", "--no-editor"])
     assert again.stdout.strip() == str(copy) and "Editing your copy" in again.stderr
     assert "user" in invoke(["prompts", "show", "summary"]).stderr
+
+
+def test_cli_help_lists_exactly_the_providers() -> None:
+    from mylm.providers import PROVIDERS
+
+    text = " ".join(invoke(["ask", "--help"]).stdout.split())
+    listed = text.split("Wire format:")[1].split("(default")[0]
+    assert [p.strip(" ,") for p in listed.replace(" or ", ", ").split(", ")] == list(PROVIDERS)
