@@ -109,6 +109,12 @@ class BlockScan:
         self._json_tags = (*kind.closers, *kind.implicit, *PARAMS_CLOSE_TAGS)
         self._done_tags = (*kind.closers, *kind.implicit, *PARAMS_CLOSE_TAGS)
 
+    def inside_string(self, text: str) -> bool:
+        """Whether all of `text` continues the JSON string being scanned (so it cannot end the block)."""
+        if self.mode != _JSON or not self.quote:
+            return False
+        return (_DQ_BODY if self.quote == '"' else _SQ_BODY).match(text).end() == len(text)
+
     def scan(self, text: str, pos: int, final: bool) -> tuple[int, int]:
         """Advance from `pos`; return (position reached, MORE | CLOSED | INTERRUPTED).
 
@@ -236,7 +242,11 @@ class BlockScan:
             return pos, MORE
         if text[pos] == "]" and not final and len(text) - pos < 3:
             return pos, MORE
-        if text[pos] != "<":
+        c = text[pos]
+        if c in "{[":  # a second JSON value: keep it in the block, so the decoder can report it
+            self.mode, self.depth, self.token_start = _JSON, 1, True
+            return pos + 1, None
+        if c != "<":
             return pos, INTERRUPTED
         tag = match_tag(text, pos, self._done_tags, final)
         if tag is WAIT:

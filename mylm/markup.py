@@ -166,9 +166,10 @@ class Children:
 def read_children(text: str, start: int = 0) -> Children:
     """Read `<key>value</key>` elements (or `<parameter=key>` / `<parameter name="key">`) from `text[start:]`.
 
-    Reading stops at the first closing tag that belongs to an outer element, or at the end. A value's end is
-    the first matching closing tag outside CDATA that is followed by another tag or the end; a value with no
-    closing tag (a model that forgot it) runs to the next sibling opener of the same family, or to the end.
+    Reading stops at the first closing tag that belongs to an outer element, or at the end. A value ends at its
+    closing tag outside CDATA; a `</parameter>` that is followed by more text is content (a file about the
+    protocol). For the `<parameter …>` forms, models also close a value with `</key>`, with a mangled
+    `</parameter…`, or not at all; such a value ends where the next parameter or the function ends.
     """
     items: list[Child] = []
     pos = start
@@ -191,30 +192,42 @@ def read_children(text: str, start: int = 0) -> Children:
             items.append(Child(key, ""))
             pos = match.end()
             continue
-        closer = f"</{tag}>"
         value_start = match.end()
-        close = _value_end(text, closer, value_start)
-        if close < 0:
-            sibling = _next_sibling(text, match, value_start)
-            value = text[value_start:sibling]
-            items.append(Child(key, value))
-            if sibling >= n:
-                return Children(tuple(items), n, unclosed=True)
-            pos = sibling
-            continue
-        items.append(Child(key, text[value_start:close]))
-        pos = close + len(closer)
+        end, after = _value_bounds(text, match, tag, key, value_start)
+        items.append(Child(key, text[value_start:end]))
+        if after < 0:
+            return Children(tuple(items), n, unclosed=True)
+        pos = after
+
+
+def _value_bounds(text: str, opener: re.Match[str], tag: str, key: str, start: int) -> tuple[int, int]:
+    """(end of the value, where reading resumes), or resume -1 when the value runs to the end unclosed."""
+    closer = f"</{tag}>"
+    exact = _value_end(text, closer, start)
+    if not (opener.group("eq") or opener.group("attr")):
+        return (exact, exact + len(closer)) if exact >= 0 else (len(text), -1)
+    sibling = _next_sibling(text, opener, start)
+    if exact >= 0 and exact < sibling:
+        return exact, exact + len(closer)
+    if opener.group("attr"):
+        named = _value_end(text, f"</{key}>", start)  # `<parameter name="content">…</content>`
+        if 0 <= named < sibling:
+            return named, named + len(key) + 3
+    mangled = _MANGLED_PARAMETER.search(text, start, sibling)
+    if mangled is not None:
+        return mangled.start(), mangled.end()
+    return sibling, (sibling if sibling < len(text) else -1)
+
+
+_MANGLED_PARAMETER = re.compile(r"</parameter[^<>]{0,24}>?")
 
 
 def _value_end(text: str, closer: str, start: int) -> int:
     """The closing tag that ends a value: the first one followed by another tag or the end of the text."""
     first = -1
     pos = start
-    lower_closer = closer.lower()
     while True:
         i = find_outside_cdata(text, closer, pos)
-        if i < 0 and lower_closer != closer:
-            i = find_outside_cdata(text, lower_closer, pos)
         if i < 0:
             return first
         if first < 0:
@@ -231,9 +244,7 @@ def _next_sibling(text: str, opener: re.Match[str], start: int) -> int:
     """Where an unclosed value ends: the next opener of the same form (`<parameter=`…), its function's end, or the end."""
     if opener.group("eq"):
         needles = (f"<{opener.group('eq')}=", "</function>", "</tool_call>")
-    elif opener.group("attr"):
-        needles = (f"<{opener.group('tag')} ", "</invoke>")
     else:
-        return len(text)
+        needles = (f"<{opener.group('tag')} ", "</invoke>", "</function_calls>")
     found = [i for i in (find_outside_cdata(text, needle, start) for needle in needles) if i >= 0]
     return min(found, default=len(text))

@@ -177,6 +177,7 @@ class StreamParser:
         self._think_unclosed = reasoning_open
         self._closed = False
         self.result: ParsedTurn | None = None
+        self._steps = (self._step_outside, self._step_think, self._step_block, self._step_final, self._step_discard)
 
     # ------------------------------------------------------------------------------------------ public API
 
@@ -230,9 +231,14 @@ class StreamParser:
             if not new.isspace():
                 self._line_blank = False
             return [TextDelta(new)]
+        if self._state == _BLOCK and not self._buf and self._scan is not None and self._scan.inside_string(new):
+            # Inside a JSON string of a block: hidden, and nothing in it can end the block.
+            self._base += len(new)
+            self._block_parts.append(new)
+            return []
         self._buf += new
         self._events = []
-        steps = (self._step_outside, self._step_think, self._step_block, self._step_final, self._step_discard)
+        steps = self._steps
         while self._pos < len(self._buf) and steps[self._state](final):
             pass
         self._flush()
