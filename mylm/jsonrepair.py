@@ -291,6 +291,9 @@ class _Reader:
             after = _WS.match(text, pos + 1).end()
             if after >= self.end or text[after] in ",:}]<":
                 break
+            if after > pos + 1 and text[after] in "'\"":  # `'a' 'b'`: two strings or one? Not ours to guess.
+                self.pos = pos + 1
+                raise self.fail("two strings follow each other", hint="join them into one string")
             pos += 1  # an apostrophe inside the text (`what's`), not the end of the string
         self.pos = pos + 1
         return decode_string(text[body_start:pos], quote)
