@@ -28,6 +28,12 @@ _DONE_SKIP = re.compile(r"(?:\s|`|~|\]\]>)*")
 _MANGLED_CLOSER = re.compile(r"</[A-Za-z_][\w:.-]{0,30}\s*>?")
 
 
+def skip(pattern: re.Pattern[str], text: str, pos: int) -> int:
+    """Where a pattern that may match nothing (`x*`) stops matching from `pos`."""
+    found = pattern.match(text, pos)
+    return pos if found is None else found.end()
+
+
 class TagSet:
     """A fixed set of tags (lower case) matched case-insensitively at a position, with hold-back for partial tags."""
 
@@ -89,7 +95,7 @@ KINDS = {
     "invoke": Kind("invoke", "<invoke", ("</invoke>", "</function_calls>"), False),
 }
 #: Openers repeated before anything else (a stutter, or a flood of unclosed openers) belong to one block.
-STUTTER = {kind: re.compile(r"(?:%s\s*)+" % re.escape(k.opener), re.IGNORECASE) for kind, k in KINDS.items()}
+STUTTER = {kind: re.compile(rf"(?:{re.escape(k.opener)}\s*)+", re.IGNORECASE) for kind, k in KINDS.items()}
 
 
 class BlockScan:
@@ -113,7 +119,7 @@ class BlockScan:
         """Whether all of `text` continues the JSON string being scanned (so it cannot end the block)."""
         if self.mode != _JSON or not self.quote:
             return False
-        return (_DQ_BODY if self.quote == '"' else _SQ_BODY).match(text).end() == len(text)
+        return skip(_DQ_BODY if self.quote == '"' else _SQ_BODY, text, 0) == len(text)
 
     def scan(self, text: str, pos: int, final: bool) -> tuple[int, int]:
         """Advance from `pos`; return (position reached, MORE | CLOSED | INTERRUPTED).
@@ -180,7 +186,7 @@ class BlockScan:
             if tag is WAIT:
                 return pos, MORE
             if tag == self.kind.opener:
-                return STUTTER[self.kind.name].match(text, pos).end(), None
+                return skip(STUTTER[self.kind.name], text, pos), None
         self.blank = False
         if c in "{[":
             self.mode, self.depth, self.token_start = _JSON, 1, True
@@ -200,7 +206,7 @@ class BlockScan:
     def _json(self, text: str, pos: int, final: bool) -> tuple[int, int | None]:
         if self.quote:
             body = _DQ_BODY if self.quote == '"' else _SQ_BODY
-            end = body.match(text, pos).end()
+            end = skip(body, text, pos)
             if end >= len(text):
                 return end, MORE
             if text[end] == "\\":  # the escaped character has not arrived yet
@@ -237,7 +243,7 @@ class BlockScan:
 
     def _done(self, text: str, pos: int, final: bool) -> tuple[int, int | None]:
         """The arguments are complete: only layout and end tags may follow; anything else ends the block."""
-        pos = _DONE_SKIP.match(text, pos).end()
+        pos = skip(_DONE_SKIP, text, pos)
         if pos >= len(text):
             return pos, MORE
         if text[pos] == "]" and not final and len(text) - pos < 3:

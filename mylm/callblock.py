@@ -11,9 +11,11 @@ from __future__ import annotations
 import ast
 import json
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from . import markup
+from .blockscan import skip
 from .jsonrepair import JSONRepairError, loads
 from .types import ToolCall
 
@@ -81,7 +83,7 @@ def _decode(body: str, kind: str, at_end: bool) -> tuple[ToolCall, tuple[int, in
     if kind in ("invoke", "function_calls"):
         return _claude(body, i, at_end, kind)
     if body.startswith("<tool_call>", i):
-        start = _TOOL_CALL_OPENERS.match(body, i).end()
+        start = skip(_TOOL_CALL_OPENERS, body, i)
         inner_end = body.find("</tool_call>", start)
         inner = body[start : inner_end if inner_end >= 0 else len(body)]
         call, _ = _decode(inner, "tool_call", at_end and inner_end < 0)
@@ -112,7 +114,7 @@ def _decode(body: str, kind: str, at_end: bool) -> tuple[ToolCall, tuple[int, in
 def _skip_layout(text: str, i: int) -> int:
     """Skip blanks, code-fence lines (```` ```xml ````) and repeated openers that models wrap around calls."""
     while True:
-        i = _LAYOUT.match(text, i).end()
+        i = skip(_LAYOUT, text, i)
         fence = _FENCE_LINE.match(text, i)
         if fence is None:
             return i
@@ -442,9 +444,9 @@ def _canon_fix(match: re.Match[str]) -> str:
         return "<\\/"
     escape = match.group(1)
     if escape in ("b", "f"):
-        return "\\u%04x" % ord({"b": "\b", "f": "\f"}[escape])
+        return f"\\u{ord({'b': chr(8), 'f': chr(12)}[escape]):04x}"
     if escape in ("t", "n", "r"):
         text, i = match.string, match.start()
         if i >= 2 and text[i - 1] == ":" and text[i - 2].isascii() and text[i - 2].isalpha():
-            return "\\u%04x" % ord({"t": "\t", "n": "\n", "r": "\r"}[escape])
+            return f"\\u{ord({'t': chr(9), 'n': chr(10), 'r': chr(13)}[escape]):04x}"
     return match.group(0)

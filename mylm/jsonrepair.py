@@ -32,6 +32,11 @@ _SIMPLE = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r":
 _UNESCAPED_QUOTE = 'a " inside a string must be written as \\"'
 
 
+def _skip(pattern: re.Pattern[str], text: str, pos: int) -> int:
+    found = pattern.match(text, pos)
+    return pos if found is None else found.end()
+
+
 class JSONRepairError(ValueError):
     """The text is not JSON, even read leniently; says where and what the model should write instead."""
 
@@ -55,7 +60,7 @@ def loads(text: str, start: int = 0, *, autoclose: bool = False) -> tuple[Any, i
     A `<` outside a string ends the input (it starts the tag that closes the parameters). With `autoclose`,
     brackets still open there are closed, because the caller saw an explicit end.
     """
-    pos = _WS.match(text, start).end()
+    pos = _skip(_WS, text, start)
     if not autoclose:
         try:
             value, end = _DECODER.raw_decode(text, pos)
@@ -135,7 +140,7 @@ class _Reader:
         """Skip blanks, comments and a literal `\\n` between tokens."""
         text, pos, end = self.text, self.pos, self.end
         while pos < end:
-            pos = _WS.match(text, pos).end()
+            pos = _skip(_WS, text, pos)
             if pos >= end:
                 break
             c = text[pos]
@@ -248,7 +253,7 @@ class _Reader:
             if not is_dict and (self.at_end() and self.autoclose):
                 return "close"
             return "next"
-        hint = _UNESCAPED_QUOTE if self.text[self.pos - 1] in "\"'" or c in "\"'" else f"separate members with ','"
+        hint = _UNESCAPED_QUOTE if self.text[self.pos - 1] in "\"'" or c in "\"'" else "separate members with ','"
         raise self.fail(f"expected ',' or '{closer}', found {c!r}", hint=hint)
 
     def scalar(self) -> Any:
@@ -278,7 +283,7 @@ class _Reader:
         body_start = pos = self.pos + 1
         pattern = _DQ_BODY if quote == '"' else _SQ_BODY
         while True:
-            pos = pattern.match(text, pos).end()
+            pos = _skip(pattern, text, pos)
             if pos >= self.end:
                 self.pos = opened
                 raise self.fail("a string is never closed", hint=f"end it with {quote}; " + _UNESCAPED_QUOTE,
@@ -288,7 +293,7 @@ class _Reader:
                 continue
             if quote == '"':
                 break
-            after = _WS.match(text, pos + 1).end()
+            after = _skip(_WS, text, pos + 1)
             if after >= self.end or text[after] in ",:}]<":
                 break
             if after > pos + 1 and text[after] in "'\"":  # `'a' 'b'`: two strings or one? Not ours to guess.

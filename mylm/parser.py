@@ -17,13 +17,29 @@ Decisions, in the order a careful reader makes them:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Union
 
-from .blockscan import CLOSED, KINDS, MORE, OBSERVATION_TAGS, WAIT, BlockScan, TagSet, match_tag, partial_suffix
+from .blockscan import (
+    CLOSED,
+    KINDS,
+    MORE,
+    OBSERVATION_TAGS,
+    WAIT,
+    BlockScan,
+    TagSet,
+    match_tag,
+    partial_suffix,
+)
 from .callblock import canonical_arguments, decode_block
-from .jsonrepair import JSONRepairError, loads
-from .turn import reasoning_call_error, verdict_error
+from .fences import MAX_RUN, Fence, Pending, fence_run
+from .turn import (
+    CallParsed,
+    ParsedTurn,
+    ParseEvent,
+    ReasoningDelta,
+    TextDelta,
+    bare_json_call,
+    verdict,
+)
 from .types import ToolCall
 
 TOOL_OPEN = "<tool_code>"
@@ -43,7 +59,7 @@ _DRIFT = {
     "<invoke": ("invoke", r"<invoke\s+name\s*=\s*[\"'][\w.:-]{1,64}[\"']\s*>",
                 r"<invoke(?:\s+(?:n(?:a(?:m(?:e(?:\s*(?:=\s*(?:[\"'][\w.:-]{0,64}(?:[\"']\s*)?)?)?)?)?)?)?)?)?\Z"),
 }
-_DRIFT_RE = {tag: (kind, re.compile(full, re.I), re.compile(prefix, re.I)) for tag, (kind, full, prefix) in _DRIFT.items()}
+_DRIFT_RE = {tag: (kind, re.compile(full, re.IGNORECASE), re.compile(prefix, re.IGNORECASE)) for tag, (kind, full, prefix) in _DRIFT.items()}
 _BLOCK_TAGS = (TOOL_OPEN, *_DRIFT)
 _OUTSIDE_TAGS = (*_BLOCK_TAGS, *OBSERVATION_TAGS, *_THINK_OPENS, *_THINK_CLOSES, FINAL_OPEN)
 _FENCE_TAGS = (*_BLOCK_TAGS, *OBSERVATION_TAGS)
@@ -52,56 +68,13 @@ _OUTSIDE_TAG_SET = TagSet(_OUTSIDE_TAGS)
 _SPECIAL = re.compile(r"<(?![^tTfFoOiI/])|[`~\n]")
 _FAST = re.compile(r"`+|<(?![^tTfFoOiI/])|~+")
 _PLAIN = re.compile(r"[^<`~\n]+")
-_RUN = {"`": re.compile(r"`+"), "~": re.compile(r"~+")}
-_INFO = re.compile(r"[ \t]*[\w+#.-]*[ \t]*")
-_BLANKS = re.compile(r"[ \t]*")
-_THINK_CLOSE_RE = re.compile(r"</think(?:ing)?>", re.I)
-_FINAL_CLOSE_RE = re.compile(re.escape(FINAL_CLOSE), re.I)
-_MAX_RUN = 64  # longer runs of backticks or blanks are plain text; this bounds what is ever held back
+_THINK_CLOSE_RE = re.compile(r"</think(?:ing)?>", re.IGNORECASE)
+_FINAL_CLOSE_RE = re.compile(re.escape(FINAL_CLOSE), re.IGNORECASE)
 _MAX_BLOCKS = 100
+#: In a block, text is processed every this many characters even without a `/`: a block that ends without its
+#: end tag (complete parameters, then prose) is still noticed promptly.
+_HIDDEN_STEP = 256
 _OUT, _THINK, _BLOCK, _FINAL, _DISCARD = range(5)
-
-
-@dataclass(frozen=True)
-class TextDelta:
-    """Visible text, safe to show as it streams."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class ReasoningDelta:
-    """Reasoning text (inside `<think>`); shown as thought, never executed."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class CallParsed:
-    """A complete tool call, certain to be part of the result, in order."""
-
-    call: ToolCall
-
-
-ParseEvent = Union[TextDelta, ReasoningDelta, CallParsed]
-
-
-@dataclass(frozen=True)
-class ParsedTurn:
-    """What one model turn means: the calls to run, or the final answer, or an error to send back."""
-
-    tool_calls: tuple[ToolCall, ...] = ()
-    #: The answer when the turn has no call: `<final_answer>` content if present, else the visible text.
-    final_answer: str | None = None
-    #: Set when the turn is unusable; written for the model, telling it exactly what to fix.
-    error: str | None = None
-    #: Visible text outside blocks and reasoning (the model's thought when it calls a tool).
-    thought: str = ""
-    reasoning: str = ""
-    #: The text the verdict was reached on (everything after a fabricated `<observation>` is dropped).
-    text: str = ""
-    #: Messages for blocks that were not run although other calls were (e.g. a second, broken block).
-    warnings: tuple[str, ...] = ()
 
 
 def format_tool_call(call: ToolCall) -> str:
@@ -115,28 +88,6 @@ def parse_block(body: str, *, at_end: bool = False) -> tuple[ToolCall | None, st
     return decode_block(body, "tool_code", at_end=at_end)
 
 
-@dataclass
-class _Pending:
-    """A block inside a code fence, waiting to learn whether the fence was a stray wrapper or an example."""
-
-    call: ToolCall | None
-    error: str | None
-    raw: str
-
-
-@dataclass
-class _Fence:
-    """An open (or just closed) Markdown code fence and the blocks it holds."""
-
-    char: str
-    length: int
-    thought_at: int | None
-    tainted: bool = False  # it holds text besides blocks: its blocks are examples
-    closed: bool = False
-    had_block: bool = False
-    held: list[_Pending | str] = field(default_factory=list)
-
-
 class StreamParser:
     """Feed model text chunk by chunk; get display-safe events; read `result` after `close()`.
 
@@ -145,9 +96,10 @@ class StreamParser:
     chunk holds `>`, which is how every tag ends, so calls are never delayed); this keeps tiny chunks cheap.
     """
 
-    def __init__(self, *, reasoning_open: bool = False, coalesce: int = 32) -> None:
+    def __init__(self, *, reasoning_open: bool = False, coalesce: int = 16) -> None:
         self._coalesce = max(1, coalesce)
         self._threshold = self._coalesce
+        self._trigger = ">"
         self._chunks: list[str] = []
         self._joined = 0
         self._waiting = 0
@@ -161,7 +113,7 @@ class StreamParser:
         self._line_blank = True
         self._inline = 0
         self._long_run = ""
-        self._fence: _Fence | None = None
+        self._fence: Fence | None = None
         self._scan: BlockScan | None = None
         self._block_kind = ""
         self._block_open = ""
@@ -187,7 +139,7 @@ class StreamParser:
         # enough text has arrived for the current state (after close() the threshold forces the check below).
         self._chunks.append(chunk)
         self._waiting += len(chunk)
-        if self._waiting < self._threshold and ">" not in chunk:
+        if self._waiting < self._threshold and self._trigger not in chunk:
             return []
         if self._closed:
             raise RuntimeError("feed() after close()")
@@ -235,6 +187,7 @@ class StreamParser:
             # Inside a JSON string of a block: hidden, and nothing in it can end the block.
             self._base += len(new)
             self._block_parts.append(new)
+            self._threshold, self._trigger = _HIDDEN_STEP, "/"
             return []
         self._buf += new
         self._events = []
@@ -243,7 +196,15 @@ class StreamParser:
             pass
         self._flush()
         # Hidden text (a block body, a discarded tail) needs no display latency, so it is processed in big steps.
-        self._threshold = self._coalesce if self._state != _BLOCK and self._state != _DISCARD else 1 << 16
+        # What must be seen at once: outside, any tag's end (`>`); in a block, the start of an end tag (`/`),
+        # then its `>` while part of a tag is held back; after a fabricated observation, nothing.
+        state = self._state
+        if state == _BLOCK:
+            self._threshold, self._trigger = _HIDDEN_STEP, ">" if self._pos < len(self._buf) else "/"
+        elif state == _DISCARD:
+            self._threshold, self._trigger = 1 << 16, "\uffff\uffff"
+        else:
+            self._threshold, self._trigger = self._coalesce, ">"
         return self._events
 
     def _flush(self) -> None:
@@ -306,7 +267,7 @@ class StreamParser:
                 if not inline and _OUTSIDE_TAG_SET.match(buf, i, final) is not None:
                     stop = i
                     break
-            elif line_blank and run >= 3 or run > _MAX_RUN or match.end() == n and not final:
+            elif line_blank and run >= 3 or run > MAX_RUN or match.end() == n and not final:
                 stop = i
                 break
             if c == "`":
@@ -353,40 +314,35 @@ class StreamParser:
 
     def _step_run(self, ch: str, final: bool) -> bool:
         """A run of backticks or tildes: a fence opener or closer at line start, else inline code or text."""
-        buf, pos = self._buf, self._pos
-        end = _RUN[ch].match(buf, pos).end()
-        if self._long_run == ch or end - pos > _MAX_RUN:
+        buf, pos, fence = self._buf, self._pos, self._fence
+        action, end = fence_run(buf, pos, line_blank=self._line_blank, fence=fence, long_run=self._long_run,
+                                final=final)
+        if action == "wait":
+            return False
+        self._pos = end
+        if action == "long":
             self._visible(buf[pos:end])
             self._long_run = ch if end == len(buf) else ""
-            self._pos = end
-            return True
-        if end == len(buf) and not final:
-            return False
-        run, fence = end - pos, self._fence
-        if self._line_blank and run >= 3:
-            if fence is not None and not fence.closed:
-                if ch == fence.char and run >= fence.length:
-                    rest = _BLANKS.match(buf, end).end()
-                    if rest == len(buf) and not final and rest - end <= _MAX_RUN:
-                        return False
-                    if rest == len(buf) or buf[rest] in "\r\n":
-                        self._close_fence(buf[pos:rest])
-                        self._pos = rest
-                        return True
-            else:
-                info = _INFO.match(buf, end).end()
-                if info == len(buf) and not final and info - end <= _MAX_RUN:
-                    return False
-                if fence is not None:
-                    self._content_in_fence()
-                self._emit_text(buf[pos:info])
-                self._fence = _Fence(ch, run, thought_at=len(self._thought) - 1)
-                self._inline, self._line_blank, self._pos = 0, False, info
-                return True
-        elif ch == "`" and (fence is None or fence.closed):
-            self._inline = 0 if self._inline == run else self._inline or run
-        self._visible(buf[pos:end])
-        self._pos = end
+        elif action == "close":
+            assert fence is not None
+            line = fence.close(buf[pos:end])
+            if line is not None:
+                self._emit_text(line)
+            self._line_blank = False
+            if not fence.had_block:
+                self._fence = None
+        elif action == "open":
+            if fence is not None:
+                self._content_in_fence()
+            self._emit_text(buf[pos:end])
+            run = len(buf[pos:end]) - len(buf[pos:end].lstrip(ch))
+            self._fence = Fence(ch, run, thought_at=len(self._thought) - 1)
+            self._inline, self._line_blank = 0, False
+        else:
+            if ch == "`" and (fence is None or fence.closed):
+                run = end - pos
+                self._inline = 0 if self._inline == run else self._inline or run
+            self._visible(buf[pos:end])
         return True
 
     def _step_tag(self, final: bool) -> bool:
@@ -398,7 +354,7 @@ class StreamParser:
             if tag is WAIT:
                 return False
             if tag in _DRIFT_RE:
-                kind, full, prefix = _DRIFT_RE[tag]
+                _, full, prefix = _DRIFT_RE[tag]
                 if not full.match(buf, pos, pos + 96):
                     if not final and prefix.match(buf, pos):
                         return False
@@ -451,24 +407,9 @@ class StreamParser:
         """Non-blank content in a fence, or prose after it: the fence's blocks were examples, shown as text."""
         fence = self._fence
         assert fence is not None
-        held, fence.held = fence.held, []
-        for item in held:
-            self._emit_text(item if isinstance(item, str) else item.raw)
-        if fence.closed:
-            self._fence = None
-        else:
-            fence.tainted = True
-
-    def _close_fence(self, text: str) -> None:
-        fence = self._fence
-        assert fence is not None
-        if fence.held:
-            fence.held.append(text)
-        else:
+        for text in fence.release():
             self._emit_text(text)
-        fence.closed = True
-        self._line_blank = False
-        if not fence.had_block:
+        if fence.closed:
             self._fence = None
 
     def _end_fence_content(self) -> None:
@@ -476,15 +417,12 @@ class StreamParser:
         fence = self._fence
         assert fence is not None
         self._fence = None
-        if fence.tainted and fence.had_block:
-            self._ambiguous_example = True
-        if not fence.held:
-            return
-        if fence.thought_at is not None:
+        self._ambiguous_example = self._ambiguous_example or fence.ambiguous
+        pending = fence.wrapped()
+        if pending and fence.thought_at is not None:
             self._thought[fence.thought_at] = ""  # the wrapper fence is not part of the thought
-        for item in fence.held:
-            if isinstance(item, _Pending):
-                self._commit(item.call, item.error)
+        for item in pending:
+            self._commit(item.call, item.error)
 
     # ---------------------------------------------------------------------------------------------- blocks
 
@@ -530,7 +468,7 @@ class StreamParser:
             call = ToolCall(call.name, call.arguments, raw=raw)
         self._state, self._scan, self._block_parts, self._line_blank = _OUT, None, [], True
         if self._block_fenced and self._fence is not None:
-            self._fence.held.append(_Pending(call, error, raw))
+            self._fence.held.append(Pending(call, error, raw))
         else:
             self._commit(call, error)
 
@@ -576,42 +514,23 @@ class StreamParser:
         """A reply that is nothing but `{"name": …, "arguments": …}` (maybe fenced) is a call in drifted form."""
         if self._calls or self._errors or self._final is not None:
             return
-        text = "".join(self._thought).strip()
-        if not text.endswith(("}", "```", "</tool_call>")) or len(text) > 1_000_000:
-            return
-        text = re.sub(r"\A(?:```|~~~)[\w-]*\s*|\s*(?:```|~~~)\Z", "", text)
-        text = re.sub(r"\s*</tool_call>\Z", "", text).strip()
-        if not text.startswith("{"):
-            return
-        try:
-            value, end = loads(text)
-        except JSONRepairError:
-            return
-        if text[end:].strip() or not isinstance(value, dict) or "name" not in value:
-            return
-        if not ({"arguments", "parameters"} & set(value)):
-            return
-        call, error = decode_block(text, "tool_call", at_end=False)
+        call = bare_json_call("".join(self._thought))
         if call is not None:
             self._thought.clear()
-            self._commit(ToolCall(call.name, call.arguments, raw=text), None)
+            self._commit(call, None)
 
     def _verdict(self) -> ParsedTurn:
-        thought = "".join(self._thought).strip()
-        reasoning = "".join(self._reasoning).strip()
         joined = "".join(self._chunks)
-        text = joined if self._discard_at is None else joined[: self._discard_at]
-        common = {"thought": thought, "reasoning": reasoning, "text": text}
-        if self._calls:
-            return ParsedTurn(tool_calls=tuple(self._calls), warnings=tuple(self._errors), **common)
-        answer = "".join(self._final).strip() if self._final is not None else thought
-        error = (self._errors[0] if self._errors else None) or reasoning_call_error(
-            reasoning, unclosed=self._think_unclosed, answer=answer
-        ) or verdict_error(answer=answer, reasoning=reasoning, ambiguous_example=self._ambiguous_example,
-                           unclosed=self._think_unclosed)
-        if error:
-            return ParsedTurn(error=error, **common)
-        return ParsedTurn(final_answer=answer, **common)
+        return verdict(
+            calls=tuple(self._calls),
+            errors=tuple(self._errors),
+            thought="".join(self._thought).strip(),
+            reasoning="".join(self._reasoning).strip(),
+            final=None if self._final is None else "".join(self._final).strip(),
+            text=joined if self._discard_at is None else joined[: self._discard_at],
+            think_unclosed=self._think_unclosed,
+            ambiguous_example=self._ambiguous_example,
+        )
 
 
 def parse_completion(text: str, *, reasoning_open: bool = False) -> ParsedTurn:
@@ -624,16 +543,16 @@ def parse_completion(text: str, *, reasoning_open: bool = False) -> ParsedTurn:
 
 
 __all__ = [
-    "CallParsed",
     "FINAL_CLOSE",
     "FINAL_OPEN",
     "OBSERVATION_OPEN",
+    "TOOL_CLOSE",
+    "TOOL_OPEN",
+    "CallParsed",
     "ParseEvent",
     "ParsedTurn",
     "ReasoningDelta",
     "StreamParser",
-    "TOOL_CLOSE",
-    "TOOL_OPEN",
     "TextDelta",
     "format_tool_call",
     "parse_block",

@@ -1,10 +1,95 @@
-"""Turn-level verdicts that no single block decides: calls drafted in reasoning, empty replies, shown examples."""
+"""What a parsed turn is (events and `ParsedTurn`) and the verdicts no single block decides."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-from .callblock import EXAMPLE
+from .callblock import EXAMPLE, decode_block
+from .jsonrepair import JSONRepairError, loads
+from .types import ToolCall
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    """Visible text, safe to show as it streams."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ReasoningDelta:
+    """Reasoning text (inside `<think>`); shown as thought, never executed."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class CallParsed:
+    """A complete tool call, certain to be part of the result, in order."""
+
+    call: ToolCall
+
+
+ParseEvent = TextDelta | ReasoningDelta | CallParsed
+
+
+@dataclass(frozen=True)
+class ParsedTurn:
+    """What one model turn means: the calls to run, or the final answer, or an error to send back."""
+
+    tool_calls: tuple[ToolCall, ...] = ()
+    #: The answer when the turn has no call: `<final_answer>` content if present, else the visible text.
+    final_answer: str | None = None
+    #: Set when the turn is unusable; written for the model, telling it exactly what to fix.
+    error: str | None = None
+    #: Visible text outside blocks and reasoning (the model's thought when it calls a tool).
+    thought: str = ""
+    reasoning: str = ""
+    #: The text the verdict was reached on (everything after a fabricated `<observation>` is dropped).
+    text: str = ""
+    #: Messages for blocks that were not run although other calls were (e.g. a second, broken block).
+    warnings: tuple[str, ...] = ()
+
+
+
+def verdict(*, calls: tuple[ToolCall, ...], errors: tuple[str, ...], thought: str, reasoning: str, final: str | None,
+            text: str, think_unclosed: bool, ambiguous_example: bool) -> ParsedTurn:
+    """Decide the turn: its calls (other block errors become warnings), else an error, else the answer."""
+    if calls:
+        return ParsedTurn(tool_calls=calls, thought=thought, reasoning=reasoning, text=text, warnings=errors)
+    answer = final if final is not None else thought
+    error = (errors[0] if errors else None) or reasoning_call_error(
+        reasoning, unclosed=think_unclosed, answer=answer
+    ) or verdict_error(answer=answer, reasoning=reasoning, ambiguous_example=ambiguous_example, unclosed=think_unclosed)
+    if error:
+        return ParsedTurn(error=error, thought=thought, reasoning=reasoning, text=text)
+    return ParsedTurn(final_answer=answer, thought=thought, reasoning=reasoning, text=text)
+
+
+_FENCE_WRAP = re.compile(r"\A(?:```|~~~)[\w-]*\s*|\s*(?:```|~~~)\Z")
+_TRAILING_CLOSER = re.compile(r"\s*</tool_call>\Z")
+
+
+def bare_json_call(visible: str) -> ToolCall | None:
+    """The call, if the whole visible reply is one `{"name": …, "arguments": …}` object (maybe fenced)."""
+    text = visible.strip()
+    if not text.endswith(("}", "```", "~~~", "</tool_call>")) or len(text) > 1_000_000:
+        return None
+    text = _TRAILING_CLOSER.sub("", _FENCE_WRAP.sub("", text)).strip()
+    if not text.startswith("{"):
+        return None
+    try:
+        value, end = loads(text)
+    except JSONRepairError:
+        return None
+    if text[end:].strip() or not isinstance(value, dict) or "name" not in value:
+        return None
+    if not {"arguments", "parameters"} & set(value):
+        return None
+    call, _ = decode_block(text, "tool_call", at_end=False)
+    return None if call is None else ToolCall(call.name, call.arguments, raw=text)
+
 
 _CALL_OPENER = re.compile(r"<tool_code>|<tool_call>|<function=[\w.:-]+>|<invoke\s+name=", re.IGNORECASE)
 

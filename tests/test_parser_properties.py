@@ -7,8 +7,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mylm.jsonrepair import loads
 from mylm.callblock import canonical_arguments
+from mylm.jsonrepair import loads
 from mylm.parser import (
     CallParsed,
     ParsedTurn,
@@ -46,7 +46,7 @@ def run(text: str, cuts: list[int], *, coalesce: int) -> tuple[list[tuple[str, A
     parser = StreamParser(coalesce=coalesce)
     events: list[ParseEvent] = []
     last = 0
-    for cut in sorted(set(min(c, len(text)) for c in cuts)):
+    for cut in sorted({min(c, len(text)) for c in cuts}):
         events += parser.feed(text[last:cut])
         last = cut
     events += parser.feed(text[last:])
@@ -78,7 +78,7 @@ def test_property_any_chunking_gives_the_same_events_and_turn(text: str, cuts: l
 @SETTINGS
 @given(any_text, st.lists(st.integers(min_value=0, max_value=300), max_size=30))
 def test_property_never_raises_on_arbitrary_text(text: str, cuts: list[int]) -> None:
-    events, turn = run(text, cuts, coalesce=1)
+    _, turn = run(text, cuts, coalesce=1)
     # Exactly one verdict: calls to run, an answer, or an error for the model.
     assert bool(turn.tool_calls) + (turn.final_answer is not None) + (turn.error is not None) == 1
     assert turn == parse_completion(text)
@@ -125,3 +125,22 @@ def test_property_canonical_form_round_trips(name: str, arguments: dict[str, Any
 @given(st.dictionaries(strings, json_values, max_size=5))
 def test_property_canonical_json_reads_back_exactly(arguments: dict[str, Any]) -> None:
     assert loads(canonical_arguments(arguments))[0] == arguments
+
+
+@SETTINGS
+@given(strings, st.sampled_from(FRAGMENTS[:3] + ["Thinking.\n", "```xml\n"]), st.lists(st.integers(1, 9), max_size=80))
+def test_property_call_is_emitted_by_the_chunk_that_completes_it(value: str, before: str, sizes: list[int]) -> None:
+    block = format_tool_call(ToolCall("write_file", {"content": value}))
+    text = ("Thinking.\n" if before.startswith("<") else before) + block
+    parser = StreamParser()  # default coalescing: calls must still come out at once
+    pos, emitted_at = 0, None
+    for size in [*sizes, len(text)]:
+        chunk = text[pos : pos + size]
+        pos += len(chunk)
+        if any(isinstance(e, CallParsed) for e in parser.feed(chunk)):
+            emitted_at = pos
+            break
+    if before.startswith("```"):
+        assert emitted_at is None  # a fenced call waits for the fence to be decided
+    else:
+        assert emitted_at == len(text)
