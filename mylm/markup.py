@@ -115,8 +115,7 @@ def trim_value(value: str) -> str:
         value = value[1:]
     if value.endswith("\n"):
         value = value[:-1]
-        if value.endswith("\r"):
-            value = value[:-1]
+        value = value.removesuffix("\r")
     return value
 
 

@@ -61,13 +61,15 @@ _DRIFT = {
 }
 _DRIFT_RE = {tag: (kind, re.compile(full, re.IGNORECASE), re.compile(prefix, re.IGNORECASE)) for tag, (kind, full, prefix) in _DRIFT.items()}
 _BLOCK_TAGS = (TOOL_OPEN, *_DRIFT)
-_OUTSIDE_TAGS = (*_BLOCK_TAGS, *OBSERVATION_TAGS, *_THINK_OPENS, *_THINK_CLOSES, FINAL_OPEN)
+_LONE_CLOSERS = (TOOL_CLOSE, "</tool_call>")
+_OUTSIDE_TAGS = (*_BLOCK_TAGS, *OBSERVATION_TAGS, *_THINK_OPENS, *_THINK_CLOSES, FINAL_OPEN, *_LONE_CLOSERS)
 _FENCE_TAGS = (*_BLOCK_TAGS, *OBSERVATION_TAGS)
 _OUTSIDE_TAG_SET = TagSet(_OUTSIDE_TAGS)
 # A `<` matters only if a tag can start with it: `<t…`, `<o…`, `<f…`, `<i…` or `</t…` (or it is the last character).
 _SPECIAL = re.compile(r"<(?![^tTfFoOiI/])|[`~\n]")
 _FAST = re.compile(r"`+|<(?![^tTfFoOiI/])|~+")
 _PLAIN = re.compile(r"[^<`~\n]+")
+_NAME_OPEN = re.compile(r"<name\s*>", re.IGNORECASE)
 _THINK_CLOSE_RE = re.compile(r"</think(?:ing)?>", re.IGNORECASE)
 _FINAL_CLOSE_RE = re.compile(re.escape(FINAL_CLOSE), re.IGNORECASE)
 _MAX_BLOCKS = 100
@@ -126,6 +128,7 @@ class StreamParser:
         self._final: list[str] | None = None
         self._discard_at: int | None = None
         self._ambiguous_example = False
+        self._lone_closer: tuple[int, str] | None = None  # (thought piece index, tag) of the first stray end tag
         self._think_unclosed = reasoning_open
         self._closed = False
         self.result: ParsedTurn | None = None
@@ -162,6 +165,7 @@ class StreamParser:
             self._finish_block("")
         if self._fence is not None:
             self._end_fence_content()
+        self._recover_missing_opener()
         self._recover_bare_json()
         self._flush()
         self.result = self._verdict()
@@ -388,12 +392,18 @@ class StreamParser:
         if fence is not None:
             self._content_in_fence()
         self._pos = pos + len(tag)
-        if tag in _THINK_OPENS:
+        if tag in _LONE_CLOSERS:
+            # An end tag with no block open: maybe the model left out the opening tag. Shown as text for now.
+            if self._lone_closer is None:
+                self._lone_closer = (len(self._thought), text)
+            self._emit_text(text)
+        elif tag in _THINK_OPENS:
             self._state, self._think_unclosed = _THINK, True
         elif tag in _THINK_CLOSES:
             # Reasoning the template opened: what was shown so far was thought (already streamed; not retracted).
             self._reasoning.extend(self._thought)
             self._thought.clear()
+            self._lone_closer = None
             if self._fence is not None:
                 self._fence.thought_at = None
         else:
@@ -509,6 +519,25 @@ class StreamParser:
     def _step_discard(self, final: bool) -> bool:
         self._pos = len(self._buf)
         return False
+
+    def _recover_missing_opener(self) -> None:
+        """`<name>x</name><parameters>…</parameters></tool_code>` with no `<tool_code>`: the opener was left out."""
+        if self._calls or self._errors or self._final is not None or self._lone_closer is None:
+            return
+        index, closer = self._lone_closer
+        if closer != TOOL_CLOSE:
+            return  # `{…}</tool_call>` is recovered as bare JSON
+        before = "".join(self._thought[:index])
+        name = _NAME_OPEN.search(before)
+        if name is None:
+            return
+        call, error = decode_block(before[name.start() :], "tool_code", at_end=False)
+        if call is None:
+            self._errors.append(f"Your reply has {TOOL_CLOSE} but no {TOOL_OPEN} before it. " + (error or ""))
+            return
+        raw = TOOL_OPEN + before[name.start() :] + closer
+        self._thought[: index + 1] = [before[: name.start()]]
+        self._commit(ToolCall(call.name, call.arguments, raw=raw), None)
 
     def _recover_bare_json(self) -> None:
         """A reply that is nothing but `{"name": …, "arguments": …}` (maybe fenced) is a call in drifted form."""

@@ -19,12 +19,13 @@ import json
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mylm.parser import StreamParser, parse_completion  # noqa: E402
+from mylm.parser import StreamParser, parse_completion
 
 SIZES = (10_000, 100_000, 1_000_000)
 CHUNK = 4

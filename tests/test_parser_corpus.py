@@ -39,8 +39,7 @@ def load(path: Path) -> Case:
     raw = path.read_text(encoding="utf-8")
     head, sep, text = raw.partition("# ---\n")
     assert sep, f"{path.name}: no '# ---' line"
-    if text.endswith("\n"):
-        text = text[:-1]
+    text = text.removesuffix("\n")
     fields: dict[str, list[str]] = {}
     for line in head.splitlines():
         key, _, value = line.removeprefix("# ").partition(": ")
