@@ -13,8 +13,8 @@ from typing import Final
 WAIT: Final = "\x00wait"
 
 OBSERVATION_TAGS = ("<observation>", "<tool_response>", "<function_results>")
-PARAMS_OPEN_TAGS = ("<parameters>", "<arguments>", "<params>", "<args>", "<input>")
-PARAMS_CLOSE_TAGS = ("</parameters>", "</arguments>", "</params>", "</args>", "</input>")
+PARAMS_OPEN_TAGS = ("<parameters>", "<arguments>")
+PARAMS_CLOSE_TAGS = ("</parameters>", "</arguments>")
 CDATA_OPEN = "<![cdata["
 
 #: Scan outcomes.

@@ -27,11 +27,11 @@ KIND_TAGS = {
     "function_calls": ("<function_calls>", "</function_calls>"),
     "invoke": ("<invoke name=…>", "</invoke>"),
 }
-PARAMS_TAGS = ("parameters", "arguments", "params", "args", "input")
+PARAMS_TAGS = ("parameters", "arguments")
 
 _NAME_OPEN = re.compile(r"<name\s*>", re.IGNORECASE)
 _NAME_CLOSE = re.compile(r"</name\s*>", re.IGNORECASE)
-_PARAMS_OPEN = re.compile(r"<(?:parameters|arguments|params|args|input)\s*>", re.IGNORECASE)
+_PARAMS_OPEN = re.compile(r"<(?:parameters|arguments)\s*>", re.IGNORECASE)
 _FUNCTION = re.compile(r"<function=([^>\s]{1,128})\s*>")
 _INVOKE = re.compile(r"<invoke\s+name\s*=\s*[\"']([^\"'<>]{1,128})[\"']\s*>")
 _ELEMENT = re.compile(r"<([A-Za-z_][\w.:-]{0,127})\s*>")
@@ -86,8 +86,8 @@ def _decode(body: str, kind: str, at_end: bool) -> tuple[ToolCall, tuple[int, in
         start = skip(_TOOL_CALL_OPENERS, body, i)
         inner_end = body.find("</tool_call>", start)
         inner = body[start : inner_end if inner_end >= 0 else len(body)]
-        call, _ = _decode(inner, "tool_call", at_end and inner_end < 0)
-        return call, None
+        call, span = _decode(inner, "tool_call", at_end and inner_end < 0)
+        return call, (span[0] + start, span[1] + start) if span else None
     if body.startswith("<function=", i):
         return _qwen(body, i, at_end)
     if body.startswith("<function_calls>", i) or body.startswith("<invoke", i):

@@ -94,8 +94,9 @@ class StreamParser:
     """Feed model text chunk by chunk; get display-safe events; read `result` after `close()`.
 
     `reasoning_open`: the prompt ended inside `<think>` (the chat template pre-opened it), so the reply starts as
-    reasoning. `coalesce`: visible text is processed once this many characters have arrived (or at once when a
-    chunk holds `>`, which is how every tag ends, so calls are never delayed); this keeps tiny chunks cheap.
+    reasoning. `coalesce`: visible text is processed once this many characters have arrived, or at once when a
+    chunk holds `>` (every tag ends with it), which keeps token-sized chunks cheap; a call is always emitted by
+    the `feed()` that completes it. Use `coalesce=1` for per-token display, or `flush()` when the network idles.
     """
 
     def __init__(self, *, reasoning_open: bool = False, coalesce: int = 16) -> None:
