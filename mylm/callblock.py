@@ -288,6 +288,9 @@ def _children(text: str, i: int, at_end: bool, name: str, kind: str) -> dict[str
         )
     if read.unclosed and at_end:
         raise BlockError(_cut_off(kind, f"the value of <{read.items[-1].key}>", name))
+    if at_end and read.end >= len(text):
+        # No end tag after the last argument: the reply may have been cut between two arguments.
+        raise BlockError(_cut_off(kind, "the arguments (their end tag is missing)", name))
     args: dict[str, Any] = {}
     for child in read.items:
         value = markup.trim_value(markup.text_value(child.value))
@@ -313,8 +316,8 @@ def _json_call(body: str, i: int, at_end: bool, kind: str) -> tuple[ToolCall, tu
             "and the arguments in <parameters></parameters>:\n" + EXAMPLE
         )
     name = _clean_name(value["name"], kind)
-    args = value.get("arguments", value.get("parameters", {}))
-    return ToolCall(name, _as_arguments(args, name) if args != {} else {}), (i, end)
+    args = value.get("arguments", value.get("parameters"))
+    return ToolCall(name, _as_arguments(args, name) if args not in (None, {}) else {}), (i, end)
 
 
 def _qwen(body: str, i: int, at_end: bool) -> tuple[ToolCall, None]:

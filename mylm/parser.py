@@ -68,7 +68,8 @@ _OUTSIDE_TAG_SET = TagSet(_OUTSIDE_TAGS)
 # A `<` matters only if a tag can start with it: `<t…`, `<o…`, `<f…`, `<i…` or `</t…` (or it is the last character).
 _SPECIAL = re.compile(r"<(?![^tTfFoOiI/])|[`~\n]")
 _FAST = re.compile(r"`+|<(?![^tTfFoOiI/])|~+")
-_PLAIN = re.compile(r"[^<`~\n]+")
+_PLAIN = re.compile(r"[^<~]+")
+_TICK_OR_NL = re.compile(r"`+|\n")
 _NAME_OPEN = re.compile(r"<name\s*>", re.IGNORECASE)
 _THINK_CLOSE_RE = re.compile(r"</think(?:ing)?>", re.IGNORECASE)
 _FINAL_CLOSE_RE = re.compile(re.escape(FINAL_CLOSE), re.IGNORECASE)
@@ -180,13 +181,12 @@ class StreamParser:
         if self._pos:
             self._base += self._pos
             self._buf, self._pos = self._buf[self._pos :], 0
-        if self._state == _OUT and not self._buf and self._fence is None and not self._run_text and \
-                _PLAIN.fullmatch(new) and not self._long_run:
-            # Plain prose with nothing pending: no decision to make, so show it as it is.
+        if self._state == _OUT and not self._buf and self._fence is None and not self._long_run and \
+                _PLAIN.fullmatch(new) and "```" not in new and not new.endswith("`"):
+            # Prose with nothing pending and no tag or fence in sight: only inline code and line starts change.
             self._base += len(new)
             self._thought.append(new)
-            if not new.isspace():
-                self._line_blank = False
+            self._track_lines(new)
             return [TextDelta(new)]
         if self._state == _BLOCK and not self._buf and self._scan is not None and self._scan.inside_string(new):
             # Inside a JSON string of a block: hidden, and nothing in it can end the block.
@@ -211,6 +211,22 @@ class StreamParser:
         else:
             self._threshold, self._trigger = self._coalesce, ">"
         return self._events
+
+    def _track_lines(self, text: str) -> None:
+        """Follow inline code spans and line starts through text that holds no tag and no fence."""
+        inline, line_blank = self._inline, self._line_blank
+        if "`" in text or "\n" in text:
+            for match in _TICK_OR_NL.finditer(text):
+                if match.group() == "\n":
+                    inline, line_blank = 0, True
+                else:
+                    run = match.end() - match.start()
+                    inline, line_blank = (0 if inline == run else inline or run), False
+            tail = text[text.rfind("\n") + 1 :] if line_blank else ""
+            line_blank = line_blank and (not tail or tail.isspace())
+        elif not text.isspace():
+            line_blank = False
+        self._inline, self._line_blank = inline, line_blank
 
     def _flush(self) -> None:
         if self._run_text:

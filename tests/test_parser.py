@@ -238,3 +238,33 @@ def test_parse_block_doctype_html_in_json_string_is_content() -> None:
 def test_parse_block_doctype_html_in_children_is_allowed() -> None:
     call, error = parse_block("<name>w</name><parameters><c><!DOCTYPE html><html></html></c></parameters>")
     assert error is None and call is not None and call.arguments["c"] == "<!DOCTYPE html><html></html>"
+
+
+# ------------------------------------------------------------------------------ XML attacks (THREATS T6)
+
+T6_DECLARATIONS = [
+    '<!DOCTYPE r [<!ENTITY x SYSTEM "file:///etc/passwd">]>',
+    '<!DOCTYPE r SYSTEM "http://127.0.0.1:1/evil.dtd">',
+    '<!DOCTYPE r [<!ENTITY % p SYSTEM "http://127.0.0.1:1/p.dtd"> %p;]>',
+    '<!DOCTYPE r [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;"><!ENTITY c "&b;&b;&b;&b;">]>',
+    '<!ENTITY c "rm -rf ~/x">',
+]
+
+
+@pytest.mark.parametrize("declaration", T6_DECLARATIONS)
+def test_xml_attack_declarations_are_refused_before_anything_runs(declaration: str) -> None:
+    for body in ("<name>execute_command</name><parameters><command>ls &c;&x;</command></parameters>",
+                 '<name>execute_command</name><parameters>{"command": "ls"}</parameters>'):
+        turn = parse_completion(f"<tool_code>{declaration}{body}</tool_code>")
+        assert turn.tool_calls == () and turn.error is not None and "DTD" in turn.error
+
+
+def test_xml_entity_references_without_declarations_are_never_expanded() -> None:
+    turn = parse_completion("<tool_code><name>execute_command</name><parameters><command>ls &c;</command>"
+                            "</parameters></tool_code>")
+    assert turn.tool_calls[0].arguments == {"command": "ls &c;"}
+
+
+def test_hermes_null_arguments_mean_none() -> None:
+    turn = parse_completion('<tool_call>{"name": "get_time", "arguments": null}</tool_call>')
+    assert turn.tool_calls[0].arguments == {}
