@@ -94,6 +94,9 @@ def _decode(body: str, kind: str, at_end: bool) -> tuple[ToolCall, tuple[int, in
         return _claude(body, i, at_end, kind)
     if body.startswith("{", i) or body.startswith('"', i):
         return _json_call(body, i, at_end, kind)
+    glm = _GLM_NAME.match(body, i)
+    if glm is not None and (kind == "tool_call" or "<arg_key>" in body):
+        return _glm(body, glm, at_end, kind), None
     name_open = _NAME_OPEN.search(body)
     if name_open is not None:
         return _canonical(body, name_open, at_end, kind)
@@ -327,6 +330,41 @@ def _qwen(body: str, i: int, at_end: bool) -> tuple[ToolCall, None]:
         raise BlockError("Your <function=…> tag has no tool name. " + _prefer_canonical())
     name = _clean_name(match.group(1), "function")
     return ToolCall(name, _children(body, match.end(), at_end, name, "function")), None
+
+
+_GLM_NAME = re.compile(r"([A-Za-z_][\w.:-]{0,127})[ \t]*(?=\r?\n|<arg_key>|</|$)")
+_GLM_STRAY = re.compile(r"(?:\s|</arg_key>|</arg_value>)*")
+
+
+def _glm(body: str, name_match: re.Match[str], at_end: bool, kind: str) -> ToolCall:
+    """GLM: `<tool_call>name<arg_key>k</arg_key><arg_value>v</arg_value>…</tool_call>`; stray end tags skipped."""
+    name = _clean_name(name_match.group(1), kind)
+    args: dict[str, Any] = {}
+    pos = skip(_GLM_STRAY, body, name_match.end())
+    while pos < len(body):
+        if not body.startswith("<arg_key>", pos):
+            raise BlockError(f"Your call to {name} has {body[pos:pos + 40]!r} where <arg_key> should be. "
+                             + _prefer_canonical())
+        key_end = body.find("</arg_key>", pos)
+        key = body[pos + 9 : key_end if key_end >= 0 else len(body)]
+        if key_end < 0 or "<" in key:
+            if at_end:
+                raise BlockError(_cut_off(kind, "an argument name", name))
+            raise BlockError(f"An <arg_key> in your call to {name} is not closed. " + _prefer_canonical())
+        pos = skip(_GLM_STRAY, body, key_end)
+        if not body.startswith("<arg_value>", pos):
+            raise BlockError(f"The argument {key.strip()!r} of your call to {name} has no <arg_value>. "
+                             + _prefer_canonical())
+        value_start = pos + 11
+        value_end = markup.value_end(body, "</arg_value>", value_start)
+        if value_end < 0:
+            if at_end:
+                raise BlockError(_cut_off(kind, f"the value of {key.strip()!r}", name))
+            following = body.find("<arg_key>", value_start)
+            value_end = following if following >= 0 else len(body)
+        args[key.strip()] = markup.trim_value(markup.text_value(body[value_start:value_end]))
+        pos = skip(_GLM_STRAY, body, value_end)
+    return ToolCall(name, args)
 
 
 def _claude(body: str, i: int, at_end: bool, kind: str) -> tuple[ToolCall, None]:

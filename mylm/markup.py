@@ -202,14 +202,14 @@ def read_children(text: str, start: int = 0) -> Children:
 def _value_bounds(text: str, opener: re.Match[str], tag: str, key: str, start: int) -> tuple[int, int]:
     """(end of the value, where reading resumes), or resume -1 when the value runs to the end unclosed."""
     closer = f"</{tag}>"
-    exact = _value_end(text, closer, start)
+    exact = value_end(text, closer, start)
     if not (opener.group("eq") or opener.group("attr")):
         return (exact, exact + len(closer)) if exact >= 0 else (len(text), -1)
     sibling = _next_sibling(text, opener, start)
     if exact >= 0 and exact < sibling:
         return exact, exact + len(closer)
     if opener.group("attr"):
-        named = _value_end(text, f"</{key}>", start)  # `<parameter name="content">…</content>`
+        named = value_end(text, f"</{key}>", start)  # `<parameter name="content">…</content>`
         if 0 <= named < sibling:
             return named, named + len(key) + 3
     mangled = _MANGLED_PARAMETER.search(text, start, sibling)
@@ -221,8 +221,8 @@ def _value_bounds(text: str, opener: re.Match[str], tag: str, key: str, start: i
 _MANGLED_PARAMETER = re.compile(r"</parameter[^<>]{0,24}>?")
 
 
-def _value_end(text: str, closer: str, start: int) -> int:
-    """The closing tag that ends a value: the first one followed by another tag or the end of the text."""
+def value_end(text: str, closer: str, start: int) -> int:
+    """The closing tag that ends a value: the first one followed by another tag or the end, else the first, else -1."""
     first = -1
     pos = start
     while True:

@@ -51,15 +51,17 @@ THINK_TAGS = ("think", "thinking")
 
 _THINK_OPENS = ("<think>", "<thinking>")
 _THINK_CLOSES = ("</think>", "</thinking>")
-#: Other formats a call may drift into, by opener: (block kind, complete-opener regex, viable-prefix regex).
+#: Other formats a call may drift into, by opener: the block kind, and what must follow the opener for it to be
+#: a call rather than a mention (decided once `_DRIFT_WINDOW` characters, or the end of the reply, are there).
 _DRIFT = {
-    "<tool_call>": ("tool_call", r"<tool_call>\s{0,64}[{\[<`\"]", r"<tool_call>\s{0,64}\Z"),
-    "<function=": ("function", r"<function=[\w.:-]{1,64}>", r"<function=[\w.:-]{0,64}\Z"),
-    "<function_calls>": ("function_calls", r"<function_calls>\s{0,64}<", r"<function_calls>\s{0,64}\Z"),
-    "<invoke": ("invoke", r"<invoke\s+name\s*=\s*[\"'][\w.:-]{1,64}[\"']\s*>",
-                r"<invoke(?:\s+(?:n(?:a(?:m(?:e(?:\s*(?:=\s*(?:[\"'][\w.:-]{0,64}(?:[\"']\s*)?)?)?)?)?)?)?)?)?\Z"),
+    "<tool_call>": ("tool_call",
+                    r"<tool_call>\s{0,64}(?:[{\[<`\"]|[A-Za-z_][\w.:-]{0,63}\s{0,16}(?:<arg_key>|</tool_call>|</arg_value>))"),
+    "<function=": ("function", r"<function=[\w.:-]{1,64}>"),
+    "<function_calls>": ("function_calls", r"<function_calls>\s{0,64}<"),
+    "<invoke": ("invoke", r"<invoke\s+name\s*=\s*[\"'][\w.:-]{1,64}[\"']\s*>"),
 }
-_DRIFT_RE = {tag: (kind, re.compile(full, re.IGNORECASE), re.compile(prefix, re.IGNORECASE)) for tag, (kind, full, prefix) in _DRIFT.items()}
+_DRIFT_RE = {tag: (kind, re.compile(full, re.IGNORECASE)) for tag, (kind, full) in _DRIFT.items()}
+_DRIFT_WINDOW = 160
 _BLOCK_TAGS = (TOOL_OPEN, *_DRIFT)
 _LONE_CLOSERS = (TOOL_CLOSE, "</tool_call>")
 _OUTSIDE_TAGS = (*_BLOCK_TAGS, *OBSERVATION_TAGS, *_THINK_OPENS, *_THINK_CLOSES, FINAL_OPEN, *_LONE_CLOSERS)
@@ -375,10 +377,9 @@ class StreamParser:
             if tag is WAIT:
                 return False
             if tag in _DRIFT_RE:
-                _, full, prefix = _DRIFT_RE[tag]
-                if not full.match(buf, pos, pos + 96):
-                    if not final and prefix.match(buf, pos):
-                        return False
+                if not final and len(buf) - pos < _DRIFT_WINDOW:
+                    return False
+                if not _DRIFT_RE[tag][1].match(buf, pos, pos + _DRIFT_WINDOW):
                     tag = None
         if tag is None:
             self._visible("<")

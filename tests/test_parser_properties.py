@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -20,7 +21,7 @@ from mylm.parser import (
 )
 from mylm.types import ToolCall
 
-SETTINGS = settings(max_examples=int(__import__("os").environ.get("MYLM_HYPOTHESIS_EXAMPLES", "150")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=int(os.environ.get("MYLM_HYPOTHESIS_EXAMPLES", "150")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # Pieces that exercise every decision the parser makes: tags (whole and broken), fences, inline code, JSON
 # with end tags inside strings, entities, CDATA, drift formats, and hostile characters.
