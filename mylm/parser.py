@@ -37,7 +37,7 @@ from .turn import (
     ParseEvent,
     ReasoningDelta,
     TextDelta,
-    bare_json_call,
+    reply_calls,
     verdict,
 )
 from .types import ToolCall
@@ -558,12 +558,13 @@ class StreamParser:
         self._commit(ToolCall(call.name, call.arguments, raw=raw), None)
 
     def _recover_bare_json(self) -> None:
-        """A reply that is nothing but `{"name": …, "arguments": …}` (maybe fenced) is a call in drifted form."""
+        """A reply that is nothing but calls in a drifted JSON form (Hermes, OpenAI-shaped, Mistral) is those calls."""
         if self._calls or self._errors or self._final is not None:
             return
-        call = bare_json_call("".join(self._thought))
-        if call is not None:
+        calls = reply_calls("".join(self._thought))
+        if calls:
             self._thought.clear()
+        for call in calls:
             self._commit(call, None)
 
     def _verdict(self) -> ParsedTurn:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
@@ -69,24 +70,50 @@ def verdict(*, calls: tuple[ToolCall, ...], errors: tuple[str, ...], thought: st
 
 _FENCE_WRAP = re.compile(r"\A(?:```|~~~)[\w-]*\s*|\s*(?:```|~~~)\Z")
 _TRAILING_CLOSER = re.compile(r"\s*</tool_call>\Z")
+_MISTRAL_MARKER = re.compile(r"\A\[TOOL_CALLS\]\s*")
+_MISTRAL_ARGS = re.compile(r"\A([A-Za-z_][\w.:-]{0,127})\[ARGS\]\s*(?=\{)")
 
 
-def bare_json_call(visible: str) -> ToolCall | None:
-    """The call, if the whole visible reply is one `{"name": …, "arguments": …}` object (maybe fenced)."""
+def reply_calls(visible: str) -> tuple[ToolCall, ...]:
+    """The calls, if the whole visible reply is nothing but calls in a drifted JSON form, else ().
+
+    Accepted, maybe fenced: `{"name": …, "arguments": …}` (Hermes, Llama), `[{…}, …]` or `{"tool_calls": [...]}`
+    (OpenAI-shaped text), Mistral `[TOOL_CALLS][{…}]` and `[TOOL_CALLS]name[ARGS]{…}`. Every element must be a
+    call, or nothing is taken: a JSON answer that merely has a "name" key stays an answer.
+    """
     text = visible.strip()
-    if not text.endswith(("}", "```", "~~~", "</tool_call>")) or len(text) > 1_000_000:
-        return None
+    if len(text) > 1_000_000 or not text.endswith(("}", "]", "```", "~~~", "</tool_call>")):
+        return ()
     text = _TRAILING_CLOSER.sub("", _FENCE_WRAP.sub("", text)).strip()
-    if not text.startswith("{"):
-        return None
+    text = _MISTRAL_MARKER.sub("", text)
+    mistral = _MISTRAL_ARGS.match(text)
+    if mistral is not None:
+        text = f'{{"name": {json.dumps(mistral.group(1))}, "arguments": {text[mistral.end() :]}}}'
+    if not text.startswith(("{", "[")):
+        return ()
     try:
         value, end = loads(text)
     except JSONRepairError:
+        return ()
+    if text[end:].strip():
+        return ()
+    if isinstance(value, dict) and set(value) == {"tool_calls"}:
+        value = value["tool_calls"]
+    items = value if isinstance(value, list) else [value]
+    calls = [_json_call_object(item) for item in items]
+    if not items or any(call is None for call in calls):
+        return ()
+    return tuple(call for call in calls if call is not None)
+
+
+def _json_call_object(item: object) -> ToolCall | None:
+    if not isinstance(item, dict):
         return None
-    if text[end:].strip() or not isinstance(value, dict) or "name" not in value:
+    function = item.get("function")
+    shape: dict[str, object] = function if isinstance(function, dict) else item
+    if "name" not in shape or not {"arguments", "parameters"} & set(shape):
         return None
-    if not {"arguments", "parameters"} & set(value):
-        return None
+    text = json.dumps(item, ensure_ascii=False)
     call, _ = decode_block(text, "tool_call", at_end=False)
     return None if call is None else ToolCall(call.name, call.arguments, raw=text)
 
