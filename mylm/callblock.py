@@ -9,24 +9,17 @@ Python call with keyword arguments (`read_file(path="a")`).
 from __future__ import annotations
 
 import ast
-import json
 import re
 from collections.abc import Mapping
 from typing import Any
 
 from . import markup
 from .blockscan import skip
+from .corrections import EXAMPLE, JSON_HOWTO, KIND_TAGS, BlockError, cut_off, example, prefer_canonical
 from .jsonrepair import JSONRepairError, loads
 from .types import ToolCall
 
 #: The block kinds the stream parser opens, with their opening and closing tags (for messages).
-KIND_TAGS = {
-    "tool_code": ("<tool_code>", "</tool_code>"),
-    "tool_call": ("<tool_call>", "</tool_call>"),
-    "function": ("<function=…>", "</function>"),
-    "function_calls": ("<function_calls>", "</function_calls>"),
-    "invoke": ("<invoke name=…>", "</invoke>"),
-}
 PARAMS_TAGS = ("parameters", "arguments")
 
 _NAME_OPEN = re.compile(r"<name\s*>", re.IGNORECASE)
@@ -44,22 +37,6 @@ _RESERVED = frozenset({"name", "tool_code", "tool_call", "think", "thinking", "o
 _CALL_KEYS = frozenset({"name", "arguments", "parameters", "id", "type", "function"})
 _BAD_NAME = re.compile(r"[\s<>{}\"'`]")
 
-EXAMPLE = '<tool_code>\n<name>TOOL_NAME</name>\n<parameters>\n{"ARGUMENT": "VALUE"}\n</parameters>\n</tool_code>'
-_JSON_HOWTO = (
-    'Write the arguments as one JSON object with double-quoted keys and strings, e.g. {"command": "ls -la"}; '
-    'inside a string write \\" for a quote and \\\\ for a backslash. Long text full of quotes or backslashes can '
-    "instead be written as one element per argument: <parameters><content>text</content></parameters>."
-)
-
-
-class BlockError(Exception):
-    """A block that cannot be run; `message` is written for the model."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
 def decode_block(body: str, kind: str = "tool_code", *, at_end: bool = False) -> tuple[ToolCall | None, str | None]:
     """Decode a block body (the text between its tags) into `(call, None)` or `(None, message for the model)`.
 
@@ -72,7 +49,7 @@ def decode_block(body: str, kind: str = "tool_code", *, at_end: bool = False) ->
     except BlockError as error:
         return None, error.message
     except (RecursionError, MemoryError):
-        return None, f"Your {KIND_TAGS[kind][0]} block is nested too deeply to read. " + _JSON_HOWTO
+        return None, f"Your {KIND_TAGS[kind][0]} block is nested too deeply to read. " + JSON_HOWTO
     return call, None
 
 
@@ -106,7 +83,7 @@ def _decode(body: str, kind: str, at_end: bool) -> tuple[ToolCall, tuple[int, in
     if _PY_CALL.match(body, i):
         return _python_call(body[i:], kind), None
     if at_end and not body[i:].strip():
-        raise BlockError(_cut_off(kind, "the tool name"))
+        raise BlockError(cut_off(kind, "the tool name"))
     raise BlockError(
         f"Your {KIND_TAGS[kind][0]} block has no <name>…</name>, so nothing was run. Write the tool's name in "
         "<name></name>, then its arguments as one JSON object in <parameters></parameters>, exactly like this:\n"
@@ -128,7 +105,7 @@ def _canonical(body: str, name_open: re.Match[str], at_end: bool, kind: str) -> 
     name_close = _NAME_CLOSE.search(body, name_open.end())
     if name_close is None:
         if at_end:
-            raise BlockError(_cut_off(kind, "the tool name"))
+            raise BlockError(cut_off(kind, "the tool name"))
         raise BlockError(f"Your <name> is never closed. Write <name>TOOL_NAME</name> on one line:\n{EXAMPLE}")
     name = _clean_name(markup.text_value(body[name_open.end() : name_close.start()]), kind)
     after = name_close.end()
@@ -139,7 +116,7 @@ def _canonical(body: str, name_open: re.Match[str], at_end: bool, kind: str) -> 
     i = _skip_layout(body, after)
     if i >= len(body):
         if at_end:
-            raise BlockError(_cut_off(kind, "the parameters", name))
+            raise BlockError(cut_off(kind, "the parameters", name))
         return ToolCall(name, {}), None
     if body[i] in '{["':
         args, span = _params(body, i, at_end, name, kind)
@@ -150,7 +127,7 @@ def _canonical(body: str, name_open: re.Match[str], at_end: bool, kind: str) -> 
         return ToolCall(name, _children(body, i, at_end, name, kind)), None
     raise BlockError(
         f"After </name> in your call to {name}, write the arguments in <parameters></parameters> as a JSON object "
-        f"(found {body[i:i + 40].strip()!r}). Nothing was run. Write:\n" + _example(name)
+        f"(found {body[i:i + 40].strip()!r}). Nothing was run. Write:\n" + example(name)
     )
 
 
@@ -177,7 +154,7 @@ def _params(text: str, start: int, at_end: bool, name: str, kind: str) -> tuple[
         return args, (i, close if close >= 0 else len(text))
     if i >= len(text):
         if at_end:
-            raise BlockError(_cut_off(kind, "the parameters", name))
+            raise BlockError(cut_off(kind, "the parameters", name))
         return {}, None
     c = text[i]
     if c in '{["':
@@ -189,7 +166,7 @@ def _params(text: str, start: int, at_end: bool, name: str, kind: str) -> tuple[
         return _children(text, i, at_end, name, kind), None
     raise BlockError(
         f"The <parameters> of your call to {name} are neither a JSON object nor <argument>value</argument> "
-        f"elements (found {text[i:i + 40].strip()!r}), so nothing was run. {_JSON_HOWTO} Write:\n" + _example(name)
+        f"elements (found {text[i:i + 40].strip()!r}), so nothing was run. {JSON_HOWTO} Write:\n" + example(name)
     )
 
 
@@ -274,11 +251,11 @@ def _json_error(error: JSONRepairError, text: str, at_end: bool, name: str, kind
                 "(JSON reads \\/ as /). Write the whole block again."
             )
         where = "a JSON string" if error.in_string else "the parameters JSON"
-        return BlockError(_cut_off(kind, where, name))
+        return BlockError(cut_off(kind, where, name))
     hint = f" ({error.hint})" if error.hint else ""
     return BlockError(
         f"The parameters of your call to {name} are not valid JSON: {error.what} at line {error.lineno}, column "
-        f"{error.colno}{hint}. Nothing was run. {_JSON_HOWTO}"
+        f"{error.colno}{hint}. Nothing was run. {JSON_HOWTO}"
     )
 
 
@@ -287,13 +264,13 @@ def _children(text: str, i: int, at_end: bool, name: str, kind: str) -> dict[str
     if read.stray:
         raise BlockError(
             f"The arguments of your call to {name} contain {read.stray!r}, which is neither a JSON object nor an "
-            f"<argument>value</argument> element, so nothing was run. {_JSON_HOWTO}"
+            f"<argument>value</argument> element, so nothing was run. {JSON_HOWTO}"
         )
     if read.unclosed and at_end:
-        raise BlockError(_cut_off(kind, f"the value of <{read.items[-1].key}>", name))
+        raise BlockError(cut_off(kind, f"the value of <{read.items[-1].key}>", name))
     if at_end and read.end >= len(text):
         # No end tag after the last argument: the reply may have been cut between two arguments.
-        raise BlockError(_cut_off(kind, "the arguments (their end tag is missing)", name))
+        raise BlockError(cut_off(kind, "the arguments (their end tag is missing)", name))
     args: dict[str, Any] = {}
     for child in read.items:
         value = markup.trim_value(markup.text_value(child.value))
@@ -327,7 +304,7 @@ def _qwen(body: str, i: int, at_end: bool) -> tuple[ToolCall, None]:
     """Qwen3-Coder: `<function=name><parameter=key>value</parameter>…</function>`."""
     match = _FUNCTION.match(body, i)
     if match is None:
-        raise BlockError("Your <function=…> tag has no tool name. " + _prefer_canonical())
+        raise BlockError("Your <function=…> tag has no tool name. " + prefer_canonical())
     name = _clean_name(match.group(1), "function")
     return ToolCall(name, _children(body, match.end(), at_end, name, "function")), None
 
@@ -344,22 +321,22 @@ def _glm(body: str, name_match: re.Match[str], at_end: bool, kind: str) -> ToolC
     while pos < len(body):
         if not body.startswith("<arg_key>", pos):
             raise BlockError(f"Your call to {name} has {body[pos:pos + 40]!r} where <arg_key> should be. "
-                             + _prefer_canonical())
+                             + prefer_canonical())
         key_end = body.find("</arg_key>", pos)
         key = body[pos + 9 : key_end if key_end >= 0 else len(body)]
         if key_end < 0 or "<" in key:
             if at_end:
-                raise BlockError(_cut_off(kind, "an argument name", name))
-            raise BlockError(f"An <arg_key> in your call to {name} is not closed. " + _prefer_canonical())
+                raise BlockError(cut_off(kind, "an argument name", name))
+            raise BlockError(f"An <arg_key> in your call to {name} is not closed. " + prefer_canonical())
         pos = skip(_GLM_STRAY, body, key_end)
         if not body.startswith("<arg_value>", pos):
             raise BlockError(f"The argument {key.strip()!r} of your call to {name} has no <arg_value>. "
-                             + _prefer_canonical())
+                             + prefer_canonical())
         value_start = pos + 11
         value_end = markup.value_end(body, "</arg_value>", value_start)
         if value_end < 0:
             if at_end:
-                raise BlockError(_cut_off(kind, f"the value of {key.strip()!r}", name))
+                raise BlockError(cut_off(kind, f"the value of {key.strip()!r}", name))
             following = body.find("<arg_key>", value_start)
             value_end = following if following >= 0 else len(body)
         args[key.strip()] = markup.trim_value(markup.text_value(body[value_start:value_end]))
@@ -372,10 +349,10 @@ def _claude(body: str, i: int, at_end: bool, kind: str) -> tuple[ToolCall, None]
     invokes = list(_INVOKE.finditer(body, i))
     if not invokes:
         if at_end:
-            raise BlockError(_cut_off(kind, "the tool name"))
-        raise BlockError("Your <function_calls> block has no <invoke name=\"…\">. " + _prefer_canonical())
+            raise BlockError(cut_off(kind, "the tool name"))
+        raise BlockError("Your <function_calls> block has no <invoke name=\"…\">. " + prefer_canonical())
     if len(invokes) > 1:
-        raise BlockError("Write one call per block, so nothing was run. " + _prefer_canonical())
+        raise BlockError("Write one call per block, so nothing was run. " + prefer_canonical())
     name = _clean_name(invokes[0].group(1), kind)
     return ToolCall(name, _children(body, invokes[0].end(), at_end, name, kind)), None
 
@@ -385,7 +362,7 @@ def _named_element(body: str, element: re.Match[str], at_end: bool, kind: str) -
     name = _clean_name(element.group(1), kind)
     close = body.rfind(f"</{name}>")
     if close < 0 and at_end:
-        raise BlockError(_cut_off(kind, f"the <{name}> element", name))
+        raise BlockError(cut_off(kind, f"the <{name}> element", name))
     inner = body[element.end() : close if close >= 0 else len(body)]
     i = _skip_layout(inner, 0)
     if i >= len(inner):
@@ -398,7 +375,7 @@ def _named_element(body: str, element: re.Match[str], at_end: bool, kind: str) -
         return ToolCall(name, _children(inner, i, at_end and close < 0, name, kind)), None
     raise BlockError(
         f"Your call <{name}>…</{name}> does not say which argument {inner[i:i + 40].strip()!r} is, so nothing was "
-        "run. Write:\n" + _example(name)
+        "run. Write:\n" + example(name)
     )
 
 
@@ -421,7 +398,7 @@ def _python_call(src: str, kind: str) -> ToolCall:
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             raise BlockError(
                 f"The argument {keyword.arg} of your call to {name} is not a plain value, so nothing was run. "
-                "Write:\n" + _example(name)
+                "Write:\n" + example(name)
             ) from None
     return ToolCall(_clean_name(name, kind), args)
 
@@ -451,43 +428,3 @@ def _reject_dtd(body: str, span: tuple[int, int] | None, kind: str) -> None:
             )
 
 
-def _cut_off(kind: str, where: str, name: str | None = None) -> str:
-    opener, closer = KIND_TAGS[kind]
-    call = f" (the call to {name})" if name else ""
-    return (
-        f"Your reply ended inside a {opener} block{call}, in {where}, before the block was complete, so nothing "
-        f"was run. Write the whole block again and end it with {closer}. If it was long, split the work into "
-        "smaller calls."
-    )
-
-
-def _example(name: str) -> str:
-    return EXAMPLE.replace("TOOL_NAME", name)
-
-
-def _prefer_canonical() -> str:
-    return "Nothing was run. Write calls in this form:\n" + EXAMPLE
-
-
-def canonical_arguments(arguments: Mapping[str, Any]) -> str:
-    """The arguments as canonical JSON: never `</`, `\\b`, `\\f` or a drive-letter escape that reads as raw text."""
-    text = json.dumps(dict(arguments), ensure_ascii=False)
-    if "\\" not in text and "</" not in text:
-        return text
-    return _CANON_FIX.sub(_canon_fix, text)
-
-
-_CANON_FIX = re.compile(r"\\(u[0-9a-fA-F]{4}|.)|</", re.DOTALL)
-
-
-def _canon_fix(match: re.Match[str]) -> str:
-    if match.group(0) == "</":
-        return "<\\/"
-    escape = match.group(1)
-    if escape in ("b", "f"):
-        return f"\\u{ord({'b': chr(8), 'f': chr(12)}[escape]):04x}"
-    if escape in ("t", "n", "r"):
-        text, i = match.string, match.start()
-        if i >= 2 and text[i - 1] == ":" and text[i - 2].isascii() and text[i - 2].isalpha():
-            return f"\\u{ord({'t': chr(9), 'n': chr(10), 'r': chr(13)}[escape]):04x}"
-    return match.group(0)

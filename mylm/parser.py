@@ -29,7 +29,8 @@ from .blockscan import (
     match_tag,
     partial_suffix,
 )
-from .callblock import canonical_arguments, decode_block
+from .callblock import decode_block
+from .canonical import TOOL_CLOSE, TOOL_OPEN, format_tool_call
 from .fences import MAX_RUN, Fence, Pending, fence_run
 from .turn import (
     CallParsed,
@@ -42,8 +43,6 @@ from .turn import (
 )
 from .types import ToolCall
 
-TOOL_OPEN = "<tool_code>"
-TOOL_CLOSE = "</tool_code>"
 OBSERVATION_OPEN = "<observation>"
 FINAL_OPEN = "<final_answer>"
 FINAL_CLOSE = "</final_answer>"
@@ -80,12 +79,6 @@ _MAX_BLOCKS = 100
 #: end tag (complete parameters, then prose) is still noticed promptly.
 _HIDDEN_STEP = 256
 _OUT, _THINK, _BLOCK, _FINAL, _DISCARD = range(5)
-
-
-def format_tool_call(call: ToolCall) -> str:
-    """Render a call in the canonical form the system prompt teaches (and history records)."""
-    name = call.name.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return f"{TOOL_OPEN}\n<name>{name}</name>\n<parameters>\n{canonical_arguments(call.arguments)}\n</parameters>\n{TOOL_CLOSE}"
 
 
 def parse_block(body: str, *, at_end: bool = False) -> tuple[ToolCall | None, str | None]:

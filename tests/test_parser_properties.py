@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mylm.callblock import canonical_arguments
+from mylm.canonical import canonical_arguments
 from mylm.jsonrepair import loads
 from mylm.parser import (
     CallParsed,
