@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import re
 
+from .canonical import format_tool_call
+from .types import ToolCall
+
 KIND_TAGS = {
     "tool_code": ("<tool_code>", "</tool_code>"),
     "tool_call": ("<tool_call>", "</tool_call>"),
@@ -93,4 +96,13 @@ def verdict_error(*, answer: str, reasoning: str, ambiguous_example: bool, unclo
     return (
         "Your reply was empty. To call a tool, write a <tool_code> block:\n" + EXAMPLE
         + "\nTo answer, write the answer as plain text. Never begin a reply with <observation>."
+    )
+
+
+def bare_json_error(call: ToolCall) -> str:
+    """A reply that was only a JSON call object: not run (untagged text may be quoted data); show the block."""
+    return (
+        "Your reply was a bare JSON tool call with no <tool_code> block, so nothing was run: mylm runs only calls "
+        "written as blocks. To make this call, write exactly:\n" + format_tool_call(call)
+        + "\nTo make several calls, write one block per call."
     )

@@ -31,6 +31,7 @@ from .blockscan import (
 )
 from .callblock import decode_block
 from .canonical import TOOL_CLOSE, TOOL_OPEN, format_tool_call
+from .corrections import bare_json_error
 from .fences import MAX_RUN, Fence, Pending, fence_run
 from .turn import (
     CallParsed,
@@ -551,12 +552,17 @@ class StreamParser:
         self._commit(ToolCall(call.name, call.arguments, raw=raw), None)
 
     def _recover_bare_json(self) -> None:
-        """A reply that is nothing but calls in a drifted JSON form (Hermes, OpenAI-shaped, Mistral) is those calls."""
+        """A reply that is nothing but calls in JSON (Hermes, OpenAI-shaped, Mistral) runs only if tagged."""
         if self._calls or self._errors or self._final is not None:
             return
-        calls = reply_calls("".join(self._thought))
-        if calls:
-            self._thought.clear()
+        calls, tagged = reply_calls("".join(self._thought))
+        if not calls:
+            return
+        if not tagged:
+            # Untagged JSON may be quoted data (a tool output echoed back): never run it, show how to call.
+            self._errors.append(bare_json_error(calls[0]))
+            return
+        self._thought.clear()
         for call in calls:
             self._commit(call, None)
 

@@ -75,8 +75,9 @@ _MISTRAL_MARKER = re.compile(r"\A\[TOOL_CALLS\]\s*")
 _MISTRAL_ARGS = re.compile(r"\A([A-Za-z_][\w.:-]{0,127})\[ARGS\]\s*(?=\{)")
 
 
-def reply_calls(visible: str) -> tuple[ToolCall, ...]:
-    """The calls, if the whole visible reply is nothing but calls in a drifted JSON form, else ().
+def reply_calls(visible: str) -> tuple[tuple[ToolCall, ...], bool]:
+    """The calls, if the whole visible reply is nothing but calls in a drifted JSON form; and whether a protocol
+    tag (a trailing `</tool_call>`) marks them as the model's own calls rather than quoted data.
 
     Accepted, maybe fenced: `{"name": …, "arguments": …}` (Hermes, Llama), `[{…}, …]` or `{"tool_calls": [...]}`
     (OpenAI-shaped text), Mistral `[TOOL_CALLS][{…}]` and `[TOOL_CALLS]name[ARGS]{…}`. Every element must be a
@@ -84,27 +85,29 @@ def reply_calls(visible: str) -> tuple[ToolCall, ...]:
     """
     text = visible.strip()
     if len(text) > 1_000_000 or not text.endswith(("}", "]", "```", "~~~", "</tool_call>")):
-        return ()
-    text = _TRAILING_CLOSER.sub("", _FENCE_WRAP.sub("", text)).strip()
+        return (), False
+    text = _FENCE_WRAP.sub("", text)
+    tagged = _TRAILING_CLOSER.search(text) is not None
+    text = _TRAILING_CLOSER.sub("", text).strip()
     text = _MISTRAL_MARKER.sub("", text)
     mistral = _MISTRAL_ARGS.match(text)
     if mistral is not None:
         text = f'{{"name": {json.dumps(mistral.group(1))}, "arguments": {text[mistral.end() :]}}}'
     if not text.startswith(("{", "[")):
-        return ()
+        return (), False
     try:
         value, end = loads(text)
     except JSONRepairError:
-        return ()
+        return (), False
     if text[end:].strip():
-        return ()
+        return (), False
     if isinstance(value, dict) and set(value) == {"tool_calls"}:
         value = value["tool_calls"]
     items = value if isinstance(value, list) else [value]
     calls = [_json_call_object(item) for item in items]
     if not items or any(call is None for call in calls):
-        return ()
-    return tuple(call for call in calls if call is not None)
+        return (), False
+    return tuple(call for call in calls if call is not None), tagged
 
 
 def _json_call_object(item: object) -> ToolCall | None:
