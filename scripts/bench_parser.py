@@ -99,7 +99,7 @@ def run(quick: bool) -> None:
         measured: tuple[int, float] | None = None
         for size in sizes:
             text = completion(shape, size)
-            repeat = 5 if size <= 100_000 else 2
+            repeat = 7 if size <= 100_000 else 3
             whole = best_of(parse_whole, text, repeat)
             # The chunks arrive from the network already cut; cutting them is not the parser's work.
             chunks = [text[i : i + CHUNK] for i in range(0, len(text), CHUNK)]
