@@ -1,388 +1,622 @@
-"""The streaming parser that pulls `<tool_code>` calls, reasoning and the answer out of raw model text.
+"""The tolerant streaming parser: pulls tool calls, reasoning and the answer out of raw model text.
 
-One incremental engine serves both streaming (`StreamParser.feed`) and whole text (`parse_completion`), so the
+One incremental engine serves streaming (`StreamParser.feed`) and whole text (`parse_completion`), so the
 result never depends on how the text was chunked. Text that might be the start of a tag is held back until it
-is decided, so no fragment like `<tool_` is ever shown. Work is linear in the input: every scan resumes where
-the previous one stopped.
+is decided, so no fragment like `<tool_` is shown. Work is linear: every scan resumes where the last stopped.
+
+Decisions, in the order a careful reader makes them:
+- `<think>`/`<thinking>` (closed or not) is reasoning and never runs. A lone `</think>` moves the visible text
+  before it into `reasoning`; events already streamed are not retracted (streaming is append-only), so a
+  template that pre-opens `<think>` should pass `reasoning_open=True`, which streams that text as reasoning.
+- Markdown: a block inside inline code is text; a block inside a fence runs only if the fence holds nothing
+  but blocks and no prose follows the fence (a stray wrapper), else it was an example.
+- Block ends are structural (see `blockscan`); bodies are decoded by `callblock`.
+- `<observation>` (or Hermes `<tool_response>`) outside code is a fabricated result: the rest is discarded.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import dataclass, field
-from typing import Union
 
+from .blockscan import (
+    CLOSED,
+    KINDS,
+    MORE,
+    OBSERVATION_TAGS,
+    WAIT,
+    BlockScan,
+    TagSet,
+    match_tag,
+    partial_suffix,
+)
+from .callblock import decode_block
+from .canonical import TOOL_CLOSE, TOOL_OPEN, format_tool_call
+from .corrections import bare_json_error
+from .fences import MAX_RUN, Fence, Pending, fence_run
+from .verdict import (
+    CallParsed,
+    ParsedTurn,
+    ParseEvent,
+    ReasoningDelta,
+    TextDelta,
+    reply_calls,
+    verdict,
+)
 from .types import ToolCall
 
-TOOL_OPEN = "<tool_code>"
-TOOL_CLOSE = "</tool_code>"
 OBSERVATION_OPEN = "<observation>"
 FINAL_OPEN = "<final_answer>"
 FINAL_CLOSE = "</final_answer>"
 THINK_TAGS = ("think", "thinking")
 
-#: Tags that change the parser's state when they appear in plain text.
-_OUTSIDE_TAGS = (TOOL_OPEN, OBSERVATION_OPEN, FINAL_OPEN, FINAL_CLOSE, "<think>", "<thinking>", "</think>", "</thinking>")
-_LONGEST_TAG = max(len(t) for t in _OUTSIDE_TAGS)
-#: Stop strings that may arrive half-written at the very end of a stream.
+_THINK_OPENS = ("<think>", "<thinking>")
+_THINK_CLOSES = ("</think>", "</thinking>")
+#: Other formats a call may drift into, by opener: the block kind, and what must follow the opener for it to be
+#: a call rather than a mention (decided once `_DRIFT_WINDOW` characters, or the end of the reply, are there).
+_DRIFT = {
+    "<tool_call>": ("tool_call",
+                    r"<tool_call>\s{0,64}(?:[{\[<`\"]|[A-Za-z_][\w.:-]{0,63}\s{0,16}(?:<arg_key>|</tool_call>|</arg_value>))"),
+    "<function=": ("function", r"<function=[\w.:-]{1,64}>"),
+    "<function_calls>": ("function_calls", r"<function_calls>\s{0,64}<"),
+    "<invoke": ("invoke", r"<invoke\s+name\s*=\s*[\"'][\w.:-]{1,64}[\"']\s*>"),
+}
+_DRIFT_RE = {tag: (kind, re.compile(full, re.IGNORECASE)) for tag, (kind, full) in _DRIFT.items()}
+_DRIFT_WINDOW = 160
+_BLOCK_TAGS = (TOOL_OPEN, *_DRIFT)
+_LONE_CLOSERS = (TOOL_CLOSE, "</tool_call>")
+_OUTSIDE_TAGS = (*_BLOCK_TAGS, *OBSERVATION_TAGS, *_THINK_OPENS, *_THINK_CLOSES, FINAL_OPEN, *_LONE_CLOSERS)
+_FENCE_TAGS = (*_BLOCK_TAGS, *OBSERVATION_TAGS)
+_OUTSIDE_TAG_SET = TagSet(_OUTSIDE_TAGS)
+# A `<` matters only if a tag can start with it: `<t…`, `<o…`, `<f…`, `<i…` or `</t…` (or it is the last character).
+_SPECIAL = re.compile(r"<(?![^tTfFoOiI/])|[`~\n]")
+_FAST = re.compile(r"`+|<(?![^tTfFoOiI/])|~+")
+_PLAIN = re.compile(r"[^<~]+")
+_TICK_OR_NL = re.compile(r"`+|\n")
+_NAME_OPEN = re.compile(r"<name\s*>", re.IGNORECASE)
+_THINK_CLOSE_RE = re.compile(r"</think(?:ing)?>", re.IGNORECASE)
+_FINAL_CLOSE_RE = re.compile(re.escape(FINAL_CLOSE), re.IGNORECASE)
+_MAX_BLOCKS = 100
+#: In a block, text is processed every this many characters even without a `/`: a block that ends without its
+#: end tag (complete parameters, then prose) is still noticed promptly.
+_HIDDEN_STEP = 256
+_OUT, _THINK, _BLOCK, _FINAL, _DISCARD = range(5)
+#: Stop strings that may arrive half-written at the very end of a stream (the server stopped mid-way).
 _HALF_STOPS = (TOOL_CLOSE, OBSERVATION_OPEN)
 
 
-@dataclass(frozen=True)
-class TextDelta:
-    """Visible text, safe to show as it streams."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class ReasoningDelta:
-    """Reasoning text (inside `<think>`); shown as thought, never executed."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class CallParsed:
-    """A complete tool call, in order."""
-
-    call: ToolCall
-
-
-ParseEvent = Union[TextDelta, ReasoningDelta, CallParsed]
-
-
-@dataclass(frozen=True)
-class ParsedTurn:
-    """What one model turn means: the calls to run, or the final answer, or an error to send back."""
-
-    tool_calls: tuple[ToolCall, ...] = ()
-    #: The answer when the turn has no call: `<final_answer>` content if present, else the visible text.
-    final_answer: str | None = None
-    #: Set when the turn is unusable; written for the model, telling it exactly what to fix.
-    error: str | None = None
-    #: Visible text outside blocks and reasoning (the model's thought when it calls a tool).
-    thought: str = ""
-    reasoning: str = ""
-    #: The text the verdict was reached on (everything after a fabricated `<observation>` is dropped).
-    text: str = ""
-    #: The text ended inside reasoning that was never closed (e.g. a server stop fired mid-thought).
-    unclosed_reasoning: bool = False
-
-
-def format_tool_call(call: ToolCall) -> str:
-    """Render a call in the canonical form the system prompt teaches (and history records)."""
-    arguments = json.dumps(dict(call.arguments), ensure_ascii=False)
-    return f"{TOOL_OPEN}\n<name>{call.name}</name>\n<parameters>\n{arguments}\n</parameters>\n{TOOL_CLOSE}"
-
-
-@dataclass
-class _Block:
-    """State of one `<tool_code>` body being scanned: its end is found structurally, outside JSON strings."""
-
-    parts: list[str] = field(default_factory=list)
-    in_params: bool = False
-    json_depth: int = 0
-    json_started: bool = False
-    json_done: bool = False
-    in_string: bool = False
-
-    @property
-    def text(self) -> str:
-        return "".join(self.parts)
-
-
-_JSON_SPECIAL = re.compile(r'["{}\[\]\\]')
-_STRING_SPECIAL = re.compile(r'["\\]')
+def parse_block(body: str, *, at_end: bool = False) -> tuple[ToolCall | None, str | None]:
+    """Decode the inside of one `<tool_code>` block into a call, or an error message for the model."""
+    return decode_block(body, "tool_code", at_end=at_end)
 
 
 class StreamParser:
-    """Feed model text chunk by chunk; get display-safe events; read `result` after `close()`."""
+    """Feed model text chunk by chunk; get display-safe events; read `result` after `close()`.
 
-    def __init__(self, *, multiple_calls: bool = True) -> None:
-        #: With one call per turn, the turn ends where the first call ends; later text is not part of it.
+    `reasoning_open`: the prompt ended inside `<think>` (the chat template pre-opened it), so the reply starts as
+    reasoning. `coalesce`: visible text is processed once this many characters have arrived, or at once when a
+    chunk holds `>` (every tag ends with it), which keeps token-sized chunks cheap; a call is always emitted by
+    the `feed()` that completes it. Use `coalesce=1` for per-token display, or `flush()` when the network idles.
+    `multiple_calls=False`: the turn ends where its first call ends (what follows is not part of it, and
+    `finished` says the rest of the stream need not be read).
+    """
+
+    def __init__(self, *, reasoning_open: bool = False, coalesce: int = 16, multiple_calls: bool = True) -> None:
         self._multiple_calls = multiple_calls
+        self._coalesce = max(1, coalesce)
+        self._threshold = self._coalesce
+        self._trigger = ">"
+        self._chunks: list[str] = []
+        self._joined = 0
+        self._waiting = 0
         self._buf = ""
-        self._state = "outside"  # outside | think | block | final | discard
-        self._think_close = ""
-        self._block: _Block | None = None
+        self._pos = 0
+        self._base = 0
+        self._state = _THINK if reasoning_open else _OUT
+        self._events: list[ParseEvent] = []
+        self._run_text: list[str] = []
+        self._run_reasoning: list[str] = []
+        self._line_blank = True
+        self._inline = 0
+        self._long_run = ""
+        self._fence: Fence | None = None
+        self._scan: BlockScan | None = None
+        self._block_kind = ""
+        self._block_open = ""
+        self._block_parts: list[str] = []
+        self._block_fenced = False
         self._calls: list[ToolCall] = []
         self._errors: list[str] = []
         self._thought: list[str] = []
         self._reasoning: list[str] = []
         self._final: list[str] | None = None
-        self._consumed: list[str] = []
+        self._discard_at: int | None = None
+        self._ambiguous_example = False
+        self._lone_closer: tuple[int, str] | None = None  # (thought piece index, tag) of the first stray end tag
+        self._think_unclosed = reasoning_open
         self._closed = False
         self.result: ParsedTurn | None = None
+        self._steps = (self._step_outside, self._step_think, self._step_block, self._step_final, self._step_discard)
 
-    # -------------------------------------------------------------------------------------- public API
+    # ------------------------------------------------------------------------------------------ public API
 
     @property
     def finished(self) -> bool:
-        """True once no further text can change the result (a fabricated observation, or the single call, ended it)."""
-        return self._state == "discard"
+        """True once no further text can change the result: a fabricated observation began, or (one call per
+        turn) the call is complete. A consumer can stop reading the stream then."""
+        return self._state == _DISCARD
 
     def feed(self, chunk: str) -> list[ParseEvent]:
         """Add text; return the events it completes."""
+        # The hot path for token-sized chunks: nothing but bookkeeping until a tag may have ended (`>`) or
+        # enough text has arrived for the current state (after close() the threshold forces the check below).
+        self._chunks.append(chunk)
+        self._waiting += len(chunk)
+        if self._waiting < self._threshold and self._trigger not in chunk:
+            return []
         if self._closed:
             raise RuntimeError("feed() after close()")
-        self._buf += chunk
-        return self._run(final=False)
+        return self._drain(final=False)
+
+    def flush(self) -> list[ParseEvent]:
+        """Process everything fed so far now, without ending the stream (e.g. when the network goes idle)."""
+        if self._closed or not self._waiting:
+            return []
+        return self._drain(final=False)
 
     def close(self) -> list[ParseEvent]:
         """Mark the end of the text; return the remaining events and set `result`."""
         if self._closed:
             return []
-        if self._state in ("outside", "final") and len(self._buf) >= 2 and any(
-            stop.startswith(self._buf.lower()) for stop in _HALF_STOPS
-        ):
-            self._buf = ""  # a stop string the server cut off half-way, not text
-        events = self._run(final=True)
-        self._closed = True
-        if self._state == "block" and self._block is not None:
-            self._block.parts.append(self._take(len(self._buf)))
-            events.extend(self._finish_block(self._block, at_end=True))
+        self._drop_half_stop()
+        events = self._drain(final=True)
+        self._closed, self._threshold = True, -1
+        self._events = events
+        if self._state == _BLOCK:
+            self._finish_block("")
+        if self._fence is not None:
+            self._end_fence_content()
+        self._recover_missing_opener()
+        self._recover_bare_json()
+        self._flush()
         self.result = self._verdict()
         return events
 
-    # ---------------------------------------------------------------------------------------- engine
-
-    def _run(self, *, final: bool) -> list[ParseEvent]:
-        events: list[ParseEvent] = []
-        while self._buf:
-            before = len(self._buf), self._state
-            if self._state == "outside" or self._state == "final":
-                self._step_outside(events, final)
-            elif self._state == "think":
-                self._step_think(events, final)
-            elif self._state == "block":
-                self._step_block(events, final)
-            else:  # discard: everything after a fabricated observation is ignored
-                self._buf = ""
-            if (len(self._buf), self._state) == before:
-                break  # waiting for more text
-        return events
-
-    def _take(self, n: int) -> str:
-        text, self._buf = self._buf[:n], self._buf[n:]
-        self._consumed.append(text)
-        return text
-
-    def _emit_text(self, events: list[ParseEvent], text: str) -> None:
-        if not text:
+    def _drop_half_stop(self) -> None:
+        """A stop string the server cut off half-way (`…</tool_co`) at the very end is not text: drop it."""
+        if self._state not in (_OUT, _FINAL) or self._fence is not None:
             return
-        if self._state == "final" and self._final is not None:
-            self._final.append(text)
+        self._buf += "".join(self._chunks[self._joined :])
+        self._joined, self._waiting = len(self._chunks), 0
+        tail = self._buf[self._pos :].lower()
+        for stop in _HALF_STOPS:
+            # Two characters at least: a lone "<" ending a reply is more likely text.
+            for n in range(min(len(stop) - 1, len(tail)), 1, -1):
+                if stop.startswith(tail[-n:]):
+                    self._buf = self._buf[:-n]
+                    if self._discard_at is None:
+                        self._discard_at = sum(len(c) for c in self._chunks) - n
+                    return
+
+    # ---------------------------------------------------------------------------------------------- engine
+
+    def _drain(self, *, final: bool) -> list[ParseEvent]:
+        new = "".join(self._chunks[self._joined :])
+        self._joined, self._waiting = len(self._chunks), 0
+        if self._pos:
+            self._base += self._pos
+            self._buf, self._pos = self._buf[self._pos :], 0
+        if self._state == _OUT and not self._buf and self._fence is None and not self._long_run and \
+                _PLAIN.fullmatch(new) and "```" not in new and not new.endswith("`"):
+            # Prose with nothing pending and no tag or fence in sight: only inline code and line starts change.
+            self._base += len(new)
+            self._thought.append(new)
+            self._track_lines(new)
+            return [TextDelta(new)]
+        if self._state == _BLOCK and not self._buf and self._scan is not None and self._scan.inside_string(new):
+            # Inside a JSON string of a block: hidden, and nothing in it can end the block.
+            self._base += len(new)
+            self._block_parts.append(new)
+            self._threshold, self._trigger = _HIDDEN_STEP, "/"
+            return []
+        self._buf += new
+        self._events = []
+        steps = self._steps
+        while self._pos < len(self._buf) and steps[self._state](final):
+            pass
+        self._flush()
+        # Hidden text (a block body, a discarded tail) needs no display latency, so it is processed in big steps.
+        # What must be seen at once: outside, any tag's end (`>`); in a block, the start of an end tag (`/`),
+        # then its `>` while part of a tag is held back; after a fabricated observation, nothing.
+        state = self._state
+        if state == _BLOCK:
+            self._threshold, self._trigger = _HIDDEN_STEP, ">" if self._pos < len(self._buf) else "/"
+        elif state == _DISCARD:
+            self._threshold, self._trigger = 1 << 16, "\uffff\uffff"
+        else:
+            self._threshold, self._trigger = self._coalesce, ">"
+        return self._events
+
+    def _track_lines(self, text: str) -> None:
+        """Follow inline code spans and line starts through text that holds no tag and no fence."""
+        inline, line_blank = self._inline, self._line_blank
+        if "`" in text or "\n" in text:
+            for match in _TICK_OR_NL.finditer(text):
+                if match.group() == "\n":
+                    inline, line_blank = 0, True
+                else:
+                    run = match.end() - match.start()
+                    inline, line_blank = (0 if inline == run else inline or run), False
+            tail = text[text.rfind("\n") + 1 :] if line_blank else ""
+            line_blank = line_blank and (not tail or tail.isspace())
+        elif not text.isspace():
+            line_blank = False
+        self._inline, self._line_blank = inline, line_blank
+
+    def _flush(self) -> None:
+        if self._run_text:
+            self._events.append(TextDelta("".join(self._run_text)))
+            self._run_text = []
+        if self._run_reasoning:
+            self._events.append(ReasoningDelta("".join(self._run_reasoning)))
+            self._run_reasoning = []
+
+    def _emit_text(self, text: str) -> None:
+        if self._run_reasoning:
+            self._flush()
+        self._run_text.append(text)
         self._thought.append(text)
-        if events and isinstance(events[-1], TextDelta):
-            events[-1] = TextDelta(events[-1].text + text)
-        else:
-            events.append(TextDelta(text))
+        if self._state == _FINAL and self._final is not None:
+            self._final.append(text)
 
-    def _emit_reasoning(self, events: list[ParseEvent], text: str) -> None:
-        if not text:
+    def _emit_reasoning(self, text: str) -> None:
+        if text:
+            if self._run_text:
+                self._flush()
+            self._run_reasoning.append(text)
+            self._reasoning.append(text)
+
+    def _visible(self, text: str) -> None:
+        """Visible text outside blocks: it may decide a pending fence, and it is shown."""
+        if not text.isspace():
+            self._line_blank = False
+            self._long_run = ""
+            if self._fence is not None:
+                self._content_in_fence()
+        elif self._fence is not None and self._fence.held:
+            self._fence.held.append(text)
             return
-        self._reasoning.append(text)
-        if events and isinstance(events[-1], ReasoningDelta):
-            events[-1] = ReasoningDelta(events[-1].text + text)
+        self._emit_text(text)
+
+    # ------------------------------------------------------------------------------------------- outside
+
+    def _step_outside(self, final: bool) -> bool:
+        if self._fence is not None or self._long_run:
+            return self._step_outside_slow(final)
+        # Prose outside any fence: one pass tracks inline code and line starts, and stops only where a decision
+        # is needed (a tag, a possible fence line), so a long answer becomes one slice of text.
+        buf, start = self._buf, self._pos
+        n = len(buf)
+        pos, inline, line_blank = start, self._inline, self._line_blank
+        stop = n
+        for match in _FAST.finditer(buf, start):
+            i = match.start()
+            if i > pos:
+                nl = buf.rfind("\n", pos, i)
+                if nl >= 0:
+                    inline = 0
+                    line_blank = nl + 1 == i or buf[nl + 1 : i].isspace()
+                elif line_blank and not buf[pos:i].isspace():
+                    line_blank = False
+            c, run = buf[i], match.end() - i
+            if c == "<":
+                if not inline and _OUTSIDE_TAG_SET.match(buf, i, final) is not None:
+                    stop = i
+                    break
+            elif line_blank and run >= 3 or run > MAX_RUN or match.end() == n and not final:
+                stop = i
+                break
+            if c == "`":
+                inline = 0 if inline == run else inline or run
+            line_blank = False
+            pos = match.end()
         else:
-            events.append(ReasoningDelta(text))
+            if pos < n:
+                nl = buf.rfind("\n", pos, n)
+                if nl >= 0:
+                    inline = 0
+                    line_blank = nl + 1 == n or buf[nl + 1 : n].isspace()
+                elif line_blank and not buf[pos:n].isspace():
+                    line_blank = False
+        if stop > start:
+            self._emit_text(buf[start:stop])
+            self._pos = stop
+        self._inline, self._line_blank = inline, line_blank
+        if stop >= n:
+            return False
+        if buf[stop] == "<":
+            return self._step_tag(final) or stop > start
+        return self._step_run(buf[stop], final) or stop > start
 
-    def _step_outside(self, events: list[ParseEvent], final: bool) -> None:
-        lt = self._buf.find("<")
-        if lt < 0:
-            self._emit_text(events, self._take(len(self._buf)))
-            return
-        self._emit_text(events, self._take(lt))
-        head = self._buf[:_LONGEST_TAG].lower()
-        for tag in _OUTSIDE_TAGS:
-            if head.startswith(tag):
-                self._take(len(tag))
-                self._enter(tag, events)
-                return
-        if not final and len(self._buf) < _LONGEST_TAG and any(t.startswith(head) for t in _OUTSIDE_TAGS):
-            return  # could still become a tag: hold it back
-        self._emit_text(events, self._take(1))
+    def _step_outside_slow(self, final: bool) -> bool:
+        """Inside or just after a code fence: every line start and tag matters."""
+        buf, pos = self._buf, self._pos
+        match = _SPECIAL.search(buf, pos)
+        end = match.start() if match else len(buf)
+        if end > pos:
+            self._visible(buf[pos:end])
+            self._pos = end
+        if match is None:
+            return False
+        ch = match.group()
+        if ch == "\n":
+            self._visible("\n")
+            self._pos = end + 1
+            self._line_blank, self._inline = True, 0
+            return True
+        if ch[0] == "<":
+            return self._step_tag(final) or self._pos > pos
+        return self._step_run(ch, final) or self._pos > pos
 
-    def _enter(self, tag: str, events: list[ParseEvent]) -> None:
-        if tag == TOOL_OPEN:
-            self._state, self._block = "block", _Block()
-        elif tag == OBSERVATION_OPEN:
-            self._consumed.pop()  # the model is inventing a tool result: nothing from here on counts
-            self._state = "discard"
-        elif tag == FINAL_OPEN:
-            self._state, self._final = "final", self._final if self._final is not None else []
-        elif tag == FINAL_CLOSE:
-            self._state = "outside"
-        elif tag.startswith("</"):
-            # A lone closing think tag: the template pre-opened reasoning, so all visible text so far was thought.
+    def _step_run(self, ch: str, final: bool) -> bool:
+        """A run of backticks or tildes: a fence opener or closer at line start, else inline code or text."""
+        buf, pos, fence = self._buf, self._pos, self._fence
+        action, end = fence_run(buf, pos, line_blank=self._line_blank, fence=fence, long_run=self._long_run,
+                                final=final)
+        if action == "wait":
+            return False
+        self._pos = end
+        if action == "long":
+            self._visible(buf[pos:end])
+            self._long_run = ch if end == len(buf) else ""
+        elif action == "close":
+            assert fence is not None
+            line = fence.close(buf[pos:end])
+            if line is not None:
+                self._emit_text(line)
+            self._line_blank = False
+            if not fence.had_block:
+                self._fence = None
+        elif action == "open":
+            if fence is not None:
+                self._content_in_fence()
+            self._emit_text(buf[pos:end])
+            run = len(buf[pos:end]) - len(buf[pos:end].lstrip(ch))
+            self._fence = Fence(ch, run, thought_at=len(self._thought) - 1)
+            self._inline, self._line_blank = 0, False
+        else:
+            if ch == "`" and (fence is None or fence.closed):
+                run = end - pos
+                self._inline = 0 if self._inline == run else self._inline or run
+            self._visible(buf[pos:end])
+        return True
+
+    def _step_tag(self, final: bool) -> bool:
+        buf, pos, fence = self._buf, self._pos, self._fence
+        if self._inline:
+            tag = None
+        else:
+            tag = match_tag(buf, pos, _FENCE_TAGS if fence and not fence.closed else _OUTSIDE_TAGS, final)
+            if tag is WAIT:
+                return False
+            if tag in _DRIFT_RE:
+                if not final and len(buf) - pos < _DRIFT_WINDOW:
+                    return False
+                if not _DRIFT_RE[tag][1].match(buf, pos, pos + _DRIFT_WINDOW):
+                    tag = None
+        if tag is None:
+            self._visible("<")
+            self._pos = pos + 1
+            return True
+        text = buf[pos : pos + len(tag)]
+        if tag in _BLOCK_TAGS:
+            if fence is not None and not fence.closed:
+                fence.had_block = True
+                if fence.tainted:
+                    self._visible(text)
+                    self._pos = pos + len(text)
+                    return True
+            elif fence is not None:
+                self._end_fence_content()
+            self._start_block(tag, text, fenced=fence is not None and not fence.closed)
+            return True
+        if tag in OBSERVATION_TAGS:
+            if fence is not None and not fence.closed and not fence.held:
+                self._visible(text)  # an observation shown inside a code example
+                self._pos = pos + len(text)
+                return True
+            if fence is not None:
+                self._end_fence_content()
+            self._discard_at = self._base + pos
+            self._state = _DISCARD
+            return True
+        if fence is not None:
+            self._content_in_fence()
+        self._pos = pos + len(tag)
+        if tag in _LONE_CLOSERS:
+            # An end tag with no block open: maybe the model left out the opening tag. Shown as text for now.
+            if self._lone_closer is None:
+                self._lone_closer = (len(self._thought), text)
+            self._emit_text(text)
+        elif tag in _THINK_OPENS:
+            self._state, self._think_unclosed = _THINK, True
+        elif tag in _THINK_CLOSES:
+            # Reasoning the template opened: what was shown so far was thought (already streamed; not retracted).
             self._reasoning.extend(self._thought)
             self._thought.clear()
+            self._lone_closer = None
+            if self._fence is not None:
+                self._fence.thought_at = None
         else:
-            self._state, self._think_close = "think", "</" + tag[1:]
+            self._state = _FINAL
+            self._final = self._final if self._final is not None else []
+        return True
 
-    def _step_think(self, events: list[ParseEvent], final: bool) -> None:
-        lower = self._buf.lower()
-        end = lower.find(self._think_close)
-        if end >= 0:
-            self._emit_reasoning(events, self._take(end))
-            self._take(len(self._think_close))
-            self._state = "outside"
+    # ---------------------------------------------------------------------------------------------- fences
+
+    def _content_in_fence(self) -> None:
+        """Non-blank content in a fence, or prose after it: the fence's blocks were examples, shown as text."""
+        fence = self._fence
+        assert fence is not None
+        for text in fence.release():
+            self._emit_text(text)
+        if fence.closed:
+            self._fence = None
+
+    def _end_fence_content(self) -> None:
+        """The fence's content ends with nothing but blanks after it: a wrapper, so its blocks count."""
+        fence = self._fence
+        assert fence is not None
+        self._fence = None
+        self._ambiguous_example = self._ambiguous_example or fence.ambiguous
+        pending = fence.wrapped()
+        if pending and fence.thought_at is not None:
+            self._thought[fence.thought_at] = ""  # the wrapper fence is not part of the thought
+        for item in pending:
+            self._commit(item.call, item.error)
+
+    # ---------------------------------------------------------------------------------------------- blocks
+
+    def _start_block(self, tag: str, text: str, *, fenced: bool) -> None:
+        if len(self._calls) + len(self._errors) >= _MAX_BLOCKS:
+            # A flood of blocks is not a reply anyone can use; stop spending work on it.
+            self._errors.append(f"Your reply had more than {_MAX_BLOCKS} tool blocks; the rest was ignored.")
+            self._discard_at = self._base + self._pos
+            self._state = _DISCARD
             return
-        keep = 0 if final else _partial_suffix(lower, self._think_close)
-        self._emit_reasoning(events, self._take(len(self._buf) - keep))
+        kind = "tool_code" if tag == TOOL_OPEN else _DRIFT_RE[tag][0]
+        keep_opener = kind in ("function", "invoke")  # the opener carries the tool's name
+        self._scan = BlockScan(KINDS[kind])
+        self._block_kind, self._block_fenced = kind, fenced
+        self._block_open = "" if keep_opener else text
+        self._block_parts = []
+        if not keep_opener:
+            self._pos += len(text)
+        self._state = _BLOCK
 
-    def _step_block(self, events: list[ParseEvent], final: bool) -> None:
-        block = self._block
-        assert block is not None
-        end, consumed = _scan_block(block, self._buf, final=final)
-        if end is None:
-            if consumed:
-                block.parts.append(self._take(consumed))
-            return
-        block.parts.append(self._take(end))
-        self._take(len(TOOL_CLOSE))
-        events.extend(self._finish_block(block, at_end=False))
-        self._state, self._block = "outside", None
-        if self._calls and not self._multiple_calls:
-            self._state = "discard"
+    def _step_block(self, final: bool) -> bool:
+        scan = self._scan
+        assert scan is not None
+        start = self._pos
+        pos, outcome = scan.scan(self._buf, start, final)
+        if pos > start:
+            self._block_parts.append(self._buf[start:pos])
+        self._pos = pos
+        if outcome == MORE:
+            return pos > start
+        closer = ""
+        if outcome == CLOSED:
+            closer = self._buf[pos : pos + scan.close_len]
+            self._pos = pos + scan.close_len
+        self._finish_block(closer)
+        return True
 
-    def _finish_block(self, block: _Block, *, at_end: bool) -> list[ParseEvent]:
-        call, error = parse_block(block.text, at_end=at_end)
-        if error:
+    def _finish_block(self, closer: str) -> None:
+        body = "".join(self._block_parts)
+        call, error = decode_block(body, self._block_kind, at_end=not closer)
+        raw = self._block_open + body + closer
+        if call is not None:
+            call = ToolCall(call.name, call.arguments, raw=raw)
+        self._state, self._scan, self._block_parts, self._line_blank = _OUT, None, [], True
+        if self._block_fenced and self._fence is not None:
+            self._fence.held.append(Pending(call, error, raw))
+        else:
+            self._commit(call, error)
+
+    def _commit(self, call: ToolCall | None, error: str | None) -> None:
+        if not self._multiple_calls and self._calls:
+            return  # one call per turn: later blocks are not part of it
+        if call is not None:
+            self._flush()
+            self._calls.append(call)
+            self._events.append(CallParsed(call))
+            if not self._multiple_calls and not self._closed:
+                # The turn ends where its call ends: the rest is not part of it (and need not be read).
+                self._discard_at = self._base + self._pos
+                self._state = _DISCARD
+        elif error is not None:
             self._errors.append(error)
-            return []
-        assert call is not None
-        raw = TOOL_OPEN + block.text + ("" if at_end else TOOL_CLOSE)
-        call = ToolCall(call.name, call.arguments, raw=raw)
-        self._calls.append(call)
-        return [CallParsed(call)]
+
+    # ------------------------------------------------------------------------------------ think, final, rest
+
+    def _step_think(self, final: bool) -> bool:
+        buf, pos = self._buf, self._pos
+        match = _THINK_CLOSE_RE.search(buf, pos)
+        if match is not None:
+            self._emit_reasoning(buf[pos : match.start()])
+            self._pos, self._state, self._think_unclosed = match.end(), _OUT, False
+            return True
+        keep = 0 if final else partial_suffix(buf, pos, _THINK_CLOSES)
+        self._emit_reasoning(buf[pos : len(buf) - keep])
+        self._pos = len(buf) - keep
+        return False
+
+    def _step_final(self, final: bool) -> bool:
+        buf, pos = self._buf, self._pos
+        match = _FINAL_CLOSE_RE.search(buf, pos)
+        stop = match.start() if match else len(buf) - (0 if final else partial_suffix(buf, pos, (FINAL_CLOSE,)))
+        if stop > pos:
+            self._emit_text(buf[pos:stop])
+        self._pos = stop
+        if match is None:
+            return False
+        self._pos, self._state = match.end(), _OUT
+        return True
+
+    def _step_discard(self, final: bool) -> bool:
+        self._pos = len(self._buf)
+        return False
+
+    def _recover_missing_opener(self) -> None:
+        """`<name>x</name><parameters>…</parameters></tool_code>` with no `<tool_code>`: the opener was left out."""
+        if self._calls or self._errors or self._final is not None or self._lone_closer is None:
+            return
+        index, closer = self._lone_closer
+        if closer != TOOL_CLOSE:
+            return  # `{…}</tool_call>` is recovered as bare JSON
+        before = "".join(self._thought[:index])
+        name = _NAME_OPEN.search(before)
+        if name is None:
+            return
+        call, error = decode_block(before[name.start() :], "tool_code", at_end=False)
+        if call is None:
+            self._errors.append(f"Your reply has {TOOL_CLOSE} but no {TOOL_OPEN} before it. " + (error or ""))
+            return
+        raw = TOOL_OPEN + before[name.start() :] + closer
+        self._thought[: index + 1] = [before[: name.start()]]
+        self._commit(ToolCall(call.name, call.arguments, raw=raw), None)
+
+    def _recover_bare_json(self) -> None:
+        """A reply that is nothing but calls in JSON (Hermes, OpenAI-shaped, Mistral) runs only if tagged."""
+        if self._calls or self._errors or self._final is not None:
+            return
+        calls, tagged = reply_calls("".join(self._thought))
+        if not calls:
+            return
+        if not tagged:
+            # Untagged JSON may be quoted data (a tool output echoed back): never run it, show how to call.
+            self._errors.append(bare_json_error(calls[0]))
+            return
+        self._thought.clear()
+        for call in calls:
+            self._commit(call, None)
 
     def _verdict(self) -> ParsedTurn:
-        unclosed = self._state == "think"
-        thought = "".join(self._thought).strip()
-        reasoning = "".join(self._reasoning).strip()
-        text = "".join(self._consumed)
-        if self._errors and not self._calls:
-            return ParsedTurn(error=self._errors[0], thought=thought, reasoning=reasoning, text=text)
-        if self._calls:
-            return ParsedTurn(tool_calls=tuple(self._calls), thought=thought, reasoning=reasoning, text=text)
-        answer = "".join(self._final).strip() if self._final is not None else thought
-        return ParsedTurn(
-            final_answer=answer, thought=thought, reasoning=reasoning, text=text, unclosed_reasoning=unclosed
+        joined = "".join(self._chunks)
+        return verdict(
+            calls=tuple(self._calls),
+            errors=tuple(self._errors),
+            thought="".join(self._thought).strip(),
+            reasoning="".join(self._reasoning).strip(),
+            final=None if self._final is None else "".join(self._final).strip(),
+            text=joined if self._discard_at is None else joined[: self._discard_at],
+            think_unclosed=self._think_unclosed,
+            ambiguous_example=self._ambiguous_example,
         )
 
 
-def _partial_suffix(text: str, tag: str) -> int:
-    """Length of the longest suffix of `text` that is a proper prefix of `tag`."""
-    for n in range(min(len(tag) - 1, len(text)), 0, -1):
-        if tag.startswith(text[-n:]):
-            return n
-    return 0
-
-
-def _scan_block(block: _Block, window: str, *, final: bool) -> tuple[int | None, int]:
-    """Scan the pending text of a block; return (index of its closing tag or None, characters consumed).
-
-    Scanner state lives in `block`, so each character is examined once however the text is chunked; only a
-    possible partial tag or a trailing backslash is left unconsumed, to be decided when more text arrives.
-    """
-    pos = 0
-    while pos < len(window):
-        if block.in_params and block.json_started and not block.json_done:
-            match = (_STRING_SPECIAL if block.in_string else _JSON_SPECIAL).search(window, pos)
-            if match is None:
-                return None, len(window)
-            i, ch = match.start(), match.group()
-            if block.in_string:
-                if ch == "\\":
-                    if i + 1 >= len(window) and not final:
-                        return None, i  # the escaped character has not arrived yet
-                    pos = i + 2
-                    continue
-                block.in_string = False
-            elif ch == '"':
-                block.in_string = True
-            elif ch in "{[":
-                block.json_depth += 1
-            elif ch in "}]":
-                block.json_depth -= 1
-                block.json_done = block.json_depth <= 0
-            pos = i + 1
-            continue
-        lt = window.find("<", pos)
-        if block.in_params and not block.json_started:
-            brace = window.find("{", pos)
-            if brace >= 0 and (lt < 0 or brace < lt):
-                block.json_started, block.json_depth, pos = True, 1, brace + 1
-                continue
-        if lt < 0:
-            return None, len(window)
-        head = window[lt : lt + len(TOOL_CLOSE)].lower()
-        if head == TOOL_CLOSE:
-            return lt, lt
-        if head.startswith("<parameters>") and not block.in_params:
-            block.in_params, pos = True, lt + len("<parameters>")
-            continue
-        if not final and len(head) < len(TOOL_CLOSE) and (TOOL_CLOSE.startswith(head) or "<parameters>".startswith(head)):
-            return None, lt  # a tag may be arriving
-        pos = lt + 1
-    return None, len(window)
-
-
-_NAME = re.compile(r"<name>\s*(.*?)\s*</name>", re.DOTALL | re.IGNORECASE)
-_PARAMS_OPEN = re.compile(r"<parameters>", re.IGNORECASE)
-_PARAMS_CLOSE = re.compile(r"^\s*</parameters>", re.IGNORECASE)
-
-
-def parse_block(body: str, *, at_end: bool = False) -> tuple[ToolCall | None, str | None]:
-    """Decode the inside of one `<tool_code>` block into a call, or an error message for the model."""
-    name_match = _NAME.search(body)
-    params_match = _PARAMS_OPEN.search(body)
-    if name_match is None:
-        if at_end and "<name>" in body.lower():
-            return None, _cut_off("the tool name")
-        return None, (
-            "Your <tool_code> block has no <name>…</name>. Write the tool's name inside <name></name>, "
-            "then its arguments as a JSON object inside <parameters></parameters>."
-        )
-    name = name_match.group(1).strip()
-    if not name:
-        return None, "Your <tool_code> block has an empty <name></name>. Put the name of one available tool in it."
-    if params_match is None:
-        if at_end and not body[name_match.end():].strip():
-            return None, _cut_off("the parameters")
-        return ToolCall(name, {}), None
-    raw = body[params_match.end():]
-    stripped = raw.lstrip()
-    if not stripped or _PARAMS_CLOSE.match(raw):
-        return ToolCall(name, {}), None
-    try:
-        value, end = json.JSONDecoder(strict=False).raw_decode(stripped)
-    except json.JSONDecodeError as error:
-        if at_end:
-            return None, _cut_off("the parameters JSON")
-        return None, (
-            f"The <parameters> of your call to '{name}' are not valid JSON ({error.msg} at line {error.lineno}, "
-            f"column {error.colno}). Write one JSON object, with double-quoted keys and strings, e.g. "
-            '{"command": "ls -la"}.'
-        )
-    if not isinstance(value, dict):
-        return None, f"The <parameters> of your call to '{name}' must be a JSON object ({{...}}), not {type(value).__name__}."
-    return ToolCall(name, value), None
-
-
-def _cut_off(where: str) -> str:
-    return (
-        f"Your reply ended inside a <tool_code> block, in {where}, so nothing was run. "
-        "Write the complete block again: <name>, then <parameters> with a JSON object, then </tool_code>."
-    )
-
-
-def parse_completion(text: str) -> ParsedTurn:
+def parse_completion(text: str, *, reasoning_open: bool = False) -> ParsedTurn:
     """Parse a whole completion; the same result `StreamParser` gives for any chunking of `text`."""
-    parser = StreamParser()
+    parser = StreamParser(reasoning_open=reasoning_open)
     parser.feed(text)
     parser.close()
     assert parser.result is not None
@@ -390,6 +624,11 @@ def parse_completion(text: str) -> ParsedTurn:
 
 
 __all__ = [
+    "FINAL_CLOSE",
+    "FINAL_OPEN",
+    "OBSERVATION_OPEN",
+    "TOOL_CLOSE",
+    "TOOL_OPEN",
     "CallParsed",
     "ParseEvent",
     "ParsedTurn",
@@ -400,4 +639,3 @@ __all__ = [
     "parse_block",
     "parse_completion",
 ]
-

@@ -73,8 +73,8 @@ def neutralise(text: str) -> str:
 
 
 _PROTOCOL_TAG = re.compile(
-    r"<(\s*/?\s*(?:observation|tool_code|tool_call|tool_definitions|tool|function|parameters?|name|"
-    r"think|thinking|final_answer|invoke)\b)",
+    r"<(\s*/?\s*(?:observation|tool_code|tool_calls?|tool_response|tool_definitions|tool|function_calls|function|"
+    r"parameters?|arguments?|name|think|thinking|final_answer|invoke|arg_key|arg_value)\b)",
     re.IGNORECASE,
 )
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\ud800-\udfff]")

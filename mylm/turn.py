@@ -28,7 +28,9 @@ def stream_turn(
     The stream is closed as soon as the parser says nothing more can change the turn (the call is complete,
     or the model began inventing an observation), so a server that ignores stops costs nothing extra.
     """
-    parser = StreamParser(multiple_calls=multiple_calls)
+    # coalesce=1: every chunk is shown as it arrives. A model that pauses mid-reply must not leave its last words
+    # hidden, and at model speeds (tens of tokens a second) per-chunk parsing costs microseconds.
+    parser = StreamParser(multiple_calls=multiple_calls, coalesce=1)
     server: FinishChunk | None = None
     stream = iter(llm.stream(request))
     try:

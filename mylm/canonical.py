@@ -1,0 +1,43 @@
+"""The canonical form of a call, as the system prompt teaches it and history records it; it always parses back."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from .types import ToolCall
+
+TOOL_OPEN = "<tool_code>"
+TOOL_CLOSE = "</tool_code>"
+
+
+def format_tool_call(call: ToolCall) -> str:
+    """Render a call in the canonical form the system prompt teaches (and history records)."""
+    name = call.name.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return f"{TOOL_OPEN}\n<name>{name}</name>\n<parameters>\n{canonical_arguments(call.arguments)}\n</parameters>\n{TOOL_CLOSE}"
+
+
+def canonical_arguments(arguments: Mapping[str, Any]) -> str:
+    """The arguments as canonical JSON: never `</`, `\\b`, `\\f` or a drive-letter escape that reads as raw text."""
+    text = json.dumps(dict(arguments), ensure_ascii=False)
+    if "\\" not in text and "</" not in text:
+        return text
+    return _CANON_FIX.sub(_canon_fix, text)
+
+
+_CANON_FIX = re.compile(r"\\(u[0-9a-fA-F]{4}|.)|</", re.DOTALL)
+
+
+def _canon_fix(match: re.Match[str]) -> str:
+    if match.group(0) == "</":
+        return "<\\/"
+    escape = match.group(1)
+    if escape in ("b", "f"):
+        return f"\\u{ord({'b': chr(8), 'f': chr(12)}[escape]):04x}"
+    if escape in ("t", "n", "r"):
+        text, i = match.string, match.start()
+        if i >= 2 and text[i - 1] == ":" and text[i - 2].isascii() and text[i - 2].isalpha():
+            return f"\\u{ord({'t': chr(9), 'n': chr(10), 'r': chr(13)}[escape]):04x}"
+    return match.group(0)

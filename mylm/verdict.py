@@ -1,0 +1,127 @@
+"""What a parsed turn is (its events and `ParsedTurn`) and the verdicts no single block decides."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from .callblock import decode_block
+from .corrections import reasoning_call_error, verdict_error
+from .jsonrepair import JSONRepairError, loads
+from .types import ToolCall
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    """Visible text, safe to show as it streams."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ReasoningDelta:
+    """Reasoning text (inside `<think>`); shown as thought, never executed."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class CallParsed:
+    """A complete tool call, certain to be part of the result, in order."""
+
+    call: ToolCall
+
+
+ParseEvent = TextDelta | ReasoningDelta | CallParsed
+
+
+@dataclass(frozen=True)
+class ParsedTurn:
+    """What one model turn means: the calls to run, or the final answer, or an error to send back."""
+
+    tool_calls: tuple[ToolCall, ...] = ()
+    #: The answer when the turn has no call: `<final_answer>` content if present, else the visible text.
+    final_answer: str | None = None
+    #: Set when the turn is unusable; written for the model, telling it exactly what to fix.
+    error: str | None = None
+    #: Visible text outside blocks and reasoning (the model's thought when it calls a tool).
+    thought: str = ""
+    reasoning: str = ""
+    #: The text the verdict was reached on (everything after a fabricated `<observation>` is dropped).
+    text: str = ""
+    #: Messages for blocks that were not run although other calls were (e.g. a second, broken block).
+    warnings: tuple[str, ...] = ()
+    #: The text ended inside reasoning that was never closed (e.g. a server stop fired mid-thought).
+    unclosed_reasoning: bool = False
+
+
+
+def verdict(*, calls: tuple[ToolCall, ...], errors: tuple[str, ...], thought: str, reasoning: str, final: str | None,
+            text: str, think_unclosed: bool, ambiguous_example: bool) -> ParsedTurn:
+    """Decide the turn: its calls (other block errors become warnings), else an error, else the answer."""
+    common = {"thought": thought, "reasoning": reasoning, "text": text, "unclosed_reasoning": think_unclosed}
+    if calls:
+        return ParsedTurn(tool_calls=calls, warnings=errors, **common)  # type: ignore[arg-type]
+    answer = final if final is not None else thought
+    error = (errors[0] if errors else None) or reasoning_call_error(
+        reasoning, unclosed=think_unclosed, answer=answer
+    ) or verdict_error(answer=answer, reasoning=reasoning, ambiguous_example=ambiguous_example, unclosed=think_unclosed)
+    if error:
+        return ParsedTurn(error=error, **common)  # type: ignore[arg-type]
+    return ParsedTurn(final_answer=answer, **common)  # type: ignore[arg-type]
+
+
+_FENCE_WRAP = re.compile(r"\A(?:```|~~~)[\w-]*\s*|\s*(?:```|~~~)\Z")
+_TRAILING_CLOSER = re.compile(r"\s*</tool_call>\Z")
+_MISTRAL_MARKER = re.compile(r"\A\[TOOL_CALLS\]\s*")
+_MISTRAL_ARGS = re.compile(r"\A([A-Za-z_][\w.:-]{0,127})\[ARGS\]\s*(?=\{)")
+
+
+def reply_calls(visible: str) -> tuple[tuple[ToolCall, ...], bool]:
+    """The calls, if the whole visible reply is nothing but calls in a drifted JSON form; and whether a protocol
+    tag (a trailing `</tool_call>`) marks them as the model's own calls rather than quoted data.
+
+    Accepted, maybe fenced: `{"name": …, "arguments": …}` (Hermes, Llama), `[{…}, …]` or `{"tool_calls": [...]}`
+    (OpenAI-shaped text), Mistral `[TOOL_CALLS][{…}]` and `[TOOL_CALLS]name[ARGS]{…}`. Every element must be a
+    call, or nothing is taken: a JSON answer that merely has a "name" key stays an answer.
+    """
+    text = visible.strip()
+    if len(text) > 1_000_000 or not text.endswith(("}", "]", "```", "~~~", "</tool_call>")):
+        return (), False
+    text = _FENCE_WRAP.sub("", text)
+    tagged = _TRAILING_CLOSER.search(text) is not None
+    text = _TRAILING_CLOSER.sub("", text).strip()
+    text = _MISTRAL_MARKER.sub("", text)
+    mistral = _MISTRAL_ARGS.match(text)
+    if mistral is not None:
+        text = f'{{"name": {json.dumps(mistral.group(1))}, "arguments": {text[mistral.end() :]}}}'
+    if not text.startswith(("{", "[")):
+        return (), False
+    try:
+        value, end = loads(text)
+    except JSONRepairError:
+        return (), False
+    if text[end:].strip():
+        return (), False
+    if isinstance(value, dict) and set(value) == {"tool_calls"}:
+        value = value["tool_calls"]
+    items = value if isinstance(value, list) else [value]
+    calls = [_json_call_object(item) for item in items]
+    if not items or any(call is None for call in calls):
+        return (), False
+    return tuple(call for call in calls if call is not None), tagged
+
+
+def _json_call_object(item: object) -> ToolCall | None:
+    if not isinstance(item, dict):
+        return None
+    function = item.get("function")
+    shape: dict[str, object] = function if isinstance(function, dict) else item
+    if "name" not in shape or not {"arguments", "parameters"} & set(shape):
+        return None
+    text = json.dumps(item, ensure_ascii=False)
+    call, _ = decode_block(text, "tool_call", at_end=False)
+    return None if call is None else ToolCall(call.name, call.arguments, raw=text)
+
+
