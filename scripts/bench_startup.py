@@ -13,15 +13,21 @@ import sys
 import time
 
 
-def median_seconds(command: list[str], runs: int) -> float:
-    """Median wall-clock seconds of `runs` executions of `command` (after one warm-up run)."""
+def seconds(command: list[str]) -> float:
+    started = time.perf_counter()
     subprocess.run(command, check=True, capture_output=True)
-    samples = []
+    return time.perf_counter() - started
+
+
+def median_seconds(commands: dict[str, list[str]], runs: int) -> dict[str, float]:
+    """Median wall-clock seconds per command; runs are interleaved so machine noise hits every command alike."""
+    samples: dict[str, list[float]] = {name: [] for name in commands}
+    for command in commands.values():
+        seconds(command)  # warm-up: file caches, pyc files
     for _ in range(runs):
-        started = time.perf_counter()
-        subprocess.run(command, check=True, capture_output=True)
-        samples.append(time.perf_counter() - started)
-    return statistics.median(samples)
+        for name, command in commands.items():
+            samples[name].append(seconds(command))
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def main() -> None:
@@ -36,7 +42,7 @@ def main() -> None:
     script = shutil.which("mylm")
     if script:
         commands["mylm --help (console script)"] = [script, "--help"]
-    results = {name: median_seconds(cmd, args.runs) for name, cmd in commands.items()}
+    results = median_seconds(commands, args.runs)
     baseline = next(iter(results.values()))
     print(f"{'command':<40} {'median ms':>10} {'ratio':>7}")
     for name, seconds in results.items():

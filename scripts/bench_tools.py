@@ -2,7 +2,7 @@
 
     python scripts/bench_tools.py
 
-Prints the figures published in the README (docs/tools.md). Takes about half a minute on 2 cores.
+Prints the figures published in the README (Benchmarks: Tools). Takes about half a minute on 2 cores.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from ..types import Event, Message, RunResult
     from .approve import Approver
 
-#: Names a JSON script file that replaces the model endpoint (a testing aid: see docs/cli.md).
+#: Names a JSON script file that replaces the model endpoint (a testing aid: see the README, "Testing your own scripts against the CLI").
 SCRIPTED_LLM_ENV = "MYLM_SCRIPTED_LLM"
 
 
