@@ -249,7 +249,9 @@ class HTTPProvider(ABC):
                         raise
                 if not decoder.complete_at_eof():
                     raise StreamError(
-                        f"the stream from {self.place.url} ended before the answer was complete"
+                        f"the stream from {self.place.url} ended before the answer was complete: the server "
+                        "closed it without saying why (its log may; a prompt too long for its context is a "
+                        "common cause)"
                     )
             yield decoder.finish()
         finally:
