@@ -28,7 +28,25 @@ _EXPORTS = {
     "MylmError": "mylm.errors",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "Agent",
+    "AgentStream",
+    "CancelToken",
+    "LLM",
+    "LLMRequest",
+    "Message",
+    "MylmError",
+    "Permission",
+    "PromptLoader",
+    "RunResult",
+    "StopReason",
+    "TaskComplete",
+    "Tool",
+    "ToolCall",
+    "ToolContext",
+    "Usage",
+    "tool",
+]
 
 if TYPE_CHECKING:
     from .agent import Agent, AgentStream

@@ -7,7 +7,7 @@ import platform
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Generator, Iterable, Iterator, Literal, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Generator, Iterable, Literal, Sequence, TypeVar
 
 from .cancel import CancelToken
 from .context import TokenEstimator, split_for_compaction

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -154,10 +155,10 @@ def config_path(environ: Mapping[str, str] | None = None) -> Path:
 
 def read_config_file(path: Path, *, known: set[str] | None = None) -> dict[str, Any]:
     """Parse a TOML config file (a missing file is an empty config); errors name the file and line."""
-    try:
+    if sys.version_info >= (3, 11):
         import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
+    else:  # Python 3.10
+        import tomli as tomllib
 
     try:
         raw = path.read_bytes()

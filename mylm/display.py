@@ -16,10 +16,10 @@ from .types import (
     FinalResponseEvent,
     IterationStartEvent,
     ReasoningEvent,
+    StepCompleteEvent,
     StopReason,
     TextEvent,
     ToolCallEvent,
-    StepCompleteEvent,
     ToolResultEvent,
 )
 

@@ -33,6 +33,7 @@ from .callblock import decode_block
 from .canonical import TOOL_CLOSE, TOOL_OPEN, format_tool_call
 from .corrections import bare_json_error
 from .fences import MAX_RUN, Fence, Pending, fence_run
+from .types import ToolCall
 from .verdict import (
     CallParsed,
     ParsedTurn,
@@ -42,7 +43,6 @@ from .verdict import (
     reply_calls,
     verdict,
 )
-from .types import ToolCall
 
 OBSERVATION_OPEN = "<observation>"
 FINAL_OPEN = "<final_answer>"

@@ -77,7 +77,7 @@ def make_llm(ctx: click.Context, settings: Settings, loader: PromptLoader) -> LL
         from ..errors import MylmError
 
         raise MylmError(f"this installation of mylm has no HTTP providers ({error})") from None
-    return create_llm(endpoint, prompts=loader)  # type: ignore[no-any-return]
+    return create_llm(endpoint, prompts=loader)
 
 
 def make_endpoint(settings: Settings) -> Any:
