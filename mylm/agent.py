@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Generator, Iterable, Literal, Sequence, TypeVar
 
 from .cancel import CancelToken
-from .context import TokenEstimator, split_for_compaction
+from .context import Compactor, TokenEstimator
 from .errors import CancelledError, LLMTimeoutError, MylmError, RunTimeoutError
 from .llm import LLM, LLMRequest
 from .outputs import OutputCache
@@ -19,9 +19,8 @@ from .prompts import PromptLoader, dump_json, tool_view
 from .stops import DEFAULT_STOPS, OBSERVATION_STOP
 from .tools.base import Tool, ToolContext, ToolOutcome, run_tool
 from .tools.registry import ToolRegistry
-from .turn import ModelTurn, collect_text, cut_mid_thought, stream_turn
+from .turn import ModelTurn, cut_mid_thought, stream_turn
 from .types import (
-    CompactionEvent,
     ErrorEvent,
     Event,
     FinalResponseEvent,
@@ -153,10 +152,12 @@ class Agent:
         self.workspace = workspace or Path.cwd()
         self.max_consecutive_failures = max_consecutive_failures
         self.max_observation_chars = max_observation_chars
-        self.context_budget = context_budget
-        self.compaction_threshold = compaction_threshold
-        self.keep_recent_messages = keep_recent_messages
         self.estimator = TokenEstimator()
+        self.compactor = (
+            Compactor(llm, self.prompts, self.estimator, budget=context_budget, threshold=compaction_threshold,
+                      keep_recent=keep_recent_messages, max_tokens=max_tokens)
+            if context_budget is not None else None
+        )
         self._clock = clock
         # One system prompt for the agent's life: no timestamps or counters, so server prompt caches hit.
         self.system_prompt = self.prompts.render(
@@ -399,20 +400,12 @@ class Agent:
     # ------------------------------------------------------------------------- context and the summary
 
     def _maybe_compact(self, run: _Run) -> Steps[None]:
-        """Summarise older turns through a model call when the prompt nears the context budget (seed 003)."""
-        if self.context_budget is None:
+        """Summarise older turns when the prompt nears the context budget (seed 003)."""
+        if self.compactor is None:
             return
-        before = self.estimator.estimate(self._messages(run))
-        if before < self.compaction_threshold * self.context_budget:
-            return
-        older, recent = split_for_compaction(run.messages, self.keep_recent_messages)
-        if self.estimator.estimate(older) < 0.25 * self.context_budget:
-            return  # too little to summarise: a summary would not free enough to matter
-        request = Message("user", self.prompts.render("compaction.j2", task=run.prompt))
-        messages = (Message("system", self.system_prompt), *older, request)
         try:
-            summary, usage = collect_text(
-                self.llm, LLMRequest(messages, (), self.max_tokens, run.deadline, run.cancel)
+            outcome = self.compactor.compact(
+                self.system_prompt, run.messages, task=run.prompt, deadline=run.deadline, cancel=run.cancel
             )
         except (CancelledError, LLMTimeoutError, KeyboardInterrupt):
             raise
@@ -420,14 +413,13 @@ class Agent:
             logger.warning("Compaction failed: %s", error)
             yield ErrorEvent(f"could not compact the conversation: {error}", "compaction")
             return
-        if usage is not None:
-            run.usage = run.usage + usage
-        replacement = Message("user", self.prompts.render("compacted.j2", task=run.prompt, summary=summary))
-        run.messages[:] = [replacement, *recent]
+        if outcome is None:
+            return
+        if outcome.usage is not None:
+            run.usage = run.usage + outcome.usage
+        run.messages[:] = outcome.messages
         run.compacted = True
-        after = self.estimator.estimate(self._messages(run))
-        logger.info("Compacted %d messages into a summary (~%d -> ~%d tokens)", len(older), before, after)
-        yield CompactionEvent(len(older) + len(recent), len(run.messages), before, after)
+        yield outcome.event
 
     def _summarise(self, run: _Run) -> Steps[str]:
         """At the iteration limit: one last call asking for an answer without tools (seed 003 §6)."""

@@ -1,10 +1,20 @@
-"""Context budgeting: estimate a conversation's tokens and choose what compaction summarises."""
+"""Context budgeting: estimate a conversation's tokens, and compact it through the model near the budget."""
 
 from __future__ import annotations
 
-from typing import Sequence
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
 
-from .types import Message
+from .llm import LLMRequest
+from .types import CompactionEvent, Message, Usage
+
+if TYPE_CHECKING:
+    from .cancel import CancelToken
+    from .llm import LLM
+    from .prompts import PromptLoader
+
+logger = logging.getLogger("mylm.agent")
 
 #: Characters per token before any server has reported real counts (English text and code average ~4).
 DEFAULT_CHARS_PER_TOKEN = 4.0
@@ -49,3 +59,59 @@ def split_for_compaction(messages: Sequence[Message], keep: int) -> tuple[list[M
     if start == 0:
         return [], list(messages)
     return list(messages[:start]), list(messages[start:])
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """A compacted conversation: the messages that replace it, the event reporting it, the summary's cost."""
+
+    messages: list[Message]
+    event: CompactionEvent
+    usage: Usage | None
+
+
+class Compactor:
+    """Summarises older turns through a model call (`compaction.j2`) when the prompt nears the budget."""
+
+    def __init__(
+        self,
+        llm: LLM,
+        prompts: PromptLoader,
+        estimator: TokenEstimator,
+        *,
+        budget: int,
+        threshold: float = 0.8,
+        keep_recent: int = 6,
+        max_tokens: int = 4096,
+    ) -> None:
+        self.llm, self.prompts, self.estimator = llm, prompts, estimator
+        self.budget, self.threshold, self.keep_recent, self.max_tokens = budget, threshold, keep_recent, max_tokens
+
+    def compact(
+        self,
+        system_prompt: str,
+        messages: Sequence[Message],
+        *,
+        task: str,
+        deadline: float | None,
+        cancel: CancelToken | None,
+    ) -> Compaction | None:
+        """The compacted conversation, or None when it is within budget or too little could be summarised."""
+        from .turn import collect_text
+
+        system = Message("system", system_prompt)
+        before = self.estimator.estimate([system, *messages])
+        if before < self.threshold * self.budget:
+            return None
+        older, recent = split_for_compaction(messages, self.keep_recent)
+        if self.estimator.estimate(older) < 0.25 * self.budget:
+            return None  # too little to summarise: a summary would not free enough to matter
+        request = Message("user", self.prompts.render("compaction.j2", task=task))
+        summary, usage = collect_text(
+            self.llm, LLMRequest((system, *older, request), (), self.max_tokens, deadline, cancel)
+        )
+        replacement = Message("user", self.prompts.render("compacted.j2", task=task, summary=summary))
+        compacted = [replacement, *recent]
+        after = self.estimator.estimate([system, *compacted])
+        logger.info("Compacted %d messages into a summary (~%d -> ~%d tokens)", len(older), before, after)
+        return Compaction(compacted, CompactionEvent(len(messages), len(compacted), before, after), usage)
