@@ -127,9 +127,12 @@ class McpServers:
         self.close()
 
     def start(self) -> list[Tool]:
-        """Start every server, list its tools, and return them; a server that fails is noted in `errors`."""
-        if not self.configs:
-            return []
+        """Start every server, list its tools, and return them; a server that fails is noted in `errors`.
+
+        Idempotent: `open_mcp_servers()` starts them, and entering the result as a context manager must not
+        start a second set."""
+        if not self.configs or self._loop is not None:
+            return self.tools
         try:
             import mcp  # noqa: F401 - only to say clearly what is missing
         except ImportError:
