@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 from lxml import etree
-
-from typing import Iterator
 
 from mylm import Agent
 from mylm.llm import LLMChunk, LLMRequest, TextChunk
