@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -163,3 +164,18 @@ def test_config_broken_project_file_names_its_line(isolated_user_state: Path) ->
     write_project(isolated_user_state, "max_iterations = \n")
     with pytest.raises(ConfigError, match=r"\.mylm/config\.toml.*line 1"):
         load_settings()
+
+
+def test_config_context_tokens_from_profile_env_or_num_ctx(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mylm.cli.runner import context_budget
+    from mylm.config import load_settings
+
+    path = Path(os.environ["XDG_CONFIG_HOME"]) / "mylm" / "config.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('[profiles.small]\nmodel = "m"\ncontext_tokens = 8192\n'
+                    '[profiles.ollama]\nmodel = "m"\noptions = { num_ctx = 4096 }\n')
+    assert context_budget(load_settings({"model": "small"})) == 8192
+    assert context_budget(load_settings({"model": "ollama"})) == 4096
+    assert context_budget(load_settings()) is None
+    monkeypatch.setenv("MYLM_CONTEXT_TOKENS", "32000")
+    assert context_budget(load_settings()) == 32000

@@ -145,7 +145,16 @@ def build_agent(ctx: click.Context, settings: Settings, approver: Approver, tool
         max_tokens=settings.max_tokens,
         permission=approver,
         instructions=settings.instructions,
+        context_budget=context_budget(settings),
     )
+
+
+def context_budget(settings: Settings) -> int | None:
+    """The prompt tokens the model can take: `context_tokens`, else Ollama's `num_ctx` option if set."""
+    if settings.context_tokens is not None:
+        return settings.context_tokens
+    num_ctx = (settings.options or {}).get("num_ctx")
+    return num_ctx if isinstance(num_ctx, int) and num_ctx > 0 else None
 
 
 def make_printer(
