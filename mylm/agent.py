@@ -43,6 +43,9 @@ if TYPE_CHECKING:
     from .aio import AsyncAgentStream
 
 logger = logging.getLogger("mylm.agent")
+# A library's log is the application's to show: without this, Python's last-resort handler would print
+# mylm's warnings on stderr in every program that has not configured logging.
+logging.getLogger("mylm").addHandler(logging.NullHandler())
 
 PermissionHook = Callable[[ToolCall, Tool], Permission]
 

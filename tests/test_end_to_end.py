@@ -118,3 +118,14 @@ def test_end_to_end_raw_completions_with_a_chat_format(subprocess_env: dict[str,
     assert prompt.endswith("<|start_header_id|>assistant<|end_header_id|>\n\n")
     assert "<|eot_id|>" in first.body["stop"] and "</tool_code>" in first.body["stop"]
     assert "raw-42" in second.body["prompt"] and second.body["prompt"].startswith(prompt[: len(prompt) - 60])
+
+
+def test_end_to_end_library_warnings_stay_quiet_without_verbose(subprocess_env: dict[str, str], tmp_path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([tool_turn("pwd"), "summary"]))
+    done = mylm(["ask", "--yes", "--max-iterations", "1", "x"], subprocess_env, MYLM_SCRIPTED_LLM=str(script))
+    assert done.returncode == 3 and done.stdout == "summary\n"
+    assert "Max agentic iterations" not in done.stderr  # logged, but shown only with -v
+    verbose = mylm(["ask", "-v", "--yes", "--max-iterations", "1", "x"], subprocess_env,
+                   MYLM_SCRIPTED_LLM=str(script))
+    assert "Max agentic iterations reached without final response" in verbose.stderr

@@ -297,3 +297,4 @@ def test_cli_help_lists_exactly_the_providers() -> None:
     text = " ".join(invoke(["ask", "--help"]).stdout.split())
     listed = text.split("Wire format:")[1].split("(default")[0]
     assert [p.strip(" ,") for p in listed.replace(" or ", ", ").split(", ")] == list(PROVIDERS)
+
