@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import http.client
 import socket
 import threading
 import time
@@ -248,8 +249,11 @@ def send(
             allow_redirects=False,
         )
     except requests.exceptions.RequestException as exc:
-        if isinstance(exc, requests.exceptions.Timeout) and timeout[1] < read_timeout:
-            guard.abort("deadline")  # the wait was cut short by the deadline, so the deadline is what passed
+        # Blame the run's deadline only when the limit that fired was the one the deadline shortened.
+        fired = timeout[0] if isinstance(exc, requests.exceptions.ConnectTimeout) else timeout[1]
+        configured = connect_timeout if isinstance(exc, requests.exceptions.ConnectTimeout) else read_timeout
+        if isinstance(exc, requests.exceptions.Timeout) and fired < configured:
+            guard.abort("deadline")
         guard.check()
         raise _request_error(exc, guard.place, connect_timeout, read_timeout) from None
     finally:
@@ -330,7 +334,8 @@ def iter_body(
         try:
             # read1 returns whatever has arrived (one chunk's worth at most); decoding is capped too.
             data = raw.read1(_READ_SIZE, decode_content=True)
-        except Exception as exc:  # noqa: BLE001 - urllib3, http.client and socket each raise their own types
+        except (OSError, urllib3.exceptions.HTTPError, http.client.HTTPException) as exc:
+            # socket, urllib3 and http.client each raise their own types; anything else is a bug, not the network.
             if _is_timeout(exc) and wait < idle:
                 guard.abort("deadline")
             guard.check()

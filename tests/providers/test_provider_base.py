@@ -203,3 +203,28 @@ def test_importing_providers_does_not_import_requests() -> None:
     root = Path(mylm.__file__).resolve().parent.parent
     assert subprocess.run([sys.executable, "-c", code], cwd=root, check=False).returncode == 0
     assert set(PROVIDERS) == {"openai", "openai-completions", "ollama", "llamacpp", "anthropic", "gemini"}
+
+
+def test_transport_connect_timeout_is_not_blamed_on_the_deadline() -> None:
+    """A connect timeout with plenty of run left is an unreachable endpoint (retryable), not the deadline."""
+    import time
+
+    import requests
+
+    from mylm.errors import EndpointUnreachableError
+    from mylm.providers.failures import Place
+    from mylm.providers.transport import CallGuard, HTTPCall, send
+
+    class TimesOutConnecting:
+        def request(self, *args: object, **kwargs: object) -> None:
+            raise requests.exceptions.ConnectTimeout("connect timed out")
+
+    place = Place("openai", "http://10.0.0.1/v1", "m", "MYLM_API_KEY", False)
+    guard = CallGuard(time.monotonic() + 60, None, place)  # 60 s of the run left, the read timeout is 300
+    try:
+        with pytest.raises(EndpointUnreachableError) as caught:
+            send(TimesOutConnecting(), HTTPCall("POST", "http://10.0.0.1/v1/chat/completions", {}), guard,  # type: ignore[arg-type]
+                 connect_timeout=10, read_timeout=300)
+    finally:
+        guard.close()
+    assert caught.value.retryable and "no answer within 10 s" in str(caught.value)
