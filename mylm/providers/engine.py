@@ -76,7 +76,7 @@ class Decoder(ABC):
         return FinishChunk(reason=self.reason, stop_sequence=self.stop_sequence, usage=self.usage)
 
 
-class _StatusFailure(Exception):
+class StatusFailure(Exception):
     """An HTTP error answer, before it becomes a typed error (it may first teach the provider a quirk)."""
 
     def __init__(self, failure: Failure) -> None:
@@ -186,7 +186,7 @@ class HTTPProvider(ABC):
         try:
             if self.requires_model and not self.endpoint.model:
                 raise self._missing_model(guard)
-            yield from self._attempts(self.prepare(request, guard), guard)
+            yield from self._attempts(request, guard)
         finally:
             guard.close()
 
@@ -195,12 +195,14 @@ class HTTPProvider(ABC):
         while True:
             produced = False
             try:
-                with closing(self._attempt(self.build_call(request), guard)) as chunks:
+                # prepare() may itself ask the server (llama.cpp renders its template), so it is retried too.
+                call = self.build_call(self.prepare(request, guard))
+                with closing(self._attempt(call, guard)) as chunks:
                     for chunk in chunks:
                         produced = produced or not isinstance(chunk, FinishChunk)
                         yield chunk
                 return
-            except _StatusFailure as status:
+            except StatusFailure as status:
                 quirk = self.adapt(status.failure) if status.failure.status in (400, 422) else None
                 if quirk is not None and quirk not in self.quirks:
                     _log.info("%s rejected a field (%s); sending again without it", self.place.url, quirk)
@@ -224,7 +226,7 @@ class HTTPProvider(ABC):
         try:
             if response.status_code >= 300:
                 body = read_all(response, guard, idle=idle, limit=MAX_ERROR_BYTES)
-                raise _StatusFailure(
+                raise StatusFailure(
                     parse_failure(response.status_code, body, response.headers, secret=self.endpoint.api_key)
                 )
             decoder = self.new_decoder()

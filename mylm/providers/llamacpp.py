@@ -10,7 +10,8 @@ from typing import Any, Iterator
 from ..errors import StreamError
 from ..llm import LLMChunk, LLMRequest
 from .base import Endpoint
-from .engine import Decoder, HTTPProvider, bearer, text_chunks, usage_of
+from .engine import Decoder, HTTPProvider, StatusFailure, bearer, text_chunks, usage_of
+from .failures import parse_failure
 from .formats import DEFAULT_CHAT_FORMAT, chat_format
 from .framing import SSEEvent, sse_json
 from .transport import MAX_RESPONSE_BYTES, CallGuard, HTTPCall, read_all, send
@@ -106,6 +107,11 @@ class LlamaCpp(HTTPProvider):
             # An older server or a llama.cpp look-alike: render in mylm from now on.
             self.chat_format = chat_format(DEFAULT_CHAT_FORMAT)
             return request
+        if response.status_code >= 300:
+            # A server still loading its model (503), a bad key (401): retried or reported like any call.
+            raise StatusFailure(
+                parse_failure(response.status_code, data, response.headers, secret=self.endpoint.api_key)
+            )
         try:
             prompt = json.loads(data).get("prompt") if response.status_code == 200 else None
         except (ValueError, AttributeError):

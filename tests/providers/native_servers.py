@@ -86,16 +86,23 @@ class LlamaCppServer(LoopbackServer):
 
     `error_style="field"` sends mid-stream errors as old servers did (`error: {...}`), else as `data: {"error"...}`.
     `template` is what `/apply-template` does with the messages; None makes the route 404 (older servers).
+    `loading` answers that many `/apply-template` calls with 503 "Loading model", as llama-server does while it
+    loads the model.
     """
 
-    def __init__(self, *args: Any, error_style: str = "data", template: bool = True, **kwargs: Any) -> None:
-        self.error_style, self.template = error_style, template
+    def __init__(
+        self, *args: Any, error_style: str = "data", template: bool = True, loading: int = 0, **kwargs: Any
+    ) -> None:
+        self.error_style, self.template, self.loading = error_style, template, loading
         super().__init__(*args, **kwargs)
 
     def is_generation(self, method: str, path: str) -> bool:
         return method == "POST" and path == "/completion"
 
     def other(self, request: RecordedRequest) -> tuple[int, Any]:
+        if request.path == "/apply-template" and self.loading > 0:
+            self.loading -= 1
+            return 503, {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}
         if request.path == "/apply-template" and self.template:
             messages = (request.body or {}).get("messages") or []
             rendered = "".join(f"[{m['role']}]{m['content']}\n" for m in messages) + "[assistant]"

@@ -200,3 +200,23 @@ def test_gemini_blocked_prompt_is_reported() -> None:
     with GeminiServer([Raw([blocked])]) as server:
         with pytest.raises(StreamError, match=r"refused the prompt \(SAFETY\)"):
             collect(make("gemini", server).stream(request()))
+
+
+def test_llamacpp_apply_template_is_retried_while_the_model_loads() -> None:
+    """llama-server answers 503 'Loading model' until its model is loaded: that is retried like any call."""
+    with LlamaCppServer(loading=2) as server:
+        server.script([Completion("Ready.")])
+        llm = make("llamacpp", server)
+        assert collect(llm.stream(request()))[0] == "Ready."
+        templates = [r for r in server.requests if r.path == "/apply-template"]
+    assert len(templates) == 3
+
+
+def test_llamacpp_apply_template_auth_failure_is_an_authentication_error() -> None:
+    from mylm.errors import AuthenticationError
+
+    with LlamaCppServer(template=True) as server:
+        server.other = lambda request: (401, {"error": {"code": 401, "message": "Invalid API Key"}})  # type: ignore[method-assign]
+        llm = make("llamacpp", server, api_key="bad", api_key_source="MYLM_API_KEY")
+        with pytest.raises(AuthenticationError, match="MYLM_API_KEY"):
+            collect(llm.stream(request()))
