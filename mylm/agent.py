@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Callable, Generator, Iterable, Literal, Sequen
 from .cancel import CancelToken
 from .context import Compactor, TokenEstimator
 from .errors import CancelledError, LLMTimeoutError, MylmError, RunTimeoutError
-from .llm import LLM, LLMRequest
-from .outputs import OutputCache
+from .llm import LLM, LLMRequest, alternating
+from .outputs import OutputCache, cut_middle
 from .parser import ParsedTurn, format_tool_call
-from .prompts import PromptLoader, dump_json, tool_view
+from .prompts import PromptLoader, dump_json, neutralise, tool_view
 from .stops import DEFAULT_STOPS, OBSERVATION_STOP
 from .tools.base import Tool, ToolContext, ToolOutcome, run_tool
 from .tools.registry import ToolRegistry
@@ -55,6 +55,8 @@ Steps = Generator[Event, None, T]
 
 #: The answer given when the iteration limit is hit and even the summary call fails (seed 003 §6).
 FALLBACK_ANSWER = "I could not finish the task within the allowed number of steps."
+#: What the model is told about a tool the user interrupted.
+TOOL_INTERRUPTED = "interrupted by the user before it finished; it may have done part of its work"
 
 
 @dataclass
@@ -92,6 +94,8 @@ class AgentStream:
         return self
 
     def __next__(self) -> Event:
+        if self.result is not None:
+            raise StopIteration  # finished: iterating again yields nothing and keeps the result
         try:
             return next(self._events)
         except StopIteration as stop:
@@ -295,7 +299,7 @@ class Agent:
     def _model_turn(self, run: _Run, messages: tuple[Message, ...]) -> Steps[ModelTurn]:
         """One completion; redone once without stop strings if a server stop cut the model's reasoning."""
         turn = yield from self._complete(run, messages)
-        if cut_mid_thought(turn) and run.stops:
+        if run.stops and cut_mid_thought(turn):
             # Models draft calls inside <think>; a server honouring our stops then ends the turn mid-thought.
             # Ask again without stops for the rest of the run: the parser still ends the turn at a real call.
             logger.warning("The endpoint stopped inside the model's reasoning; retrying without stop strings")
@@ -304,8 +308,16 @@ class Agent:
             turn = yield from self._complete(run, messages)
         return turn
 
+    def _deadline(self, run: _Run) -> float:
+        """The run's deadline on the clock HTTP reads and tools compare against (the run's clock may be a fake)."""
+        return time.monotonic() + (run.deadline - self._clock())
+
+    def _request(self, run: _Run, messages: Sequence[Message], stops: tuple[str, ...]) -> LLMRequest:
+        """The request for `messages`, with roles alternating as strict chat templates require."""
+        return LLMRequest(alternating(messages), stops, self.max_tokens, self._deadline(run), run.cancel)
+
     def _complete(self, run: _Run, messages: tuple[Message, ...]) -> Steps[ModelTurn]:
-        request = LLMRequest(messages, run.stops, self.max_tokens, run.deadline, run.cancel)
+        request = self._request(run, messages, run.stops)
         shown: list[str] = []
         try:
             turn: ModelTurn = yield from stream_turn(
@@ -350,19 +362,24 @@ class Agent:
         final: str | None = None
         try:
             for call in calls:
-                outcome, observation = yield from self._step(run, call)
-                observations.append(observation)
+                outcome = yield from self._step(run, call, observations)
                 if outcome.final_message is not None:
                     final = outcome.final_message
                     break
                 run.cancel.raise_if_cancelled()  # after recording: what the tool did is not lost
+            if final is None:
+                for warning in parsed.warnings:
+                    # A block that could not be run next to ones that did: the model must still hear of it.
+                    yield ErrorEvent(warning, "format")
+                    observations.append(self.prompts.render("unrun_block.j2", message=neutralise(warning)))
         finally:
             # Even when cancelled part-way, the observations already made stay in the conversation.
             if observations:
                 run.add(Message("user", "\n".join(observations)))
         return final
 
-    def _step(self, run: _Run, call: ToolCall) -> Steps[tuple[ToolOutcome, str]]:
+    def _step(self, run: _Run, call: ToolCall, observations: list[str]) -> Steps[ToolOutcome]:
+        """Handle one call: validate, ask the permission hook, run; its observation goes to `observations`."""
         yield StepStartEvent(call.id, run.iteration, call.name)
         tool_ = self.tools.get(call.name)
         status: Literal["completed", "error", "denied"] = "error"
@@ -373,32 +390,61 @@ class Agent:
             arguments, problems = tool_.validate(call.arguments)
             call = replace(call, arguments=arguments)
             yield ToolCallEvent(call)
-            verdict = Permission.allow() if problems or self.permission is None else self.permission(call, tool_)
+            verdict = Permission.allow() if problems else (yield from self._permit(call, tool_))
             if problems:
                 outcome = ToolOutcome(_invalid_arguments(tool_, problems), True, 0.0)
             elif not verdict.allowed:
                 outcome, status = ToolOutcome(verdict.reason or "the user refused it", True, 0.0), "denied"
             else:
                 self._check(run)
-                context = ToolContext(deadline=run.deadline, cancel=run.cancel, workspace=self.workspace)
-                outcome = run_tool(tool_, arguments, context)
+                context = ToolContext(deadline=self._deadline(run), cancel=run.cancel, workspace=self.workspace)
+                started = time.monotonic()
+                try:
+                    outcome = run_tool(tool_, arguments, context)
+                except (CancelledError, KeyboardInterrupt):
+                    # Record that it was cut short, so the model (and a resumed chat) knows, then stop.
+                    interrupted = ToolOutcome(TOOL_INTERRUPTED, True, time.monotonic() - started)
+                    yield from self._report(call, interrupted, "error", observations)
+                    raise
                 status = "error" if outcome.is_error else "completed"
+        yield from self._report(call, outcome, status, observations)
+        return outcome
+
+    def _permit(self, call: ToolCall, tool_: Tool) -> Steps[Permission]:
+        """Ask the permission hook; a hook that fails refuses the call (fail closed) instead of ending the run."""
+        if self.permission is None:
+            return Permission.allow()
+        try:
+            return self.permission(call, tool_)
+        except (CancelledError, KeyboardInterrupt):
+            raise
+        except Exception as error:  # noqa: BLE001 - an application's hook must not crash the loop
+            logger.warning("The permission hook failed on %s: %r", call.name, error)
+            yield ErrorEvent(f"the permission hook failed: {type(error).__name__}: {error}", "permission")
+            return Permission.deny(f"the approval check failed ({type(error).__name__}), so it was not run")
+
+    def _report(
+        self, call: ToolCall, outcome: ToolOutcome, status: Literal["completed", "error", "denied"],
+        observations: list[str],
+    ) -> Steps[None]:
         yield ToolResultEvent(call.id, call.name, outcome.output, outcome.is_error, outcome.duration)
         yield StepCompleteEvent(call.id, status)
-        return outcome, self._observe(call.name, outcome, status)
+        observations.append(self._observe(call.name, outcome, status))
 
     def _observe(self, name: str, outcome: ToolOutcome, status: Literal["completed", "error", "denied"]) -> str:
+        # Neutralised here, not only by the template's filter: a customised template that drops the filter
+        # still cannot let tool output close the observation or open a call.
         if status == "denied":
-            return self.prompts.render("denied.j2", tool=name, reason=outcome.output)
+            return self.prompts.render("denied.j2", tool=name, reason=neutralise(outcome.output))
         if outcome.is_error:
-            return self.prompts.render("tool_error.j2", tool=name, message=outcome.output)
+            return self.prompts.render("tool_error.j2", tool=name, message=neutralise(outcome.output))
         output = outcome.output.rstrip("\n")
         if self.outputs is not None:
             excerpt = self.outputs.excerpt(output, self.max_observation_chars)
             text, cut, handle = excerpt.text, excerpt.cut, excerpt.handle
         else:
-            text, cut, handle = _truncate_middle(output, self.max_observation_chars)
-        return self.prompts.render("observation.j2", tool=name, output=text, cut=cut, handle=handle)
+            (text, cut), handle = cut_middle(output, self.max_observation_chars), None
+        return self.prompts.render("observation.j2", tool=name, output=neutralise(text), cut=cut, handle=handle)
 
     # ------------------------------------------------------------------------- context and the summary
 
@@ -427,17 +473,22 @@ class Agent:
     def _summarise(self, run: _Run) -> Steps[str]:
         """At the iteration limit: one last call asking for an answer without tools (seed 003 §6)."""
         request = Message("user", self.prompts.render("summary.j2", max_iterations=self.max_iterations))
+        self._check(run)
+        # Recorded first (unlike seed 003's temporary list), so whatever the model says next, even cut short,
+        # is an answer to a request the history shows.
+        run.add(request)
         try:
-            self._check(run)
-            turn = yield from self._model_turn(run, self._messages(run, request))
+            turn = yield from self._model_turn(run, self._messages(run))
         except (CancelledError, RunTimeoutError, KeyboardInterrupt):
             raise
         except MylmError as error:
+            if isinstance(error, LLMTimeoutError) and self._clock() >= run.deadline:
+                raise
             logger.warning("Summary call failed: %s", error)
+            if run.messages[-1].role != "assistant":
+                run.add(Message("assistant", FALLBACK_ANSWER))
             return FALLBACK_ANSWER
         answer = (turn.parsed.final_answer or turn.parsed.thought).strip() or FALLBACK_ANSWER
-        # Kept in history (unlike seed 003) so a resumed conversation still alternates user/assistant.
-        run.add(request)
         run.add(Message("assistant", answer))
         return answer
 
@@ -459,11 +510,3 @@ def _unusable(parsed: ParsedTurn) -> str | None:
 def _invalid_arguments(tool_: Tool, problems: list[str]) -> str:
     listed = "; ".join(problems)
     return f"invalid arguments: {listed}. The parameters schema is {dump_json(dict(tool_.parameters))}"
-
-
-def _truncate_middle(text: str, limit: int) -> tuple[str, int, None]:
-    """Keep the head and tail of `text` within `limit` characters; return it and how many were cut."""
-    if len(text) <= limit:
-        return text, 0, None
-    half = limit // 2
-    return text[:half] + "\n[...]\n" + text[-half:], len(text) - 2 * half, None

@@ -18,6 +18,8 @@ class AsyncAgentStream:
     def __init__(self, stream: AgentStream) -> None:
         self._stream = stream
         self._finished = False
+        #: The worker's step in progress; kept across a cancelled await so the run is never driven twice at once.
+        self._pending: asyncio.Future[object] | None = None
 
     @property
     def result(self) -> RunResult | None:
@@ -30,12 +32,15 @@ class AsyncAgentStream:
     async def __anext__(self) -> Event:
         if self._finished:
             raise StopAsyncIteration
-        try:
+        if self._pending is None:
             # The loop blocks on HTTP reads and child processes; a thread keeps the event loop free.
-            item = await asyncio.to_thread(self._next)
+            self._pending = asyncio.ensure_future(asyncio.to_thread(self._next))
+        try:
+            item = await asyncio.shield(self._pending)
         except asyncio.CancelledError:
-            self._stream.cancel()
+            self._stream.cancel()  # the worker stops soon; awaiting again picks up where it is
             raise
+        self._pending = None
         if item is _DONE:
             self._finished = True
             raise StopAsyncIteration

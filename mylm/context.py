@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from .llm import LLMRequest
+from .llm import LLMRequest, alternating
 from .types import CompactionEvent, Message, Usage
 
 if TYPE_CHECKING:
@@ -101,14 +101,15 @@ class Compactor:
 
         system = Message("system", system_prompt)
         before = self.estimator.estimate([system, *messages])
-        if before < self.threshold * self.budget:
+        # The reply needs room in the same context: reserve the output cap (at most half the budget).
+        if before < self.threshold * (self.budget - min(self.max_tokens, self.budget // 2)):
             return None
         older, recent = split_for_compaction(messages, self.keep_recent)
         if self.estimator.estimate(older) < 0.25 * self.budget:
             return None  # too little to summarise: a summary would not free enough to matter
         request = Message("user", self.prompts.render("compaction.j2", task=task))
         summary, usage = collect_text(
-            self.llm, LLMRequest((system, *older, request), (), self.max_tokens, deadline, cancel)
+            self.llm, LLMRequest(alternating((system, *older, request)), (), self.max_tokens, deadline, cancel)
         )
         replacement = Message("user", self.prompts.render("compacted.j2", task=task, summary=summary))
         compacted = [replacement, *recent]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Protocol, Union, runtime_checkable
+from typing import Iterator, Protocol, Sequence, Union, runtime_checkable
 
 from .cancel import CancelToken
 from .types import Message, Usage
@@ -63,3 +63,19 @@ class LLM(Protocol):
     def stream(self, request: LLMRequest) -> Iterator[LLMChunk]:
         """Stream the completion for `request`."""
         ...
+
+
+def alternating(messages: Sequence[Message]) -> tuple[Message, ...]:
+    """`messages` with consecutive messages of one role joined, so user and assistant alternate.
+
+    Chat templates of several model families (Mistral, Gemma) reject two user messages in a row, which a
+    resumed conversation, an interrupted tool or the iteration-limit request can produce. Joining is done for
+    the request only: the recorded history is never rewritten.
+    """
+    merged: list[Message] = []
+    for message in messages:
+        if merged and merged[-1].role == message.role and message.role != "system":
+            merged[-1] = Message(message.role, merged[-1].content + "\n\n" + message.content)
+        else:
+            merged.append(message)
+    return tuple(merged)

@@ -22,6 +22,14 @@ class Excerpt:
     handle: str | None
 
 
+def cut_middle(text: str, limit: int) -> tuple[str, int]:
+    """Keep the head and tail of `text` within about `limit` characters; return it and how many were cut."""
+    if len(text) <= limit:
+        return text, 0
+    half = limit // 2
+    return text[:half] + "\n[...]\n" + text[-half:], len(text) - 2 * half
+
+
 class OutputCache:
     """Keeps full tool outputs that were too large to show, addressable as `out_1`, `out_2`, ..."""
 
@@ -33,16 +41,16 @@ class OutputCache:
 
     def excerpt(self, output: str, limit: int) -> Excerpt:
         """Cut `output` to `limit` characters (head and tail) and keep the whole of it under a new handle."""
-        if len(output) <= limit:
+        text, cut = cut_middle(output, limit)
+        if not cut:
             return Excerpt(output, 0, None)
-        half = limit // 2
         with self._lock:
             self._counter += 1
             handle = f"out_{self._counter}"
             self._entries[handle] = output
             while len(self._entries) > self._max:
                 self._entries.pop(next(iter(self._entries)))
-        return Excerpt(output[:half] + "\n[...]\n" + output[-half:], len(output) - 2 * half, handle)
+        return Excerpt(text, cut, handle)
 
     def read(self, handle: str, offset: int = 0, limit: int = DEFAULT_PAGE) -> str:
         """One page of a kept output, with where the next page starts."""

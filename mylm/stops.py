@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Collection, Sequence
+from typing import Sequence
 
 #: The stops mylm sends: the end of a call, and the start of an observation the model must not invent.
 TOOL_STOP = "</tool_code>"
@@ -11,18 +11,16 @@ DEFAULT_STOPS = (TOOL_STOP, OBSERVATION_STOP)
 
 
 class StopCutter:
-    """Passes text through until the first stop string, holding back anything that may be a partial stop.
+    """Passes text through until the first stop string (cut before it), holding back a possible partial stop.
 
-    Servers differ: most drop the stop string, some include it, some ignore stops. Running every completion
-    through this makes them all look the same. A stop listed in `keep` is kept in the output (the closing
-    `</tool_code>` belongs to the block); the others are cut before.
+    Raw-prompt providers run their chat format's end-of-turn markers (`<|im_end|>`, ...) through it: servers
+    differ on whether they honour, include or ignore such stops, and this makes them all look the same. (The
+    protocol's own stops are decided by the parser, which knows where a block really ends.)
     """
 
-    def __init__(self, stops: Sequence[str], *, keep: Collection[str] = (TOOL_STOP,)) -> None:
+    def __init__(self, stops: Sequence[str]) -> None:
         self._stops = tuple(s for s in stops if s)
-        self._keep = frozenset(keep)
         self._held = ""
-        self._hold = max((len(s) for s in self._stops), default=1) - 1
         #: The stop string that ended the text, once one has.
         self.hit: str | None = None
 
@@ -38,7 +36,7 @@ class StopCutter:
                 first, which = i, stop
         if first >= 0:
             self.hit, self._held = which, ""
-            return window[: first + len(which)] if which in self._keep else window[:first]
+            return window[:first]
         keep = self._partial_stop_suffix(window)
         self._held = window[len(window) - keep :] if keep else ""
         return window[: len(window) - keep]

@@ -75,9 +75,15 @@ def finish_reason(parsed: ParsedTurn, server: FinishChunk | None, cut: bool) -> 
 
 
 def cut_mid_thought(turn: ModelTurn) -> bool:
-    """Whether the turn ended inside reasoning with nothing to run, but not for lack of tokens."""
+    """Whether a stop string evidently cut the model's reasoning: the turn ended inside `<think>` with nothing
+    to run, not for lack of tokens, and either the server says a stop fired or a call drafted there lacks its
+    end tag (the `</tool_code>` stop ate it)."""
     parsed = turn.parsed
-    return parsed.unclosed_reasoning and not parsed.tool_calls and turn.finish is not FinishReason.MAX_TOKENS
+    if not parsed.unclosed_reasoning or parsed.tool_calls or turn.finish is FinishReason.MAX_TOKENS:
+        return False
+    reasoning = parsed.reasoning.lower()
+    drafted = reasoning.rfind("<tool_code")
+    return turn.finish is FinishReason.STOP_SEQUENCE or (drafted >= 0 and "</tool_code>" not in reasoning[drafted:])
 
 
 def collect_text(llm: LLM, request: LLMRequest) -> tuple[str, Usage | None]:

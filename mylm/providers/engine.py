@@ -264,7 +264,7 @@ class HTTPProvider(ABC):
         lines = iter_lines(body)
         items: Iterator[Any] = iter_sse(lines) if self.framing == "sse" else iter_ndjson(lines)
         # End-of-turn markers of the chat format are cut here: the agent knows only its own stops.
-        cutter = StopCutter(self.chat_format.stops, keep=()) if self.chat_format else None
+        cutter = StopCutter(self.chat_format.stops) if self.chat_format else None
         for item in items:
             for chunk in decoder.feed(item):
                 if cutter is None or not isinstance(chunk, TextChunk):

@@ -93,7 +93,7 @@ def test_openai_without_key_sends_no_authorization(openai_server: OpenAIServer) 
 def test_openai_server_side_stop_leaves_the_call_without_its_closing_tag(openai_server: OpenAIServer) -> None:
     openai_server.script([f"Let me look.\n{TOOL_CALL}\n<observation>fake</observation>"])
     text, _, finish = collect(chat(openai_server).stream(request()))
-    # The server drops the stop string, as OpenAI does; the agent's StopCutter re-appends it.
+    # The server drops the stop string, as OpenAI does; the agent's parser accepts the block without it.
     assert text == "Let me look.\n" + TOOL_CALL.removesuffix("</tool_code>")
     assert finish is not None and finish.reason == "stop"
 
