@@ -11,7 +11,9 @@ Priority, highest first (each setting remembers where it came from, for `mylm co
 
 A profile's API key is read only from its own `api_key_env` variable (or `--api-key`), so a key meant for one
 endpoint is never sent to another. The project file `./.mylm/config.toml` is not trusted (THREATS T13): it may add
-instructions and tighten limits, nothing else; what it tries beyond that is ignored with a warning.
+instructions and tighten limits, nothing else; what it tries beyond that is ignored with a warning. A project's own
+templates (`./.mylm/prompts`) are used only once the user trusts that directory: `trusted_projects` in the user
+config file (`mylm prompts trust` adds it), or `MYLM_TRUST_PROJECT=1` for one run.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from .errors import ConfigError
 DEFAULT_BASE_URL = "http://localhost:11434"
 CONFIG_FILE_NAME = "config.toml"
 PROJECT_CONFIG = Path(".mylm") / "config.toml"
+#: Set to 1 to trust the current directory's project templates for this run only.
+TRUST_ENV = "MYLM_TRUST_PROJECT"
 
 
 @dataclass(frozen=True)
@@ -105,7 +109,7 @@ _KEYS: dict[str, _Key] = {
 #: Every setting, in the order `mylm config` shows them.
 SETTING_NAMES = tuple(_KEYS)
 #: Keys the config file may also hold that are read by other parts (tools, MCP servers) or by this module.
-_FILE_ONLY = {"mcp", "profiles", "tools", "api_key_env", "default_profile"}
+_FILE_ONLY = {"mcp", "profiles", "tools", "api_key_env", "default_profile", "trusted_projects"}
 #: What a `[profiles.NAME]` table may set: an endpoint and how to talk to it.
 PROFILE_KEYS = (
     "base_url", "model", "provider", "api_key_env", "chat_format", "max_tokens", "context_tokens", "options",
@@ -140,6 +144,9 @@ class Settings:
     sources: Mapping[str, str] = field(default_factory=dict)
     #: Things the user should know about the settings (ignored project settings, a profile's unset key variable).
     warnings: tuple[str, ...] = ()
+    #: Why the current directory's `./.mylm/prompts` may be used (`env MYLM_TRUST_PROJECT`, the config file), or
+    #: None: the project is not trusted and its templates are ignored.
+    project_trust: str | None = None
 
     @property
     def api_key_source(self) -> str | None:
@@ -158,13 +165,17 @@ def config_path(environ: Mapping[str, str] | None = None) -> Path:
     return user_config_dir() / CONFIG_FILE_NAME
 
 
-def read_config_file(path: Path, *, known: set[str] | None = None) -> dict[str, Any]:
-    """Parse a TOML config file (a missing file is an empty config); errors name the file and line."""
+def _tomllib() -> Any:
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # Python 3.10
         import tomli as tomllib
+    return tomllib
 
+
+def read_config_file(path: Path, *, known: set[str] | None = None) -> dict[str, Any]:
+    """Parse a TOML config file (a missing file is an empty config); errors name the file and line."""
+    tomllib = _tomllib()
     try:
         raw = path.read_bytes()
     except (FileNotFoundError, NotADirectoryError):
@@ -185,7 +196,16 @@ def read_config_file(path: Path, *, known: set[str] | None = None) -> dict[str, 
         listed = ", ".join(sorted(allowed))
         raise ConfigError(f"config file {path}{where}: unknown setting {unknown[0]!r} (known settings: {listed})")
     _check_profiles(path, text, data.get("profiles", {}))
+    _check_trusted(path, text, data.get("trusted_projects", []))
     return data
+
+
+def _check_trusted(path: Path, text: str, entries: Any) -> None:
+    if not isinstance(entries, list) or not all(isinstance(e, str) and os.path.isabs(e) for e in entries):
+        raise ConfigError(
+            f"config file {path}{_line_of(text, 'trusted_projects')}: trusted_projects is a list of absolute "
+            "directory paths (`mylm prompts trust` adds the current one)"
+        )
 
 
 def _check_profiles(path: Path, text: str, profiles: Any) -> None:
@@ -267,7 +287,114 @@ def load_settings(
     _resolve_key(values, sources, warnings, flags, env, data, profiles.get(profile or ""), profile, file_path)
     _apply_project(values, sources, warnings, (cwd or Path.cwd()) / PROJECT_CONFIG)
     extra = {k: v for k, v in data.items() if k in ("mcp", "tools")}
-    return Settings(**values, profile=profile, extra=extra, sources=sources, warnings=tuple(warnings))
+    trust = _project_trust(cwd or Path.cwd(), env, data, file_path)
+    return Settings(
+        **values, profile=profile, extra=extra, sources=sources, warnings=tuple(warnings), project_trust=trust
+    )
+
+
+def project_trust(cwd: Path | None = None, environ: Mapping[str, str] | None = None) -> str | None:
+    """Why `cwd`'s project templates may be used (`env MYLM_TRUST_PROJECT`, or the user config file), or None."""
+    env = os.environ if environ is None else environ
+    path = config_path(env)
+    return _project_trust(cwd or Path.cwd(), env, read_config_file(path), path)
+
+
+def _project_trust(cwd: Path, env: Mapping[str, str], data: Mapping[str, Any], path: Path) -> str | None:
+    try:
+        if _flag(env.get(TRUST_ENV, "")):
+            return f"env {TRUST_ENV}"
+    except ValueError:
+        raise ConfigError(f"{TRUST_ENV}: {env[TRUST_ENV]!r} is not true or false") from None
+    # Compared resolved, so a symlinked checkout and its target are one project.
+    here = os.path.realpath(cwd)
+    if any(os.path.realpath(entry) == here for entry in data.get("trusted_projects", [])):
+        return f"trusted_projects in {path}"
+    return None
+
+
+def set_project_trust(project: Path, trusted: bool, *, path: Path | None = None) -> bool:
+    """Add `project` (resolved) to `trusted_projects` in the user config file, or remove it; False if unchanged.
+
+    Only that one assignment is rewritten (or added at the top, where top-level keys must be), so the rest of a
+    hand-written file keeps its comments and layout; the result is checked, then replaces the file atomically.
+    """
+    file_path = Path(os.path.realpath(path or config_path()))  # a symlinked dotfile stays a symlink
+    data = read_config_file(file_path)
+    entry = os.path.realpath(project)
+    current: list[str] = list(data.get("trusted_projects", []))
+    listed = [e for e in current if os.path.realpath(e) == entry]
+    if bool(listed) == trusted:
+        return False
+    wanted = [*current, entry] if trusted else [e for e in current if e not in listed]
+    text = file_path.read_text(encoding="utf-8") if file_path.exists() else ""
+    lines = text.splitlines(keepends=True)
+    assignment = "trusted_projects = [" + ", ".join(_toml_string(e) for e in wanted) + "]\n"
+    span = _assignment_span(lines, "trusted_projects")
+    if span is None:
+        lines.insert(0, assignment)
+    else:
+        lines[span[0]:span[1]] = [assignment]
+    updated = "".join(lines)
+    if _parse_toml(updated) != {**data, "trusted_projects": wanted}:
+        raise ConfigError(f"could not update {file_path}; set trusted_projects = {wanted!r} there yourself")
+    _replace_file(file_path, updated)
+    return True
+
+
+def _toml_string(value: str) -> str:
+    """A TOML basic string: quotes, backslashes and control characters escaped."""
+    out = []
+    for char in value:
+        if char in '"\\':
+            out.append("\\" + char)
+        elif char < " " or char == "\x7f":
+            out.append(f"\\u{ord(char):04x}")
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
+
+
+def _parse_toml(text: str) -> dict[str, Any]:
+    tomllib = _tomllib()
+    try:
+        data: dict[str, Any] = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return {}
+    return data
+
+
+def _assignment_span(lines: list[str], key: str) -> tuple[int, int] | None:
+    """The lines holding the top-level `key = ...` assignment (which may span lines), or None."""
+    pattern = re.compile(rf"\s*[\"']?{re.escape(key)}[\"']?\s*=")
+    for start, line in enumerate(lines):
+        if not pattern.match(line):
+            continue
+        # The shortest run of lines that parses on its own as exactly this key is the whole assignment.
+        for end in range(start + 1, len(lines) + 1):
+            if set(_parse_toml("".join(lines[start:end]))) == {key}:
+                return start, end
+    return None
+
+
+def _replace_file(path: Path, text: str) -> None:
+    """Write `text` to a temporary file beside `path`, then rename it over `path` (keeping its mode)."""
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o600
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        raise
 
 
 def _from_environment(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:

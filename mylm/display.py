@@ -48,6 +48,20 @@ def for_terminal(text: str) -> str:
     return _BIDI.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
 
 
+#: What `json.dumps(ensure_ascii=False)` leaves raw but a terminal acts on: DEL and C1 controls (0x9b is CSI), bidi
+#: controls, line separators, and lone surrogates (which would also fail to encode).
+_JSON_UNSAFE = re.compile(r"[\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029\ud800-\udfff]")
+
+
+def json_text(value: Any, *, indent: int | None = None) -> str:
+    """JSON for stdout: readable UTF-8, but every character a terminal would act on written as a `\\uXXXX` escape.
+
+    Escaping after `json.dumps` is sound: outside strings JSON is plain ASCII, so each match is inside a string.
+    """
+    text = json.dumps(value, ensure_ascii=False, indent=indent)
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def quote_for_terminal(value: object) -> str:
     """A value on one line, quoted like `repr` but with every control shown as `\\xNN` (a CR as `\\x0d`).
 
@@ -347,7 +361,7 @@ class JsonPrinter:
 
     def emit(self, record: dict[str, Any]) -> None:
         """Write one record as a line."""
-        self.out.write(json.dumps(self.redactor.redact_value(record), ensure_ascii=False) + "\n")
+        self.out.write(json_text(self.redactor.redact_value(record)) + "\n")
         self.out.flush()
 
     def finish(self) -> None:
@@ -366,4 +380,4 @@ class JsonPrinter:
 def event_json(event: Event | dict[str, Any]) -> str:
     """One JSON Lines record for an event (or a plain mapping such as the run summary)."""
     data = event if isinstance(event, dict) else event.to_dict()
-    return json.dumps(data, ensure_ascii=False)
+    return json_text(data)

@@ -8,11 +8,12 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from .errors import TemplateError
 
 if TYPE_CHECKING:
+    from jinja2 import FileSystemLoader
     from jinja2.sandbox import SandboxedEnvironment
 
 #: Rendered prompts larger than this are refused: a template bug, or a template trying to exhaust memory.
@@ -41,23 +42,52 @@ def user_config_dir() -> Path:
     return Path(click.get_app_dir("mylm"))
 
 
+def project_prompts_dir(cwd: str | os.PathLike[str] | None = None) -> Path:
+    """The project's template directory, `./.mylm/prompts`: used only once the user trusts the project."""
+    return Path(cwd or os.getcwd()) / ".mylm" / "prompts"
+
+
 def default_search_path(
     prompts_dir: str | os.PathLike[str] | None = None,
     *,
     environ: Mapping[str, str] | None = None,
     cwd: str | os.PathLike[str] | None = None,
+    trusted: bool | None = None,
 ) -> list[tuple[str, Path]]:
-    """The template lookup order, highest priority first, each with the reason it is on the path."""
+    """The template lookup order, highest priority first, each with the reason it is on the path.
+
+    `./.mylm/prompts` is on it only for a `trusted` project (None: as the user config and `MYLM_TRUST_PROJECT`
+    say), because a repository's templates decide what the model is told (THREATS T10, T13).
+    """
     env = os.environ if environ is None else environ
     path: list[tuple[str, Path]] = []
     if prompts_dir:
         path.append(("--prompts", Path(prompts_dir)))
     if env.get("MYLM_PROMPTS"):
         path.append(("$MYLM_PROMPTS", Path(env["MYLM_PROMPTS"])))
-    path.append(("project", Path(cwd or os.getcwd()) / ".mylm" / "prompts"))
+    if _trusted(trusted, environ, cwd):
+        path.append(("project", project_prompts_dir(cwd)))
     path.append(("user", user_config_dir() / "prompts"))
     path.append(("default", packaged_prompts_dir()))
     return path
+
+
+def _trusted(trusted: bool | None, environ: Mapping[str, str] | None, cwd: str | os.PathLike[str] | None) -> bool:
+    if trusted is not None:
+        return trusted
+    from .config import project_trust
+
+    return project_trust(Path(cwd) if cwd else None, environ) is not None
+
+
+def contained(directory: str | os.PathLike[str], file: str | os.PathLike[str]) -> str:
+    """The real path of template `file`, which must stay inside search `directory` (symlinks out are refused)."""
+    root, real = os.path.realpath(directory), os.path.realpath(file)
+    if os.path.commonpath([root, real]) != root:
+        raise TemplateError(
+            f"{file}: refusing a template that leads outside {directory} (a symlink out of the template directory)"
+        )
+    return real
 
 
 def neutralise(text: str) -> str:
@@ -88,13 +118,20 @@ def dump_json(value: Any, indent: int | None = None, *, compact: bool = False) -
 class PromptLoader:
     """Renders named templates found along a search path; a file earlier on the path overrides a later one."""
 
-    def __init__(self, search_path: Sequence[tuple[str, Path]] | Sequence[Path]) -> None:
-        from jinja2 import FileSystemLoader, StrictUndefined
+    def __init__(
+        self,
+        search_path: Sequence[tuple[str, Path]] | Sequence[Path],
+        *,
+        ignored: Sequence[tuple[str, Path]] = (),
+    ) -> None:
+        from jinja2 import StrictUndefined
 
         entries = [e if isinstance(e, tuple) else ("custom", Path(e)) for e in search_path]
         self.search_path: tuple[tuple[str, Path], ...] = tuple(entries)
+        #: Directories that hold templates but are not searched (an untrusted project's), for the CLI to report.
+        self.ignored: tuple[tuple[str, Path], ...] = tuple(ignored)
         self._env = _bounded_sandbox()(
-            loader=FileSystemLoader([str(p) for _, p in entries if p.is_dir()]),
+            loader=_contained_loader()([str(p) for _, p in entries if p.is_dir()]),
             undefined=StrictUndefined,
             autoescape=False,
             trim_blocks=True,
@@ -111,15 +148,29 @@ class PromptLoader:
         *,
         environ: Mapping[str, str] | None = None,
         cwd: str | os.PathLike[str] | None = None,
+        trusted: bool | None = None,
     ) -> PromptLoader:
-        """A loader with the standard lookup order: `--prompts`, `$MYLM_PROMPTS`, `./.mylm/prompts`, user, default."""
-        return cls(default_search_path(prompts_dir, environ=environ, cwd=cwd))
+        """A loader with the standard lookup order: `--prompts`, `$MYLM_PROMPTS`, `./.mylm/prompts` (only if the
+        project is `trusted`; None: as `trusted_projects` and `MYLM_TRUST_PROJECT` say), user config dir, defaults."""
+        trusted = _trusted(trusted, environ, cwd)
+        project = project_prompts_dir(cwd)
+        ignored = [("project", project)] if not trusted and project.is_dir() else []
+        return cls(default_search_path(prompts_dir, environ=environ, cwd=cwd, trusted=trusted), ignored=ignored)
+
+    @property
+    def project(self) -> Path | None:
+        """The project's template directory when it is searched (the project is trusted and has one), else None."""
+        return next((p for origin, p in self.search_path if origin == "project" and p.is_dir()), None)
 
     def find(self, name: str) -> tuple[str, Path] | None:
-        """Where the template `name` comes from: (reason on the search path, file), or None."""
+        """Where the template `name` comes from: (reason on the search path, file), or None.
+
+        A `TemplateError` if that file leads outside its directory: it would be refused when rendered.
+        """
         for origin, directory in self.search_path:
             candidate = directory / name
             if candidate.is_file():
+                contained(directory, candidate)
                 return origin, candidate
         return None
 
@@ -157,8 +208,51 @@ class PromptLoader:
         return text
 
     def _where(self, name: str) -> str:
-        found = self.find(name)
+        try:
+            found = self.find(name)
+        except TemplateError:
+            found = None
         return str(found[1]) if found else name
+
+
+@functools.lru_cache(maxsize=1)
+def _contained_loader() -> type[FileSystemLoader]:
+    """Jinja's file loader, refusing any template (an `{% include %}` too) whose real path leaves its directory.
+
+    Built on first use, like the sandbox, so importing this module does not import jinja2.
+    """
+    import posixpath
+
+    from jinja2 import FileSystemLoader
+    from jinja2.loaders import split_template_path
+
+    class ContainedLoader(FileSystemLoader):
+        """A `FileSystemLoader` that reads a template only if it resolves inside its search directory."""
+
+        def get_source(self, environment: Any, template: str) -> tuple[str, str, Callable[[], bool]]:
+            pieces = split_template_path(template)
+            for directory in self.searchpath:
+                filename = posixpath.join(directory, *pieces)
+                if os.path.isfile(filename):
+                    # A repository can commit `k.j2 -> ~/.ssh/id_rsa`; reading the checked real path also means a
+                    # link swapped after the check is not followed.
+                    real = contained(directory, filename)
+                    break
+            else:
+                return super().get_source(environment, template)  # raises TemplateNotFound, listing the path
+            with open(real, encoding=self.encoding) as handle:
+                contents = handle.read()
+            mtime = os.path.getmtime(real)
+
+            def uptodate() -> bool:
+                try:
+                    return os.path.getmtime(real) == mtime
+                except OSError:
+                    return False
+
+            return contents, os.path.normpath(filename), uptodate
+
+    return ContainedLoader
 
 
 @functools.lru_cache(maxsize=1)

@@ -87,6 +87,13 @@ class Redactor:
                 text = pattern.sub(lambda m: m.group(1) + REDACTED, text)
         return text
 
+    def redact_known(self, text: str) -> str:
+        """`text` with only the exact known secret values replaced: for approval prompts, where a credential-shaped
+        pattern could swallow the command around it and hide what will run (`TOKEN=x;curl …|sh` is not a value)."""
+        if not text or self._exact is None:
+            return text
+        return self._exact.sub(REDACTED, text)
+
     def redact_value(self, value: Any) -> Any:
         """A JSON-like value with every string in it redacted (keys included)."""
         if isinstance(value, str):
@@ -161,6 +168,42 @@ class StreamRedactor:
                     prefix = n
                     break
         return min(max(word, prefix), self.MAX_HOLD, len(text))
+
+
+def url_secrets(url: str | None) -> list[str]:
+    """The credentials a URL carries, as written and decoded: the user and password, and every query value."""
+    if not url:
+        return []
+    from urllib.parse import parse_qsl, unquote, urlsplit
+
+    try:
+        parts = urlsplit(url)
+        found = [parts.username or "", parts.password or ""]
+    except ValueError:  # a malformed port or netloc: still hide what precedes an `@`
+        netloc = url.partition("://")[2].partition("/")[0]
+        found = list(netloc.rpartition("@")[0].partition(":")[::2])
+        parts = None
+    query = parts.query if parts is not None else url.partition("?")[2].partition("#")[0]
+    found += [value for _, value in parse_qsl(query, keep_blank_values=True)]
+    found += [raw.partition("=")[2] for raw in query.split("&")]
+    return sorted({v for value in found for v in (value, unquote(value)) if v})
+
+
+def public_url(url: str) -> str:
+    """`url` fit to show or save: the user, password, query and fragment replaced by `[REDACTED]`."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return REDACTED if "@" in url or "?" in url else url
+    netloc = (f"[{host}]" if ":" in host else host) + (f":{port}" if port is not None else "")
+    if "@" in parts.netloc:
+        netloc = f"{REDACTED}@{netloc}"
+    query = REDACTED if parts.query else ""
+    return urlunsplit((parts.scheme, netloc, parts.path, query, REDACTED if parts.fragment else ""))
 
 
 def _could_become_secret(word: str) -> bool:

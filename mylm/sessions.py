@@ -283,10 +283,28 @@ def _matches(session_id: str, key: str) -> bool:
     return session_id.startswith(key) or session_id.endswith(key)
 
 
-def latest(directory: Path) -> Path | None:
-    """The most recently written transcript, or None."""
+def latest(directory: Path, *, cwd: str | os.PathLike[str] | None = None) -> Path | None:
+    """The most recently written transcript (with `cwd`: of those started in that directory), or None."""
     paths = session_paths(directory)
-    return paths[0] if paths else None
+    if cwd is None:
+        return paths[0] if paths else None
+    here = os.path.realpath(cwd)
+    for path in paths:
+        started = read_header(path).get("cwd")
+        if isinstance(started, str) and os.path.realpath(started) == here:
+            return path
+    return None
+
+
+def read_header(path: Path) -> dict[str, Any]:
+    """A transcript's header record (its first line), or {} if it has none or cannot be read."""
+    try:
+        with open(path, "rb") as handle:
+            first = handle.readline()
+        record = json.loads(first.decode("utf-8", errors="replace"))
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) and record.get("type") == "session" else {}
 
 
 def iter_sessions(directory: Path) -> Iterator[Session]:

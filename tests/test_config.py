@@ -70,3 +70,39 @@ def test_config_file_is_read_on_call_not_import() -> None:
     assert load_settings().model is None
     write_config('model = "late"\n')
     assert load_settings().model == "late"
+
+
+def test_config_trusted_projects_must_be_absolute_paths() -> None:
+    path = write_config('timeout = 5\ntrusted_projects = ["relative/dir"]\n')
+    with pytest.raises(ConfigError, match=rf"{path}, line 2: trusted_projects is a list of absolute"):
+        load_settings()
+
+
+def test_config_project_trust_from_the_list_or_the_environment(
+    isolated_user_state: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert load_settings().project_trust is None
+    path = write_config(f'trusted_projects = ["{isolated_user_state}"]\n')
+    assert load_settings().project_trust == f"trusted_projects in {path}"
+    assert load_settings(cwd=isolated_user_state.parent).project_trust is None
+    monkeypatch.setenv("MYLM_TRUST_PROJECT", "1")
+    assert load_settings(cwd=isolated_user_state.parent).project_trust == "env MYLM_TRUST_PROJECT"
+    monkeypatch.setenv("MYLM_TRUST_PROJECT", "maybe")
+    with pytest.raises(ConfigError, match="MYLM_TRUST_PROJECT"):
+        load_settings()
+
+
+def test_config_set_project_trust_rewrites_a_multiline_list_and_keeps_the_rest(tmp_path: Path) -> None:
+    from mylm.config import set_project_trust
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    text = f'# keep me\ntrusted_projects = [\n  "{a}",  # a comment\n]\ntimeout = 5\n\n[tools]\nmemory = false\n'
+    real = write_config(text)
+    link = tmp_path / "linked.toml"
+    link.symlink_to(real)  # a dotfiles-managed config stays a symlink
+    assert set_project_trust(b, True, path=link)
+    listed = f'trusted_projects = [\n  "{a}",  # a comment\n]'
+    assert real.read_text() == text.replace(listed, f'trusted_projects = ["{a}", "{b}"]')
+    assert link.is_symlink()
+    assert set_project_trust(a, False, path=link) and not set_project_trust(a, False, path=link)
+    assert 'trusted_projects = ["' + str(b) + '"]\ntimeout = 5' in real.read_text()

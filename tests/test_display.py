@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mylm.display import EventPrinter, JsonPrinter, Screen, for_terminal, quote_for_terminal, text_rows
+from mylm.display import EventPrinter, JsonPrinter, Screen, for_terminal, json_text, quote_for_terminal, text_rows
 from mylm.redact import Redactor
 from mylm.types import (
     ErrorEvent,
@@ -222,3 +222,13 @@ def test_display_printer_says_refused_for_a_denied_call() -> None:
     ]
     _, err = run(printer(out_tty=False), events)
     assert "  refused\n" in err and "error in" not in err
+
+
+@pytest.mark.parametrize("char", [*CONTROLS, "\u061c", "\u200e", "\u200f", *map(chr, range(0x202A, 0x202F)),
+                                  *map(chr, range(0x2066, 0x206A)), "\u2028", "\u2029", "\ud800"])
+def test_display_json_text_escapes_what_a_terminal_would_act_on(char: str) -> None:
+    """Review F10: `--json` keeps UTF-8 readable but never writes C1, DEL or bidi controls raw."""
+    value = {"text": f"a{char}b é 😀", char: [char]}
+    text = json_text(value, indent=2)
+    assert not UNSAFE.search(text) and "\ud800" not in text
+    assert json.loads(text) == value and "é 😀" in text

@@ -21,6 +21,7 @@ from mylm.sessions import (
     latest,
     load,
     private_sessions_dir,
+    read_header,
     read_records,
     replay,
     sessions_dir,
@@ -135,6 +136,20 @@ def test_sessions_latest_is_the_most_recently_written(tmp_path: Path) -> None:
     first.close()
     os.utime(second.path, ns=(1, 1))  # mtime resolution is coarse on some filesystems: make the order explicit
     assert latest(tmp_path) == first.path
+
+
+def test_sessions_latest_in_a_directory_reads_only_the_headers(tmp_path: Path) -> None:
+    here, there = tmp_path / "here", tmp_path / "there"
+    mine = Transcript.create(tmp_path, redactor=Redactor(), header={"cwd": str(here)})
+    other = Transcript.create(tmp_path, redactor=Redactor(), header={"cwd": str(there)})
+    headless = Transcript.create(tmp_path, redactor=Redactor())
+    for transcript, mtime in ((mine, 1), (other, 2), (headless, 3)):
+        transcript.close()
+        os.utime(transcript.path, ns=(mtime, mtime))
+    assert latest(tmp_path) == headless.path
+    assert latest(tmp_path, cwd=here) == mine.path and latest(tmp_path, cwd=there) == other.path
+    assert latest(tmp_path, cwd=tmp_path) is None
+    assert read_header(other.path)["cwd"] == str(there) and read_header(tmp_path / "missing.jsonl") == {}
 
 
 APPENDER = """

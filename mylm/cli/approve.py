@@ -98,11 +98,15 @@ class Approver:
         from ..display import for_terminal
         from ..types import Permission
 
-        redact = self._redactor.redact if self._redactor is not None else (lambda text: text)
-        # The decision shows exactly what will run, with control characters made visible (\x0d, <U+202E>).
-        lines = [f"mylm wants to {for_terminal(redact(decision.summary))}"]
-        if decision.details and decision.details not in decision.summary:
-            lines += ["  " + line for line in for_terminal(redact(decision.details)).splitlines()]
+        # Only exact known secret values are hidden here: a credential-shaped pattern (`TOKEN=...`) can swallow the
+        # rest of a command, and the user must see exactly what will run (control characters made visible too).
+        redact = self._redactor.redact_known if self._redactor is not None else (lambda text: text)
+        summary, details = redact(decision.summary), redact(decision.details)
+        lines = [f"mylm wants to {for_terminal(summary)}"]
+        if details and details not in summary:
+            lines += ["  " + line for line in for_terminal(details).splitlines()]
+        if (summary, details) != (decision.summary, decision.details):
+            lines.append("  (a secret value of yours is shown as [REDACTED]; the real value is what will be used)")
         lines.append(f"  ({for_terminal(decision.reason)})")
         always = f" / [a]lways {call.name} {self._scope}" if decision.rememberable else ""
         self._err.flush()

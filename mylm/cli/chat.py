@@ -36,6 +36,8 @@ def chat(ctx: click.Context, /, **options: Any) -> None:
     Commands: /help, /reset, /tools, /save [FILE], /exit. The conversation is saved as a session
     (resume it with `mylm chat --continue` or `--session ID`).
     """
+    from ..display import for_terminal
+    from ..redact import public_url
     from .repl import ChatState, enable_line_editing, repl
     from .runner import build_agent, make_approver, make_printer, session_tools
 
@@ -60,7 +62,8 @@ def chat(ctx: click.Context, /, **options: Any) -> None:
         if interactive:
             enable_line_editing(redactor)
         where = settings.profile or settings.model or "the default model"
-        click.echo(f"mylm chat with {where} at {settings.base_url}. /help for commands, Ctrl-D to leave.", err=True)
+        url = public_url(settings.base_url)
+        click.echo(for_terminal(f"mylm chat with {where} at {url}. /help for commands, Ctrl-D to leave."), err=True)
         if resume is not None:
             click.echo(f"Resumed session {resume.id} ({len(resume.history)} messages).", err=True)
         try:

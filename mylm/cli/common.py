@@ -23,13 +23,16 @@ def fail(message: str, code: int) -> None:
     """Print `mylm: error: MESSAGE` on stderr (sanitised: it may quote the model) and exit with `code`."""
     from ..display import for_terminal
 
-    click.echo(f"mylm: error: {for_terminal(make_redactor(None).redact(message))}", err=True)
+    redactor = _settings_redactor or make_redactor(None)
+    click.echo(f"mylm: error: {for_terminal(redactor.redact(message))}", err=True)
     sys.exit(code)
 
 
 def warn(message: str) -> None:
-    """Print `mylm: warning: MESSAGE` on stderr."""
-    click.echo(f"mylm: warning: {message}", err=True)
+    """Print `mylm: warning: MESSAGE` on stderr (sanitised: it may quote a path or a config value)."""
+    from ..display import for_terminal
+
+    click.echo(f"mylm: warning: {for_terminal(message)}", err=True)
 
 
 def handles_errors(command: F) -> F:
@@ -121,11 +124,25 @@ def settings_from(options: dict[str, Any]) -> Settings:
     return settings
 
 
-def make_redactor(settings: Settings | None) -> Redactor:
-    """The redactor for this process: secret-named environment values and the API key in use."""
-    from ..redact import Redactor
+#: The redactor built from this command's settings, so that `fail` also knows the key and the URL's credentials.
+_settings_redactor: Redactor | None = None
 
-    return Redactor.from_environment(extra=[settings.api_key if settings else None])
+
+def make_redactor(settings: Settings | None) -> Redactor:
+    """The redactor for this process: secret-named environment values, the API key in use, and the credentials
+    in the endpoint URL (its user, password and query values). Without settings, the URL variables' credentials."""
+    global _settings_redactor
+    from ..redact import Redactor, url_secrets
+
+    urls: list[str | None] = (
+        [settings.base_url] if settings is not None
+        else [os.environ.get(name) for name in ("MYLM_BASE_URL", "OPENAI_BASE_URL")]
+    )
+    secrets = [value for url in urls for value in url_secrets(url)]
+    redactor = Redactor.from_environment(extra=[settings.api_key if settings else None, *secrets])
+    if settings is not None:
+        _settings_redactor = redactor
+    return redactor
 
 
 def configure_logging(verbose: int, redactor: Redactor) -> None:

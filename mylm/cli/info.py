@@ -16,12 +16,11 @@ from .common import endpoint_options, handles_errors, settings_from
 def tools(as_json: bool) -> None:
     """List the tools the model can call, with their parameters' JSON Schema.
 
-    Tools marked `read` run freely; `write` and `execute` tools ask first (or need --yes).
+    Each says what the approval policy does with it by default: `read` tools run freely, commands
+    ask unless the policy finds them read-only, other tools ask first (--yes runs them all).
     """
-    import json
-
     from ..config import load_settings
-    from ..display import for_terminal
+    from ..display import for_terminal, json_text
     from .runner import model_tools, session_tools
 
     with session_tools(load_settings()) as tools:
@@ -29,14 +28,24 @@ def tools(as_json: bool) -> None:
     if as_json:
         data = [{"name": t.name, "description": t.description, "risk": t.risk, "parameters": dict(t.parameters)}
                 for t in listed]
-        click.echo(json.dumps(data, ensure_ascii=False, indent=2))
+        click.echo(json_text(data, indent=2))
         return
     for tool in listed:
-        asks = "runs freely" if tool.risk == "read" else "asks first"
-        click.echo(click.style(tool.name, bold=True) + f"  [{tool.risk}: {asks}]")
+        click.echo(click.style(tool.name, bold=True) + f"  [{tool.risk}: {_approval(tool.name, tool.risk)}]")
         click.echo(f"  {for_terminal(tool.description)}")
-        schema = json.dumps(dict(tool.parameters), ensure_ascii=False, indent=2)
+        schema = json_text(dict(tool.parameters), indent=2)
         click.echo("\n".join("    " + line for line in for_terminal(schema).splitlines()) + "\n")
+
+
+def _approval(name: str, risk: str) -> str:
+    """What the default approval policy does with a tool's calls, in a few words (see mylm.tools.policy)."""
+    from ..tools.policy import PATH_TOOLS, SHELL_TOOL
+
+    if name == SHELL_TOOL:
+        return "asks first unless the approval policy finds the command read-only"
+    if risk == "read":
+        return "asks for files that look like secrets, else runs freely" if name in PATH_TOOLS else "runs freely"
+    return "asks first"
 
 
 @click.command()
@@ -49,10 +58,9 @@ def config(as_json: bool, **options: Any) -> None:
     Takes the same endpoint options as `ask`, so `mylm config -m NAME` shows what profile NAME
     resolves to. The API key itself is never shown, only where it comes from.
     """
-    import json
-
     from ..config import PROJECT_CONFIG, SETTING_NAMES, config_path, read_config_file
-    from ..display import for_terminal
+    from ..display import for_terminal, json_text
+    from ..redact import public_url
 
     settings = settings_from(options)
     user_file = config_path()
@@ -62,6 +70,8 @@ def config(as_json: bool, **options: Any) -> None:
         value: Any = getattr(settings, name)
         if name == "api_key":
             value = "(set)" if value else None
+        elif name == "base_url" and value:
+            value = public_url(value)  # a user, password or `?key=` in the URL is a credential too
         rows.append((name, value, settings.sources.get(name, "unset")))
     if as_json:
         data = {
@@ -71,7 +81,7 @@ def config(as_json: bool, **options: Any) -> None:
             "profiles": profiles,
             "settings": {name: {"value": value, "source": source} for name, value, source in rows},
         }
-        click.echo(json.dumps(data, ensure_ascii=False, indent=2))
+        click.echo(json_text(data, indent=2))
         return
     exists = "" if user_file.exists() else "  (not found)"
     project = PROJECT_CONFIG.resolve()

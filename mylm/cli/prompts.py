@@ -1,4 +1,5 @@
-"""`mylm prompts list|show|edit|path`: the templates mylm renders, where each comes from, and editing a copy."""
+"""`mylm prompts list|show|edit|path|trust|untrust`: the templates, where each comes from, editing a copy, and
+whether this project's own templates may be used."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ def prompts() -> None:
 
     Templates are looked up, first match wins, in --prompts DIR, $MYLM_PROMPTS, ./.mylm/prompts,
     the user config dir, then the defaults installed with mylm. `edit` copies the default into the
-    user config dir first, so the installed files are never changed.
+    user config dir first, so the installed files are never changed. A project's ./.mylm/prompts
+    is used only after `mylm prompts trust` in that directory (or with MYLM_TRUST_PROJECT=1): its
+    templates decide what the model is told, so review them first.
     """
 
 
@@ -30,7 +33,8 @@ def _loader(prompts_dir: str | None) -> PromptLoader:
     from ..config import load_settings
     from ..prompts import PromptLoader
 
-    return PromptLoader.default(prompts_dir or load_settings().prompts)
+    settings = load_settings()
+    return PromptLoader.default(prompts_dir or settings.prompts, trusted=settings.project_trust is not None)
 
 
 def _complete_template(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
@@ -56,16 +60,26 @@ def _template_name(name: str) -> str:
 def list_prompts(prompts_dir: str | None) -> None:
     """Every template, where the one in use comes from, and its file."""
     from ..display import for_terminal
+    from ..errors import TemplateError
+    from ..prompts import PromptLoader
 
     loader = _loader(prompts_dir)
+    ignored = [(name, directory) for _, directory in loader.ignored for name in PromptLoader([directory]).names()]
     names = loader.names()
-    width = max((len(n) for n in names), default=10)
+    width = max((len(n) for n in [*names, *(n for n, _ in ignored)]), default=10)
     for name in names:
-        found = loader.find(name)
+        try:
+            found = loader.find(name)
+        except TemplateError as error:
+            click.echo(for_terminal(f"{name:<{width}}  {'refused':<13} {error}"))
+            continue
         if found is not None:
             origin, path = found
-            note = "  (from the project: review it like code)" if origin == "project" else ""
+            note = "  (from the trusted project: review it like code)" if origin == "project" else ""
             click.echo(for_terminal(f"{name:<{width}}  {origin:<13} {path}{note}"))
+    for name, directory in ignored:
+        line = f"{name:<{width}}  {'project':<13} {directory / name}  untrusted (ignored; see `mylm prompts trust`)"
+        click.echo(for_terminal(line))
 
 
 @prompts.command("show")
@@ -123,6 +137,50 @@ def edit(name: str, no_editor: bool) -> None:
 @handles_errors
 def path(prompts_dir: str | None) -> None:
     """The lookup order: each directory, why it is searched, and whether it exists."""
-    for origin, directory in _loader(prompts_dir).search_path:
+    from ..display import for_terminal
+
+    loader = _loader(prompts_dir)
+    for origin, directory in loader.search_path:
+        if origin == "user":  # an ignored project directory is shown where it would be searched
+            for ignored, skipped in loader.ignored:
+                click.echo(for_terminal(f"{ignored:<13} {skipped}  (untrusted: ignored; see `mylm prompts trust`)"))
         state = "" if directory.is_dir() else "  (does not exist)"
-        click.echo(f"{origin:<13} {directory}{state}")
+        click.echo(for_terminal(f"{origin:<13} {directory}{state}"))
+
+
+@prompts.command("trust")
+@handles_errors
+def trust() -> None:
+    """Use this directory's ./.mylm/prompts from now on (read them first: they decide what the model is told).
+
+    The directory, resolved, is added to `trusted_projects` in your config file; every run that
+    uses its templates still says so. `mylm prompts untrust` takes it back.
+    """
+    _set_trust(True)
+
+
+@prompts.command("untrust")
+@handles_errors
+def untrust() -> None:
+    """Stop using this directory's ./.mylm/prompts (remove it from `trusted_projects`)."""
+    _set_trust(False)
+
+
+def _set_trust(trusted: bool) -> None:
+    import os
+    from pathlib import Path
+
+    from ..config import config_path, set_project_trust
+    from ..display import for_terminal
+    from ..prompts import project_prompts_dir
+
+    here = Path(os.path.realpath(os.getcwd()))
+    changed = set_project_trust(here, trusted, path=config_path())
+    if trusted:
+        state = "Trusted" if changed else "Already trusted:"
+        note = "" if project_prompts_dir(here).is_dir() else " (it has no .mylm/prompts yet)"
+        message = f"{state} {here}{note}; mylm now uses its .mylm/prompts ({config_path()})"
+    else:
+        state = "No longer trusted:" if changed else "Was not trusted:"
+        message = f"{state} {here}; mylm ignores its .mylm/prompts"
+    click.echo(for_terminal(message), err=True)

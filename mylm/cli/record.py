@@ -25,7 +25,8 @@ def resume_option(command: Any) -> Any:
         help="Resume saved session ID (a unique prefix or suffix will do; see `mylm sessions list`).",
     )(command)
     return click.option(
-        "-c", "--continue", "continue_last", is_flag=True, help="Resume the most recent session."
+        "-c", "--continue", "continue_last", is_flag=True,
+        help="Resume the most recent session started in this directory (else the most recent one, with a warning).",
     )(command)
 
 
@@ -60,7 +61,8 @@ def session_to_resume(continue_last: bool, session_id: str | None) -> Session | 
     if session_id:
         path = find_session(session_id)
     elif continue_last:
-        found = latest(sessions_dir())
+        # The tools act on the current directory, so a session begun here is the one the user means.
+        found = latest(sessions_dir(), cwd=os.getcwd()) or latest(sessions_dir())
         if found is None:
             raise click.UsageError("there is no saved session to continue")
         path = found
@@ -69,6 +71,12 @@ def session_to_resume(continue_last: bool, session_id: str | None) -> Session | 
     session = load(path)
     if session.skipped:
         warn(f"session {session.id}: skipped {session.skipped} unreadable line(s)")
+    started = session.header.get("cwd")
+    if isinstance(started, str) and os.path.realpath(started) != os.path.realpath(os.getcwd()):
+        warn(
+            f"resuming session {session.id}, which was started in {started}; its tools now act on {os.getcwd()} "
+            "(`mylm sessions list` shows the others)"
+        )
     return session
 
 
@@ -104,6 +112,7 @@ class Recorder:
         """Open the resumed session for appending, or create a new one (unless `save` is off)."""
         if not save:
             return cls(None)
+        from ..redact import public_url
         from ..sessions import Transcript, private_sessions_dir
 
         try:
@@ -114,7 +123,7 @@ class Recorder:
                 "cwd": os.getcwd(),
                 "model": settings.model,
                 "profile": settings.profile,
-                "base_url": settings.base_url,
+                "base_url": public_url(settings.base_url),  # never the URL's user, password or query
                 "provider": settings.provider,
             }
             return cls(Transcript.create(private_sessions_dir(), redactor=redactor, header=header))

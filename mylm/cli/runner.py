@@ -12,7 +12,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Iterator
 
 import click
 
-from .common import isatty, same_terminal, use_color
+from .common import isatty, same_terminal, use_color, warn
 
 if TYPE_CHECKING:
     from ..agent import Agent
@@ -133,9 +133,8 @@ def make_approver(
 def build_agent(ctx: click.Context, settings: Settings, approver: Approver, tools: list[Tool]) -> Agent:
     """The agent for this command, from the settings."""
     from ..agent import Agent
-    from ..prompts import PromptLoader
 
-    loader = PromptLoader.default(settings.prompts)
+    loader = prompt_loader(settings)
     return Agent(
         make_llm(ctx, settings, loader),
         tools,
@@ -147,6 +146,22 @@ def build_agent(ctx: click.Context, settings: Settings, approver: Approver, tool
         instructions=settings.instructions,
         context_budget=context_budget(settings),
     )
+
+
+def prompt_loader(settings: Settings) -> PromptLoader:
+    """The templates for this run. Project templates are said out loud on every run: ignored when the project is
+    not trusted, and in use when it is (they decide what the model is told, so the user should never forget)."""
+    from ..prompts import PromptLoader
+
+    loader = PromptLoader.default(settings.prompts, trusted=settings.project_trust is not None)
+    for _, directory in loader.ignored:
+        warn(
+            f"ignoring the templates in {directory}: this project is not trusted "
+            "(review them, then `mylm prompts trust` to use them)"
+        )
+    if loader.project is not None:
+        warn(f"using the project's templates in {loader.project} (trusted by {settings.project_trust})")
+    return loader
 
 
 def context_budget(settings: Settings) -> int | None:

@@ -23,14 +23,15 @@ def sessions() -> None:
 
 
 @sessions.command("list")
-@click.option("-n", "--limit", type=int, default=20, show_default=True, metavar="N", help="Show at most N sessions.")
+@click.option(
+    "-n", "--limit", type=click.IntRange(min=1), default=20, show_default=True, metavar="N",
+    help="Show at most N sessions.",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per session per line.")
 @handles_errors
 def list_sessions(limit: int, as_json: bool) -> None:
     """List sessions, most recent first: ID, when, command, model, messages and the first prompt."""
-    import json
-
-    from ..display import for_terminal
+    from ..display import for_terminal, json_text
     from ..sessions import iter_sessions, sessions_dir
 
     shown = 0
@@ -43,7 +44,7 @@ def list_sessions(limit: int, as_json: bool) -> None:
             record = {"id": session.id, "path": str(session.path), "created": header.get("time"),
                       "command": header.get("command"), "model": header.get("profile") or header.get("model"),
                       "messages": len(session.history), "title": session.title}
-            click.echo(json.dumps(record, ensure_ascii=False))
+            click.echo(json_text(record))
             continue
         when = str(header.get("time", ""))[:16].replace("T", " ")
         model = header.get("profile") or header.get("model") or "-"
@@ -60,15 +61,13 @@ def list_sessions(limit: int, as_json: bool) -> None:
 @handles_errors
 def show(session_id: str, as_json: bool) -> None:
     """Print session ID's conversation (ID may be a unique prefix or suffix of it)."""
-    import json
-
-    from ..display import for_terminal
+    from ..display import for_terminal, json_text
     from ..sessions import load, read_records
 
     path = find_session(session_id)
     if as_json:
         for record in read_records(path)[0]:
-            click.echo(json.dumps(record, ensure_ascii=False))
+            click.echo(json_text(record))
         return
     session = load(path)
     click.echo(for_terminal(conversation_markdown(session.history, title=f"Session {session.id}")), nl=False)

@@ -17,7 +17,7 @@ from mylm.prompts import packaged_prompts_dir
 from mylm.sessions import INTERRUPTED, load
 from mylm.testing import ScriptedLLM
 
-COMMANDS = ["ask", "chat", "sessions", "prompts", "tools", "config", "models", "completion"]
+COMMANDS = ["ask", "chat", "sessions", "prompts", "memory", "tools", "config", "models", "completion"]
 
 
 def test_cli_help_names_every_command_and_each_has_help() -> None:
@@ -26,7 +26,9 @@ def test_cli_help_names_every_command_and_each_has_help() -> None:
     for command in COMMANDS:
         assert f"  {command} " in result.stdout
         assert invoke([command, "--help"]).exit_code == 0
-    for group, subs in {"sessions": ["list", "show", "path"], "prompts": ["list", "show", "edit", "path"]}.items():
+    groups = {"sessions": ["list", "show", "path"], "prompts": ["list", "show", "edit", "path", "trust", "untrust"],
+              "memory": ["list", "forget", "path"]}
+    for group, subs in groups.items():
         for sub in subs:
             assert invoke([group, sub, "--help"]).exit_code == 0
 
@@ -90,6 +92,41 @@ def test_cli_ask_session_by_id_and_usage_errors() -> None:
     both = invoke(["ask", "--continue", "--session", path.stem, "x"], ScriptedLLM([]))
     assert both.exit_code == 2 and "cannot be used together" in both.stderr
     assert invoke(["sessions", "show", "nope"]).exit_code == 2
+
+
+def test_cli_continue_prefers_the_latest_session_started_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review F9: `--continue` took the newest session from any directory, silently."""
+    here, elsewhere, fresh = Path("here").resolve(), Path("elsewhere").resolve(), Path("fresh").resolve()
+    for directory, prompt in ((here, "asked here"), (elsewhere, "asked elsewhere")):
+        directory.mkdir()
+        monkeypatch.chdir(directory)
+        assert invoke(["ask", prompt], ScriptedLLM(["ok"])).exit_code == 0
+    fresh.mkdir()
+    monkeypatch.chdir(fresh)  # no session began here: the newest one, said out loud
+    llm = ScriptedLLM(["again"])
+    result = invoke(["ask", "--continue", "more"], llm)
+    assert llm.requests[0].messages[1].content == "asked elsewhere"
+    assert f"was started in {elsewhere}; its tools now act on {fresh}" in result.stderr
+    monkeypatch.chdir(here)
+    llm = ScriptedLLM(["again"])
+    result = invoke(["ask", "--continue", "more"], llm)
+    assert llm.requests[0].messages[1].content == "asked here" and "warning" not in result.stderr
+
+
+def test_cli_sessions_list_limit_must_be_at_least_one() -> None:
+    invoke(["ask", "x"], ScriptedLLM(["y"]))
+    for bad in ("-1", "0"):
+        result = invoke(["sessions", "list", "-n", bad])
+        assert result.exit_code == 2 and "No saved sessions" not in result.stderr
+
+
+def test_cli_sessions_show_json_escapes_c1_and_bidi_characters() -> None:
+    """Review F10: stored text goes back out as JSON escapes, never as raw terminal controls."""
+    invoke(["ask", "x\x9b2J\u202ey"], ScriptedLLM(["z\x85"]))
+    (path,) = transcripts()
+    for args in (["sessions", "show", "--json", path.stem], ["sessions", "list", "--json"]):
+        out = invoke(args).stdout
+        assert not any(c in out for c in "\x9b\u202e\x85") and "\\u202e" in out
 
 
 def test_cli_no_save_writes_no_session() -> None:
@@ -195,7 +232,9 @@ def test_cli_chat_always_approves_for_the_whole_session() -> None:
 
 def test_cli_tools_lists_tools_with_schemas() -> None:
     result = invoke(["tools"])
-    assert "execute_command" in result.stdout and "[execute: asks first]" in result.stdout
+    # Read-only commands run without asking, so "asks first" alone would be untrue (review F11).
+    assert "[execute: asks first unless the approval policy finds the command read-only]" in result.stdout
+    assert "[write: asks first]" in result.stdout and "search_memory  [read: runs freely]" in result.stdout
     assert '"command"' in result.stdout and "read_output" in result.stdout
     data = json.loads(invoke(["tools", "--json"]).stdout)
     command = next(t for t in data if t["name"] == "execute_command")
@@ -222,6 +261,36 @@ def test_cli_config_shows_values_and_sources_never_the_key(monkeypatch: pytest.M
     assert f"config {path}" in rows["timeout"] and "default" in rows["max_iterations"]
     data = json.loads(invoke(["config", "--json", "--base-url", "http://flag/v1"]).stdout)
     assert data["settings"]["base_url"] == {"value": "http://flag/v1", "source": "flag"}
+
+
+URL_WITH_SECRETS = "https://bob:hunter2secretpw@llm.example/v1?key=plainkeyvalue9876"
+
+
+def test_cli_base_url_credentials_are_never_shown_or_saved(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review F8: a password or `?key=` in the endpoint URL leaked into `mylm config`, the banner and transcripts."""
+    monkeypatch.setenv("MYLM_BASE_URL", URL_WITH_SECRETS)
+    shown = invoke(["config"]).stdout + invoke(["config", "--json"]).stdout
+    assert "https://[REDACTED]@llm.example/v1?[REDACTED]" in shown
+    error = EndpointUnreachableError(f"cannot reach the endpoint at {URL_WITH_SECRETS}")
+    asked = invoke(["ask", "x"], ScriptedLLM([error]))
+    chatted = invoke(["chat"], ScriptedLLM(["y"]), stdin="hi\n")
+    assert "at https://[REDACTED]@llm.example/v1?[REDACTED]." in chatted.stderr
+    saved = "".join(p.read_text() for p in transcripts())
+    assert json.loads(transcripts()[0].read_text().splitlines()[0])["base_url"].startswith("https://[REDACTED]@")
+    for where in (shown, asked.stderr, chatted.stdout, chatted.stderr, saved):
+        assert "hunter2secretpw" not in where and "plainkeyvalue9876" not in where
+
+
+def test_cli_errors_outside_a_run_redact_the_urls_credentials(capsys: pytest.CaptureFixture[str]) -> None:
+    from mylm.cli.common import fail, make_redactor
+    from mylm.config import load_settings
+
+    write_user_config(f'base_url = "{URL_WITH_SECRETS}"\n')
+    make_redactor(load_settings())
+    with pytest.raises(SystemExit):
+        fail(f"cannot reach {URL_WITH_SECRETS}", 1)
+    err = capsys.readouterr().err
+    assert "hunter2secretpw" not in err and "plainkeyvalue9876" not in err and "[REDACTED]" in err
 
 
 def test_cli_hostile_project_config_changes_nothing_but_says_so() -> None:
@@ -266,11 +335,17 @@ def test_cli_prompts_list_show_path() -> None:
     Path(".mylm/prompts/denied.j2").write_text("project denied {{ tool }}")
     listed = invoke(["prompts", "list"]).stdout
     assert "system.j2" in listed and "default" in listed
-    assert "denied.j2" in listed and "(from the project: review it like code)" in listed
+    assert "denied.j2" in listed and "untrusted (ignored" in listed
+    assert "project denied" not in invoke(["prompts", "show", "denied"]).stdout
+    paths = invoke(["prompts", "path"]).stdout.splitlines()
+    assert [line.split()[0] for line in paths] == ["project", "user", "default"] and "untrusted" in paths[0]
+    assert invoke(["prompts", "trust"]).exit_code == 0
+    listed = invoke(["prompts", "list"]).stdout
+    assert "(from the trusted project: review it like code)" in listed and "untrusted" not in listed
     shown = invoke(["prompts", "show", "denied"])
     assert shown.stdout == "project denied {{ tool }}" and "project" in shown.stderr
     paths = invoke(["prompts", "path"]).stdout.splitlines()
-    assert [line.split()[0] for line in paths] == ["project", "user", "default"]
+    assert [line.split()[0] for line in paths] == ["project", "user", "default"] and "untrusted" not in paths[0]
     assert invoke(["prompts", "show", "nope"]).exit_code == 2
     assert invoke(["prompts", "edit", "../../etc/passwd", "--no-editor"]).exit_code == 2
 
