@@ -345,7 +345,7 @@ class Agent:
         if turn.finish is FinishReason.MAX_TOKENS:
             observation = self.prompts.render("truncated.j2", max_tokens=self.max_tokens)
         else:
-            observation = self.prompts.render("format_error.j2", message=message)
+            observation = self.prompts.render("format_error.j2", message=neutralise(message))
         run.add(Message("user", observation))
 
     # ------------------------------------------------------------------------------------------ tools

@@ -211,9 +211,6 @@ def test_prompts_neutralise_is_idempotent(text: str) -> None:
     assert neutralise(once) == once
 
 
-# main (4b8ff16) neutralises tool output, reasons and errors; format_error's message (which quotes the model's
-# bad tool name) is the one left. Once mylm/agent.py does that too, this XPASSes: drop the marker then.
-@pytest.mark.xfail(strict=True, reason="needs mylm/agent.py to neutralise every value it passes to a template")
 def test_prompts_a_template_without_the_filter_cannot_let_protocol_tags_through(tmp_path: Path) -> None:
     """Tool output, refusal reasons, errors and format errors reach the templates already neutralised (F3)."""
     from mylm import Agent, Permission, tool
