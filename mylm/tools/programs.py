@@ -23,6 +23,7 @@ from .shell_syntax import Word
 _ANY_STRINGS = frozenset({"echo", "true", "false", "test", "[", "expr"})
 #: Options that make grep read whole trees (`-d`/`--directories` take any prefix of `recurse`).
 _GREP_RECURSIVE = ("-r", "-R", "--recursive", "--dereference-recursive")
+_GLOB = re.compile(r"[*?\[]")
 _SED_PRINT = re.compile(r"(\d+|\$)(,(\d+|\$))?p")
 _JQ_LOADS = re.compile(r"\b(import|include|modulemeta|get_search_list)\b")
 
@@ -153,10 +154,16 @@ def _tree_problem(name: str, parsed: Parsed, workspace: Path | None, cwds: list[
     else:
         return None
     for cwd in cwds:
-        secret = secret_beneath(workspace, cwd, roots)
+        # `grep -r KEY *`: the shell expands a glob into the roots (quoted, it would not; expanding is safe).
+        expanded = [m for r in roots for m in (_expand(r, workspace, cwd) if _GLOB.search(r) else [r])]
+        secret = secret_beneath(workspace, cwd, expanded)
         if secret:
             return f"it reads a tree that holds the secret {secret}"
     return None
+
+
+def _expand(pattern: str, workspace: Path | None, cwd: str) -> list[str]:
+    return [pattern] if workspace is None else _glob.glob(pattern, root_dir=workspace / cwd)
 
 
 def find_problem(args: list[str]) -> tuple[str | None, list[str]]:

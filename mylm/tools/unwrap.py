@@ -85,6 +85,8 @@ def _inner(argv: list[Word], depth: int) -> Iterator[list[Word]]:
     elif name == "git":
         for value in _git_config_values([w.text for w in rest]):
             yield from _lenient(value.removeprefix("!"), depth)
+    elif name == "trap" and rest:
+        yield from _lenient(rest[0].text, depth)  # `trap 'rm -rf d' EXIT` runs it later
     elif name == "alias":
         for word in rest:  # `alias x='rm -rf'` runs later, once aliases are expanded
             yield from _lenient(word.text.partition("=")[2], depth)

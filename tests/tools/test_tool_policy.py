@@ -240,6 +240,8 @@ BYPASS_ASK = [
     "head -c 10 /dev/urandom", "cat /proc/self/environ", "realpath --relative-to=/ .", "stat linked",
     "readlink notes.txt", "ls ~", "cat .e*", "cat .[e]nv", "cat ./.env", "cat src/../.env", "wc -c envlink",
     "rg --pre=sh x", "rg -z x", "rg --hidden KEY", "rg --search-zip x src",
+    # A glob among a recursive reader's roots: d1/ holds a .env.
+    "grep -r KEY *", "grep -r KEY d?", "diff -r d* src",
 ]
 ASK += REVIEW_ASK + BYPASS_ASK
 DANGEROUS += [
@@ -287,6 +289,7 @@ DANGEROUS += [
     "git rm -rf .",
     "tar -cf x.tar --file=.git/config .",
     "python3 gen.py --out=.bashrc",
+    "trap 'rm -rf d' EXIT",
 ]
 FORBIDDEN = [
     "ls\rrm -rf ~",
