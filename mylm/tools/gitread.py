@@ -113,7 +113,7 @@ def git_problem(args: list[str], workspace: Path | None, cwds: list[str]) -> str
             return problem
     if sub == "grep":
         # Tracked files, or untracked ones too, anywhere in the repository (`:/`): check the whole workspace.
-        secret = secret_beneath(workspace, ".", ["."])
+        secret = secret_beneath(workspace, ".", ["."], into_git=False)
         if secret:
             return f"it searches a tree that holds the secret {secret}"
     return None

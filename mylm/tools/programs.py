@@ -147,16 +147,19 @@ def _tree_problem(name: str, parsed: Parsed, workspace: Path | None, cwds: list[
             return None
         files = ops if parsed.has("-e", "--regexp", "-f", "--file") else ops[1:]
         roots = ops + ([] if files else ["."])  # the pattern as a root too: harmless, and never wrong
+        follows = parsed.has("-R", "--dereference-recursive")  # follows symlinks met in the tree
     elif name == "rg":
         roots = ops + ["."] if len(ops) <= 1 else ops
+        follows = parsed.has("-L", "--follow")
     elif name == "diff" and parsed.has("-r", "--recursive"):
         roots = ops + parsed.values("--from-file", "--to-file")
+        follows = True  # unless --no-dereference
     else:
         return None
     for cwd in cwds:
         # `grep -r KEY *`: the shell expands a glob into the roots (quoted, it would not; expanding is safe).
         expanded = [m for r in roots for m in (_expand(r, workspace, cwd) if _GLOB.search(r) else [r])]
-        secret = secret_beneath(workspace, cwd, expanded)
+        secret = secret_beneath(workspace, cwd, expanded, into_git=follows)
         if secret:
             return f"it reads a tree that holds the secret {secret}"
     return None

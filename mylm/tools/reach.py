@@ -70,9 +70,12 @@ def directory(workspace: Path | None, cwd: str, value: str) -> str | None:
     return lexical
 
 
-def secret_beneath(workspace: Path | None, cwd: str, roots: list[str]) -> str | None:
+def secret_beneath(
+    workspace: Path | None, cwd: str, roots: list[str], *, into_git: bool = True
+) -> str | None:
     """The first secret (or escaping symlink) a recursive reader of `roots` could reach, following every
-    symlink (as `grep -R` and `rg -L` do), or a reason the tree cannot be checked."""
+    symlink (as `grep -R` and `rg -L` do), or a reason the tree cannot be checked. `into_git=False` skips
+    `.git/` (git never puts links there, so only a reader that follows links could be led out through one)."""
     if workspace is None:
         return "(unknown: no workspace)"
     budget = WALK_BUDGET
@@ -108,6 +111,6 @@ def secret_beneath(workspace: Path | None, cwd: str, roots: list[str]) -> str | 
                     return f"{rel} (a symbolic link to {target})"
                 if os.path.isdir(os.path.join(workspace, target)):
                     stack.append(target)
-            elif entry.is_dir(follow_symlinks=False) and entry.name != ".git":
+            elif entry.is_dir(follow_symlinks=False) and (into_git or entry.name != ".git"):
                 stack.append(rel)
     return None
