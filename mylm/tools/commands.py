@@ -2,11 +2,11 @@
 
 The read-only list is argument-aware (after Codex's `is_safe_command`): each program has a list of the options
 known to be safe (readonly.py, gitread.py), so `find -delete`, `sort -o`, `sort --o` and `git -c` are not
-read-only even though `find`, `sort` and `git` can be. A command is read-only only when every simple command in
-it is (programs.py), nothing is substituted or backgrounded, output goes nowhere but the terminal, and no path
-points outside the workspace or at a secret once symlinks are followed (reach.py), from any directory its
-`cd`s may leave the shell in. Dangerous commands (after Codex's `is_dangerous_command`, in danger.py) always
-ask, even when the user approved commands for the run.
+read-only even though `find`, `sort` and `git` can be. A command is read-only only when every simple command
+in it is (programs.py), nothing is substituted or backgrounded, output goes nowhere but the terminal, and no
+path points outside the workspace or at a secret once symlinks are followed (reach.py), from any directory
+its `cd`s may leave the shell in. Dangerous commands (after Codex's `is_dangerous_command`, in danger.py)
+always ask, even when the user approved commands for the run.
 """
 
 from __future__ import annotations

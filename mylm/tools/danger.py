@@ -3,8 +3,8 @@
 After Codex's `is_dangerous_command`: deleting, privilege, the network, package installs, history rewrites,
 writes to mylm's guard rails. The check looks through wrappers (`env`, `timeout`, `setsid`, `busybox`, ...),
 `sh -c`, `eval`, `find -exec`, `git -c` and command substitutions (unwrap.py), and reads abbreviated long
-options (`rm --r --f`, `git reset --ha`) as what they abbreviate. It is a second line: obfuscation can hide a dangerous command
-from it, which is why everything that is not provably read-only asks in the first place.
+options (`rm --r --f`, `git reset --ha`) as what they abbreviate. It is a second line: obfuscation can hide a
+dangerous command from it, which is why everything that is not provably read-only asks in the first place.
 """
 
 from __future__ import annotations

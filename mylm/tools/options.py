@@ -107,7 +107,9 @@ def _short_cluster(spec: Spec, text: str, args: list[str], i: int, parsed: Parse
     return i
 
 
-def _with_value(spec: Spec, option: str, attached: str | None, args: list[str], i: int, parsed: Parsed) -> int:
+def _with_value(
+    spec: Spec, option: str, attached: str | None, args: list[str], i: int, parsed: Parsed
+) -> int:
     """Record an option that takes a value, `attached` to it or (if required) the next argument; return the
     index of the next unread argument."""
     if option in spec.optional:

@@ -215,7 +215,8 @@ BYPASS_ASK = [
     # Option spellings: clusters, glued and separate values, --opt=value on a flag.
     "sort -uo out.txt data.txt", "sort --output out data.txt", "sort -T . data.txt",
     "sort --random-source=.env data.txt", "grep -rf .env src", "grep -f.env src/main.py",
-    "grep --file=.env src/main.py", "grep --exclude-from=x -r KEY src", "grep -rKEY src", "grep --count=2 x README.md",
+    "grep --file=.env src/main.py", "grep --exclude-from=x -r KEY src", "grep -rKEY src",
+    "grep --count=2 x README.md",
     "ls --all=yes", "head --lines", "tail -f README.md", "tail --pid=1 README.md", "md5sum -c sums",
     "wc -l --files0-from=list", "du --files0-from=list", "du -L linked", "ls -L", "tree -o x", "tree -R",
     "file -z x", "file -m magic x", "file -f list", "date -s now", "date -f .env", "date 010100002030",
@@ -230,7 +231,8 @@ BYPASS_ASK = [
     # git: secrets named through revisions and pathspecs, writing options, subcommands that create.
     "git show HEAD:.env", "git cat-file -p HEAD:.env", "git show ':(top).env'", "git show :0:.env",
     "git log -p -- .env", "git grep KEY", "git grep --no-index KEY", "git log --output=x", "git log -Ox",
-    "git diff --ext-diff", "git diff --textconv", "git diff --no-index a b", "git blame --contents x README.md",
+    "git diff --ext-diff", "git diff --textconv", "git diff --no-index a b",
+    "git blame --contents x README.md",
     "git log --show-signature", "git branch evil", "git tag v1", "git stash list", "git -p log",
     "git --no-pager log", "git log --outp=x", "git status --short=x", "git cat-file --filters HEAD:README.md",
     # Programs that are not read-only, whatever their arguments.

@@ -21,7 +21,9 @@ SORT = PROGRAMS["sort"]
 
 def test_options_are_split_like_getopt_long() -> None:
     parsed = parse_args(SORT, ["-rnk2", "--field-separator", ",", "a.txt", "-u", "--", "-o"])
-    assert parsed.options == [("-r", None), ("-n", None), ("-k", "2"), ("--field-separator", ","), ("-u", None)]
+    assert parsed.options == [
+        ("-r", None), ("-n", None), ("-k", "2"), ("--field-separator", ","), ("-u", None)
+    ]
     assert parsed.operands == ["a.txt", "-o"]
     assert parse_args(PROGRAMS["head"], ["-5", "-n", "-3", "f"]).options == [("-NUM", "5"), ("-n", "-3")]
     optional = parse_args(PROGRAMS["ls"], ["--color", "always", "--color=never"])
@@ -45,10 +47,10 @@ def _long_names(spec: Spec) -> set[str]:
 
 #: GNU programs whose --help lists every long option they take.
 _HELP_LISTS_ALL = ("ls", "cat", "head", "tail", "wc", "stat", "du", "df", "nl", "cut", "tr", "basename",
-                   "dirname", "realpath", "readlink", "cmp", "comm", "seq", "od", "tac", "paste", "join", "fold",
-                   "fmt", "numfmt", "nproc", "sort", "uniq", "date", "file", "id", "uname", "printenv",
-                   "md5sum", "sha1sum", "sha224sum", "sha256sum", "sha384sum", "sha512sum", "b2sum", "grep",
-                   "diff", "column", "hexdump", "strings", "locale", "whoami", "rev")
+                   "dirname", "realpath", "readlink", "cmp", "comm", "seq", "od", "tac", "paste", "join",
+                   "fold", "fmt", "numfmt", "nproc", "sort", "uniq", "date", "file", "id", "uname",
+                   "printenv", "md5sum", "sha1sum", "sha224sum", "sha256sum", "sha384sum", "sha512sum",
+                   "b2sum", "grep", "diff", "column", "hexdump", "strings", "locale", "whoami", "rev")
 
 
 @pytest.mark.parametrize("name", _HELP_LISTS_ALL)
@@ -69,8 +71,8 @@ def test_every_allowed_git_option_is_a_full_option_name(tmp_path: Path) -> None:
         for option in sorted(_long_names(spec)):
             value = "=1" if option in spec.valued else ""
             result = subprocess.run(
-                ["git", sub, option + value], cwd=tmp_path, env=env, capture_output=True, text=True, check=False,
-                stdin=subprocess.DEVNULL,
+                ["git", sub, option + value], cwd=tmp_path, env=env, capture_output=True, text=True,
+                check=False, stdin=subprocess.DEVNULL,
             )
             if re.search(r"unknown option|unrecognized argument|abbreviated|ambiguous option", result.stderr):
                 refused.append(f"git {sub} {option}: {result.stderr.strip()}")
