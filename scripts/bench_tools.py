@@ -2,7 +2,8 @@
 
     python scripts/bench_tools.py
 
-Prints the figures published in the README (Benchmarks: Tools). Takes about half a minute on 2 cores.
+Prints the figures published in the README (Benchmarks: Tools), and what an approval decision costs. Takes
+about half a minute on 2 cores.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ from mylm.cancel import CancelToken
 from mylm.errors import CancelledError, ToolError
 from mylm.tools.files import edit_text, read_text, write_text
 from mylm.tools.paths import Workspace
-from mylm.tools.shell import ShellLimits, run_command
+from mylm.tools.policy import ApprovalPolicy, decide
+from mylm.tools.shell import ShellLimits, run_command, shell_tool
+from mylm.types import ToolCall
 
 CANARY = "OUTSIDE-CANARY"
 
@@ -245,12 +248,37 @@ def _race(ws: Path, out: Path, read: object, iterations: int = 3000) -> tuple[in
     return leaks, iterations
 
 
+def bench_policy() -> None:
+    """What one approval decision costs: the policy resolves paths, reads the repository's git config and
+    walks the tree for a recursive read."""
+    with tempfile.TemporaryDirectory() as tmp:
+        ws = Path(tmp)
+        subprocess.run(["git", "init", "-q", str(ws)], check=True)
+        for d in range(40):
+            (ws / f"pkg{d}").mkdir()
+            for f in range(50):
+                (ws / f"pkg{d}" / f"m{f}.py").write_text("x = 1\n")
+        policy = ApprovalPolicy(workspace=ws)
+        shell = shell_tool(ws)
+        figures = []
+        for command in ("ls -la pkg1", "git status", "cd pkg1 && grep -n x m1.py", "grep -rn TODO ."):
+            call = ToolCall("execute_command", {"command": command})
+            runs = []
+            for _ in range(20):
+                started = time.perf_counter()
+                decision = decide(call, shell, policy)
+                runs.append(time.perf_counter() - started)
+            figures.append(f"`{command}` {statistics.median(runs) * 1000:.2f} ms ({decision.action})")
+        print("approval decision, median of 20, 2,000-file workspace: " + "; ".join(figures))
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as cwd:
         bench_latency(cwd)
         bench_survivors(cwd)
         bench_flood(cwd)
     bench_escapes()
+    bench_policy()
 
 
 if __name__ == "__main__":

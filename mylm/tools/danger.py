@@ -1,9 +1,10 @@
 """Dangerous shell commands: those that always ask, even when the user approved commands for the run.
 
 After Codex's `is_dangerous_command`: deleting, privilege, the network, package installs, history rewrites,
-writes to mylm's guard rails. The check looks through wrappers (`env`, `timeout`, `xargs`, `sudo`), `sh -c`,
-`eval`, `find -exec` and command substitutions. It is a second line: obfuscation can hide a dangerous command
-from it, which is why everything that is not provably read-only asks in the first place.
+writes to mylm's guard rails. The check looks through wrappers (`env`, `timeout`, `setsid`, `busybox`, ...),
+`sh -c`, `eval`, `find -exec`, `git -c` and command substitutions (unwrap.py), and reads abbreviated long
+options (`rm --r --f`, `git reset --ha`) as what they abbreviate. It is a second line: obfuscation can hide a
+dangerous command from it, which is why everything that is not provably read-only asks in the first place.
 """
 
 from __future__ import annotations
@@ -13,14 +14,19 @@ import os
 import posixpath
 import re
 from pathlib import Path
-from typing import Iterator
 
-from .shell_syntax import RESERVED, Script, ShellSyntaxError, Word, parse
+from .readonly import PROGRAMS
+from .shell_syntax import Script, Word
+from .unwrap import git_subcommand, strip_reserved, unwrap
 
 _NETWORK = frozenset(
-    {"curl", "wget", "nc", "ncat", "netcat", "socat", "ssh", "scp", "sftp", "rsync", "ftp", "telnet", "nmap"}
+    {"curl", "wget", "nc", "ncat", "netcat", "socat", "ssh", "scp", "sftp", "rsync", "ftp", "tftp", "telnet",
+     "nmap", "aria2c", "http", "https", "xh", "lynx", "w3m", "openssl", "dig", "nslookup", "host", "ping",
+     "ping6", "whois", "sendmail", "rclone", "aws", "gcloud", "gsutil", "az", "gh"}
 )
-_PRIVILEGE = frozenset({"sudo", "su", "doas", "pkexec"})
+_PRIVILEGE = frozenset({"sudo", "su", "doas", "pkexec", "run0", "sudo-rs"})
+#: Programs whose danger shows in their arguments; under xargs those arrive only at run time.
+_ARGUMENT_GATED = frozenset({"rm", "chmod", "chown", "chgrp", "git", "find", "kill"})
 _DESTRUCTIVE = frozenset(
     {"dd", "mkfs", "fdisk", "parted", "wipefs", "shred", "shutdown", "reboot", "halt", "poweroff",
      "killall", "pkill", "crontab"}
@@ -33,18 +39,8 @@ _INSTALLERS = {
 _INTERPRETERS = frozenset(
     {"sh", "bash", "zsh", "dash", "ksh", "fish", "python", "python3", "perl", "ruby", "node", "php"}
 )
-_SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh"})
-#: Programs that run the command given in their arguments; the policy looks through them.
-_WRAPPERS = {
-    "env": ("-u", "--unset", "-C", "--chdir", "-S"), "nice": ("-n",), "nohup": (), "time": (),
-    "timeout": ("-s", "--signal", "-k", "--kill-after"), "command": (), "builtin": (), "exec": ("-a",),
-    "stdbuf": ("-i", "-o", "-e"), "ionice": ("-c", "-n"),
-    "xargs": ("-I", "-n", "-P", "-L", "-d", "-E", "-s", "-a"),
-    "watch": ("-n",), "sudo": ("-u", "-g"), "doas": ("-u",),
-}
-_WRITERS = frozenset(
-    {"cp", "mv", "tee", "ln", "install", "sed", "truncate", "chmod", "chown", "touch", "rm", "dd"}
-)
+#: Programs that cannot write the files they name (`sort`, `tree` and `uniq` can: `-o`, `uniq IN OUT`).
+_READERS = (frozenset(PROGRAMS) - {"sort", "tree", "uniq"}) | {"echo", "printf", "test", "[", "cd"}
 _RC_FILES = frozenset(
     {".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile", ".zshrc", ".zprofile", ".zshenv",
      ".zlogin", ".cshrc", ".tcshrc", ".kshrc", "config.fish", ".inputrc"}
@@ -70,61 +66,6 @@ def is_protected_path(text: str, *, config_dir: Path | None = None) -> bool:
     return False
 
 
-# ------------------------------------------------------------------------------- looking through wrappers
-
-
-def all_commands(script: Script, depth: int) -> Iterator[list[Word]]:
-    """Every program invocation in the script, looking through wrappers, `sh -c`, `eval`, `xargs`,
-    `find -exec` and command substitutions (to a depth of 5)."""
-    if depth > 5:
-        raise ShellSyntaxError("commands nested too deeply")
-    for command in script.commands:
-        yield from _unwrap(strip_reserved(command.argv), depth)
-    for inner in script.substitutions:
-        yield from all_commands(parse(inner), depth + 1)
-
-
-def strip_reserved(argv: list[Word]) -> list[Word]:
-    index = 0
-    while index < len(argv) and not argv[index].quoted and argv[index].text in RESERVED:
-        index += 1
-    return argv[index:]
-
-
-def _unwrap(argv: list[Word], depth: int) -> Iterator[list[Word]]:
-    if not argv:
-        return
-    yield argv
-    name = posixpath.basename(argv[0].text)
-    rest = argv[1:]
-    if name in _WRAPPERS:
-        takes_value = _WRAPPERS[name]
-        index = 0
-        while index < len(rest):
-            text = rest[index].text
-            if name == "env" and "=" in text and not text.startswith("-"):
-                index += 1
-            elif text.startswith("-") and text != "-":
-                index += 2 if text in takes_value else 1
-            else:
-                break
-        if name == "timeout":
-            index += 1  # the duration
-        yield from _unwrap(rest[index:], depth)
-    elif name in _SHELLS:
-        for i, word in enumerate(rest):
-            if word.text == "-c" and i + 1 < len(rest):
-                yield from all_commands(parse(rest[i + 1].text), depth + 1)
-                break
-    elif name == "eval":
-        yield from all_commands(parse(" ".join(w.text for w in rest)), depth + 1)
-    elif name == "find":
-        for i, word in enumerate(rest):
-            if word.text in ("-exec", "-execdir", "-ok", "-okdir"):
-                end = next((j for j in range(i + 1, len(rest)) if rest[j].text in (";", "+")), len(rest))
-                yield from _unwrap(rest[i + 1 : end], depth)
-
-
 # ------------------------------------------------------------------------------------------- the verdict
 
 
@@ -139,10 +80,10 @@ def dangerous_reason(
         if reason:
             return reason
     for command in script.commands:
-        argv = strip_reserved(command.argv)
-        piped = command.after in ("|", "|&") and argv and posixpath.basename(argv[0].text) in _INTERPRETERS
-        if piped and all(w.text.startswith("-") for w in argv[1:]):  # no script file: the program is stdin
-            return f"it pipes text into {argv[0].text}, which runs it as a program"
+        # Piped text, a here-document or a here-string: the program is text the check does not see.
+        fed = command.after in ("|", "|&") or any(r.op.startswith("<<") for r in command.redirects)
+        if fed and any(_runs_stdin(argv) for argv in unwrap(strip_reserved(command.argv), 1)):
+            return f"it feeds text to {command.argv[0].text}, which runs it as a program"
         for redirect in command.redirects:
             target = redirect.target.text
             if target.startswith(("/dev/tcp/", "/dev/udp/")):
@@ -152,6 +93,15 @@ def dangerous_reason(
             if ">" in redirect.op and is_protected_path(target, config_dir=config_dir):
                 return f"it writes to the protected path {target}"
     return None
+
+
+def _runs_stdin(argv: list[Word]) -> bool:
+    """An interpreter with no script file (or `-s`, `-`): the program it runs is its stdin."""
+    if posixpath.basename(argv[0].text) not in _INTERPRETERS:
+        return False
+    args = [w.text for w in argv[1:]]
+    stdin = any(a == "-" or re.fullmatch(r"-[a-z]*s[a-z]*", a) for a in args)
+    return stdin or all(a.startswith("-") for a in args)
 
 
 def _dangerous_argv(argv: list[Word], config_dir: Path | None) -> str | None:
@@ -165,11 +115,13 @@ def _dangerous_argv(argv: list[Word], config_dir: Path | None) -> str | None:
         return "it opens a network connection (/dev/tcp)"
     if name in _PRIVILEGE:
         return f"{name} runs a command with root privileges"
-    if name == "rm" and (set(flags) & set("rRf") or {"--recursive", "--force"} & set(args)):
+    if name in ("xargs", "parallel") and any(posixpath.basename(a) in _ARGUMENT_GATED for a in args):
+        return f"{name} gives the command it runs arguments that are only known at run time"
+    if name == "rm" and _rm_forces(args):
         return "rm -r/-f deletes files for good"
     if name in _DESTRUCTIVE or name.startswith("mkfs"):
         return f"{name} can destroy data or stop the system"
-    if name in ("chmod", "chown", "chgrp") and ("R" in flags or "--recursive" in args):
+    if name in ("chmod", "chown", "chgrp") and ("R" in flags or _gives(args, "--recursive")):
         return f"{name} -R changes permissions of a whole tree"
     if name == "kill" and any(a in ("-1", "0") for a in args if not a.startswith("-") or a == "-1"):
         return "kill -1 signals every process of the user"
@@ -180,33 +132,81 @@ def _dangerous_argv(argv: list[Word], config_dir: Path | None) -> str | None:
     if name in ("python", "python3") and args[:3] == ["-m", "pip", "install"]:
         return "pip install runs the packages' install scripts"
     if name == "git":
-        reason = _dangerous_git(args)
+        reason = _dangerous_git(*git_subcommand(args))
         if reason:
             return reason
     if name == "find" and "-delete" in args:
         return "find -delete deletes files"
-    if name in _WRITERS and any(is_protected_path(a, config_dir=config_dir) for a in args):
-        return "it changes a protected path (.git/, a shell startup file or mylm's config)"
+    if name not in _READERS and any(is_protected_path(a, config_dir=config_dir) for a in _and_values(args)):
+        return "it may change a protected path (.git/, a shell startup file or mylm's config)"
     return None
 
 
-def _dangerous_git(args: list[str]) -> str | None:
-    sub = next((a for a in args if not a.startswith("-")), "")
-    rest = args[args.index(sub) + 1 :] if sub else []
-    if sub in ("push", "fetch", "pull", "clone", "remote", "submodule", "ls-remote", "archive", "send-email"):
+def _and_values(args: list[str]) -> list[str]:
+    """Arguments, plus the values of `--opt=value`, `key=value` and glued short options
+    (`--output=.git/config`, `of=.bashrc`, `-o.git/config`)."""
+    out = list(args)
+    for a in args:
+        if "=" in a:
+            out.append(a.partition("=")[2])
+        if a.startswith("-") and not a.startswith("--") and len(a) > 2:
+            out.append(a[2:])
+    return out
+
+
+def _gives(args: list[str], option: str) -> bool:
+    """Whether a long option in `args` is `option` or an abbreviation of it (GNU getopt and git accept any
+    unambiguous prefix, so `--r` can be `--recursive`)."""
+    return any(
+        a.startswith("--") and len(a) > 2 and option.startswith(a.partition("=")[0]) for a in args
+    )
+
+
+#: rm options that neither force nor recurse.
+_RM_HARMLESS = frozenset(
+    {"--interactive", "--verbose", "--dir", "--one-file-system", "--preserve-root", "--help", "--version"}
+)
+
+
+def _rm_forces(args: list[str]) -> bool:
+    for a in args:
+        if a == "--":
+            return False
+        if a.startswith("--") and a.partition("=")[0] not in _RM_HARMLESS:
+            return True  # --force, --recursive, --no-preserve-root, or an abbreviation (--r, --f)
+        if a.startswith("-") and not a.startswith("--") and set(a[1:]) - set("iIvd"):
+            return True
+    return False
+
+
+_GIT_NETWORK = frozenset(
+    {"push", "fetch", "pull", "clone", "submodule", "ls-remote", "archive", "send-email", "send-pack"}
+)
+
+
+def _dangerous_git(sub: str, rest: list[str]) -> str | None:
+    short = "".join(a[1:] for a in rest if a.startswith("-") and not a.startswith("--"))
+    if sub in _GIT_NETWORK:
         return f"git {sub} uses the network (and can publish or overwrite work)"
-    if sub == "reset" and "--hard" in rest:
+    if sub == "remote" and not set(rest) <= {"-v", "--verbose"}:
+        return "git remote can use the network or change where the repository pushes"
+    if sub == "reset" and _gives(rest, "--hard"):
         return "git reset --hard discards uncommitted work"
-    if sub == "clean" and any(a.startswith("-") and not a.startswith("--") and "f" in a for a in rest):
+    if sub == "clean" and ("f" in short or _gives(rest, "--force")):
         return "git clean -f deletes untracked files"
-    if sub in ("checkout", "restore") and ("--" in rest or "." in rest):
-        return f"git {sub} of paths discards uncommitted changes"
-    if sub == "branch" and any(a in ("-D", "--delete", "-d") for a in rest):
+    if sub == "rm" and ("f" in short or _gives(rest, "--force")):
+        return "git rm -f deletes files with their uncommitted changes"
+    discards = "--" in rest or "." in rest or "f" in short or _gives(rest, "--force")
+    if sub in ("checkout", "restore", "switch") and (discards or _gives(rest, "--discard-changes")):
+        return f"git {sub} of paths (or --force) discards uncommitted changes"
+    if sub == "branch" and ("D" in short or "d" in short or _gives(rest, "--delete")):
         return "git branch -D deletes a branch"
+    if sub == "config" and not set(rest) & {"--get", "--get-all", "--get-regexp", "--list", "-l"}:
+        return "git config changes the repository's config, a protected path"
     if sub == "stash" and rest[:1] in (["drop"], ["clear"]):
         return "git stash drop/clear deletes stashed work"
-    if sub in ("filter-branch", "filter-repo", "update-ref", "reflog") or (sub, "--prune=now") in (
-        ("gc", a) for a in rest
+    if sub in ("filter-branch", "filter-repo", "update-ref", "reflog") or (
+        sub == "gc" and any(a.startswith("--prune") for a in rest)
     ):
         return f"git {sub} rewrites or deletes history"
     return None

@@ -109,6 +109,17 @@ class Workspace:
             raise EscapeError(f"'{path}' leads outside the workspace (through '..'); stay inside {self.root}")
         return normal
 
+    def resolve(self, path: str) -> str:
+        """The workspace-relative path `path` leads to once symbolic links are followed, as an open would;
+        one that leads outside raises `EscapeError`. For the approval policy's checks (secrets, protected
+        paths), which must judge the file a call reaches rather than the name it gives."""
+        rel = self.relative(path)
+        real = Path(os.path.realpath(self.root / rel))
+        try:
+            return real.relative_to(self.root).as_posix()
+        except ValueError:
+            raise EscapeError(f"'{path}' resolves outside the workspace (through a symbolic link)") from None
+
     # ------------------------------------------------------------------------------------------ opening
 
     def open(self, path: str, flags: int = os.O_RDONLY, mode: int = 0o666) -> int:

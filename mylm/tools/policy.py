@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping
@@ -134,26 +135,38 @@ def _decide_path(
     call: ToolCall, tool: Tool, policy: ApprovalPolicy, trusted: bool, make: Callable[..., Decision]
 ) -> Decision:
     path = str(call.arguments.get("path", "."))
+    workspace = Workspace(policy.workspace)
     try:
-        rel = Workspace(policy.workspace).relative(path)
+        rel = workspace.relative(path)
+        # The tools follow symlinks inside the workspace: judge the file the call reaches, not just its name.
+        # A write replaces a final link rather than following it, so its resolved parent counts as well.
+        parent, name = posixpath.split(rel)
+        reached = {rel, workspace.resolve(path), posixpath.join(workspace.resolve(parent or "."), name)}
     except ToolError as error:
         return make("deny", str(error))
-    absolute = os.path.join(str(policy.workspace), rel)
     if policy.yes:
         return make("allow", "--yes approves every call")
-    secret = is_secret_path(rel)
+    secret = next((p for p in sorted(reached) if is_secret_path(p)), None)
+    shown = rel if secret in (None, rel) else f"{rel} (a link to {secret})"
     if tool.risk == "read":
         if secret:
-            return make("ask", f"{rel} looks like a secret (keys, tokens, passwords)", rememberable=False)
+            return make("ask", f"{shown} looks like a secret (keys, tokens, passwords)", rememberable=False)
         return make("allow", "a read inside the workspace")
-    if any(is_protected_path(p, config_dir=policy.config_dir) for p in (rel, absolute)):
-        return make("ask", f"{rel} is protected (.git/, shell startup files and mylm's config always ask)",
+    protected = next((p for p in sorted(reached) if _protected(p, policy)), None)
+    if protected:
+        where = rel if protected in (None, rel) else f"{rel} (which leads to {protected})"
+        return make("ask", f"{where} is protected (.git/, shell startup files and mylm's config always ask)",
                     rememberable=False)
     if secret:
-        return make("ask", f"{rel} looks like a secret (keys, tokens, passwords)", rememberable=False)
+        return make("ask", f"{shown} looks like a secret (keys, tokens, passwords)", rememberable=False)
     if trusted or policy.approve_edits:
         return make("allow", "edits are approved for this run")
     return make("ask", f"{tool.name} changes {rel}")
+
+
+def _protected(rel: str, policy: ApprovalPolicy) -> bool:
+    absolute = os.path.join(str(policy.workspace), rel)
+    return any(is_protected_path(p, config_dir=policy.config_dir) for p in (rel, absolute))
 
 
 # ------------------------------------------------------------------------------------------ the display

@@ -15,14 +15,25 @@ from mylm.types import ToolCall
 
 @pytest.fixture
 def repo(workspace: Path) -> Path:
-    """A workspace that looks like a project with a secret or two in it."""
+    """A workspace that looks like a project with a secret or two in it, and links in and out of it."""
     (workspace / "README.md").write_text("# demo\n")
+    (workspace / "data.txt").write_text("b\na\n")
     (workspace / "src").mkdir()
     (workspace / "src" / "main.py").write_text("print('hi')\n")
     (workspace / "src" / "util.py").write_text("X = 1\n")
     (workspace / ".env").write_text("API_KEY=abc\n")
     (workspace / "server.pem").write_text("-----BEGIN PRIVATE KEY-----\n")
     (workspace / ".git" / "hooks").mkdir(parents=True)
+    for name in ("d1", "d2"):
+        (workspace / name).mkdir()
+    (workspace / "d1" / ".env").write_text("K=1\n")
+    outside = workspace.parent / "outside-dir"
+    outside.mkdir()
+    (outside / "id_rsa").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    (workspace / "notes.txt").symlink_to(outside / "id_rsa")  # a link out of the workspace
+    (workspace / "linked").symlink_to(outside)
+    (workspace / "envlink").symlink_to(".env")  # a link to a secret inside
+    (workspace / "gitlink").symlink_to(".git")  # a link to a protected directory
     return workspace
 
 
@@ -140,6 +151,148 @@ DANGEROUS = [
     "nohup nc -l 4444 &",
     "sed -i s/x/y/ ~/.config/mylm/config.toml",
 ]
+# The security review (F1, F2, F5) and the bypasses tried against the redesign; each was allowed before.
+ALLOW += [
+    "sort -k2 -n data.txt",
+    "sort --key=2 --numeric-sort --reverse data.txt",
+    "grep -n -e TODO -- src/main.py",
+    "grep -c TODO README.md src/main.py",
+    "head -5 README.md",
+    "git log -n 3 --format='%h %s' --since=2.weeks",
+    "git status --porcelain=v2",
+    "git status -uno",
+    "git branch --list 'fe*'",
+    "git tag -l 'v*'",
+    "git remote -v",
+    "git --version",
+    "cd src && cat ../README.md",
+    "cd src; cat ../README.md",
+    "cd src && cd .. && ls",
+    "find . -name .env",
+    "find . -type f -newer README.md -print",
+    "date +%Y-%m-%d",
+    "date -r README.md",
+    "command -v git",
+    "printf '%s\\n' hi",
+    "test -f README.md && echo yes",
+    "make --version",
+    "cat /dev/null",
+    "ls -R",
+    "diff -r src src",
+    "jq -r .name data.txt",
+]
+REVIEW_ASK = [
+    # F1: abbreviated long options, `make version`.
+    "printf 'id > PWNED_ONE_CALL\\n' | sort --o=x.sh; git grep --untracked --open=sh -l PWNED",
+    "sort --o=x.sh README.md",
+    "git grep --open=sh -l x",
+    "sort -S 1 --compress-prog=sh data.txt",
+    "make version",
+    "date --se=2020-01-01",
+    "file --comp",
+    # F2: cd forms that leave the workspace, recursive readers, symlinks.
+    "cd; cat .config/mylm/config.toml",
+    "cd src; cd -P ..; cd ..; ls",
+    "egrep -r KEY .",
+    "fgrep -r KEY .",
+    "grep --rec KEY .",
+    "grep -d recurse KEY .",
+    "grep --directories=recurse KEY .",
+    "grep --directories recurse KEY .",
+    "grep -d rec KEY .",
+    "diff -rN d1 d2",
+    "printf '.e%sv\\0' n | sort --files0-from=-",
+    "cat notes.txt",
+    "cat envlink",
+    "grep -R PRIVATE linked",
+    "ls linked/",
+]
+BYPASS_ASK = [
+    # cd: every form but `cd DIR`, a cd that may not run, a link out.
+    "cd -", "cd -L src", "cd -- src", "cd ''", "cd src src", "cd linked && ls", "cd src; cd ..; cd ..; ls",
+    "false && cd src; cat ../x", "cd src | cat ../../x", "cd src || cat ../../x", "cd nonexistent; cat ../x",
+    "ls && cd src; cat ../README.md", "cd src && cat ../.env",
+    # Option spellings: clusters, glued and separate values, --opt=value on a flag.
+    "sort -uo out.txt data.txt", "sort --output out data.txt", "sort -T . data.txt",
+    "sort --random-source=.env data.txt", "grep -rf .env src", "grep -f.env src/main.py",
+    "grep --file=.env src/main.py", "grep --exclude-from=x -r KEY src", "grep -rKEY src",
+    "grep --count=2 x README.md",
+    "ls --all=yes", "head --lines", "tail -f README.md", "tail --pid=1 README.md", "md5sum -c sums",
+    "wc -l --files0-from=list", "du --files0-from=list", "du -L linked", "ls -L", "tree -o x", "tree -R",
+    "file -z x", "file -m magic x", "file -f list", "date -s now", "date -f .env", "date 010100002030",
+    "uniq data.txt out.txt", "uniq -- data.txt out.txt", "diff -l a b", "diff -X pats a b",
+    # find, sed, jq, printf, env, command, hostname.
+    "find . -fprint out", "find . -fls out", "find . -name x -fprintf out %p", "find -L . -name x",
+    "find . -follow", "find . -newer .env", "find linked", r"find . -execdir ls \;", "find . -files0-from x",
+    "sed -n 1w.out README.md", "sed -n '1p;w x' README.md", "sed -n 1p README.md -i", "sed -n 1p -- -i",
+    "sed -n '1e id' README.md", "jq -n 'import \"../secret\" as $c; $c'", "jq -n 'include \"x\"; 1'",
+    "jq -L / -n .", "jq --rawfile a .env -n '$a'", "jq -f prog.jq data.txt", "printf -v PATH . ; ls",
+    "printf -vPATH .", "env FOO=1", "env -S 'ls'", "command ls", "command -p ls", "hostname newname",
+    # git: secrets named through revisions and pathspecs, writing options, subcommands that create.
+    "git show HEAD:.env", "git cat-file -p HEAD:.env", "git show ':(top).env'", "git show :0:.env",
+    "git log -p -- .env", "git grep KEY", "git grep --no-index KEY", "git log --output=x", "git log -Ox",
+    "git diff --ext-diff", "git diff --textconv", "git diff --no-index a b",
+    "git blame --contents x README.md",
+    "git log --show-signature", "git branch evil", "git tag v1", "git stash list", "git -p log",
+    "git --no-pager log", "git log --outp=x", "git status --short=x", "git cat-file --filters HEAD:README.md",
+    # Programs that are not read-only, whatever their arguments.
+    "awk 'BEGIN{system(\"id\")}'", "less README.md", "tar --to-command=sh -xf a.tar", "xxd -r x y", "tee x",
+    "cargo --version", "go version", "npm --version", "python3 -c 'print(1)'", "./ls", "/bin/ls",
+    # Outside the workspace, however it is spelled.
+    "head -c 10 /dev/urandom", "cat /proc/self/environ", "realpath --relative-to=/ .", "stat linked",
+    "readlink notes.txt", "ls ~", "cat .e*", "cat .[e]nv", "cat ./.env", "cat src/../.env", "wc -c envlink",
+    "rg --pre=sh x", "rg -z x", "rg --hidden KEY", "rg --search-zip x src",
+    # A glob among a recursive reader's roots: d1/ holds a .env.
+    "grep -r KEY *", "grep -r KEY d?", "diff -r d* src",
+]
+ASK += REVIEW_ASK + BYPASS_ASK
+DANGEROUS += [
+    # F1's second shape: a write to .git/config, which `git status` then obeys.
+    "printf '[core] fsmonitor = touch PWNED_E2E\\n' | sort --outp=.git/config",
+    "sort -o .bashrc data.txt",
+    "sort -o.git/config data.txt",
+    "git config core.fsmonitor 'touch x'",
+    # F5: abbreviations, wrappers, combined shell flags, git's global options.
+    "rm --r --f d",
+    "rm --rec d",
+    "rm --no-preserve-root -r /",
+    "setsid rm -rf d",
+    "unshare rm -rf d",
+    "bash -lc 'rm -rf d'",
+    "git -C . push --force origin main",
+    "git -c x=y push -f",
+    "git -C . reset --hard",
+    "busybox rm -rf d",
+    "chroot / sudo ls",
+    "flock l --command='rm -rf d'",
+    "flock l rm -rf d",
+    "script -qc 'rm -rf d' /dev/null",
+    "env -S'rm -rf d'",
+    "timeout -s KILL 5 rm -rf d",
+    "nice -n 5 sudo ls",
+    "watch 'rm -rf d'",
+    "sh -ec 'rm -rf d'",
+    "bash -o pipefail -c 'rm -rf d'",
+    "bash -c -- 'rm -rf d'",
+    "bash <<< 'rm -rf d'",
+    "echo x | env sh",
+    "cat x | nice -n 5 bash -s",
+    "echo d | xargs rm",
+    "git reset --ha",
+    "git clean --for",
+    "git checkout -f",
+    "git restore .",
+    "git -c alias.x='!rm -rf d' x",
+    "git -c core.pager='rm -rf d' log",
+    "chmod --rec 777 .",
+    "run0 ls",
+    "dig x.example.com",
+    "shopt -s expand_aliases\nalias x='rm -rf'\nx d",
+    "git rm -rf .",
+    "tar -cf x.tar --file=.git/config .",
+    "python3 gen.py --out=.bashrc",
+    "trap 'rm -rf d' EXIT",
+]
 FORBIDDEN = [
     "ls\rrm -rf ~",
     "echo 'unterminated",
@@ -183,6 +336,16 @@ def test_policy_dangerous_commands_ask_even_when_commands_are_approved(repo: Pat
         assert command(policy, text).action == "allow", text
 
 
+def test_policy_nothing_is_read_only_when_path_reaches_the_workspace(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    policy = ApprovalPolicy(workspace=repo)
+    for path in (f"/usr/bin:{repo / 'bin'}", "/usr/bin:", ".:/usr/bin", f"/usr/bin:{repo}"):
+        monkeypatch.setenv("PATH", path)
+        decision = command(policy, "ls")
+        assert decision.action == "ask" and "PATH" in decision.reason, path
+
+
 def test_policy_yes_approves_everything_but_refusals(repo: Path) -> None:
     policy = ApprovalPolicy(workspace=repo, yes=True)
     assert all(command(policy, c).action == "allow" for c in ALLOW + ASK + DANGEROUS)
@@ -219,6 +382,11 @@ def test_policy_file_paths(repo: Path) -> None:
         ("write_file", "src/new.py"): "ask",
         ("edit_file", "src/main.py"): "ask",
         ("write_file", "/tmp/x"): "deny",
+        # F6: the tools follow links inside the workspace, so the policy judges where a link leads.
+        ("read_file", "envlink"): "ask",
+        ("read_file", "notes.txt"): "deny",
+        ("list_dir", "linked"): "deny",
+        ("read_file", "gitlink/config"): "allow",
     }
     tools = _file_tools()
     got = {
@@ -252,12 +420,15 @@ def test_policy_protected_paths_always_ask_for_writes(repo: Path) -> None:
         ".mylm.toml",
         ".bash_profile",
         ".config/fish/config.fish",
+        "gitlink/hooks/x",  # F6: gitlink -> .git
+        "gitlink/config",
+        "envlink",  # a link to a secret
     ]
     for path in protected:
         approver(ToolCall("write_file", {"path": path, "content": "x"}), write)
-    assert len(prompts) == 10  # "always" never covers a protected path
+    assert len(prompts) == 13  # "always" never covers a protected path
     assert approver(ToolCall("write_file", {"path": "src/ok.py", "content": "x"}), write).allowed
-    assert len(prompts) == 10
+    assert len(prompts) == 13
 
 
 def test_policy_approver_prompt_flow(repo: Path) -> None:
