@@ -397,7 +397,9 @@ class Agent:
                 outcome, status = ToolOutcome(verdict.reason or "the user refused it", True, 0.0), "denied"
             else:
                 self._check(run)
-                context = ToolContext(deadline=self._deadline(run), cancel=run.cancel, workspace=self.workspace)
+                context = ToolContext(
+                    deadline=self._deadline(run), cancel=run.cancel, workspace=self.workspace, grant=verdict.grant,
+                )
                 started = time.monotonic()
                 try:
                     outcome = run_tool(tool_, arguments, context)

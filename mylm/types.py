@@ -11,6 +11,8 @@ if TYPE_CHECKING:
     from .errors import MylmError
 
 Role = Literal["system", "user", "assistant"]
+#: What a running command may do: read the system and workspace only, or also write the workspace.
+Grant = Literal["read-only", "workspace-write"]
 
 
 @dataclass(frozen=True)
@@ -75,15 +77,21 @@ class FinishReason(str, Enum):
 
 @dataclass(frozen=True)
 class Permission:
-    """A permission hook's answer for one tool call: allow, or deny with a reason the model will read."""
+    """A permission hook's answer for one tool call: allow, or deny with a reason the model will read.
+
+    `grant` says what an allowed command may do once it runs: "read-only" when the call was allowed without
+    asking anyone (the policy understood it as a read), "workspace-write" when a person (or --yes) approved it.
+    The sandbox, not the classifier, enforces it.
+    """
 
     allowed: bool
     reason: str = ""
+    grant: Grant = "workspace-write"
 
     @classmethod
-    def allow(cls) -> Permission:
-        """Let the call run."""
-        return cls(True)
+    def allow(cls, grant: Grant = "workspace-write") -> Permission:
+        """Let the call run with `grant`'s access."""
+        return cls(True, grant=grant)
 
     @classmethod
     def deny(cls, reason: str) -> Permission:

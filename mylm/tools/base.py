@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, TypeVar, overload
 
 from ..cancel import CancelToken, remaining
+from ..types import Grant
 from .schema import parse_docstring, schema_from_signature
 from .validation import validate
 
@@ -27,6 +28,8 @@ class ToolContext:
     deadline: float | None = None
     cancel: CancelToken | None = None
     workspace: Path = field(default_factory=Path.cwd)
+    #: What the permission hook granted this call; the sandbox of `execute_command` enforces it.
+    grant: Grant = "workspace-write"
 
     def time_left(self, cap: float | None = None) -> float:
         """Seconds the tool may still take: the run's remaining budget, capped by `cap`."""

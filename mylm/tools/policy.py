@@ -259,7 +259,8 @@ class Approver:
     def __call__(self, call: ToolCall, tool: Tool) -> Permission:
         decision = decide(call, tool, self.policy, always=frozenset(self.always))
         if decision.action == "allow":
-            return Permission.allow()
+            # Nobody approved it: the policy read it as a read, and the sandbox holds it to that.
+            return Permission.allow("read-only")
         if decision.action == "deny":
             return Permission.deny(f"refused by the approval policy: {decision.reason}")
         if self.prompt is None:
