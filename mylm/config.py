@@ -84,6 +84,12 @@ def _flag(value: Any) -> bool:
     raise ValueError("is not true or false")
 
 
+def _sandbox_mode(value: Any) -> str:
+    if value not in ("auto", "off"):
+        raise ValueError('must be "auto" or "off"')
+    return str(value)
+
+
 def _table(value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValueError("must be a table, e.g. { temperature = 0.2 }")
@@ -104,6 +110,9 @@ _KEYS: dict[str, _Key] = {
     "yes": _Key(("MYLM_YES",), _flag, False),
     "instructions": _Key((), _text, ""),
     "options": _Key((), _table, None),
+    # No environment variable and no project file: only the user (their config file or a flag) may loosen it.
+    "sandbox": _Key((), _sandbox_mode, "auto"),
+    "sandbox_network": _Key((), _flag, True),
 }
 
 #: Every setting, in the order `mylm config` shows them.
@@ -137,6 +146,11 @@ class Settings:
     instructions: str = ""
     #: Provider options (temperature, top_p, ...) passed to the endpoint as they are.
     options: Mapping[str, Any] | None = None
+    #: "auto": confine commands with the best sandbox the system has; "off": run them unconfined (a warning
+    #: on every run).
+    sandbox: str = "auto"
+    #: Whether commands the user approved (workspace-write) may use the network.
+    sandbox_network: bool = True
     #: The profile in effect, if any.
     profile: str | None = None
     #: Everything else the config file holds (MCP servers, tools, ...), passed through as read.
@@ -459,7 +473,8 @@ def _resolve_key(
 
 
 def _apply_project(values: dict[str, Any], sources: dict[str, str], warnings: list[str], path: Path) -> None:
-    """Apply the untrusted project file: append instructions, lower limits, turn `yes` off; refuse the rest."""
+    """Apply the untrusted project file: append instructions, lower limits, turn `yes` and the commands' network
+    off; refuse the rest (it can never turn the sandbox off)."""
     data = read_config_file(path, known=set(_KEYS) | _FILE_ONLY)
     label = f"project {path}"
     for name, value in data.items():
@@ -479,6 +494,8 @@ def _apply_project(values: dict[str, Any], sources: dict[str, str], warnings: li
         elif name == "yes" and value is False:
             if sources.get("yes") != "flag":
                 values["yes"], sources["yes"] = False, label
+        elif name == "sandbox_network" and value is False:
+            values["sandbox_network"], sources["sandbox_network"] = False, label  # tightening is fine
         else:
             warnings.append(
                 f"ignoring {name!r} in {path}: a project's config may only add instructions and lower limits "

@@ -8,6 +8,7 @@ import click
 
 if TYPE_CHECKING:
     from ..redact import Redactor
+    from ..sandbox import Sandbox
     from ..tools.base import Tool
     from ..tools.policy import ApprovalPolicy, Decision
     from ..types import Permission, ToolCall
@@ -57,8 +58,10 @@ class Approver:
         color: bool,
         redactor: Redactor | None = None,
         scope: str = "this run",
+        sandbox: Sandbox | None = None,
     ) -> None:
         self.policy = policy
+        self._sandbox = sandbox
         self._terminal_factory = terminal_factory
         self._terminal: Terminal | None = None
         self._opened = False
@@ -75,7 +78,8 @@ class Approver:
 
         decision = decide(call, tool, self.policy, always=frozenset(self._always))
         if decision.action == "allow":
-            return Permission.allow()
+            # Allowed by the policy's own reading: the sandbox holds it to that (read-only) unless the user said so.
+            return Permission.allow(decision.grant)
         if decision.action == "deny":
             click.echo(f"mylm: refused {for_terminal(call.name)}: {for_terminal(decision.reason)}", err=True)
             return Permission.deny(f"refused by the approval policy: {decision.reason}")
@@ -108,6 +112,9 @@ class Approver:
         if (summary, details) != (decision.summary, decision.details):
             lines.append("  (a secret value of yours is shown as [REDACTED]; the real value is what will be used)")
         lines.append(f"  ({for_terminal(decision.reason)})")
+        if self._sandbox is not None and call.name == "execute_command":
+            # What it can do once approved: the user's "yes" gives the command write access, nothing more.
+            lines.append(f"  ({for_terminal(self._sandbox.access('workspace-write', self.policy.workspace))})")
         always = f" / [a]lways {call.name} {self._scope}" if decision.rememberable else ""
         self._err.flush()
         answer = terminal.ask("\n".join(lines) + f"\nAllow? [y]es / [n]o{always}: ")

@@ -33,6 +33,11 @@ def run_options(command: Any) -> Any:
         click.option("--max-iterations", type=int, metavar="N", help="Model calls allowed before a summary answer [10]."),
         click.option("--timeout", type=float, metavar="SECONDS", help="Wall-clock budget for each run [120]."),
         click.option("-y", "--yes", is_flag=True, default=None, help="Run every tool call without asking."),
+        click.option(
+            "--sandbox", type=click.Choice(["auto", "off"]), default=None,
+            help="auto: confine commands with the kernel's sandbox (Landlock, else bubblewrap); off: run them "
+                 "unconfined (warns every run) [auto].",
+        ),
     ]
     for option in reversed(options):
         command = option(command)

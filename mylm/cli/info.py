@@ -61,10 +61,12 @@ def config(as_json: bool, **options: Any) -> None:
     from ..config import PROJECT_CONFIG, SETTING_NAMES, config_path, read_config_file
     from ..display import for_terminal, json_text
     from ..redact import public_url
+    from .runner import command_sandbox
 
     settings = settings_from(options)
     user_file = config_path()
     profiles = sorted(read_config_file(user_file).get("profiles", {}))
+    sandbox = command_sandbox(settings).describe()
     rows = []
     for name in SETTING_NAMES:
         value: Any = getattr(settings, name)
@@ -79,6 +81,7 @@ def config(as_json: bool, **options: Any) -> None:
             "project_file": str(PROJECT_CONFIG.resolve()),
             "profile": settings.profile,
             "profiles": profiles,
+            "sandbox_in_force": sandbox,
             "settings": {name: {"value": value, "source": source} for name, value, source in rows},
         }
         click.echo(json_text(data, indent=2))
@@ -91,6 +94,7 @@ def config(as_json: bool, **options: Any) -> None:
     for name, value, source in rows:
         shown = "-" if value is None or value == "" else _short(value)
         click.echo(for_terminal(f"{name:<15} {shown:<40} {source}"))
+    click.echo(for_terminal(f"{'commands':<15} {sandbox}"))
 
 
 def _short(value: Any) -> str:

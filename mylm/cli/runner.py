@@ -6,7 +6,7 @@ import os
 import signal
 import sys
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Callable, Iterator
 
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ..llm import LLM
     from ..prompts import PromptLoader
     from ..redact import Redactor
+    from ..sandbox import Sandbox
     from ..tools.base import Tool
     from ..types import Event, Message, RunResult
     from .approve import Approver
@@ -36,11 +37,14 @@ def session_tools(settings: Settings) -> Iterator[list[Tool]]:
     The builtin tools are confined to the current directory; tools from the MCP servers in `[mcp]` are added,
     and those servers live until the block ends.
     """
+    from ..sandbox import protect_process
     from ..tools import ToolSettings, builtin_tools
     from ..tools.procs import become_subreaper
 
     # Adopt orphaned descendants, so a command's double-forked daemon is still found and stopped (T4).
     become_subreaper()
+    # Commands must not read this process's environment (API keys, DATABASE_URL) from /proc (issue 10).
+    protect_process()
     configured = ToolSettings.from_config(dict(settings.extra.get("tools", {}) or {}))
     tools = builtin_tools(
         workspace=Path.cwd(),
@@ -48,6 +52,7 @@ def session_tools(settings: Settings) -> Iterator[list[Tool]]:
         memory=configured.memory,
         command_timeout=configured.command_timeout,
         env_passthrough=configured.env,
+        sandbox=command_sandbox(settings, configured.memory_path),
     )
     servers = settings.extra.get("mcp")
     if not servers:
@@ -57,6 +62,18 @@ def session_tools(settings: Settings) -> Iterator[list[Tool]]:
 
     with open_mcp_servers(servers) as mcp:
         yield [*tools, *mcp.tools]
+
+
+def command_sandbox(settings: Settings, memory_path: Path | None = None) -> Sandbox:
+    """The sandbox for this run's commands, from the `sandbox` and `sandbox_network` settings; mylm's own
+    config and data directories are never readable from it."""
+    from ..config import config_path
+    from ..prompts import user_config_dir
+    from ..sandbox import detect
+    from ..sessions import data_dir
+
+    private = [user_config_dir(), data_dir(), config_path(), *([memory_path] if memory_path else [])]
+    return detect("off" if settings.sandbox == "off" else "auto", network=settings.sandbox_network, private=private)
 
 
 def make_llm(ctx: click.Context, settings: Settings, loader: PromptLoader) -> LLM:
@@ -116,12 +133,20 @@ def make_approver(
     from .approve import Approver, open_terminal
 
     section = (settings.extra.get("tools", {}) or {}).get("approval", {}) or {}
-    policy = ApprovalPolicy.from_config(
-        section, workspace=Path.cwd(), yes=settings.yes, config_dir=user_config_dir()
+    sandbox = command_sandbox(settings)
+    if sandbox.backend == "off":
+        warn("the sandbox is off (sandbox = off or --sandbox off): commands run unconfined, with your access")
+    elif not sandbox.confines:
+        warn("no sandbox is available here (no Landlock, no bubblewrap): commands would run unconfined, so "
+             "every command asks")
+    policy = replace(
+        ApprovalPolicy.from_config(section, workspace=Path.cwd(), yes=settings.yes, config_dir=user_config_dir()),
+        command_sandbox=sandbox.confines,
     )
     terminal_factory = (ctx.obj or {}).get("terminal", open_terminal)
     return Approver(
         policy=policy,
+        sandbox=sandbox,
         terminal_factory=terminal_factory,
         err=sys.stderr,
         color=use_color(sys.stderr),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ..errors import ConfigError
 from .base import Tool
@@ -12,6 +12,9 @@ from .files import file_tools
 from .memory import memory_tools
 from .paths import Workspace
 from .shell import DEFAULT_TIMEOUT, ShellLimits, shell_tool
+
+if TYPE_CHECKING:
+    from ..sandbox import Sandbox
 
 _KEYS = {"command_timeout", "env", "memory", "memory_path", "approval"}
 
@@ -59,13 +62,15 @@ def builtin_tools(
     env_passthrough: Sequence[str] = (),
     shell_limits: ShellLimits | None = None,
     session: str | None = None,
+    sandbox: Sandbox | None = None,
 ) -> list[Tool]:
     """The builtin tools confined to `workspace`: execute_command, read_file, write_file, edit_file, list_dir,
-    and (unless `memory` is False) remember and search_memory over the store at `memory_path`."""
+    and (unless `memory` is False) remember and search_memory over the store at `memory_path`. Commands are
+    confined by `sandbox` (default: the best this system offers)."""
     confined = Workspace(workspace)
     tools = [
         shell_tool(confined.root, default_timeout=command_timeout, limits=shell_limits or ShellLimits(),
-                   env_passthrough=env_passthrough),
+                   env_passthrough=env_passthrough, sandbox=sandbox),
         *file_tools(confined),
     ]
     if memory:

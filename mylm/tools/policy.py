@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Mapping
 
 from ..errors import ConfigError, ToolError
-from ..types import Permission, ToolCall
+from ..types import Grant, Permission, ToolCall
 from .base import Tool
 from .commands import INVISIBLE, classify
 from .danger import is_protected_path
@@ -48,6 +48,8 @@ class ApprovalPolicy:
     allow_tools: frozenset[str] = frozenset()
     #: mylm's config directory: writes to it always ask.
     config_dir: Path | None = None
+    #: Commands run confined by the kernel (mylm.sandbox). When False, execute_command always asks.
+    command_sandbox: bool = True
 
     @classmethod
     def from_config(
@@ -93,6 +95,8 @@ class Decision:
     details: str = ""
     #: Whether an "always for this tool" answer may cover this call (not for dangerous or protected ones).
     rememberable: bool = True
+    #: What an allowed command may do: "read-only" when only the policy's reading of it allowed it.
+    grant: Grant = "read-only"
 
 
 def decide(
@@ -101,8 +105,8 @@ def decide(
     """Decide one call: `allow`, `ask` or `deny`. `always` holds the tools approved "always" in this run."""
     summary, details = describe_call(call, tool, policy.workspace)
 
-    def make(action: Action, reason: str, rememberable: bool = True) -> Decision:
-        return Decision(action, reason, summary, details, rememberable)
+    def make(action: Action, reason: str, rememberable: bool = True, grant: Grant = "read-only") -> Decision:
+        return Decision(action, reason, summary, details, rememberable, grant)
 
     trusted = policy.yes or tool.name in always or tool.name in policy.allow_tools
     if tool.name == SHELL_TOOL:
@@ -113,13 +117,15 @@ def decide(
         if verdict.level == "forbidden":
             return make("deny", verdict.reason)
         if policy.yes:
-            return make("allow", "--yes approves every call")
+            return make("allow", "--yes approves every call", grant="workspace-write")
         if verdict.level == "dangerous":
             return make("ask", verdict.reason, rememberable=False)
+        if verdict.level == "safe" and not policy.command_sandbox:
+            return make("ask", f"no sandbox confines commands here, so every command asks ({verdict.reason})")
         if verdict.level == "safe":
             return make("allow", verdict.reason)
         if trusted or policy.approve_commands:
-            return make("allow", "commands are approved for this run")
+            return make("allow", "commands are approved for this run", grant="workspace-write")
         return make("ask", verdict.reason)
     if tool.name in PATH_TOOLS:
         return _decide_path(call, tool, policy, trusted, make)
@@ -259,8 +265,8 @@ class Approver:
     def __call__(self, call: ToolCall, tool: Tool) -> Permission:
         decision = decide(call, tool, self.policy, always=frozenset(self.always))
         if decision.action == "allow":
-            # Nobody approved it: the policy read it as a read, and the sandbox holds it to that.
-            return Permission.allow("read-only")
+            # Unless the user approved it, the policy read it as a read, and the sandbox holds it to that.
+            return Permission.allow(decision.grant)
         if decision.action == "deny":
             return Permission.deny(f"refused by the approval policy: {decision.reason}")
         if self.prompt is None:

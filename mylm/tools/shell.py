@@ -9,13 +9,16 @@ import subprocess
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from ..cancel import CancelToken
 from ..errors import CancelledError, ToolError
 from . import procs
 from .base import Tool, ToolContext, tool
 from .sensitive import redact
+
+if TYPE_CHECKING:
+    from ..sandbox import Launch, Sandbox
 
 DEFAULT_TIMEOUT = 30.0
 
@@ -129,26 +132,40 @@ def run_command(
     limits: ShellLimits = ShellLimits(),
     env: Mapping[str, str] | None = None,
     cancel: CancelToken | None = None,
+    launch: Launch | None = None,
 ) -> CommandResult:
     """Run `command` in a new session with stdin from /dev/null; no process it starts outlives this call.
 
-    Raises `CancelledError` (after the cleanup) if `cancel` fires while the command runs.
+    `launch` confines it (see `mylm.sandbox`). Raises `CancelledError` (after the cleanup) if `cancel` fires
+    while the command runs.
     """
     tag = secrets.token_hex(12)
     child_env = dict(env if env is not None else child_environment())
+    prefix: tuple[str, ...] = ()
+    preexec: Callable[[], None] | None = None
+    if launch is not None:
+        child_env.update(launch.env)
+        prefix, preexec = launch.prefix, launch.preexec
     child_env[procs.TAG_VARIABLE] = tag
     started = time.monotonic()
     target = procs.Command(tag)
     try:
         process = subprocess.Popen(
-            [*_shell(), command],
+            [*prefix, *_shell(), command],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,  # own process group and session: no controlling terminal, no Ctrl-C from ours
             cwd=cwd,
             env=child_env,
+            # The sandbox's few system calls between fork and exec; `mylm.sandbox.landlock.restrictor` says why
+            # that is safe in a threaded process.
+            preexec_fn=preexec,
         )
+    except subprocess.SubprocessError as error:
+        # The sandbox failed in the child (Popen reports an exception in preexec_fn): nothing ran unconfined.
+        procs.stop_all(target, grace=0)
+        raise ToolError(f"the command did not run: its sandbox could not be applied ({error})") from None
     except BaseException:
         # Ctrl-C inside Popen, after the fork: the child may exist with no handle to it; its tag still finds it.
         procs.stop_all(target, grace=0)
@@ -286,8 +303,13 @@ def shell_tool(
     default_timeout: float = DEFAULT_TIMEOUT,
     limits: ShellLimits = ShellLimits(),
     env_passthrough: Sequence[str] = (),
+    sandbox: Sandbox | None = None,
 ) -> Tool:
-    """Return the `execute_command` tool, running commands in `workspace`."""
+    """Return the `execute_command` tool, running commands in `workspace`, confined by `sandbox` to what the
+    call's grant allows (None: the best sandbox this system has; `mylm.sandbox.detect("off")` for none)."""
+    from ..sandbox import detect
+
+    confinement = sandbox if sandbox is not None else detect()
     default = min(default_timeout, limits.max_timeout)
 
     def execute_command(command: str, timeout: float = default, context: ToolContext | None = None) -> str:
@@ -302,14 +324,11 @@ def shell_tool(
         limit = ctx.time_left(min(max(float(timeout), 0.1), limits.max_timeout))
         if limit <= 0:
             raise ToolError("no time is left in this run to execute a command")
-        result = run_command(
-            command,
-            cwd=workspace,
-            timeout=limit,
-            limits=limits,
-            env=child_environment(env_passthrough),
-            cancel=ctx.cancel,
-        )
+        env = child_environment(env_passthrough)
+        with confinement.launch(ctx.grant, workspace, env) as launch:
+            result = run_command(
+                command, cwd=workspace, timeout=limit, limits=limits, env=env, cancel=ctx.cancel, launch=launch
+            )
         if result.stopped.startswith("timed out") and limit < min(float(timeout), limits.max_timeout):
             result = replace(result, stopped=f"the run's time budget ran out after {limit:.3g} s")
         text = format_result(result)

@@ -76,7 +76,7 @@ def test_pty_ctrl_c_during_a_reply_exits_130_and_keeps_it(env: dict[str, str], t
 
 
 def test_pty_chat_ctrl_c_during_a_tool_kills_it_and_returns_to_the_prompt(env: dict[str, str], tmp_path: Path) -> None:
-    fifo = tmp_path / "pid"
+    fifo = Path.cwd() / "pid"  # in the workspace: a command, even approved, writes nowhere else (the sandbox)
     os.mkfifo(fifo)
     # More output than a pipe holds first: once the pid arrives, mylm is reading the output, i.e. inside the
     # tool's run loop, so Ctrl-C lands there (not in the instant between starting the process and reading it).

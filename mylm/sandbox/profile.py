@@ -1,0 +1,175 @@
+"""What a confined command may read and write: the two profiles, as lists of paths any backend can enforce."""
+
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from ..types import Grant
+
+#: The system, readable (and executable) by every command.
+SYSTEM_READ = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/proc",
+               "/sys/devices/system/cpu")
+#: Devices a command may read; of them, the ones it may also write. Not the rest of /dev: as root, a raw disk
+#: (/dev/sda) or /dev/mem would read everything the sandbox hides.
+DEVICES_READ = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/fd",
+                "/dev/stdin", "/dev/stdout", "/dev/stderr")
+DEVICES_WRITE = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty")
+#: Credential places in $HOME: never readable, even when the workspace or a tool install contains them.
+HOME_SECRETS = (
+    ".ssh", ".aws", ".gnupg", ".netrc", ".config/gh", ".docker", ".kube", ".git-credentials", ".pypirc",
+    ".npmrc", ".azure", ".password-store", ".pgpass", ".config/gcloud", ".local/share/keyrings",
+    ".cargo/credentials", ".cargo/credentials.toml", ".config/hub", ".vault-token",
+)
+#: Secrets of the system itself (readable by root, who may run mylm).
+SYSTEM_SECRETS = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers", "/etc/sudoers.d",
+                  "/etc/ssl/private", "/etc/security/opasswd")
+_SYSTEM_SECRET_GLOBS = ("/etc/ssh/ssh_host_*key",)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One command's confinement, as absolute real paths.
+
+    `read` and `write` are trees granted whole; nothing under `hidden` is granted, whatever contains it.
+    """
+
+    grant: Grant
+    workspace: str
+    read: tuple[str, ...]
+    write: tuple[str, ...]
+    devices_read: tuple[str, ...]
+    devices_write: tuple[str, ...]
+    hidden: frozenset[str]
+    network: bool
+    #: The command's private temporary directory (workspace-write only), given to it as TMPDIR.
+    tmpdir: str | None = None
+
+
+def build_profile(
+    grant: Grant,
+    workspace: str | os.PathLike[str],
+    *,
+    network: bool,
+    tmpdir: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    private: Sequence[str | os.PathLike[str]] = (),
+) -> Profile:
+    """The profile for `grant` in `workspace`. `private` adds directories never readable (mylm's own config and
+    data); `environ` gives PATH and HOME (default: this process's)."""
+    env = os.environ if environ is None else environ
+    system, hidden = _system(env.get("PATH", os.defpath), env.get("HOME") or str(Path.home()),
+                             tuple(str(p) for p in private), os.geteuid() == 0)
+    ws = _real(str(workspace))
+    writing = grant == "workspace-write"
+    write = [ws, *([_real(tmpdir)] if tmpdir else [])] if writing else []
+    return Profile(
+        grant=grant,
+        workspace=ws,
+        read=tuple(dict.fromkeys([*system, ws])),
+        write=tuple(dict.fromkeys(write)),
+        devices_read=DEVICES_READ,
+        devices_write=DEVICES_WRITE,
+        hidden=hidden,
+        network=network and writing,
+        tmpdir=tmpdir if writing else None,
+    )
+
+
+@lru_cache(maxsize=8)
+def _system(path: str, home: str, private: tuple[str, ...], root: bool) -> tuple[tuple[str, ...], frozenset[str]]:
+    """The system trees to read and the paths to hide, for one PATH and HOME: read once per process, since
+    the layout of /usr and /etc does not change under a running mylm."""
+    home = _real(home)
+    hidden = {os.path.join(home, p) for p in HOME_SECRETS} | {_real(p) for p in private}
+    if root:  # for anyone else, file permissions already keep these unreadable
+        hidden |= set(SYSTEM_SECRETS) | {p for pattern in _SYSTEM_SECRET_GLOBS for p in glob.glob(pattern)}
+    read = [*SYSTEM_READ, *_path_dirs(path, home), *_etc_link_targets()]
+    return tuple(dict.fromkeys(_real(p) for p in read if p)), frozenset(_real(h) for h in hidden)
+
+
+def _real(path: str) -> str:
+    return os.path.realpath(os.path.expanduser(path))
+
+
+def _path_dirs(path: str, home: str) -> list[str]:
+    """The directories on PATH and the installs they belong to: for a `bin` directory its prefix (a virtual
+    environment's python needs its lib/ and pyvenv.cfg); in $HOME, the install's top directory (~/.pyenv for
+    ~/.pyenv/shims, since a shim runs the rest of it), but of ~/.local only bin/ and lib/."""
+    found: list[str] = []
+    for entry in path.split(os.pathsep):
+        if not entry or not os.path.isabs(entry):
+            continue  # a relative PATH entry would grant whatever the current directory is
+        real = _real(entry)
+        if real == home or home.startswith(real.rstrip(os.sep) + os.sep):
+            continue  # $HOME itself (or a directory holding it) on PATH is not a tool install
+        found.append(real)
+        if real.startswith(home + os.sep):
+            top = real[len(home) + 1 :].split(os.sep, 1)[0]
+            if top == ".local":
+                found += [os.path.join(home, ".local", "bin"), os.path.join(home, ".local", "lib")]
+            elif top not in (".config", ".cache", ".ssh") and real != os.path.join(home, top):
+                found.append(os.path.join(home, top))
+                if top == ".cargo":
+                    found.append(os.path.join(home, ".rustup"))  # cargo's binaries are rustup's proxies
+        elif os.path.basename(real) == "bin" and os.path.dirname(real) not in ("/", home):
+            found.append(os.path.dirname(real))
+            found += _venv_base(os.path.dirname(real))
+    # Never $HOME itself or a directory holding it, whatever a PATH entry or a pyvenv.cfg says.
+    return [p for p in found if p != home and not home.startswith(p.rstrip(os.sep) + os.sep)]
+
+
+def _venv_base(prefix: str) -> list[str]:
+    """For a virtual environment, the installation its python links to (`home = .../bin` in pyvenv.cfg)."""
+    try:
+        with open(os.path.join(prefix, "pyvenv.cfg"), encoding="utf-8") as f:
+            lines = f.read(4096).splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []
+    for line in lines:
+        key, _, value = line.partition("=")
+        if key.strip() == "home" and os.path.isabs(value.strip()):
+            return [os.path.dirname(_real(value.strip()))]
+    return []
+
+
+def _etc_link_targets() -> list[str]:
+    """Where /etc's own links lead (resolv.conf into /run on systemd machines), so name resolution works."""
+    try:
+        entries = list(os.scandir("/etc"))
+    except OSError:
+        return []
+    targets = [os.path.realpath(e.path) for e in entries if e.is_symlink() and e.name in _ETC_LINKS]
+    return [t for t in targets if not t.startswith("/proc/")]  # /proc is granted whole (mtab -> /proc/self)
+
+
+_ETC_LINKS: frozenset[str] = frozenset({"resolv.conf", "hosts", "localtime", "nsswitch.conf", "mtab", "os-release", "ssl"})
+
+
+def split_hidden(root: str, hidden: frozenset[str]) -> list[tuple[str, bool]] | None:
+    """How to grant the tree at `root` without what is `hidden` under it: None if `root` is hidden or inside
+    something hidden; else (path, whole) pairs: `whole` paths are granted with everything beneath, the others
+    (directories on the way to a hidden path) only so that they can be listed."""
+    if any(root == h or root.startswith(h + os.sep) for h in hidden):
+        return None
+    inside = [h for h in hidden if h.startswith(root.rstrip(os.sep) + os.sep)]
+    if not inside:
+        return [(root, True)]
+    parts: list[tuple[str, bool]] = [(root, False)]
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return parts
+    for entry in entries:
+        child = entry.path
+        if child in hidden:
+            continue
+        if entry.is_dir(follow_symlinks=False) and any(h.startswith(child + os.sep) for h in inside):
+            parts += split_hidden(child, hidden) or []
+        else:
+            parts.append((child, True))
+    return parts
