@@ -1,16 +1,20 @@
-"""Secret redaction for every sink mylm writes to (transcripts, logs, the terminal): known values, then patterns."""
+"""Secret redaction, the one place for it: every sink mylm writes to (transcripts, logs, the terminal) and every
+tool output the model sees. Known values (secret-named variables, credentials in URLs), then credential shapes."""
 
 from __future__ import annotations
 
 import os
 import re
+from functools import lru_cache
 from typing import Any, Iterable, Mapping
 
 REDACTED = "[REDACTED]"
 #: Environment values shorter than this are not treated as secrets: too many ordinary words would match.
 MIN_SECRET_LENGTH = 8
-#: Variable names whose values are secrets (T9: `*KEY*|*SECRET*|*TOKEN*|*PASSWORD*|*CREDENTIAL*`).
-_SECRET_NAME = re.compile(r"KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
+#: Variable names whose values are secrets (T9, issue 10: `DB_PASS`, `PGPWD`, `SENTRY_DSN`, `SLACK_WEBHOOK`, ...).
+_SECRET_NAME = re.compile(
+    r"KEY|SECRET|TOKEN|PASS|PWD|DSN|WEBHOOK|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE", re.IGNORECASE
+)
 #: Values of secret-named variables that are settings rather than secrets (`KEY_FILE=/path`, `TOKEN_TTL=3600`).
 _NOT_A_SECRET = re.compile(r"[0-9]+|(?:true|false|yes|no|on|off)|/[^\s]*", re.IGNORECASE)
 
@@ -42,6 +46,9 @@ _ASSIGNMENTS = (
     ),
 )
 
+#: `scheme://user:password@host`: the user and password go, the scheme and host stay readable.
+_URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]{1,20}://)[^\s/?#@:\"'<>]*:[^\s/?#@\"'<>]+@")
+
 #: How every credential shape in `_PATTERNS` begins.
 _SECRET_PREFIXES = (
     "sk-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "xox", "AKIA", "ASIA", "AIza", "hf_",
@@ -69,7 +76,10 @@ class Redactor:
     def from_environment(cls, environ: Mapping[str, str] | None = None, extra: Iterable[str | None] = ()) -> Redactor:
         """A redactor for the values of secret-named environment variables, plus `extra` (the API key in use)."""
         env = os.environ if environ is None else environ
-        found = [value for name, value in env.items() if _SECRET_NAME.search(name) and _is_secret_value(value)]
+        found = [value for name, value in env.items() if is_secret_name(name) and _is_secret_value(value)]
+        # A URL with credentials is a secret whatever its variable is called (DATABASE_URL, REDIS_URL).
+        found += [secret for value in env.values() if "://" in value and "@" in value for secret in url_secrets(value)
+                  if _is_secret_value(secret)]
         return cls([*found, *(e for e in extra if e)])
 
     def redact(self, text: str) -> str:
@@ -81,6 +91,8 @@ class Redactor:
         # Cheap literal searches first: most text (tool output, long answers) holds no credential at all.
         if any(prefix in text for prefix in _SECRET_PREFIXES):
             text = self._patterns.sub(REDACTED, text)
+        if "://" in text and "@" in text:
+            text = _URL_CREDENTIALS.sub(lambda m: m.group(1) + REDACTED + "@", text)
         lowered = text.lower()
         if any(name in lowered for name in _SECRET_NAMES):
             for pattern in self._assignments:
@@ -204,6 +216,24 @@ def public_url(url: str) -> str:
         netloc = f"{REDACTED}@{netloc}"
     query = REDACTED if parts.query else ""
     return urlunsplit((parts.scheme, netloc, parts.path, query, REDACTED if parts.fragment else ""))
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether an environment variable called `name` probably holds a secret (keys, tokens, passwords, DSNs)."""
+    return bool(_SECRET_NAME.search(name))
+
+
+def redact(text: str, environ: Mapping[str, str] | None = None) -> str:
+    """`text` redacted for the secrets of `environ` (default: this process's environment) and every credential
+    shape: what a tool returns to the model goes through here."""
+    env = os.environ if environ is None else environ
+    return _environment_redactor(tuple(sorted(env.items()))).redact(text)
+
+
+@lru_cache(maxsize=4)
+def _environment_redactor(items: tuple[tuple[str, str], ...]) -> Redactor:
+    # The environment rarely changes within a run: build (and compile) the redactor once per version of it.
+    return Redactor.from_environment(dict(items))
 
 
 def _could_become_secret(word: str) -> bool:

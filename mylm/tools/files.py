@@ -11,9 +11,9 @@ import stat
 from typing import Any, Callable
 
 from ..errors import ToolError
+from ..redact import redact
 from .base import Tool, tool
 from .paths import Workspace, check_regular
-from .sensitive import redact
 
 #: Bytes one read_file call returns at most; the rest is paged with offset/limit.
 MAX_READ_BYTES = 256 * 1024

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Iterator, Mapping
 
 from ..errors import ToolError
+from ..redact import redact
 from .base import Tool, tool
-from .sensitive import redact
 
 MAX_NOTE_CHARS = 8000
 MAX_HITS = 20

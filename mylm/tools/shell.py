@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from ..cancel import CancelToken
 from ..errors import CancelledError, ToolError
+from ..redact import redact
 from . import procs
 from .base import Tool, ToolContext, tool
-from .sensitive import redact
 
 if TYPE_CHECKING:
     from ..sandbox import Launch, Sandbox
