@@ -2,8 +2,8 @@
 
     python scripts/bench_tools.py
 
-Prints the figures published in the README (Benchmarks: Tools), and what an approval decision costs. Takes
-about half a minute on 2 cores.
+Prints the figures published in the README (Benchmarks: Tools): what the command sandbox costs, and what an
+approval decision costs. Takes about half a minute on 2 cores.
 """
 
 from __future__ import annotations
@@ -272,8 +272,56 @@ def bench_policy() -> None:
         print("approval decision, median of 20, 2,000-file workspace: " + "; ".join(figures))
 
 
+def _median_ms(action: object, runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        action()  # type: ignore[operator]
+        times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1000
+
+
+def bench_sandbox(cwd: str) -> None:
+    """What confining a command costs: preparing its sandbox (profile, Landlock ruleset, temporary directory),
+    and starting `bash -c true` confined versus unconfined, interleaved so that a busy machine weighs on both.
+    (A whole `run_command` adds the process sweep, the same with or without a sandbox, and much noisier.)"""
+    from mylm.sandbox import detect
+    from mylm.sandbox.confine import landlock_rules
+    from mylm.sandbox.profile import build_profile
+    from mylm.tools.shell import child_environment, spawn
+
+    sandbox = detect()
+    if not sandbox.confines:
+        print(f"sandbox: {sandbox.describe()}; nothing to measure")
+        return
+    env = child_environment()
+    rules = len(landlock_rules(build_profile("read-only", cwd, network=False, environ=env)))
+    print(f"sandbox: {sandbox.describe()}; read-only ruleset of {rules} rules (uid {os.geteuid()})")
+
+    def setup(grant: str) -> None:
+        with sandbox.launch(grant, cwd, env):  # type: ignore[arg-type]
+            pass
+
+    def start(restrict: object) -> None:
+        process = spawn(["/bin/bash", "-c", "true"], restrict, env=env, cwd=cwd)  # type: ignore[arg-type]
+        process.wait()
+
+    setup("read-only")  # warm the per-process caches (the system's layout), as a run's first command does
+    for grant in ("read-only", "workspace-write"):
+        cost = _median_ms(partial(setup, grant), 200)
+        plain, confined = [], []
+        with sandbox.launch(grant, cwd, env) as launch:  # type: ignore[arg-type]
+            for _ in range(60):
+                plain.append(_median_ms(partial(start, None), 1))
+                confined.append(_median_ms(partial(start, launch.restrict), 1))
+        a, b = statistics.median(plain), statistics.median(confined)
+        print(f"  {grant}: set-up {cost:.2f} ms (median of 200); start `bash -c true` {a:.2f} ms unconfined, "
+              f"{b:.2f} ms confined ({b / a:.2f}x; median of 60); per-command cost {cost + b - a:.2f} ms")
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as cwd:
+        bench_sandbox(cwd)
         bench_latency(cwd)
         bench_survivors(cwd)
         bench_flood(cwd)

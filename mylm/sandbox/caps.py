@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from functools import lru_cache
 from typing import Callable
 
 _PR_CAPBSET_READ, _PR_CAPBSET_DROP = 23, 24
@@ -22,6 +23,7 @@ def _last_cap() -> int:
         return 40
 
 
+@lru_cache(maxsize=1)
 def bounding_drop() -> Callable[[], None] | None:
     """A function dropping every capability but a few file-related ones from the bounding set, so that the
     command execs without them; None when this process is not root (it has none to give a command)."""

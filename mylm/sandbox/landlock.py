@@ -92,13 +92,56 @@ class Rule:
     follow: bool = True
 
 
-def build_ruleset(abi: int, rules: Iterable[Rule], *, network: bool, scoped: bool = True) -> int:
-    """A ruleset descriptor (close-on-exec) allowing only `rules`; every other access the ABI knows is denied.
+class OpenedRules:
+    """Rules with their paths already opened (O_PATH), to add to many rulesets without opening them again.
 
-    `network` False also denies every TCP bind and connect (ABI 4+). Paths that do not exist are skipped.
-    """
-    handled = fs_rights(abi)
-    attr = _RulesetAttr(handled_access_fs=handled)
+    A rule holds the inode it was opened on: whoever keeps one must re-open it when the path may have been
+    replaced (`mylm.sandbox.confine` checks the directories' modification times)."""
+
+    def __init__(self, abi: int, rules: Iterable[Rule]) -> None:
+        handled = fs_rights(abi)
+        self._attrs: list[_PathBeneath] = []
+        self._paths: list[str] = []
+        for rule in rules:
+            flags = os.O_PATH | os.O_CLOEXEC | (0 if rule.follow else os.O_NOFOLLOW)
+            try:
+                fd = os.open(rule.path, flags)
+            except OSError:
+                continue  # a path that is not there grants nothing
+            rights = rule.rights & handled
+            if not stat.S_ISDIR(os.fstat(fd).st_mode):
+                rights &= FILE_RIGHTS
+            if not rights:
+                os.close(fd)
+                continue
+            self._attrs.append(_PathBeneath(allowed_access=rights, parent_fd=fd))
+            self._paths.append(rule.path)
+
+    def add_to(self, ruleset: int) -> None:
+        """Add every rule to `ruleset`."""
+        syscall = _syscall()
+        number, kind, flags = ctypes.c_long(_ADD_RULE), ctypes.c_int(_RULE_PATH_BENEATH), ctypes.c_uint32(0)
+        target = ctypes.c_int(ruleset)
+        for index, attr in enumerate(self._attrs):
+            if syscall(number, target, kind, ctypes.byref(attr), flags) != 0:
+                error = os.strerror(ctypes.get_errno())
+                raise LandlockError(f"landlock_add_rule for {self._paths[index]} failed: {error}")
+
+    def close(self) -> None:
+        """Close the paths' descriptors."""
+        for attr in self._attrs:
+            os.close(attr.parent_fd)
+        self._attrs.clear()
+        self._paths.clear()
+
+
+def build_ruleset(
+    abi: int, rules: Iterable[Rule], *, network: bool, scoped: bool = True, opened: Iterable[OpenedRules] = ()
+) -> int:
+    """A ruleset descriptor (close-on-exec) allowing only `rules` and `opened`; every other access the ABI
+    knows is denied. `network` False also denies every TCP bind and connect (ABI 4+). Paths that do not exist
+    are skipped."""
+    attr = _RulesetAttr(handled_access_fs=fs_rights(abi))
     size = 8
     if abi >= 4:
         attr.handled_access_net = 0 if network else NET_BIND_TCP | NET_CONNECT_TCP
@@ -110,47 +153,29 @@ def build_ruleset(abi: int, rules: Iterable[Rule], *, network: bool, scoped: boo
     fd = int(syscall(ctypes.c_long(_CREATE_RULESET), ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0)))
     if fd < 0:
         raise LandlockError(f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}")
+    fresh = OpenedRules(abi, rules)
     try:
-        for rule in rules:
-            _add(syscall, fd, rule, handled)
+        for group in (*opened, fresh):
+            group.add_to(fd)
     except BaseException:
         os.close(fd)
         raise
-    return fd
-
-
-def _add(syscall: Callable[..., int], ruleset: int, rule: Rule, handled: int) -> None:
-    flags = os.O_PATH | os.O_CLOEXEC | (0 if rule.follow else os.O_NOFOLLOW)
-    try:
-        fd = os.open(rule.path, flags)
-    except OSError:
-        return  # a path that is not there grants nothing
-    try:
-        rights = rule.rights & handled
-        if not stat.S_ISDIR(os.fstat(fd).st_mode):
-            rights &= FILE_RIGHTS
-        if not rights:
-            return
-        attr = _PathBeneath(allowed_access=rights, parent_fd=fd)
-        if syscall(ctypes.c_long(_ADD_RULE), ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH),
-                   ctypes.byref(attr), ctypes.c_uint32(0)) != 0:
-            raise LandlockError(f"landlock_add_rule for {rule.path} failed: {os.strerror(ctypes.get_errno())}")
     finally:
-        os.close(fd)
+        fresh.close()
+    return fd
 
 
 def restrictor(
     ruleset: int, *, drop_caps: Callable[[], None] | None = None, seccomp: Callable[[], None] | None = None
 ) -> Callable[[], None]:
-    """The function the child runs between fork and exec: drop capabilities, no new privileges, the seccomp
-    filter (which needs no_new_privs first), then the ruleset.
+    """A function confining the calling thread for good: drop capabilities, no new privileges, the seccomp
+    filter (which needs no_new_privs first), then the ruleset. Each of these applies to one thread (Linux
+    keeps them per task) and is inherited by the processes it starts.
 
-    Why a preexec function and not a re-exec helper: Python's warning about preexec_fn in threaded programs is
-    about code that takes a lock another thread held at fork (imports, logging, a library's mutex). Everything
-    here is bound in the parent: the child only makes a few prctl/syscall calls through ctypes, with no import
-    and no lock (CPython re-initialises its own state before running the function, and glibc's malloc is
-    fork-safe). A helper would cost a Python start-up per command (about 20 ms), four times the 5 ms budget.
-    Raising makes Popen fail, so the command never runs unconfined.
+    Why a thread and not preexec_fn or a re-exec helper (measured, see scripts/bench_tools.py): preexec_fn makes
+    Popen fork instead of vfork, and the copy-on-write that follows in a Python process cost 4-8 ms per
+    command; a helper costs a Python start-up (about 30 ms). A fresh thread that confines itself and then
+    starts the command with vfork costs about 2 ms, and runs no Python code in a forked child at all.
     """
     libc = ctypes.CDLL(None, use_errno=True)
     prctl = libc.prctl

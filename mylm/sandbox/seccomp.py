@@ -6,7 +6,8 @@ import ctypes
 import errno
 import platform
 import socket
-from typing import Callable, Iterable
+from functools import lru_cache
+from typing import Callable
 
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 _RET_ALLOW, _RET_ERRNO = 0x7FFF0000, 0x00050000
@@ -34,7 +35,8 @@ def supported() -> bool:
     return platform.machine() in _ARCHES
 
 
-def socket_filter(allowed_families: Iterable[int]) -> Callable[[], None] | None:
+@lru_cache(maxsize=4)
+def socket_filter(allowed_families: tuple[int, ...]) -> Callable[[], None] | None:
     """A function installing a filter where socket() fails with EACCES unless its family is allowed, io_uring
     (which can open sockets without socket()) is unavailable, and so is every system call of another ABI (x32,
     32-bit) whose numbers the filter does not check. None on machines mylm has no numbers for.

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import secrets
 import selectors
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from ..cancel import CancelToken
 from ..errors import CancelledError, ToolError
@@ -142,30 +144,24 @@ def run_command(
     tag = secrets.token_hex(12)
     child_env = dict(env if env is not None else child_environment())
     prefix: tuple[str, ...] = ()
-    preexec: Callable[[], None] | None = None
+    restrict: Callable[[], None] | None = None
     if launch is not None:
         child_env.update(launch.env)
-        prefix, preexec = launch.prefix, launch.preexec
+        prefix, restrict = launch.prefix, launch.restrict
     child_env[procs.TAG_VARIABLE] = tag
     started = time.monotonic()
     target = procs.Command(tag)
     try:
-        process = subprocess.Popen(
+        process = spawn(
             [*prefix, *_shell(), command],
+            restrict,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,  # own process group and session: no controlling terminal, no Ctrl-C from ours
             cwd=cwd,
             env=child_env,
-            # The sandbox's few system calls between fork and exec; `mylm.sandbox.landlock.restrictor` says why
-            # that is safe in a threaded process.
-            preexec_fn=preexec,
         )
-    except subprocess.SubprocessError as error:
-        # The sandbox failed in the child (Popen reports an exception in preexec_fn): nothing ran unconfined.
-        procs.stop_all(target, grace=0)
-        raise ToolError(f"the command did not run: its sandbox could not be applied ({error})") from None
     except BaseException:
         # Ctrl-C inside Popen, after the fork: the child may exist with no handle to it; its tag still finds it.
         procs.stop_all(target, grace=0)
@@ -265,6 +261,45 @@ def run_command(
         output_bytes=out.total + err.total,
         survivors=survivors,
     )
+
+
+def spawn(args: list[str], restrict: Callable[[], None] | None, **popen: Any) -> subprocess.Popen[bytes]:
+    """`Popen(args, **popen)`, from a fresh thread confined by `restrict` first when it is given: the command
+    inherits the thread's confinement, and mylm's other threads keep theirs. Raises what `restrict` raises,
+    before anything runs."""
+    if restrict is None:
+        return subprocess.Popen(args, **popen)
+    started: list[subprocess.Popen[bytes]] = []
+    failed: list[BaseException] = []
+
+    def confined() -> None:
+        try:
+            restrict()
+        except BaseException as error:  # noqa: B036 - handed to the caller's thread
+            failed.append(ToolError(f"the command did not run: its sandbox could not be applied ({error})"))
+            return
+        try:
+            started.append(subprocess.Popen(args, **popen))
+        except BaseException as error:  # noqa: B036
+            failed.append(error)
+
+    # No garbage collection meanwhile: a finalizer run on the confined thread would be denied its files.
+    collecting = gc.isenabled()
+    gc.disable()
+    thread = threading.Thread(target=confined, name="mylm-sandboxed-spawn")
+    try:
+        thread.start()
+        try:
+            thread.join()
+        except BaseException:
+            thread.join()  # Ctrl-C: let Popen finish, so that the caller's clean-up finds the process
+            raise
+    finally:
+        if collecting:
+            gc.enable()
+    if failed:
+        raise failed[0]
+    return started[0]
 
 
 def _open_pidfd(pid: int) -> int | None:

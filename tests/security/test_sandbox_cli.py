@@ -88,7 +88,7 @@ def hostile(tag: str) -> list[str]:
         "git config --global user.name pwned",
         "mkdir -p ~/.config/autostart && echo x > ~/.config/autostart/pwn.desktop",
         f"echo x > /dev/shm/PWNED-{tag}-18",
-        f"find ~ -name id_rsa -exec cp {{}} leak-find.txt \\;",
+        "find ~ -name id_rsa -exec cp {} leak-find.txt \\;",
         "tar cf leak.tar -C ~ .ssh .aws 2>/dev/null; tar xOf leak.tar > leak-tar.txt 2>/dev/null",
         "kill -9 $PPID; kill -STOP $PPID",
         f"crontab -l 2>/dev/null; echo '* * * * * touch {out}-19' | crontab - 2>/dev/null",

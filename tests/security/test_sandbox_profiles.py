@@ -155,3 +155,25 @@ def test_sandbox_landlock_cannot_signal_or_inspect_mylm(isolated_user_state: Pat
                  isolated_user_state)
     assert "SIGNALLED" not in result.stdout
     assert result.stdout.strip().endswith("0")
+
+
+def test_sandbox_confines_only_the_command_not_mylm(isolated_user_state: Path, tmp_path: Path) -> None:
+    """The confinement is taken on by a throwaway thread: mylm's own threads keep their access."""
+    run(landlock_sandbox(network=False), "read-only", "true", isolated_user_state)
+    (tmp_path / "still-writable.txt").write_text("yes")
+    with open("/proc/thread-self/status") as status:
+        fields = dict(line.split(":", 1) for line in status if ":" in line)
+    assert fields["NoNewPrivs"].strip() == "0" and fields["Seccomp"].strip() == "0"
+
+
+def test_sandbox_that_cannot_be_applied_runs_nothing(isolated_user_state: Path, tmp_path: Path) -> None:
+    from mylm.errors import ToolError
+    from mylm.sandbox import Launch
+
+    def broken() -> None:
+        raise OSError(1, "landlock_restrict_self failed")
+
+    marker = tmp_path / "ran"
+    with pytest.raises(ToolError, match="sandbox could not be applied"):
+        run_command(f"touch {marker}", cwd=isolated_user_state, timeout=10, launch=Launch(restrict=broken))
+    assert not marker.exists()
