@@ -1,0 +1,94 @@
+"""The sandbox's settings and surfaces: user config and flag only, the policy's fallback, the approval prompt."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from mylm.cli import Terminal, cli
+from mylm.config import load_settings
+from mylm.errors import ConfigError
+from mylm.parser import format_tool_call
+from mylm.sandbox import detect
+from mylm.testing import ScriptedLLM
+from mylm.tools.policy import ApprovalPolicy, decide
+from mylm.tools.shell import shell_tool
+from mylm.types import ToolCall
+
+
+class FakeTerminal(Terminal):
+    """Answers approval questions from a list and keeps what was asked."""
+
+    def __init__(self, answers: list[str]) -> None:
+        self.answers, self.asked = answers, []
+
+    def ask(self, question: str) -> str:
+        self.asked.append(question)
+        return self.answers.pop(0)
+
+
+def call(command: str) -> str:
+    return "Running.\n" + format_tool_call(ToolCall("execute_command", {"command": command}))
+
+
+def invoke(args: list[str], llm: ScriptedLLM, terminal: Terminal) -> Result:
+    return CliRunner().invoke(cli, args, obj={"llm": llm, "terminal": lambda: terminal}, catch_exceptions=False)
+
+
+def user_config(text: str) -> Path:
+    path = Path(os.environ["XDG_CONFIG_HOME"]) / "mylm" / "config.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_sandbox_settings_default_user_flag_and_bad_values() -> None:
+    settings = load_settings()
+    assert (settings.sandbox, settings.sandbox_network) == ("auto", True)
+    user_config('sandbox = "off"\nsandbox_network = false\n')
+    settings = load_settings()
+    assert (settings.sandbox, settings.sandbox_network) == ("off", False)
+    assert load_settings({"sandbox": "auto"}).sandbox == "auto"
+    user_config('sandbox = "maybe"\n')
+    with pytest.raises(ConfigError, match='sandbox .* must be "auto" or "off"'):
+        load_settings()
+
+
+def test_sandbox_settings_a_project_cannot_turn_it_off(isolated_user_state: Path) -> None:
+    (isolated_user_state / ".mylm").mkdir()
+    (isolated_user_state / ".mylm" / "config.toml").write_text('sandbox = "off"\nsandbox_network = false\n')
+    settings = load_settings()
+    assert settings.sandbox == "auto" and any("ignoring 'sandbox'" in w for w in settings.warnings)
+    assert settings.sandbox_network is False  # tightening is allowed
+    # Nor can the environment: there is no variable for it.
+    assert load_settings(environ={**os.environ, "MYLM_SANDBOX": "off"}).sandbox == "auto"
+
+
+def test_sandbox_policy_without_a_sandbox_asks_for_every_command(isolated_user_state: Path) -> None:
+    tool = shell_tool(isolated_user_state, sandbox=detect("off"))
+    ls = ToolCall("execute_command", {"command": "ls"})
+    confined = decide(ls, tool, ApprovalPolicy(isolated_user_state))
+    assert confined.action == "allow" and confined.grant == "read-only"
+    unconfined = decide(ls, tool, ApprovalPolicy(isolated_user_state, command_sandbox=False))
+    assert unconfined.action == "ask" and "no sandbox" in unconfined.reason
+    approved = decide(ls, tool, ApprovalPolicy(isolated_user_state, command_sandbox=False, yes=True))
+    assert approved.action == "allow" and approved.grant == "workspace-write"
+    trusted = decide(ToolCall("execute_command", {"command": "touch x"}), tool,
+                     ApprovalPolicy(isolated_user_state, approve_commands=True))
+    assert trusted.action == "allow" and trusted.grant == "workspace-write"
+
+
+def test_sandbox_approval_prompt_says_what_the_command_may_do(isolated_user_state: Path) -> None:
+    terminal = FakeTerminal(["y"])
+    llm = ScriptedLLM([call("touch made.txt"), "ok"])
+    assert invoke(["ask", "x"], llm, terminal=terminal).exit_code == 0
+    assert (isolated_user_state / "made.txt").exists()  # "yes" gives write access to the workspace
+    if detect().confines:
+        assert f"runs with write access to {isolated_user_state} and a private TMPDIR only" in terminal.asked[0]
+    off = FakeTerminal(["n", ""])
+    result = invoke(["ask", "--sandbox", "off", "x"], ScriptedLLM([call("ls"), "ok"]),
+                    terminal=off)
+    assert "the sandbox is off" in result.stderr and "runs UNCONFINED" in off.asked[0]
