@@ -473,8 +473,8 @@ def _resolve_key(
 
 
 def _apply_project(values: dict[str, Any], sources: dict[str, str], warnings: list[str], path: Path) -> None:
-    """Apply the untrusted project file: append instructions, lower limits, turn `yes` and the commands' network
-    off; refuse the rest (it can never turn the sandbox off)."""
+    """Apply the untrusted project file: append instructions, lower limits, turn `yes` and the commands'
+    network off; refuse the rest (it can never turn the sandbox off)."""
     data = read_config_file(path, known=set(_KEYS) | _FILE_ONLY)
     label = f"project {path}"
     for name, value in data.items():

@@ -1,5 +1,5 @@
-"""Secret redaction, the one place for it: every sink mylm writes to (transcripts, logs, the terminal) and every
-tool output the model sees. Known values (secret-named variables, credentials in URLs), then credential shapes."""
+"""Secret redaction, the one place for it: every sink mylm writes to (transcripts, logs, the terminal) and
+every tool output the model sees. Known values (secret-named variables, URL credentials), then shapes."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any, Iterable, Mapping
 REDACTED = "[REDACTED]"
 #: Environment values shorter than this are not treated as secrets: too many ordinary words would match.
 MIN_SECRET_LENGTH = 8
-#: Variable names whose values are secrets (T9, issue 10: `DB_PASS`, `PGPWD`, `SENTRY_DSN`, `SLACK_WEBHOOK`, ...).
+#: Variable names whose values are secrets (T9, issue 10: `DB_PASS`, `PGPWD`, `SENTRY_DSN`, `SLACK_WEBHOOK`).
 _SECRET_NAME = re.compile(
     r"KEY|SECRET|TOKEN|PASS|PWD|DSN|WEBHOOK|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE", re.IGNORECASE
 )
@@ -78,8 +78,8 @@ class Redactor:
         env = os.environ if environ is None else environ
         found = [value for name, value in env.items() if is_secret_name(name) and _is_secret_value(value)]
         # A URL with credentials is a secret whatever its variable is called (DATABASE_URL, REDIS_URL).
-        found += [secret for value in env.values() if "://" in value and "@" in value for secret in url_secrets(value)
-                  if _is_secret_value(secret)]
+        urls = [value for value in env.values() if "://" in value and "@" in value]
+        found += [secret for url in urls for secret in url_secrets(url) if _is_secret_value(secret)]
         return cls([*found, *(e for e in extra if e)])
 
     def redact(self, text: str) -> str:
@@ -219,7 +219,7 @@ def public_url(url: str) -> str:
 
 
 def is_secret_name(name: str) -> bool:
-    """Whether an environment variable called `name` probably holds a secret (keys, tokens, passwords, DSNs)."""
+    """Whether an environment variable called `name` probably holds a secret (keys, tokens, passwords)."""
     return bool(_SECRET_NAME.search(name))
 
 

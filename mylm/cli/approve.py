@@ -78,7 +78,8 @@ class Approver:
 
         decision = decide(call, tool, self.policy, always=frozenset(self._always))
         if decision.action == "allow":
-            # Allowed by the policy's own reading: the sandbox holds it to that (read-only) unless the user said so.
+            # Allowed by the policy's own reading: the sandbox holds it to that (read-only), unless the user
+            # approved it (--yes, approve_commands, "always").
             return Permission.allow(decision.grant)
         if decision.action == "deny":
             click.echo(f"mylm: refused {for_terminal(call.name)}: {for_terminal(decision.reason)}", err=True)
@@ -114,7 +115,8 @@ class Approver:
         lines.append(f"  ({for_terminal(decision.reason)})")
         if self._sandbox is not None and call.name == "execute_command":
             # What it can do once approved: the user's "yes" gives the command write access, nothing more.
-            lines.append(f"  ({for_terminal(self._sandbox.access('workspace-write', self.policy.workspace))})")
+            access = self._sandbox.access("workspace-write", self.policy.workspace)
+            lines.append(f"  ({for_terminal(access)})")
         always = f" / [a]lways {call.name} {self._scope}" if decision.rememberable else ""
         self._err.flush()
         answer = terminal.ask("\n".join(lines) + f"\nAllow? [y]es / [n]o{always}: ")

@@ -115,7 +115,9 @@ def settings_from(options: dict[str, Any]) -> Settings:
     """Resolve the settings from a command's options; warnings about them go to stderr."""
     from ..config import load_settings
 
-    names = ("base_url", "model", "api_key", "provider", "chat_format", "max_iterations", "timeout", "yes", "sandbox")
+    names = (
+        "base_url", "model", "api_key", "provider", "chat_format", "max_iterations", "timeout", "yes", "sandbox",
+    )
     flags = {name: options.get(name) for name in names}
     flags["prompts"] = options.get("prompts_dir")
     settings = load_settings(flags)

@@ -69,11 +69,12 @@ def command_sandbox(settings: Settings, memory_path: Path | None = None) -> Sand
     config and data directories are never readable from it."""
     from ..config import config_path
     from ..prompts import user_config_dir
-    from ..sandbox import detect
+    from ..sandbox import Mode, detect
     from ..sessions import data_dir
 
     private = [user_config_dir(), data_dir(), config_path(), *([memory_path] if memory_path else [])]
-    return detect("off" if settings.sandbox == "off" else "auto", network=settings.sandbox_network, private=private)
+    mode: Mode = "off" if settings.sandbox == "off" else "auto"
+    return detect(mode, network=settings.sandbox_network, private=private)
 
 
 def make_llm(ctx: click.Context, settings: Settings, loader: PromptLoader) -> LLM:
@@ -140,7 +141,9 @@ def make_approver(
         warn("no sandbox is available here (no Landlock, no bubblewrap): commands would run unconfined, so "
              "every command asks")
     policy = replace(
-        ApprovalPolicy.from_config(section, workspace=Path.cwd(), yes=settings.yes, config_dir=user_config_dir()),
+        ApprovalPolicy.from_config(
+            section, workspace=Path.cwd(), yes=settings.yes, config_dir=user_config_dir()
+        ),
         command_sandbox=sandbox.confines,
     )
     terminal_factory = (ctx.obj or {}).get("terminal", open_terminal)

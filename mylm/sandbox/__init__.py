@@ -1,4 +1,4 @@
-"""Kernel confinement for the commands mylm runs: Landlock, else bubblewrap, else none (and then every command asks)."""
+"""Kernel confinement for the commands mylm runs: Landlock, else bubblewrap, else none (all commands ask)."""
 
 from __future__ import annotations
 

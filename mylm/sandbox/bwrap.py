@@ -1,4 +1,4 @@
-"""The bubblewrap fallback: the same profile as a fresh mount namespace holding only what the command may see."""
+"""The bubblewrap fallback: the same profile as a mount namespace holding only what the command may see."""
 
 from __future__ import annotations
 
@@ -28,10 +28,11 @@ def argv(program: str, profile: Profile) -> list[str]:
     """The `bwrap ...` words that run a command under `profile` (the shell and the command follow them).
 
     Only the granted trees are mounted (read-only unless writable); hidden paths inside them are covered by an
-    empty tmpfs or /dev/null; the command gets its own PID namespace (mylm's /proc entries do not exist for it)
-    and, when the profile has no network, its own empty network namespace.
+    empty tmpfs or /dev/null; the command gets its own PID namespace (mylm's /proc entries do not exist
+    for it) and, when the profile has no network, its own empty network namespace.
     """
-    words = [program, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--proc", "/proc", "--dev", "/dev"]
+    words = [program, "--die-with-parent", "--unshare-pid", "--unshare-ipc"]
+    words += ["--proc", "/proc", "--dev", "/dev"]
     if not profile.network:
         words.append("--unshare-net")
     # /proc is the namespace's own (--proc): mylm's entries are not in it.

@@ -32,7 +32,8 @@ def bounding_drop() -> Callable[[], None] | None:
     libc = ctypes.CDLL(None, use_errno=True)
     prctl = libc.prctl
     prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    dropped = tuple(c for c in range(_last_cap() + 1) if c not in _KEPT and prctl(_PR_CAPBSET_READ, c, 0, 0, 0) == 1)
+    held = (c for c in range(_last_cap() + 1) if prctl(_PR_CAPBSET_READ, c, 0, 0, 0) == 1)
+    dropped = tuple(c for c in held if c not in _KEPT)
 
     def drop() -> None:
         for cap in dropped:

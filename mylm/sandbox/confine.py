@@ -17,14 +17,14 @@ from .profile import Profile, build_profile, split_hidden
 
 Mode = Literal["auto", "off"]
 Backend = Literal["landlock", "bubblewrap", "none", "off"]
-#: Testing aid: force a backend (`landlock`, `bubblewrap`, `none`). It can only choose a weaker or equal sandbox,
-#: and with none every command asks, so it never lets a command run unconfined without the user's approval.
+#: Testing aid: force a backend (`landlock`, `bubblewrap`, `none`). It can only choose a weaker or equal
+#: sandbox, and with none every command asks: it never lets a command run unconfined without approval.
 BACKEND_ENV = "MYLM_SANDBOX_BACKEND"
 
 
 @dataclass(frozen=True)
 class Launch:
-    """How to start one confined command: words before the shell, the confinement to take on, its environment."""
+    """How to start one confined command: words before the shell, the confinement to take, its environment."""
 
     prefix: tuple[str, ...] = ()
     #: Confines the calling thread for good: call it on a fresh thread that then starts the command, which
@@ -52,15 +52,16 @@ class Sandbox:
 
     def describe(self) -> str:
         """One line for `mylm config` and the start of a run."""
+        profiles = "auto-approved commands read-only, no network; approved ones write the workspace, network "
+        profiles += "on" if self.network else "off"
         if self.backend == "landlock":
-            net = "TCP blocked by Landlock" if self.landlock_abi >= 4 else "network blocked by seccomp only"
-            extra = "" if self.landlock_abi >= 6 else "; signals and abstract sockets not scoped (ABI < 6)"
-            return f"landlock (ABI {self.landlock_abi}; read-only: {net}{extra})"
+            gaps = "" if self.landlock_abi >= 6 else "; signals and abstract sockets not scoped (ABI < 6)"
+            return f"landlock ABI {self.landlock_abi}: {profiles}{gaps}"
         if self.backend == "bubblewrap":
-            return f"bubblewrap ({self.bwrap_program})"
+            return f"bubblewrap ({self.bwrap_program}): {profiles}"
         if self.backend == "off":
-            return "off: commands run unconfined (sandbox = off)"
-        return "none available: commands run unconfined, so every command asks"
+            return "unconfined (sandbox = off): every command asks unless you approve commands"
+        return "unconfined (no Landlock, no bubblewrap here): every command asks unless you approve commands"
 
     def access(self, grant: Grant, workspace: str | os.PathLike[str]) -> str:
         """What a command with `grant` may do, for the approval prompt."""
@@ -75,7 +76,7 @@ class Sandbox:
     def launch(self, grant: Grant, workspace: str | os.PathLike[str],
                environ: Mapping[str, str] | None = None) -> Iterator[Launch]:
         """Prepare one command; on leaving, its temporary directory and ruleset are gone. Call it around the
-        whole run of the command, so the temporary directory is removed only after every process is stopped."""
+        whole run of the command, so that the temporary directory goes only once every process is stopped."""
         if not self.confines:
             yield Launch()
             return
@@ -107,7 +108,7 @@ class Sandbox:
 
 
 def landlock_rules(profile: Profile) -> list[landlock.Rule]:
-    """The profile as Landlock rules: reads, writes and devices, with hidden paths carved out of every tree."""
+    """The profile as Landlock rules: reads, writes and devices, hidden paths carved out of every tree."""
     return [*_rules(profile, system=True), *_rules(profile, system=False)]
 
 
@@ -147,8 +148,8 @@ _opened: dict[tuple[object, ...], tuple[tuple[tuple[str, int], ...], landlock.Op
 
 
 def _system_opened(abi: int, profile: Profile) -> landlock.OpenedRules:
-    """The system's rules, opened once and kept while the directories they were split from are unchanged
-    (a file renamed over /etc/resolv.conf changes /etc's modification time, and the rules are opened again)."""
+    """The system's rules, opened once and kept while the directories they were split from are unchanged (a
+    file renamed over /etc/resolv.conf changes /etc's modification time, and the rules are opened again)."""
     key = (abi, profile.grant, profile.read, profile.hidden)
     with _opened_lock:
         rules = _rules(profile, system=True)
@@ -156,12 +157,10 @@ def _system_opened(abi: int, profile: Profile) -> landlock.OpenedRules:
         found = _opened.get(key)
         if found is not None and found[0] == stamps:
             return found[1]
-        if found is not None:
-            found[1].close()
-        if len(_opened) >= 8:
-            for old in _opened.values():
-                old[1].close()
-            _opened.clear()
+        # One set at a time (a process has one PATH and HOME): each holds a descriptor per rule.
+        for old in _opened.values():
+            old[1].close()
+        _opened.clear()
         _split_system.cache_clear()
         opened = landlock.OpenedRules(abi, _rules(profile, system=True))
         _opened[key] = (stamps, opened)
@@ -177,7 +176,7 @@ def _mtime(path: str) -> int:
 
 def detect(mode: Mode = "auto", *, network: bool = True, private: Sequence[str | os.PathLike[str]] = (),
            environ: Mapping[str, str] | None = None) -> Sandbox:
-    """The best sandbox this system offers (Landlock, else bubblewrap), or none; `off` when the user said so."""
+    """The best sandbox this system offers (Landlock, else bubblewrap), or none; `off` if the user said so."""
     env = os.environ if environ is None else environ
     kept = tuple(str(p) for p in private)
     if mode == "off":

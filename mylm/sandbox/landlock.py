@@ -72,7 +72,7 @@ def abi_version() -> int:
 
 
 def fs_rights(abi: int) -> int:
-    """Every filesystem right the kernel at `abi` knows: all of them are handled, so all are denied by default."""
+    """Every filesystem right the kernel at `abi` knows: all are handled, so all are denied by default."""
     rights = (1 << 13) - 1
     if abi >= 2:
         rights |= REFER
@@ -85,7 +85,7 @@ def fs_rights(abi: int) -> int:
 
 @dataclass(frozen=True)
 class Rule:
-    """`rights` under `path` (a directory's whole tree, or one file); `follow` False opens a link, not its target."""
+    """`rights` under `path` (a directory's tree, or a file); `follow` False opens a link, not its target."""
 
     path: str
     rights: int
@@ -150,7 +150,8 @@ def build_ruleset(
         attr.scoped = SCOPE_ABSTRACT_UNIX | SCOPE_SIGNAL
         size = 24
     syscall = _syscall()
-    fd = int(syscall(ctypes.c_long(_CREATE_RULESET), ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0)))
+    number, flags = ctypes.c_long(_CREATE_RULESET), ctypes.c_uint32(0)
+    fd = int(syscall(number, ctypes.byref(attr), ctypes.c_size_t(size), flags))
     if fd < 0:
         raise LandlockError(f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}")
     fresh = OpenedRules(abi, rules)
@@ -172,8 +173,8 @@ def restrictor(
     filter (which needs no_new_privs first), then the ruleset. Each of these applies to one thread (Linux
     keeps them per task) and is inherited by the processes it starts.
 
-    Why a thread and not preexec_fn or a re-exec helper (measured, see scripts/bench_tools.py): preexec_fn makes
-    Popen fork instead of vfork, and the copy-on-write that follows in a Python process cost 4-8 ms per
+    Why a thread and not preexec_fn or a re-exec helper (measured, see scripts/bench_tools.py): preexec_fn
+    makes Popen fork instead of vfork, and the copy-on-write that follows in a Python process cost 4-8 ms per
     command; a helper costs a Python start-up (about 30 ms). A fresh thread that confines itself and then
     starts the command with vfork costs about 2 ms, and runs no Python code in a forked child at all.
     """

@@ -25,9 +25,12 @@ HOME_SECRETS = (
     ".npmrc", ".azure", ".password-store", ".pgpass", ".config/gcloud", ".local/share/keyrings",
     ".cargo/credentials", ".cargo/credentials.toml", ".config/hub", ".vault-token",
 )
+#: Files in $HOME that programs cannot run without: git stops at an unreadable ~/.gitconfig ("unknown error
+#: occurred while reading the configuration files"); its credentials (~/.git-credentials) stay hidden.
+HOME_READ = (".gitconfig", ".config/git")
 #: Secrets of the system itself (readable by root, who may run mylm).
-SYSTEM_SECRETS = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers", "/etc/sudoers.d",
-                  "/etc/ssl/private", "/etc/security/opasswd")
+SYSTEM_SECRETS = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers",
+                  "/etc/sudoers.d", "/etc/ssl/private", "/etc/security/opasswd")
 _SYSTEM_SECRET_GLOBS = ("/etc/ssh/ssh_host_*key",)
 
 
@@ -59,8 +62,8 @@ def build_profile(
     environ: Mapping[str, str] | None = None,
     private: Sequence[str | os.PathLike[str]] = (),
 ) -> Profile:
-    """The profile for `grant` in `workspace`. `private` adds directories never readable (mylm's own config and
-    data); `environ` gives PATH and HOME (default: this process's)."""
+    """The profile for `grant` in `workspace`. `private` adds directories never readable (mylm's own config
+    and data); `environ` gives PATH and HOME (default: this process's)."""
     env = os.environ if environ is None else environ
     system, hidden = _system(env.get("PATH", os.defpath), env.get("HOME") or str(Path.home()),
                              tuple(str(p) for p in private), os.geteuid() == 0)
@@ -81,7 +84,9 @@ def build_profile(
 
 
 @lru_cache(maxsize=8)
-def _system(path: str, home: str, private: tuple[str, ...], root: bool) -> tuple[tuple[str, ...], frozenset[str]]:
+def _system(
+    path: str, home: str, private: tuple[str, ...], root: bool
+) -> tuple[tuple[str, ...], frozenset[str]]:
     """The system trees to read and the paths to hide, for one PATH and HOME: read once per process, since
     the layout of /usr and /etc does not change under a running mylm."""
     home = _real(home)
@@ -89,6 +94,7 @@ def _system(path: str, home: str, private: tuple[str, ...], root: bool) -> tuple
     if root:  # for anyone else, file permissions already keep these unreadable
         hidden |= set(SYSTEM_SECRETS) | {p for pattern in _SYSTEM_SECRET_GLOBS for p in glob.glob(pattern)}
     read = [*SYSTEM_READ, *_path_dirs(path, home), *_etc_link_targets()]
+    read += [os.path.join(home, p) for p in HOME_READ]
     return tuple(dict.fromkeys(_real(p) for p in read if p)), frozenset(_real(h) for h in hidden)
 
 
@@ -147,7 +153,9 @@ def _etc_link_targets() -> list[str]:
     return [t for t in targets if not t.startswith("/proc/")]  # /proc is granted whole (mtab -> /proc/self)
 
 
-_ETC_LINKS: frozenset[str] = frozenset({"resolv.conf", "hosts", "localtime", "nsswitch.conf", "mtab", "os-release", "ssl"})
+_ETC_LINKS: frozenset[str] = frozenset(
+    {"resolv.conf", "hosts", "localtime", "nsswitch.conf", "mtab", "os-release", "ssl"}
+)
 
 
 def split_hidden(root: str, hidden: frozenset[str]) -> list[tuple[str, bool]] | None:

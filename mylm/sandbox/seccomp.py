@@ -1,4 +1,4 @@
-"""A seccomp filter for what Landlock does not cover: UDP, raw and UNIX sockets, and io_uring's own sockets."""
+"""A seccomp filter for what Landlock does not cover: UDP, raw and UNIX sockets, and io_uring's sockets."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ _ARCHES = {
 
 
 class _Filter(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
+                ("k", ctypes.c_uint32)]
 
 
 class _Program(ctypes.Structure):

@@ -362,7 +362,8 @@ def shell_tool(
         env = child_environment(env_passthrough)
         with confinement.launch(ctx.grant, workspace, env) as launch:
             result = run_command(
-                command, cwd=workspace, timeout=limit, limits=limits, env=env, cancel=ctx.cancel, launch=launch
+                command, cwd=workspace, timeout=limit, limits=limits, env=env, cancel=ctx.cancel,
+                launch=launch,
             )
         if result.stopped.startswith("timed out") and limit < min(float(timeout), limits.max_timeout):
             result = replace(result, stopped=f"the run's time budget ran out after {limit:.3g} s")

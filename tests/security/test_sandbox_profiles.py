@@ -177,3 +177,18 @@ def test_sandbox_that_cannot_be_applied_runs_nothing(isolated_user_state: Path, 
     with pytest.raises(ToolError, match="sandbox could not be applied"):
         run_command(f"touch {marker}", cwd=isolated_user_state, timeout=10, launch=Launch(restrict=broken))
     assert not marker.exists()
+
+
+def test_sandbox_read_only_git_works_and_its_credentials_stay_hidden(backend: str, isolated_user_state: Path) -> None:
+    """git refuses to run when ~/.gitconfig is unreadable, so that one file is readable; its credentials are not."""
+    import subprocess
+
+    home = Path(os.environ["HOME"])
+    (home / ".gitconfig").write_text("[user]\n\tname = Someone\n\temail = s@example.com\n")
+    (home / ".git-credentials").write_text("https://u:canary-git-token@example.com\n")
+    subprocess.run(["git", "init", "-q"], cwd=isolated_user_state, check=True)
+    (isolated_user_state / "a.txt").write_text("a\n")
+    result = run(make(backend), "read-only",
+                 "git status --short && git config user.name && cat ~/.git-credentials", isolated_user_state)
+    assert "?? a.txt" in result.stdout and "Someone" in result.stdout, result.stderr
+    assert "canary-git-token" not in result.stdout + result.stderr
