@@ -95,6 +95,14 @@ def hostile(tag: str) -> list[str]:
         f"cp /bin/sh ./sh2 && ./sh2 -c 'touch {out}-20'",
         f"exec 3>{out}-21; echo x >&3",
         f"perl -e 'open(F, \">{out}-22\"); print F 1' 2>/dev/null",
+        f"echo x > /proc/$PPID/cwd/../PWNED-{tag}-23; echo x > /proc/self/cwd/../PWNED-{tag}-24",
+        "cat /proc/$PPID/root$HOME/.aws/credentials > leak-proc-root.txt",
+        f"ln -s /tmp tmplink; echo x > tmplink/PWNED-{tag}-25",
+        f"mkfifo ff; (cat ff > {out}-26 &); echo x > ff",
+        "cp -a ~/.ssh ./stolen; cp ~/.aws/credentials ./stolen-aws",
+        f"env -i /bin/sh -c 'touch {out}-27'; unshare -r sh -c 'touch {out}-28' 2>/dev/null",
+        f"chroot / touch {out}-29 2>/dev/null; mount -t tmpfs none /tmp 2>/dev/null; touch {out}-30",
+        f"sudo -n touch {out}-31 2>/dev/null; su -c 'touch {out}-32' 2>/dev/null </dev/null",
     ]
 
 

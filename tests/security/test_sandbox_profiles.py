@@ -192,3 +192,22 @@ def test_sandbox_read_only_git_works_and_its_credentials_stay_hidden(backend: st
                  "git status --short && git config user.name && cat ~/.git-credentials", isolated_user_state)
     assert "?? a.txt" in result.stdout and "Someone" in result.stdout, result.stderr
     assert "canary-git-token" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("abi", [1, 2, 3, 4, 5, 6])
+def test_sandbox_landlock_older_abis_still_confine(
+    abi: int, isolated_user_state: Path, tmp_path: Path, listener: int
+) -> None:
+    """An older kernel's ABI (simulated: a newer kernel accepts an older ruleset) handles fewer rights; what it
+    lacks for the network the seccomp filter covers."""
+    current = landlock_sandbox()
+    if current.landlock_abi < abi:
+        pytest.skip(f"this kernel has Landlock ABI {current.landlock_abi}")
+    older = Sandbox("landlock", True, landlock_abi=abi)
+    (isolated_user_state / "in.txt").write_text("readable\n")
+    command = f"cat in.txt; echo x > {tmp_path}/out.txt; echo x > new.txt; " + CONNECT.format(port=listener)
+    result = run(older, "read-only", command, isolated_user_state)
+    assert "readable" in result.stdout and "CONNECTED" not in result.stdout
+    assert not (tmp_path / "out.txt").exists() and not (isolated_user_state / "new.txt").exists()
+    written = run(older, "workspace-write", f"echo x > new.txt; echo x > {tmp_path}/out.txt", isolated_user_state)
+    assert (isolated_user_state / "new.txt").exists() and not (tmp_path / "out.txt").exists(), written.stderr
