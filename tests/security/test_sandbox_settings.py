@@ -92,3 +92,14 @@ def test_sandbox_approval_prompt_says_what_the_command_may_do(isolated_user_stat
     result = invoke(["ask", "--sandbox", "off", "x"], ScriptedLLM([call("ls"), "ok"]),
                     terminal=off)
     assert "the sandbox is off" in result.stderr and "runs UNCONFINED" in off.asked[0]
+
+
+def test_sandbox_protect_process_makes_mylm_non_dumpable() -> None:
+    """What stops a same-user process from reading mylm's /proc/PID/environ even without a sandbox."""
+    import subprocess
+    import sys
+
+    code = ("import ctypes; from mylm.sandbox import protect_process; libc = ctypes.CDLL(None); "
+            "before = libc.prctl(3, 0, 0, 0, 0); ok = protect_process(); print(before, ok, libc.prctl(3, 0, 0, 0, 0))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["1", "True", "0"]
