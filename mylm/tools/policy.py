@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping
@@ -120,12 +121,14 @@ def decide(
             return make("allow", "--yes approves every call", grant="workspace-write")
         if verdict.level == "dangerous":
             return make("ask", verdict.reason, rememberable=False)
+        if trusted or policy.approve_commands:
+            return make("allow", "commands are approved for this run", grant="workspace-write")
         if verdict.level == "safe" and not policy.command_sandbox:
             return make("ask", f"no sandbox confines commands here, so every command asks ({verdict.reason})")
         if verdict.level == "safe":
-            return make("allow", verdict.reason)
-        if trusted or policy.approve_commands:
-            return make("allow", "commands are approved for this run", grant="workspace-write")
+            # Your allow_commands (`pytest`, `make test`) are approved in advance: they may write the workspace.
+            user = _uses_allowed_prefix(str(call.arguments.get("command", "")), policy.allow_commands)
+            return make("allow", verdict.reason, grant="workspace-write" if user else "read-only")
         return make("ask", verdict.reason)
     if tool.name in PATH_TOOLS:
         return _decide_path(call, tool, policy, trusted, make)
@@ -135,6 +138,26 @@ def decide(
         return make("allow", "a read-only tool")
     can = "change files or state" if tool.risk == "write" else "run programs"
     return make("ask", f"{tool.name} can {can}")
+
+
+def _uses_allowed_prefix(command: str, prefixes: tuple[str, ...]) -> bool:
+    """Whether one of the simple commands in `command` starts with one of the user's allowed argv prefixes."""
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        words = list(lexer)
+    except ValueError:
+        return False
+    rules = [tuple(_split(p)) for p in prefixes]
+    starts = [0, *(i + 1 for i, w in enumerate(words) if w in ("&&", "||", ";", "|", "|&", "&"))]
+    return any(rule and tuple(words[s : s + len(rule)]) == rule for s in starts for rule in rules)
+
+
+def _split(prefix: str) -> list[str]:
+    try:
+        return shlex.split(prefix)
+    except ValueError:  # an unbalanced quote in the user's rule: its plain words
+        return prefix.split()
 
 
 def _decide_path(

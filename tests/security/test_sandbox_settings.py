@@ -103,3 +103,23 @@ def test_sandbox_protect_process_makes_mylm_non_dumpable() -> None:
             "before = libc.prctl(3, 0, 0, 0, 0); ok = protect_process(); print(before, ok, libc.prctl(3, 0, 0, 0, 0))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["1", "True", "0"]
+
+
+def test_sandbox_grants_follow_who_approved(isolated_user_state: Path) -> None:
+    """The policy's own reading gives read-only; the user's approval (--yes, approve_commands, allow_commands)
+    gives workspace-write, so `pytest` the user listed can write its caches and temporary files."""
+    tool = shell_tool(isolated_user_state, sandbox=detect("off"))
+    policy = ApprovalPolicy(isolated_user_state, allow_commands=("pytest", "make 'test'"))
+
+    def grant(command: str, chosen: ApprovalPolicy = policy) -> str:
+        decision = decide(ToolCall("execute_command", {"command": command}), tool, chosen)
+        return decision.grant if decision.action == "allow" else decision.action
+
+    assert grant("ls") == "read-only"
+    assert grant("pytest -q") == "workspace-write" and grant("ls && make test") == "workspace-write"
+    assert grant("echo pytest") == "read-only"
+    assert grant("touch x") == "ask"
+    assert grant("touch x", ApprovalPolicy(isolated_user_state, approve_commands=True)) == "workspace-write"
+    assert grant("ls", ApprovalPolicy(isolated_user_state, approve_commands=True, command_sandbox=False)) \
+        == "workspace-write"
+    assert grant("ls", ApprovalPolicy(isolated_user_state, command_sandbox=False)) == "ask"
