@@ -90,12 +90,23 @@ def _system(
     """The system trees to read and the paths to hide, for one PATH and HOME: read once per process, since
     the layout of /usr and /etc does not change under a running mylm."""
     home = _real(home)
-    hidden = {os.path.join(home, p) for p in HOME_SECRETS} | {_real(p) for p in private}
+    # The account's own home too, in case HOME points elsewhere and the workspace holds the real one.
+    homes = {home, *_account_home()}
+    hidden = {os.path.join(h, p) for h in homes for p in HOME_SECRETS} | {_real(p) for p in private}
     if root:  # for anyone else, file permissions already keep these unreadable
         hidden |= set(SYSTEM_SECRETS) | {p for pattern in _SYSTEM_SECRET_GLOBS for p in glob.glob(pattern)}
     read = [*SYSTEM_READ, *_path_dirs(path, home), *_etc_link_targets()]
     read += [os.path.join(home, p) for p in HOME_READ]
     return tuple(dict.fromkeys(_real(p) for p in read if p)), frozenset(_real(h) for h in hidden)
+
+
+def _account_home() -> list[str]:
+    try:
+        import pwd
+
+        return [_real(pwd.getpwuid(os.getuid()).pw_dir)]
+    except (ImportError, KeyError):
+        return []
 
 
 def _real(path: str) -> str:
