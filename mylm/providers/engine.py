@@ -8,7 +8,7 @@ from abc import ABC, abstractmethod
 from contextlib import closing
 from typing import TYPE_CHECKING, Any, ClassVar, Generator, Iterable, Iterator
 
-from ..errors import ConfigError, HTTPStatusError, LLMError, StreamError
+from ..errors import ConfigError, ConnectionBroke, HTTPStatusError, LLMError, StreamError
 from ..llm import FinishChunk, LLMChunk, LLMRequest, ReasoningChunk, TextChunk
 from ..stops import StopCutter
 from ..types import Usage
@@ -20,7 +20,6 @@ from .transport import (
     MAX_ERROR_BYTES,
     MAX_RESPONSE_BYTES,
     CallGuard,
-    ConnectionBroke,
     HTTPCall,
     iter_body,
     new_session,
