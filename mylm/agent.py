@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Callable, Generator, Iterable, Literal, Sequen
 
 from .cancel import CancelToken
 from .context import Compactor, TokenEstimator
+from .decoding import clean_text
 from .errors import (
     CancelledError,
     LLMTimeoutError,
@@ -204,34 +205,25 @@ class Agent:
             "system.j2",
             tools=tool_view(advertised),
             multiple_calls=multiple_calls,
-            instructions=instructions,
+            instructions=clean_text(instructions)[0],
             platform=platform.system() or "unknown",
-            cwd=str(self.workspace),
+            cwd=clean_text(str(self.workspace))[0],
             tool_choice=tool_choice,
         )
-        self.prompts.check(self._sample_renders())
+        self.prompts.check(self._templates())
         # Without several calls per turn, the end of the first call can stop generation at the server.
         self.stops: tuple[str, ...] = DEFAULT_STOPS if not multiple_calls else (OBSERVATION_STOP,)
 
-    def _sample_renders(self) -> list[tuple[str, dict[str, object]]]:
-        """Every template a run can render, with sample values covering each branch: checked before the first
-        request, so a broken template is reported before any tool has run."""
-        samples: list[tuple[str, dict[str, object]]] = [
-            ("observation.j2", {"tool": "example", "output": "output", "cut": 0, "handle": None}),
-            ("observation.j2", {"tool": "example", "output": "output", "cut": 120, "handle": "out_1"}),
-            ("tool_error.j2", {"tool": "example", "message": "a problem"}),
-            ("denied.j2", {"tool": "example", "reason": "refused"}),
-            ("format_error.j2", {"message": "a problem"}),
-            ("truncated.j2", {"max_tokens": self.max_tokens}),
-            ("unrun_block.j2", {"message": "a problem"}),
-            ("summary.j2", {"max_iterations": self.max_iterations}),
-        ]
+    def _templates(self) -> list[str]:
+        """Every template a run can render: checked before the first request, so a broken one is reported before
+        any tool has run."""
+        names = ["observation.j2", "tool_error.j2", "denied.j2", "format_error.j2", "truncated.j2",
+                 "unrun_block.j2", "summary.j2"]
         if self.tool_choice not in ("auto", "none"):
-            samples.append(("tool_required.j2", {"tool": None if self.tool_choice == "required" else "example"}))
+            names.append("tool_required.j2")
         if self.compactor is not None:
-            samples.append(("compaction.j2", {"task": "the task"}))
-            samples.append(("compacted.j2", {"task": "the task", "summary": "a summary"}))
-        return samples
+            names += ["compaction.j2", "compacted.j2"]
+        return names
 
     # --------------------------------------------------------------------------------------------- API
 
@@ -240,7 +232,11 @@ class Agent:
     ) -> AgentStream:
         """Start a run on `prompt` after `history`; iterate the returned stream for events, then read `.result`."""
         token = cancel or CancelToken()
-        run = _Run(list(history), token, self._clock() + self.timeout, self.stops, prompt or "")
+        # Text from outside (argv, stdin, a saved session) may carry undecodable bytes as lone surrogates, which
+        # no request encoder accepts: they become U+FFFD here, once, instead of failing every request.
+        history = [Message(m.role, clean_text(m.content)[0]) for m in history]
+        prompt = clean_text(prompt)[0] if prompt is not None else None
+        run = _Run(history, token, self._clock() + self.timeout, self.stops, prompt or "")
         if prompt is not None:
             run.add(Message("user", prompt))
         return AgentStream(self._recorded(run), token)
@@ -515,6 +511,10 @@ class Agent:
                     yield from self._report(call, interrupted, "error", observations)
                     raise
                 status = "error" if outcome.is_error else "completed"
+        output, replaced = clean_text(outcome.output)
+        if replaced:
+            logger.warning("%s returned text that is not valid UTF-8; replaced it with U+FFFD", call.name)
+            outcome = replace(outcome, output=output)
         yield from self._report(call, outcome, status, observations)
         return outcome
 

@@ -227,10 +227,12 @@ class PromptLoader:
             raise TemplateError(f"{self._where(name)}: rendered to {len(text):,} characters, over the limit")
         return text
 
-    def check(self, samples: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
-        """Render each (template, sample variables) pair once, so a broken template fails before a run starts."""
-        for name, variables in samples:
-            self.render(name, **variables)
+    def check(self, names: Iterable[str]) -> None:
+        """Render each named template with sample values for every branch (`sample_variables`), so a broken
+        template fails before a run starts, naming its file and line."""
+        for name in names:
+            for variables in sample_variables(name):
+                self.render(name, **variables)
 
     def _where(self, name: str, error: BaseException | None = None) -> str:
         """The template file (and, when the error's traceback shows it, the line) a problem comes from."""
@@ -243,6 +245,48 @@ class PromptLoader:
         except TemplateError:
             found = None
         return str(found[1]) if found else name
+
+
+_SAMPLE_TOOL = {"name": "example", "description": "An example tool.", "parameters": '{"type":"object"}'}
+_SAMPLE_MESSAGES = [
+    {"role": "system", "content": "The system prompt."},
+    {"role": "user", "content": "A question."},
+    {"role": "assistant", "content": "An answer."},
+    {"role": "user", "content": "Another question."},
+]
+#: Sample values for each packaged template, one mapping per branch worth rendering; used to check templates
+#: (and the user's edited copies) before they are needed. Unknown names (a user's own) are rendered without any.
+SAMPLES: dict[str, tuple[dict[str, Any], ...]] = {
+    "system.j2": tuple(
+        {"tools": tools, "multiple_calls": multiple, "instructions": "Be brief.", "platform": "Linux",
+         "cwd": "/work", "tool_choice": choice}
+        for tools, multiple, choice in (
+            ([_SAMPLE_TOOL], False, "auto"), ([_SAMPLE_TOOL], True, "required"), ([_SAMPLE_TOOL], False, "example"),
+            ([], False, "none"),
+        )
+    ),
+    "tool_definitions.j2": ({"tools": [_SAMPLE_TOOL]},),
+    "observation.j2": (
+        {"tool": "example", "output": "output", "cut": 0, "handle": None},
+        {"tool": "example", "output": "output", "cut": 120, "handle": "out_1"},
+    ),
+    "tool_error.j2": ({"tool": "example", "message": "a problem"},),
+    "denied.j2": ({"tool": "example", "reason": "refused"},),
+    "format_error.j2": ({"message": "a problem"},),
+    "truncated.j2": ({"max_tokens": 4096},),
+    "unrun_block.j2": ({"message": "a problem"},),
+    "summary.j2": ({"max_iterations": 10},),
+    "tool_required.j2": ({"tool": None}, {"tool": "example"}),
+    "compaction.j2": ({"task": "the task"}, {"task": ""}),
+    "compacted.j2": ({"task": "the task", "summary": "a summary"}, {"task": "", "summary": "a summary"}),
+}
+
+
+def sample_variables(name: str) -> tuple[dict[str, Any], ...]:
+    """Sample values to check template `name` with (chat formats get a short conversation)."""
+    if name.startswith("chat/"):
+        return ({"messages": _SAMPLE_MESSAGES, "add_generation_prompt": True},)
+    return SAMPLES.get(name, ({},))
 
 
 def _template_line(error: BaseException, search_path: Sequence[tuple[str, Path]]) -> str | None:

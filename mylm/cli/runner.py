@@ -12,7 +12,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Iterator
 
 import click
 
-from .common import isatty, same_terminal, use_color, warn
+from .common import before_log_lines, isatty, same_file, same_terminal, use_color, warn
 
 if TYPE_CHECKING:
     from ..agent import Agent
@@ -41,7 +41,13 @@ def session_tools(settings: Settings) -> Iterator[list[Tool]]:
 
     # Adopt orphaned descendants, so a command's double-forked daemon is still found and stopped (T4).
     become_subreaper()
-    configured = ToolSettings.from_config(dict(settings.extra.get("tools", {}) or {}))
+    from ..config import config_path, section_error
+    from ..errors import ConfigError
+
+    try:
+        configured = ToolSettings.from_config(dict(settings.extra.get("tools", {}) or {}))
+    except ConfigError as error:
+        raise section_error(config_path(), "tools", error) from None
     tools = builtin_tools(
         workspace=Path.cwd(),
         memory_path=configured.memory_path,
@@ -115,10 +121,16 @@ def make_approver(
     from ..tools import ApprovalPolicy
     from .approve import Approver, open_terminal
 
+    from ..config import config_path, section_error
+    from ..errors import ConfigError
+
     section = (settings.extra.get("tools", {}) or {}).get("approval", {}) or {}
-    policy = ApprovalPolicy.from_config(
-        section, workspace=Path.cwd(), yes=settings.yes, config_dir=user_config_dir()
-    )
+    try:
+        policy = ApprovalPolicy.from_config(
+            section, workspace=Path.cwd(), yes=settings.yes, config_dir=user_config_dir()
+        )
+    except ConfigError as error:
+        raise section_error(config_path(), "tools.approval", error) from None
     terminal_factory = (ctx.obj or {}).get("terminal", open_terminal)
     return Approver(
         policy=policy,
@@ -135,17 +147,28 @@ def build_agent(ctx: click.Context, settings: Settings, approver: Approver, tool
     from ..agent import Agent
 
     loader = prompt_loader(settings)
-    return Agent(
-        make_llm(ctx, settings, loader),
-        tools,
-        max_iterations=settings.max_iterations,
-        timeout=settings.timeout,
-        prompts=loader,
-        max_tokens=settings.max_tokens,
-        permission=approver,
-        instructions=settings.instructions,
-        context_budget=context_budget(settings),
-    )
+    llm = make_llm(ctx, settings, loader)
+    chat = getattr(llm, "chat_format", None)
+    if chat is not None and isinstance(getattr(chat, "template", None), str):
+        loader.check([chat.template])  # a raw-completion route renders it on every call: check it now
+    tool_choice = ctx.params.get("tool_choice") or "auto"
+    try:
+        return Agent(
+            llm,
+            tools,
+            max_iterations=settings.max_iterations,
+            timeout=settings.timeout,
+            prompts=loader,
+            max_tokens=settings.max_tokens,
+            permission=approver,
+            instructions=settings.instructions,
+            context_budget=context_budget(settings),
+            tool_choice=tool_choice,
+        )
+    except ValueError as error:
+        from ..errors import ConfigError
+
+        raise ConfigError(f"--tool-choice: {error}") from None
 
 
 def prompt_loader(settings: Settings) -> PromptLoader:
@@ -189,10 +212,15 @@ def make_printer(
     screen = Screen(
         out_is_tty=isatty(out),
         same_terminal=same_terminal(out, err),
+        shared_output=same_file(out, err),
         color=use_color(err),
         size=lambda: _terminal_size(err),
     )
-    return EventPrinter(out, err, screen=screen, verbose=verbose, stream=stream, redactor=redactor, waiting=waiting)
+    printer = EventPrinter(
+        out, err, screen=screen, verbose=verbose, stream=stream, redactor=redactor, waiting=waiting
+    )
+    before_log_lines(printer.make_room)
+    return printer
 
 
 def _terminal_size(stream: IO[str]) -> tuple[int, int]:
@@ -253,10 +281,12 @@ def run_turn(
     assert result is not None
     added = list(result.history_delta)
     after = list(result.history) if result.compacted else [*history, *added]
-    if result.stop_reason in (StopReason.CANCELLED, StopReason.ERROR, StopReason.TIMEOUT):
-        marker = INTERRUPTED if result.stop_reason is StopReason.CANCELLED else f"[{result.stop_reason.value}]"
-        close_dangling(added, marker)
-        close_dangling(after, marker)
+    if result.stop_reason is StopReason.CANCELLED:
+        # A reply the user cut short is marked, so the model knows its text stops there. How a failed or timed-out
+        # run ended is metadata (the session's run_end record), never text: a model shown "[timeout]" as its own
+        # last reply answers "[timeout]". Requests join the prompt left unanswered with the next one.
+        close_dangling(added, INTERRUPTED)
+        close_dangling(after, INTERRUPTED)
     return Turn(result, tuple(added), tuple(after), output_error)
 
 
