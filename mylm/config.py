@@ -97,6 +97,7 @@ _KEYS: dict[str, _Key] = {
     "provider": _Key(("MYLM_PROVIDER",), _text),
     "chat_format": _Key(("MYLM_CHAT_FORMAT",), _text),
     "max_tokens": _Key(("MYLM_MAX_TOKENS",), _positive_int, 4096),
+    "max_response_chars": _Key(("MYLM_MAX_RESPONSE_CHARS",), _positive_int, 8 * 1024 * 1024),
     "context_tokens": _Key(("MYLM_CONTEXT_TOKENS",), _positive_int),
     "max_iterations": _Key(("MYLM_MAX_ITERATIONS",), _positive_int, 10),
     "timeout": _Key(("MYLM_TIMEOUT",), _positive_float, 120.0),
@@ -112,7 +113,8 @@ SETTING_NAMES = tuple(_KEYS)
 _FILE_ONLY = {"mcp", "profiles", "tools", "api_key_env", "default_profile", "trusted_projects"}
 #: What a `[profiles.NAME]` table may set: an endpoint and how to talk to it.
 PROFILE_KEYS = (
-    "base_url", "model", "provider", "api_key_env", "chat_format", "max_tokens", "context_tokens", "options",
+    "base_url", "model", "provider", "api_key_env", "chat_format", "max_tokens", "max_response_chars",
+    "context_tokens", "options",
 )
 #: Limits a project file may lower (never raise), and the flag it may only turn off.
 _PROJECT_LIMITS = ("max_iterations", "timeout", "max_tokens")
@@ -128,6 +130,8 @@ class Settings:
     provider: str | None = None
     chat_format: str | None = None
     max_tokens: int = 4096
+    #: The most text one streamed reply may carry, in characters (decoded text, not wire bytes).
+    max_response_chars: int = 8 * 1024 * 1024
     #: The model's context window in tokens: near it, older turns are summarised (compaction).
     context_tokens: int | None = None
     max_iterations: int = 10

@@ -99,6 +99,7 @@ def make_endpoint(settings: Settings) -> Any:
         chat_format=settings.chat_format,
         max_tokens=settings.max_tokens,
         options=dict(settings.options or {}),
+        max_response_chars=settings.max_response_chars,
     )
 
 
