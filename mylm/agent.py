@@ -155,6 +155,7 @@ class Agent:
         compaction_threshold: float = 0.8,
         keep_recent_messages: int = 6,
         tool_choice: ToolChoice = "auto",
+        stop_strings: bool = True,
         before_finish: BeforeFinishHook | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -211,8 +212,11 @@ class Agent:
             tool_choice=tool_choice,
         )
         self.prompts.check(self._templates())
-        # Without several calls per turn, the end of the first call can stop generation at the server.
+        # Without several calls per turn, the end of the first call can stop generation at the server. Models whose
+        # API refuses stop strings get none: the parser still ends the turn at the call.
         self.stops: tuple[str, ...] = DEFAULT_STOPS if not multiple_calls else (OBSERVATION_STOP,)
+        if not stop_strings:
+            self.stops = ()
 
     def _templates(self) -> list[str]:
         """Every template a run can render: checked before the first request, so a broken one is reported before

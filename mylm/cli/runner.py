@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from ..config import Settings
     from ..display import EventPrinter, JsonPrinter
     from ..llm import LLM
+    from ..models.registry import ModelInfo
     from ..prompts import PromptLoader
     from ..redact import Redactor
     from ..tools.base import Tool
@@ -96,11 +97,19 @@ def make_endpoint(settings: Settings) -> Any:
         model=settings.model,
         api_key=settings.api_key,
         api_key_source=settings.api_key_source,
-        chat_format=settings.chat_format,
+        chat_format=settings.chat_format or _preferred_format(settings),
         max_tokens=settings.max_tokens,
         options=dict(settings.options or {}),
         max_response_chars=settings.max_response_chars,
     )
+
+
+def _preferred_format(settings: Settings) -> str | None:
+    """For the raw-completion route, the registry's chat format for the model (else the route's default)."""
+    if settings.provider != "openai-completions":
+        return None
+    info = known_model(settings)
+    return info.chat_format if info is not None else None
 
 
 def model_tools(tools: list[Tool]) -> list[Tool]:
@@ -165,6 +174,7 @@ def build_agent(ctx: click.Context, settings: Settings, approver: Approver, tool
             instructions=settings.instructions,
             context_budget=context_budget(settings),
             tool_choice=tool_choice,
+            stop_strings=getattr(known_model(settings), "stop_strings", True),
         )
     except ValueError as error:
         from ..errors import ConfigError
@@ -189,11 +199,22 @@ def prompt_loader(settings: Settings) -> PromptLoader:
 
 
 def context_budget(settings: Settings) -> int | None:
-    """The prompt tokens the model can take: `context_tokens`, else Ollama's `num_ctx` option if set."""
+    """The prompt tokens the model can take: `context_tokens`, else Ollama's `num_ctx` option if set, else the
+    model registry's context window for the model."""
     if settings.context_tokens is not None:
         return settings.context_tokens
     num_ctx = (settings.options or {}).get("num_ctx")
-    return num_ctx if isinstance(num_ctx, int) and num_ctx > 0 else None
+    if isinstance(num_ctx, int) and num_ctx > 0:
+        return num_ctx
+    info = known_model(settings)
+    return info.context_window if info is not None else None
+
+
+def known_model(settings: Settings) -> ModelInfo | None:
+    """What the model registry knows about the configured model."""
+    from ..models.registry import lookup
+
+    return lookup(settings.model)
 
 
 def make_printer(
