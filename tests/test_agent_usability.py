@@ -94,18 +94,20 @@ def test_a_python_tool_that_overruns_is_abandoned_at_the_deadline() -> None:
 
 def test_a_cooperative_tool_sees_the_cancel_and_stops() -> None:
     stopped = threading.Event()
+    woken_by_cancel: list[bool] = []
 
     @tool
     def patient(context: ToolContext) -> str:
         """Wait until cancelled."""
         assert context.cancel is not None
-        context.cancel.wait(30)
+        woken_by_cancel.append(context.cancel.wait(30))
         stopped.set()
         return "stopped"
 
     llm = ScriptedLLM([call("patient")])
     Agent(llm, [patient], timeout=0.5).run("go")
     assert stopped.wait(30)
+    assert woken_by_cancel == [True]  # its token was set when the run gave up on it, not left to run out
 
 
 def test_a_quick_tool_still_returns_its_output() -> None:
