@@ -212,15 +212,15 @@ class Agent:
             tool_choice=tool_choice,
         )
         self.prompts.check(self._templates())
-        # Without several calls per turn, the end of the first call can stop generation at the server. Models whose
-        # API refuses stop strings get none: the parser still ends the turn at the call.
+        # Without several calls per turn, the end of the first call can stop generation at the server. Models
+        # whose API refuses stop strings get none: the parser still ends the turn at the call.
         self.stops: tuple[str, ...] = DEFAULT_STOPS if not multiple_calls else (OBSERVATION_STOP,)
         if not stop_strings:
             self.stops = ()
 
     def _templates(self) -> list[str]:
-        """Every template a run can render: checked before the first request, so a broken one is reported before
-        any tool has run."""
+        """Every template a run can render: checked before the first request, so a broken one is reported
+        before any tool has run."""
         names = ["observation.j2", "tool_error.j2", "denied.j2", "format_error.j2", "truncated.j2",
                  "unrun_block.j2", "summary.j2"]
         if self.tool_choice not in ("auto", "none"):
@@ -236,8 +236,8 @@ class Agent:
     ) -> AgentStream:
         """Start a run on `prompt` after `history`; iterate the returned stream for events, then read `.result`."""
         token = cancel or CancelToken()
-        # Text from outside (argv, stdin, a saved session) may carry undecodable bytes as lone surrogates, which
-        # no request encoder accepts: they become U+FFFD here, once, instead of failing every request.
+        # Text from outside (argv, stdin, a saved session) may carry undecodable bytes as lone surrogates,
+        # which no request encoder accepts: they become U+FFFD here, once, instead of failing every request.
         history = [Message(m.role, clean_text(m.content)[0]) for m in history]
         prompt = clean_text(prompt)[0] if prompt is not None else None
         run = _Run(history, token, self._clock() + self.timeout, self.stops, prompt or "")
@@ -337,7 +337,8 @@ class Agent:
                 if (yield from self._sent_back(run, answer)):
                     continue
                 # An answer that ran into the token limit is kept, but never passed off as complete.
-                reason = StopReason.MAX_TOKENS if turn.finish is FinishReason.MAX_TOKENS else StopReason.FINAL_ANSWER
+                cut = turn.finish is FinishReason.MAX_TOKENS
+                reason = StopReason.MAX_TOKENS if cut else StopReason.FINAL_ANSWER
                 yield FinalResponseEvent(answer, reason)
                 return answer, reason
             unknown = {c.name for c in turn.parsed.tool_calls if c.name not in self.tools}
@@ -345,8 +346,8 @@ class Agent:
                 names = ", ".join(sorted(unknown))
                 run.add(Message("assistant", turn.parsed.text.strip()))
                 raise NoToolsError(
-                    f"the model called a tool ({names}), but this agent has no tools; give it tools, or tell it "
-                    "to answer directly"
+                    f"the model called a tool ({names}), but this agent has no tools; give it tools, or tell "
+                    "it to answer directly"
                 )
             done = yield from self._act(run, turn.parsed)
             if done is not None:
@@ -358,7 +359,8 @@ class Agent:
         return answer, StopReason.MAX_ITERATIONS
 
     def _require_call(self, run: _Run, turn: ModelTurn) -> Steps[None]:
-        """tool_choice `required` or a tool's name: a reply without a call is corrected, not taken as the answer."""
+        """tool_choice `required` or a tool's name: a reply without a call is corrected, not taken as the
+        answer."""
         run.add(Message("assistant", turn.parsed.text.strip() or "(empty reply)"))
         tool_name = None if self.tool_choice == "required" else self.tool_choice
         which = f"a call of {tool_name}" if tool_name else "a tool call"
@@ -375,7 +377,8 @@ class Agent:
             raise
         except Exception as error:  # noqa: BLE001 - an application's hook must not lose the answer
             logger.warning("The before_finish hook failed: %r", error)
-            yield ErrorEvent(f"the before_finish hook failed: {type(error).__name__}: {error}", "before_finish")
+            problem = f"the before_finish hook failed: {type(error).__name__}: {error}"
+            yield ErrorEvent(problem, "before_finish")
             return False
         if not message or not message.strip():
             return False
@@ -507,7 +510,8 @@ class Agent:
                 )
                 started = time.monotonic()
                 try:
-                    # In a thread the run can abandon: an overrunning tool must not hold the run past its deadline.
+                    # In a thread the run can abandon: an overrunning tool must not hold the run past its
+                    # deadline.
                     outcome = run_bounded(tool_, arguments, context)
                 except (CancelledError, KeyboardInterrupt):
                     # Record that it was cut short, so the model (and a resumed chat) knows, then stop.

@@ -1,4 +1,4 @@
-"""Foreign text made clean: bytes that are not UTF-8 (or the lone surrogates standing for them) become U+FFFD."""
+"""Foreign text made clean: bytes that are not UTF-8 (or lone surrogates standing for them) become U+FFFD."""
 
 from __future__ import annotations
 

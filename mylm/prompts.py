@@ -16,8 +16,9 @@ if TYPE_CHECKING:
     from jinja2 import FileSystemLoader
     from jinja2.sandbox import SandboxedEnvironment
 
-#: Rendered prompts larger than this are refused: a template bug, or a template trying to exhaust memory. Every
-#: string a template builds along the way (`~`, `+`, `*`, filters, method calls) is held to the same bound.
+#: Rendered prompts larger than this are refused: a template bug, or a template trying to exhaust memory.
+#: Every string a template builds along the way (`~`, `+`, `*`, filters, method calls) is held to the same
+#: bound.
 MAX_RENDERED_CHARS = 2_000_000
 #: A render still running after this many seconds is stopped (a template looping over huge ranges).
 MAX_RENDER_SECONDS = 5.0
@@ -193,8 +194,8 @@ class PromptLoader:
     def render(self, name: str, /, **variables: Any) -> str:
         """Render template `name`; any problem becomes a `TemplateError` naming the file and line.
 
-        Rendering is bounded: recursion (a macro, include or extends that calls itself), the size of every string
-        built, and the time taken (`render_seconds`) each end it with a `TemplateError` instead of a hang.
+        Rendering is bounded: recursion (a macro, include or extends that calls itself), the size of every
+        string built, and the time taken (`render_seconds`) each end it with a `TemplateError`, never a hang.
         """
         from jinja2 import TemplateNotFound, TemplateSyntaxError, UndefinedError
         from jinja2.exceptions import SecurityError
@@ -213,11 +214,13 @@ class PromptLoader:
             raise TemplateError(f"{self._where(name, error)}: unsafe template: {error}") from None
         except RecursionError as error:
             raise TemplateError(
-                f"{self._where(name, error)}: nested too deeply (a macro, include or extends that calls itself?)"
+                f"{self._where(name, error)}: nested too deeply (a macro, include or extends that calls "
+                "itself?)"
             ) from None
         except _Overrun:
             raise TemplateError(
-                f"{self._where(name)}: still rendering after {self.render_seconds:g} s; stopped (a loop too large?)"
+                f"{self._where(name)}: still rendering after {self.render_seconds:g} s; stopped (a loop too "
+                "large?)"
             ) from None
         except MemoryError:
             raise TemplateError(f"{self._where(name)}: ran out of memory while rendering") from None
@@ -255,13 +258,16 @@ _SAMPLE_MESSAGES = [
     {"role": "user", "content": "Another question."},
 ]
 #: Sample values for each packaged template, one mapping per branch worth rendering; used to check templates
-#: (and the user's edited copies) before they are needed. Unknown names (a user's own) are rendered without any.
+#: (and the user's edited copies) before they are needed. Unknown names (a user's own) are rendered without
+#: any.
 SAMPLES: dict[str, tuple[dict[str, Any], ...]] = {
     "system.j2": tuple(
         {"tools": tools, "multiple_calls": multiple, "instructions": "Be brief.", "platform": "Linux",
          "cwd": "/work", "tool_choice": choice}
         for tools, multiple, choice in (
-            ([_SAMPLE_TOOL], False, "auto"), ([_SAMPLE_TOOL], True, "required"), ([_SAMPLE_TOOL], False, "example"),
+            ([_SAMPLE_TOOL], False, "auto"),
+            ([_SAMPLE_TOOL], True, "required"),
+            ([_SAMPLE_TOOL], False, "example"),
             ([], False, "none"),
         )
     ),
@@ -451,7 +457,8 @@ def _bounded_sandbox() -> type[SandboxedEnvironment]:
                     if isinstance(seq, (str, list, tuple)) and isinstance(count, int):
                         if len(seq) * count > MAX_RENDERED_CHARS:
                             raise SecurityError("repetition would exceed the size limit")
-            if operator == "+" and isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)):
+            sized = (str, list, tuple)
+            if operator == "+" and isinstance(left, sized) and isinstance(right, sized):
                 if len(left) + len(right) > MAX_RENDERED_CHARS:
                     raise SecurityError("joining would exceed the size limit")
             return super().call_binop(context, operator, left, right)

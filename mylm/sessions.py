@@ -235,8 +235,8 @@ def replay(records: Iterable[Mapping[str, Any]]) -> list[Message]:
             ]
         elif kind == "reset":
             history = []
-    # A prompt that failed stays unanswered (requests join it with the next prompt); only a crash, which left no
-    # record of how the turn ended, gets the marker.
+    # A prompt that failed stays unanswered (requests join it with the next prompt); only a crash, which left
+    # no record of how the turn ended, gets the marker.
     return history if failed else close_dangling(history, cut=False)
 
 

@@ -280,11 +280,11 @@ class RunResult:
     history: tuple[Message, ...] = ()
     #: Whether compaction rewrote the conversation: then continue from `history`, not history + delta.
     compacted: bool = False
-    #: Every completion the agent requested: loop turns, a turn asked again without stop strings, compaction and
-    #: summary calls (HTTP retries inside one call are not counted).
+    #: Every completion the agent requested: loop turns, a turn asked again without stop strings, compaction
+    #: and summary calls (HTTP retries inside one call are not counted).
     model_calls: int = 0
 
     @property
     def ok(self) -> bool:
-        """True when the run ended with an answer from the model (possibly cut off: `max_tokens`) or a done tool."""
+        """True when the run ended with an answer: the model's (maybe cut off) or a done tool's."""
         return self.stop_reason in (StopReason.FINAL_ANSWER, StopReason.MAX_TOKENS, StopReason.DONE_TOOL)

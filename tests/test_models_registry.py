@@ -90,9 +90,8 @@ def test_models_that_refuse_stop_strings_get_none() -> None:
 
 
 def test_cli_models_shows_what_is_known(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.cli.cli_support import invoke
-
     import mylm.providers
+    from tests.cli.cli_support import invoke
 
     monkeypatch.setattr(mylm.providers, "list_models", lambda endpoint: ["qwen3:8b", "my-finetune"])
     result = invoke(["models", "--base-url", "http://127.0.0.1:9/v1"])

@@ -130,8 +130,8 @@ def _report_ending(result: RunResult, session: str | None, redactor: Redactor, m
         click.echo(f"mylm: stopped after {result.iterations_used} iterations (--max-iterations)", err=True)
     elif reason == "max_tokens":
         click.echo(
-            f"mylm: warning: the answer was cut off at the output limit of {max_tokens} tokens; raise it with "
-            "max_tokens in the config file (or MYLM_MAX_TOKENS)",
+            f"mylm: warning: the answer was cut off at the output limit of {max_tokens} tokens; raise it "
+            "with max_tokens in the config file (or MYLM_MAX_TOKENS)",
             err=True,
         )
 

@@ -147,8 +147,10 @@ def settings_from(options: dict[str, Any]) -> Settings:
     import dataclasses
 
     texts = ("base_url", "model", "api_key", "provider", "chat_format", "instructions")
-    cleaned = {name: from_outside(getattr(settings, name), f"the {name.replace('_', ' ')} setting")
-               for name in texts if isinstance(getattr(settings, name), str)}
+    cleaned: dict[str, Any] = {
+        name: from_outside(getattr(settings, name), f"the {name.replace('_', ' ')} setting")
+        for name in texts if isinstance(getattr(settings, name), str)
+    }
     return dataclasses.replace(settings, **cleaned)
 
 

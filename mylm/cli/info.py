@@ -103,7 +103,9 @@ def _short(value: Any) -> str:
 
 @click.command()
 @endpoint_options
-@click.option("--known", is_flag=True, help="List the model registry (works offline) instead of the endpoint's models.")
+@click.option(
+    "--known", is_flag=True, help="List the model registry (works offline) instead of the endpoint's models."
+)
 @handles_errors
 def models(known: bool, **options: Any) -> None:
     """List the models the endpoint offers, one per line, with what the model registry knows about each.
@@ -133,8 +135,8 @@ def models(known: bool, **options: Any) -> None:
     names = list_models(endpoint)
     width = max((len(n) for n in names), default=0)
     for name in names:
-        info = lookup(name)
-        click.echo(for_terminal(f"{name:<{width}}  {describe(info)}" if info is not None else name))
+        found = lookup(name)
+        click.echo(for_terminal(f"{name:<{width}}  {describe(found)}" if found is not None else name))
 
 
 _SHELLS = ("bash", "zsh", "fish")

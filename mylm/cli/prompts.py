@@ -1,5 +1,5 @@
-"""`mylm prompts list|show|edit|reset|path|trust|untrust`: the templates, where each comes from, editing a copy, and
-whether this project's own templates may be used."""
+"""`mylm prompts list|show|edit|reset|path|trust|untrust`: the templates, where each comes from, editing (and
+resetting) a copy, and whether this project's own templates may be used."""
 
 from __future__ import annotations
 
@@ -141,13 +141,14 @@ def _check_copy(target: Path, template: str) -> None:
     from ..prompts import PromptLoader, packaged_prompts_dir
 
     # The copy's own directory first, the defaults behind it for anything it includes.
-    loader = PromptLoader([("user", target.parents[len(Path(template).parts) - 1]), ("default", packaged_prompts_dir())])
+    directory = target.parents[len(Path(template).parts) - 1]
+    loader = PromptLoader([("user", directory), ("default", packaged_prompts_dir())])
     try:
         loader.check([template])
     except TemplateError as error:
         raise TemplateError(
-            f"{error}; your copy is kept: fix it with `mylm prompts edit {template}`, or go back to the default "
-            f"with `mylm prompts reset {template}`"
+            f"{error}; your copy is kept: fix it with `mylm prompts edit {template}`, or go back to the "
+            f"default with `mylm prompts reset {template}`"
         ) from None
 
 

@@ -127,12 +127,11 @@ def make_approver(
 ) -> Approver:
     """The permission hook: the approval policy from flags and user config, asking on the terminal (or on the
     terminal injected through click's obj) when the policy says to ask."""
+    from ..config import config_path, section_error
+    from ..errors import ConfigError
     from ..prompts import user_config_dir
     from ..tools import ApprovalPolicy
     from .approve import Approver, open_terminal
-
-    from ..config import config_path, section_error
-    from ..errors import ConfigError
 
     section = (settings.extra.get("tools", {}) or {}).get("approval", {}) or {}
     try:
@@ -304,9 +303,10 @@ def run_turn(
     added = list(result.history_delta)
     after = list(result.history) if result.compacted else [*history, *added]
     if result.stop_reason is StopReason.CANCELLED:
-        # A reply the user cut short is marked, so the model knows its text stops there. How a failed or timed-out
-        # run ended is metadata (the session's run_end record), never text: a model shown "[timeout]" as its own
-        # last reply answers "[timeout]". Requests join the prompt left unanswered with the next one.
+        # A reply the user cut short is marked, so the model knows its text stops there. How a failed or
+        # timed-out run ended is metadata (the session's run_end record), never text: a model shown
+        # "[timeout]" as its own last reply answers "[timeout]". Requests join the prompt left unanswered with
+        # the next one.
         close_dangling(added, INTERRUPTED)
         close_dangling(after, INTERRUPTED)
     return Turn(result, tuple(added), tuple(after), output_error)

@@ -1,8 +1,9 @@
-"""The model registry: known model families from the packaged `known.toml`, overridden by the user's `models.toml`.
+"""The model registry: known model families from the packaged `known.toml`, overridden by `models.toml`.
 
-`lookup("qwen3:8b")` answers what mylm knows about a model by name: its context window, whether its API accepts
-stop strings, how it reasons (`<think>` tags, and whether its chat template opens them), and the chat format for
-raw-completion routes. Nothing is read at import; the files are read on first use and again when they change.
+`lookup("qwen3:8b")` answers what mylm knows about a model by name: its context window, whether its API
+accepts stop strings, how it reasons (`<think>` tags, and whether its chat template opens them), and the chat
+format for raw-completion routes. Nothing is read at import; the files are read on first use and again when
+they change.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def normalise(model: str) -> str:
 
 
 def lookup(model: str | None, *, user_file: Path | None = None) -> ModelInfo | None:
-    """What is known about `model` (by name), or None. The user's entries are tried before the packaged ones."""
+    """What is known about `model` (by name), or None; the user's entries are tried before packaged ones."""
     if not model:
         return None
     name = normalise(model)
@@ -83,7 +84,8 @@ def _merged(packaged: Sequence[ModelInfo], user: Sequence[_Entry]) -> tuple[Mode
     for entry, given in user:
         base = by_family.pop(entry.family, None)
         if base is not None:
-            entry = replace(base, source=entry.source, **{k: getattr(entry, k) for k in given if k != "family"})
+            changed = {k: getattr(entry, k) for k in given if k != "family"}
+            entry = replace(base, source=entry.source, **changed)
         mine.append(entry)
     return (*mine, *(info for info in packaged if info.family in by_family))
 

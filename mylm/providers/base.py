@@ -46,8 +46,8 @@ CONVENTIONAL_KEY_VARS: Mapping[str, tuple[str, ...]] = MappingProxyType(
 #: the run's deadline still bounds every call.
 DEFAULT_READ_TIMEOUT = 300.0
 DEFAULT_MAX_TOKENS = 4096
-#: The most text (answer plus reasoning, in characters) one streamed reply may carry: 8 Mi, far beyond any real
-#: answer, yet a bound on a server that never stops.
+#: The most text (answer plus reasoning, in characters) one streamed reply may carry: 8 Mi, far beyond any
+#: real answer, yet a bound on a server that never stops.
 DEFAULT_MAX_RESPONSE_CHARS = 8 * 1024 * 1024
 
 
@@ -70,7 +70,8 @@ class Endpoint:
     options: Mapping[str, Any] = field(default_factory=dict)
     connect_timeout: float = 10.0
     read_timeout: float = DEFAULT_READ_TIMEOUT
-    #: The cap on one streamed reply's decoded text; the wire's framing (~40 bytes a token in SSE) is not counted.
+    #: The cap on one streamed reply's decoded text; the wire's framing (~40 bytes a token in SSE) is not
+    #: counted.
     max_response_chars: int = DEFAULT_MAX_RESPONSE_CHARS
 
     def __post_init__(self) -> None:

@@ -241,7 +241,8 @@ class HTTPProvider(ABC):
                 body = read_all(response, guard, idle=idle, limit=MAX_RESPONSE_BYTES)
                 yield from decoder.whole(_json_document(body, self.place))
             else:
-                # The cap is on the decoded text (in _decode); the bytes are bounded only against a runaway stream.
+                # The cap is on the decoded text (in _decode); the bytes are bounded only against a runaway
+                # stream.
                 wire = max(MAX_RESPONSE_BYTES, _WIRE_BYTES_PER_CHAR * self.endpoint.max_response_chars)
                 try:
                     yield from self._decode(iter_body(response, guard, idle=idle, limit=wire), decoder)

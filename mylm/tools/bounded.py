@@ -16,8 +16,8 @@ def run_bounded(tool_: Tool, arguments: Mapping[str, Any], context: ToolContext)
     """Run `tool_` in a worker thread, waiting for it only until `context.deadline` or `context.cancel`.
 
     Python cannot stop a thread, so a tool that overruns is abandoned: it keeps running in its daemon thread
-    until it returns by itself, and whatever it returns then is dropped. The tool gets its own cancel token, set
-    when the run is cancelled or the tool is abandoned, so a tool that checks `context.cancel` (or
+    until it returns by itself, and whatever it returns then is dropped. The tool gets its own cancel token,
+    set when the run is cancelled or the tool is abandoned, so a tool that checks `context.cancel` (or
     `context.time_left()`) stops early. An overrun is reported as an error outcome; a cancel raises
     `CancelledError`, and Ctrl-C (KeyboardInterrupt) while waiting cancels the tool's token and propagates.
     """
@@ -62,8 +62,8 @@ def run_bounded(tool_: Tool, arguments: Mapping[str, Any], context: ToolContext)
         raise CancelledError("cancelled")
     took = time.monotonic() - started
     return ToolOutcome(
-        f"timed out: the run's time ran out after the tool had run {took:.1f} s; it was abandoned, and anything "
-        "it did before that may have happened",
+        f"timed out: the run's time ran out after the tool had run {took:.1f} s; it was abandoned, and "
+        "anything it did before that may have happened",
         True,
         took,
         timed_out=True,
