@@ -11,6 +11,10 @@ from ..cancel import CancelToken, remaining
 from ..errors import CancelledError
 from .base import Tool, ToolContext, ToolOutcome, run_tool
 
+#: After a cancel, how long a tool may take to notice its token and return what it did (a bound, not a delay:
+#: a cooperative tool returns at once, and its output is kept).
+CANCEL_GRACE = 2.0
+
 
 def run_bounded(tool_: Tool, arguments: Mapping[str, Any], context: ToolContext) -> ToolOutcome:
     """Run `tool_` in a worker thread, waiting for it only until `context.deadline` or `context.cancel`.
@@ -18,11 +22,13 @@ def run_bounded(tool_: Tool, arguments: Mapping[str, Any], context: ToolContext)
     Python cannot stop a thread, so a tool that overruns is abandoned: it keeps running in its daemon thread
     until it returns by itself, and whatever it returns then is dropped. The tool gets its own cancel token,
     set when the run is cancelled or the tool is abandoned, so a tool that checks `context.cancel` (or
-    `context.time_left()`) stops early. An overrun is reported as an error outcome; a cancel raises
-    `CancelledError`, and Ctrl-C (KeyboardInterrupt) while waiting cancels the tool's token and propagates.
+    `context.time_left()`) stops early. An overrun is reported as an error outcome. On a cancel the tool has up
+    to `CANCEL_GRACE` seconds to return (its outcome is then kept), else `CancelledError` is raised; Ctrl-C
+    (KeyboardInterrupt) while waiting cancels the tool's token and propagates.
     """
     own = CancelToken()
-    wake = threading.Event()
+    wake = threading.Event()  # the tool finished, or the run was cancelled
+    finished = threading.Event()
     box: list[ToolOutcome | BaseException] = []
 
     def work() -> None:
@@ -31,6 +37,7 @@ def run_bounded(tool_: Tool, arguments: Mapping[str, Any], context: ToolContext)
         except BaseException as error:  # noqa: BLE001 - handed to the waiting thread, which re-raises it
             box.append(error)
         finally:
+            finished.set()
             wake.set()
 
     def cancelled() -> None:
@@ -59,6 +66,8 @@ def run_bounded(tool_: Tool, arguments: Mapping[str, Any], context: ToolContext)
         return outcome
     own.cancel()
     if context.cancel is not None and context.cancel.cancelled:
+        if finished.wait(CANCEL_GRACE) and not isinstance(box[0], BaseException):
+            return box[0]
         raise CancelledError("cancelled")
     took = time.monotonic() - started
     return ToolOutcome(
