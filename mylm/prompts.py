@@ -315,36 +315,83 @@ class _Overrun(BaseException):
 def _render_within(template: Any, variables: Mapping[str, Any], seconds: float) -> str:
     """`template.render(**variables)`, stopped by an asynchronous `_Overrun` in this thread after `seconds`.
 
-    A timer raises the exception into the rendering thread at its next bytecode: template loops are Python
-    loops, so they stop. A pending exception that lost the race with a render finishing is withdrawn.
+    The watchdog raises the exception into the rendering thread at its next bytecode: template loops are
+    Python loops, so they stop. A pending exception that lost the race with a render finishing is withdrawn.
     """
-    import ctypes
-    import threading
-
-    target = threading.get_ident()
-    lock = threading.Lock()
-    state = {"done": False, "fired": False}
-
-    def fire() -> None:
-        with lock:
-            if not state["done"]:
-                state["fired"] = True
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(target), ctypes.py_object(_Overrun))
-
-    timer = threading.Timer(seconds, fire)
-    timer.daemon = True
-    timer.start()
+    watch = _watchdog().watch(seconds)
     try:
         text: str = template.render(**variables)
     finally:
-        with lock:
-            state["done"] = True
-            if state["fired"]:
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(target), ctypes.c_void_p())
-        timer.cancel()
-    if state["fired"]:
+        fired = watch.end()
+    if fired:
         raise _Overrun
     return text
+
+
+class _Watch:
+    """One render being timed: the thread to stop, when, and whether it was stopped."""
+
+    def __init__(self, dog: _Watchdog, deadline: float) -> None:
+        import threading
+
+        self.dog, self.deadline, self.target = dog, deadline, threading.get_ident()
+        self.done = self.fired = False
+
+    def end(self) -> bool:
+        """Stop timing; True if the render ran out of time (and any exception not yet raised is withdrawn)."""
+        import ctypes
+
+        with self.dog.lock:
+            self.done = True
+            self.dog.active.discard(self)
+            if self.fired:
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.target), ctypes.c_void_p())
+        return self.fired
+
+
+class _Watchdog:
+    """One daemon thread timing every render (a timer thread per render would cost more than most renders)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.lock = threading.Condition()
+        self.active: set[_Watch] = set()
+        #: When the watchdog thread wakes next (None: only when notified).
+        self.wakes: float | None = None
+        threading.Thread(target=self._run, name="mylm-template-watchdog", daemon=True).start()
+
+    def watch(self, seconds: float) -> _Watch:
+        import time
+
+        with self.lock:
+            watch = _Watch(self, time.monotonic() + seconds)
+            self.active.add(watch)
+            # Waking the thread for every render would cost a context switch each; it already wakes in time
+            # unless this deadline is its earliest.
+            if self.wakes is None or watch.deadline < self.wakes:
+                self.lock.notify()
+        return watch
+
+    def _run(self) -> None:
+        import ctypes
+        import time
+
+        with self.lock:
+            while True:
+                now = time.monotonic()
+                for watch in [w for w in self.active if w.deadline <= now and not w.fired]:
+                    watch.fired = True
+                    stop = ctypes.py_object(_Overrun)
+                    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(watch.target), stop)
+                pending = [w.deadline for w in self.active if not w.fired]
+                self.wakes = min(pending) if pending else None
+                self.lock.wait(self.wakes - now if self.wakes is not None else None)
+
+
+@functools.lru_cache(maxsize=1)
+def _watchdog() -> _Watchdog:
+    return _Watchdog()
 
 
 def _too_big(value: Any) -> bool:

@@ -22,9 +22,9 @@ def run_bounded(tool_: Tool, arguments: Mapping[str, Any], context: ToolContext)
     Python cannot stop a thread, so a tool that overruns is abandoned: it keeps running in its daemon thread
     until it returns by itself, and whatever it returns then is dropped. The tool gets its own cancel token,
     set when the run is cancelled or the tool is abandoned, so a tool that checks `context.cancel` (or
-    `context.time_left()`) stops early. An overrun is reported as an error outcome. On a cancel the tool has up
-    to `CANCEL_GRACE` seconds to return (its outcome is then kept), else `CancelledError` is raised; Ctrl-C
-    (KeyboardInterrupt) while waiting cancels the tool's token and propagates.
+    `context.time_left()`) stops early. An overrun is reported as an error outcome. On a cancel the tool has
+    up to `CANCEL_GRACE` seconds to return (its outcome is then kept), else `CancelledError` is raised;
+    Ctrl-C (KeyboardInterrupt) while waiting cancels the tool's token and propagates.
     """
     own = CancelToken()
     wake = threading.Event()  # the tool finished, or the run was cancelled
