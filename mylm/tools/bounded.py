@@ -55,7 +55,9 @@ def run_bounded(tool_: Tool, arguments: Mapping[str, Any], context: ToolContext)
             # Bounded slices: an infinite wait would not wake for Ctrl-C on every platform.
             wake.wait(min(left, 1.0))
     except BaseException:
+        # Ctrl-C: stop the tool, and let it clean up (kill and reap its processes) before the run goes on.
         own.cancel()
+        finished.wait(CANCEL_GRACE)
         raise
     finally:
         unregister()
