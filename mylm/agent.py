@@ -11,16 +11,26 @@ from typing import TYPE_CHECKING, Callable, Generator, Iterable, Literal, Sequen
 
 from .cancel import CancelToken
 from .context import Compactor, TokenEstimator
-from .errors import CancelledError, LLMTimeoutError, MylmError, RunTimeoutError
+from .decoding import clean_text
+from .errors import (
+    CancelledError,
+    LLMTimeoutError,
+    MylmError,
+    NoToolsError,
+    RunTimeoutError,
+    UnusableRepliesError,
+)
 from .llm import LLM, LLMRequest, alternating
 from .outputs import OutputCache, cut_middle
 from .parser import ParsedTurn, format_tool_call
 from .prompts import PromptLoader, dump_json, neutralise, tool_view
 from .stops import DEFAULT_STOPS, OBSERVATION_STOP
-from .tools.base import Tool, ToolContext, ToolOutcome, run_tool
+from .tools.base import Tool, ToolContext, ToolOutcome
+from .tools.bounded import run_bounded
 from .tools.registry import ToolRegistry
 from .turn import ModelTurn, cut_mid_thought, stream_turn
 from .types import (
+    ContinueEvent,
     ErrorEvent,
     Event,
     FinalResponseEvent,
@@ -48,6 +58,12 @@ logger = logging.getLogger("mylm.agent")
 logging.getLogger("mylm").addHandler(logging.NullHandler())
 
 PermissionHook = Callable[[ToolCall, Tool], Permission]
+#: Called with the model's final answer and the conversation so far; a message it returns sends the model back
+#: to work (it is added as a user message), None lets the answer stand.
+BeforeFinishHook = Callable[[str, Sequence[Message]], "str | None"]
+#: `auto`, `none`, `required`, or the name of the one tool the model must call.
+ToolChoice = str
+TOOL_CHOICES = ("auto", "none", "required")
 
 T = TypeVar("T")
 #: A step of the loop: yields events as they happen, returns its outcome.
@@ -74,6 +90,8 @@ class _Run:
     events: list[Event] = field(default_factory=list)
     usage: Usage = Usage()
     iteration: int = 0
+    #: Every completion requested: loop turns, the retry without stops, compaction and the summary call.
+    model_calls: int = 0
     failures: int = 0
     compacted: bool = False
 
@@ -136,6 +154,9 @@ class Agent:
         context_budget: int | None = None,
         compaction_threshold: float = 0.8,
         keep_recent_messages: int = 6,
+        tool_choice: ToolChoice = "auto",
+        stop_strings: bool = True,
+        before_finish: BeforeFinishHook | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_iterations < 1:
@@ -146,6 +167,20 @@ class Agent:
         self.outputs = OutputCache() if output_cache else None
         self.tools = ToolRegistry(tools)
         advertised = list(self.tools)
+        if tool_choice not in TOOL_CHOICES and tool_choice not in self.tools:
+            known = ", ".join(t.name for t in advertised) or "none"
+            raise ValueError(
+                f"tool_choice must be auto, none, required or a tool's name; {tool_choice!r} is none of them "
+                f"(tools: {known})"
+            )
+        self.tool_choice = tool_choice
+        self.before_finish = before_finish
+        #: With no tools at all, a call cannot be corrected into something useful: it ends the run.
+        self._no_tools = not advertised
+        if tool_choice == "none":
+            advertised = []
+        elif tool_choice not in TOOL_CHOICES:
+            advertised = [t for t in advertised if t.name == tool_choice]
         if self.outputs is not None and "read_output" not in self.tools:
             # Callable, but not listed in the system prompt: the observation that cuts an output says exactly
             # how to call it, and every listed tool costs tokens on every call.
@@ -171,12 +206,28 @@ class Agent:
             "system.j2",
             tools=tool_view(advertised),
             multiple_calls=multiple_calls,
-            instructions=instructions,
+            instructions=clean_text(instructions)[0],
             platform=platform.system() or "unknown",
-            cwd=str(self.workspace),
+            cwd=clean_text(str(self.workspace))[0],
+            tool_choice=tool_choice,
         )
-        # Without several calls per turn, the end of the first call can stop generation at the server.
+        self.prompts.check(self._templates())
+        # Without several calls per turn, the end of the first call can stop generation at the server. Models
+        # whose API refuses stop strings get none: the parser still ends the turn at the call.
         self.stops: tuple[str, ...] = DEFAULT_STOPS if not multiple_calls else (OBSERVATION_STOP,)
+        if not stop_strings:
+            self.stops = ()
+
+    def _templates(self) -> list[str]:
+        """Every template a run can render: checked before the first request, so a broken one is reported
+        before any tool has run."""
+        names = ["observation.j2", "tool_error.j2", "denied.j2", "format_error.j2", "truncated.j2",
+                 "unrun_block.j2", "summary.j2"]
+        if self.tool_choice not in ("auto", "none"):
+            names.append("tool_required.j2")
+        if self.compactor is not None:
+            names += ["compaction.j2", "compacted.j2"]
+        return names
 
     # --------------------------------------------------------------------------------------------- API
 
@@ -185,7 +236,11 @@ class Agent:
     ) -> AgentStream:
         """Start a run on `prompt` after `history`; iterate the returned stream for events, then read `.result`."""
         token = cancel or CancelToken()
-        run = _Run(list(history), token, self._clock() + self.timeout, self.stops, prompt or "")
+        # Text from outside (argv, stdin, a saved session) may carry undecodable bytes as lone surrogates,
+        # which no request encoder accepts: they become U+FFFD here, once, instead of failing every request.
+        history = [Message(m.role, clean_text(m.content)[0]) for m in history]
+        prompt = clean_text(prompt)[0] if prompt is not None else None
+        run = _Run(history, token, self._clock() + self.timeout, self.stops, prompt or "")
         if prompt is not None:
             run.add(Message("user", prompt))
         return AgentStream(self._recorded(run), token)
@@ -248,6 +303,7 @@ class Agent:
             final_text=text,
             stop_reason=reason,
             iterations_used=run.iteration,
+            model_calls=run.model_calls,
             timed_out=reason is StopReason.TIMEOUT,
             history_delta=tuple(run.added),
             events=tuple(run.events),
@@ -272,11 +328,27 @@ class Agent:
                 continue
             run.failures = 0
             if not turn.parsed.tool_calls:
+                if self.tool_choice not in ("auto", "none"):
+                    yield from self._require_call(run, turn)
+                    continue
                 logger.info("Final response received (no tool calls)")
                 run.add(Message("assistant", turn.parsed.thought or turn.parsed.text.strip()))
                 answer = turn.parsed.final_answer or ""
-                yield FinalResponseEvent(answer, StopReason.FINAL_ANSWER)
-                return answer, StopReason.FINAL_ANSWER
+                if (yield from self._sent_back(run, answer)):
+                    continue
+                # An answer that ran into the token limit is kept, but never passed off as complete.
+                cut = turn.finish is FinishReason.MAX_TOKENS
+                reason = StopReason.MAX_TOKENS if cut else StopReason.FINAL_ANSWER
+                yield FinalResponseEvent(answer, reason)
+                return answer, reason
+            unknown = {c.name for c in turn.parsed.tool_calls if c.name not in self.tools}
+            if self._no_tools and unknown:
+                names = ", ".join(sorted(unknown))
+                run.add(Message("assistant", turn.parsed.text.strip()))
+                raise NoToolsError(
+                    f"the model called a tool ({names}), but this agent has no tools; give it tools, or tell "
+                    "it to answer directly"
+                )
             done = yield from self._act(run, turn.parsed)
             if done is not None:
                 yield FinalResponseEvent(done, StopReason.DONE_TOOL)
@@ -285,6 +357,35 @@ class Agent:
         answer = yield from self._summarise(run)
         yield FinalResponseEvent(answer, StopReason.MAX_ITERATIONS)
         return answer, StopReason.MAX_ITERATIONS
+
+    def _require_call(self, run: _Run, turn: ModelTurn) -> Steps[None]:
+        """tool_choice `required` or a tool's name: a reply without a call is corrected, not taken as the
+        answer."""
+        run.add(Message("assistant", turn.parsed.text.strip() or "(empty reply)"))
+        tool_name = None if self.tool_choice == "required" else self.tool_choice
+        which = f"a call of {tool_name}" if tool_name else "a tool call"
+        yield ErrorEvent(f"the reply had no tool call; {which} is required (tool_choice)", "tool_choice")
+        run.add(Message("user", self.prompts.render("tool_required.j2", tool=tool_name)))
+
+    def _sent_back(self, run: _Run, answer: str) -> Steps[bool]:
+        """Ask the `before_finish` hook about the answer; True when it sent the model back to work."""
+        if self.before_finish is None:
+            return False
+        try:
+            message = self.before_finish(answer, tuple(run.messages))
+        except (CancelledError, KeyboardInterrupt):
+            raise
+        except Exception as error:  # noqa: BLE001 - an application's hook must not lose the answer
+            logger.warning("The before_finish hook failed: %r", error)
+            problem = f"the before_finish hook failed: {type(error).__name__}: {error}"
+            yield ErrorEvent(problem, "before_finish")
+            return False
+        if not message or not message.strip():
+            return False
+        logger.info("before_finish sent the model back to work")
+        run.add(Message("user", message))
+        yield ContinueEvent(answer, message)
+        return True
 
     def _check(self, run: _Run) -> None:
         run.cancel.raise_if_cancelled()
@@ -318,6 +419,7 @@ class Agent:
 
     def _complete(self, run: _Run, messages: tuple[Message, ...]) -> Steps[ModelTurn]:
         request = self._request(run, messages, run.stops)
+        run.model_calls += 1
         shown: list[str] = []
         try:
             turn: ModelTurn = yield from stream_turn(
@@ -341,7 +443,9 @@ class Agent:
         run.failures += 1
         yield ErrorEvent(message, "format")
         if run.failures >= self.max_consecutive_failures:
-            raise MylmError(f"the model gave {run.failures} unusable replies in a row; last problem: {message}")
+            raise UnusableRepliesError(
+                f"the model gave {run.failures} unusable replies in a row; last problem: {message}"
+            )
         if turn.finish is FinishReason.MAX_TOKENS:
             observation = self.prompts.render("truncated.j2", max_tokens=self.max_tokens)
         else:
@@ -390,8 +494,12 @@ class Agent:
             arguments, problems = tool_.validate(call.arguments)
             call = replace(call, arguments=arguments)
             yield ToolCallEvent(call)
-            verdict = Permission.allow() if problems else (yield from self._permit(call, tool_))
-            if problems:
+            skip = bool(problems) or self._refused_by_choice(call.name) is not None
+            verdict = Permission.allow() if skip else (yield from self._permit(call, tool_))
+            refusal = self._refused_by_choice(call.name)
+            if refusal is not None:
+                outcome, status = ToolOutcome(refusal, True, 0.0), "denied"
+            elif problems:
                 outcome = ToolOutcome(_invalid_arguments(tool_, problems), True, 0.0)
             elif not verdict.allowed:
                 outcome, status = ToolOutcome(verdict.reason or "the user refused it", True, 0.0), "denied"
@@ -402,15 +510,29 @@ class Agent:
                 )
                 started = time.monotonic()
                 try:
-                    outcome = run_tool(tool_, arguments, context)
+                    # In a thread the run can abandon: an overrunning tool must not hold the run past its
+                    # deadline.
+                    outcome = run_bounded(tool_, arguments, context)
                 except (CancelledError, KeyboardInterrupt):
                     # Record that it was cut short, so the model (and a resumed chat) knows, then stop.
                     interrupted = ToolOutcome(TOOL_INTERRUPTED, True, time.monotonic() - started)
                     yield from self._report(call, interrupted, "error", observations)
                     raise
                 status = "error" if outcome.is_error else "completed"
+        output, replaced = clean_text(outcome.output)
+        if replaced:
+            logger.warning("%s returned text that is not valid UTF-8; replaced it with U+FFFD", call.name)
+            outcome = replace(outcome, output=output)
         yield from self._report(call, outcome, status, observations)
         return outcome
+
+    def _refused_by_choice(self, name: str) -> str | None:
+        """Why tool_choice forbids calling `name`, or None."""
+        if self.tool_choice == "none":
+            return "tools are turned off for this run (tool_choice none): answer without calling any tool"
+        if self.tool_choice not in TOOL_CHOICES and name not in (self.tool_choice, "read_output"):
+            return f"only {self.tool_choice} may be called in this run (tool_choice)"
+        return None
 
     def _permit(self, call: ToolCall, tool_: Tool) -> Steps[Permission]:
         """Ask the permission hook; a hook that fails refuses the call (fail closed) instead of ending the run."""
@@ -461,11 +583,13 @@ class Agent:
         except (CancelledError, LLMTimeoutError, KeyboardInterrupt):
             raise
         except MylmError as error:
+            run.model_calls += 1
             logger.warning("Compaction failed: %s", error)
             yield ErrorEvent(f"could not compact the conversation: {error}", "compaction")
             return
         if outcome is None:
             return
+        run.model_calls += 1
         if outcome.usage is not None:
             run.usage = run.usage + outcome.usage
         run.messages[:] = outcome.messages

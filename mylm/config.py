@@ -103,6 +103,7 @@ _KEYS: dict[str, _Key] = {
     "provider": _Key(("MYLM_PROVIDER",), _text),
     "chat_format": _Key(("MYLM_CHAT_FORMAT",), _text),
     "max_tokens": _Key(("MYLM_MAX_TOKENS",), _positive_int, 4096),
+    "max_response_chars": _Key(("MYLM_MAX_RESPONSE_CHARS",), _positive_int, 8 * 1024 * 1024),
     "context_tokens": _Key(("MYLM_CONTEXT_TOKENS",), _positive_int),
     "max_iterations": _Key(("MYLM_MAX_ITERATIONS",), _positive_int, 10),
     "timeout": _Key(("MYLM_TIMEOUT",), _positive_float, 120.0),
@@ -121,7 +122,8 @@ SETTING_NAMES = tuple(_KEYS)
 _FILE_ONLY = {"mcp", "profiles", "tools", "api_key_env", "default_profile", "trusted_projects"}
 #: What a `[profiles.NAME]` table may set: an endpoint and how to talk to it.
 PROFILE_KEYS = (
-    "base_url", "model", "provider", "api_key_env", "chat_format", "max_tokens", "context_tokens", "options",
+    "base_url", "model", "provider", "api_key_env", "chat_format", "max_tokens", "max_response_chars",
+    "context_tokens", "options",
 )
 #: Limits a project file may lower (never raise), and the flag it may only turn off.
 _PROJECT_LIMITS = ("max_iterations", "timeout", "max_tokens")
@@ -137,6 +139,8 @@ class Settings:
     provider: str | None = None
     chat_format: str | None = None
     max_tokens: int = 4096
+    #: The most text one streamed reply may carry, in characters (decoded text, not wire bytes).
+    max_response_chars: int = 8 * 1024 * 1024
     #: The model's context window in tokens: near it, older turns are summarised (compaction).
     context_tokens: int | None = None
     max_iterations: int = 10
@@ -235,13 +239,33 @@ def _check_profiles(path: Path, text: str, profiles: Any) -> None:
             )
 
 
+def _line_in(path: Path, key: str, *, after: str = "") -> str:
+    """`, line N` for `key` in the file at `path` (see `_line_of`), or nothing if it cannot be read."""
+    try:
+        return _line_of(path.read_text(encoding="utf-8"), key, after=after)
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def section_error(path: Path, section: str, error: ConfigError) -> ConfigError:
+    """`error` about table `[section]` of the config file at `path`, located: `config file PATH, line N: ...`.
+
+    The key is the word after `[section]` in the message (the tools' own checks name it there)."""
+    match = re.match(rf"\[{re.escape(section)}\] (?:has unknown key\(s\) )?(\w+)", error.message)
+    line = _line_in(path, match.group(1), after=f"[{section}]") if match else ""
+    if not line:
+        line = _line_in(path, section.rpartition(".")[2], after="")
+    return ConfigError(f"config file {path}{line}: {error.message}")
+
+
 def _line_of(text: str, key: str, *, after: str = "") -> str:
     """`, line N` for the first line assigning `key` (after the line holding `after`), or nothing."""
     start = text.find(after) if after else 0
-    pattern = re.compile(rf"^\s*[\"']?{re.escape(key)}[\"']?\s*[=.\]]", re.MULTILINE)
+    # [ \t]*, not \s*: a blank line before the key must not be counted as the key's line.
+    pattern = re.compile(rf"^[ \t]*[\"']?{re.escape(key)}[\"']?[ \t]*[=.\]]", re.MULTILINE)
     match = pattern.search(text, max(start, 0))
     if match is None:
-        match = re.search(rf"^\s*\[\s*{re.escape(key)}\b", text, re.MULTILINE)
+        match = re.search(rf"^[ \t]*\[\s*{re.escape(key)}\b", text, re.MULTILINE)
     return f", line {text.count(chr(10), 0, match.start()) + 1}" if match else ""
 
 
@@ -267,6 +291,9 @@ def load_settings(
     env = os.environ if environ is None else environ
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
     file_path = path or config_path(env)
+    if path is None and env.get("MYLM_CONFIG") and not file_path.is_file():
+        # Silently running with no config at all would hide the typo.
+        raise ConfigError(f"MYLM_CONFIG names {file_path}, which is not a file")
     data = read_config_file(file_path)
     profiles: dict[str, dict[str, Any]] = data.get("profiles", {})
     profile, chosen_by = _choose_profile(flags, env, data, profiles, file_path)
@@ -295,8 +322,13 @@ def load_settings(
         try:
             values[name] = key.parse(value)
         except (TypeError, ValueError) as error:
+            if found.source in (f"config {file_path}", profile_layer.source):
+                after = f"[profiles.{profile}]" if found.source == profile_layer.source else ""
+                source = f"{found.label(name)}{_line_in(file_path, name, after=after)}"
             raise ConfigError(f"{name.replace('_', '-')} from {source}: {value!r} {error}") from None
         sources[name] = source
+    if values.get("prompts") and not Path(values["prompts"]).is_dir():
+        raise ConfigError(f"prompts from {sources['prompts']}: {values['prompts']} is not a directory")
     warnings: list[str] = []
     _resolve_key(values, sources, warnings, flags, env, data, profiles.get(profile or ""), profile, file_path)
     _apply_project(values, sources, warnings, (cwd or Path.cwd()) / PROJECT_CONFIG)

@@ -143,6 +143,9 @@ class Screen:
     out_is_tty: bool = False
     #: stdout and stderr are one terminal: what is streamed to stdout can be redrawn from stderr.
     same_terminal: bool = False
+    #: stdout and stderr are one file or pipe that is not a terminal (`> log 2>&1`, a CI log): text streamed
+    #: to stderr would then be followed by the same answer on stdout.
+    shared_output: bool = False
     color: bool = False
     size: Callable[[], tuple[int, int]] = field(default=lambda: (80, 24))
 
@@ -172,7 +175,9 @@ class EventPrinter:
         self.screen = screen
         self.style = Style(screen.color)
         self.verbose = verbose
-        self.stream = stream
+        # Streaming to a redirected stdout means streaming to stderr; when both are one log, every answer
+        # would appear twice, so each turn is shown once it is complete instead.
+        self.stream = stream and (screen.out_is_tty or not screen.shared_output)
         self.redactor = redactor or Redactor()
         self.waiting = waiting
         self._text: StreamRedactor = self.redactor.stream()
@@ -221,6 +226,11 @@ class EventPrinter:
             self._write(self.err, self.style.dim(note) + "\n")
         elif isinstance(event, FinalResponseEvent):
             self._final(event)
+
+    def make_room(self) -> None:
+        """Before another line is written to the terminal (a log record): erase the spinner, end our line."""
+        self._stop_waiting()
+        self._end_line()
 
     def finish(self) -> None:
         """Stop the spinner and close any line left open by streamed text."""

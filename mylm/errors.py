@@ -7,13 +7,17 @@
     │   ├── EndpointUnreachableError         connection refused, DNS, TLS
     │   ├── LLMTimeoutError                  no byte within the read timeout, or the run's deadline passed
     │   ├── StreamError                      a broken stream, or an error object inside a 200 stream
+    │   │   └── ConnectionBroke              the connection failed mid-body
     │   └── HTTPStatusError                  the server answered 4xx/5xx (status, server message)
     │       ├── AuthenticationError          401 / 403
     │       ├── ModelNotFoundError           404
     │       ├── ContextOverflowError         the prompt does not fit the model's context
     │       ├── RateLimitError               429 (retryable unless the quota is spent)
     │       └── ServerError                  5xx
+    ├── UnusableRepliesError        exit 1   the model gave too many unusable replies in a row
+    ├── NoToolsError                exit 1   the model called a tool, but the agent has none at all
     ├── ToolError                   exit 1   raised by a tool for an expected failure; becomes an observation
+    │   └── EscapeError                      a path leads outside the workspace
     ├── RunTimeoutError             exit 4   the run's wall-clock budget is spent
     └── CancelledError              exit 130 the run was cancelled (Ctrl-C or a cancel token)
 """
@@ -69,6 +73,10 @@ class StreamError(LLMError):
     retryable = True
 
 
+class ConnectionBroke(StreamError):
+    """The connection failed mid-body (a `StreamError`; the engine forgives it once an answer is whole)."""
+
+
 class HTTPStatusError(LLMError):
     """The endpoint answered with an HTTP error status."""
 
@@ -104,6 +112,18 @@ class ServerError(HTTPStatusError):
 
 class ToolError(MylmError):
     """A tool failed in a way it can explain; the message goes back to the model as an error observation."""
+
+
+class EscapeError(ToolError):
+    """A path leads outside the workspace."""
+
+
+class UnusableRepliesError(MylmError):
+    """The model gave `max_consecutive_failures` replies in a row that could be neither run nor accepted."""
+
+
+class NoToolsError(MylmError):
+    """The model called a tool, but the agent was given no tools at all: correcting it cannot help."""
 
 
 class RunTimeoutError(MylmError):

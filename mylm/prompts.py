@@ -17,7 +17,11 @@ if TYPE_CHECKING:
     from jinja2.sandbox import SandboxedEnvironment
 
 #: Rendered prompts larger than this are refused: a template bug, or a template trying to exhaust memory.
+#: Every string a template builds along the way (`~`, `+`, `*`, filters, method calls) is held to the same
+#: bound.
 MAX_RENDERED_CHARS = 2_000_000
+#: A render still running after this many seconds is stopped (a template looping over huge ranges).
+MAX_RENDER_SECONDS = 5.0
 _PROMPTS_PACKAGE = "mylm._prompts"
 _TEMPLATE_SUFFIXES = (".j2",)
 
@@ -140,6 +144,9 @@ class PromptLoader:
         )
         self._env.filters["tojson"] = dump_json
         self._env.filters["observation"] = neutralise
+        self._env.filters = {name: _bounded_call(f) for name, f in self._env.filters.items()}
+        #: Seconds a single render may take before it is stopped.
+        self.render_seconds = MAX_RENDER_SECONDS
 
     @classmethod
     def default(
@@ -185,34 +192,243 @@ class PromptLoader:
         return sorted(found)
 
     def render(self, name: str, /, **variables: Any) -> str:
-        """Render template `name`; any problem becomes a `TemplateError` naming the file and line."""
+        """Render template `name`; any problem becomes a `TemplateError` naming the file and line.
+
+        Rendering is bounded: recursion (a macro, include or extends that calls itself), the size of every
+        string built, and the time taken (`render_seconds`) each end it with a `TemplateError`, never a hang.
+        """
         from jinja2 import TemplateNotFound, TemplateSyntaxError, UndefinedError
         from jinja2.exceptions import SecurityError
 
         try:
             template = self._env.get_template(name)
-            text: str = template.render(**variables)
+            text: str = _render_within(template, variables, self.render_seconds)
         except TemplateNotFound as error:
             where = ", ".join(str(p) for _, p in self.search_path)
             raise TemplateError(f"template {error.name!r} not found (looked in {where})") from None
         except TemplateSyntaxError as error:
             raise TemplateError(f"{error.filename or name}:{error.lineno}: {error.message}") from None
         except UndefinedError as error:
-            raise TemplateError(f"{self._where(name)}: {error.message}") from None
+            raise TemplateError(f"{self._where(name, error)}: {error.message}") from None
         except SecurityError as error:
-            raise TemplateError(f"{self._where(name)}: unsafe template: {error}") from None
+            raise TemplateError(f"{self._where(name, error)}: unsafe template: {error}") from None
+        except RecursionError as error:
+            raise TemplateError(
+                f"{self._where(name, error)}: nested too deeply (a macro, include or extends that calls "
+                "itself?)"
+            ) from None
+        except _Overrun:
+            raise TemplateError(
+                f"{self._where(name)}: still rendering after {self.render_seconds:g} s; stopped (a loop too "
+                "large?)"
+            ) from None
+        except MemoryError:
+            raise TemplateError(f"{self._where(name)}: ran out of memory while rendering") from None
         except (TypeError, ValueError, ArithmeticError, AttributeError, LookupError) as error:
-            raise TemplateError(f"{self._where(name)}: {type(error).__name__}: {error}") from None
+            raise TemplateError(f"{self._where(name, error)}: {type(error).__name__}: {error}") from None
         if len(text) > MAX_RENDERED_CHARS:
             raise TemplateError(f"{self._where(name)}: rendered to {len(text):,} characters, over the limit")
         return text
 
-    def _where(self, name: str) -> str:
+    def check(self, names: Iterable[str]) -> None:
+        """Render each named template with sample values for every branch (`sample_variables`), so a broken
+        template fails before a run starts, naming its file and line."""
+        for name in names:
+            for variables in sample_variables(name):
+                self.render(name, **variables)
+
+    def _where(self, name: str, error: BaseException | None = None) -> str:
+        """The template file (and, when the error's traceback shows it, the line) a problem comes from."""
+        if error is not None:
+            line = _template_line(error, self.search_path)
+            if line is not None:
+                return line
         try:
             found = self.find(name)
         except TemplateError:
             found = None
         return str(found[1]) if found else name
+
+
+_SAMPLE_TOOL = {"name": "example", "description": "An example tool.", "parameters": '{"type":"object"}'}
+_SAMPLE_MESSAGES = [
+    {"role": "system", "content": "The system prompt."},
+    {"role": "user", "content": "A question."},
+    {"role": "assistant", "content": "An answer."},
+    {"role": "user", "content": "Another question."},
+]
+#: Sample values for each packaged template, one mapping per branch worth rendering; used to check templates
+#: (and the user's edited copies) before they are needed. Unknown names (a user's own) are rendered without
+#: any.
+SAMPLES: dict[str, tuple[dict[str, Any], ...]] = {
+    "system.j2": tuple(
+        {"tools": tools, "multiple_calls": multiple, "instructions": "Be brief.", "platform": "Linux",
+         "cwd": "/work", "tool_choice": choice}
+        for tools, multiple, choice in (
+            ([_SAMPLE_TOOL], False, "auto"),
+            ([_SAMPLE_TOOL], True, "required"),
+            ([_SAMPLE_TOOL], False, "example"),
+            ([], False, "none"),
+        )
+    ),
+    "tool_definitions.j2": ({"tools": [_SAMPLE_TOOL]},),
+    "observation.j2": (
+        {"tool": "example", "output": "output", "cut": 0, "handle": None},
+        {"tool": "example", "output": "output", "cut": 120, "handle": "out_1"},
+    ),
+    "tool_error.j2": ({"tool": "example", "message": "a problem"},),
+    "denied.j2": ({"tool": "example", "reason": "refused"},),
+    "format_error.j2": ({"message": "a problem"},),
+    "truncated.j2": ({"max_tokens": 4096},),
+    "unrun_block.j2": ({"message": "a problem"},),
+    "summary.j2": ({"max_iterations": 10},),
+    "tool_required.j2": ({"tool": None}, {"tool": "example"}),
+    "compaction.j2": ({"task": "the task"}, {"task": ""}),
+    "compacted.j2": ({"task": "the task", "summary": "a summary"}, {"task": "", "summary": "a summary"}),
+}
+
+
+def sample_variables(name: str) -> tuple[dict[str, Any], ...]:
+    """Sample values to check template `name` with (chat formats get a short conversation)."""
+    if name.startswith("chat/"):
+        return ({"messages": _SAMPLE_MESSAGES, "add_generation_prompt": True},)
+    return SAMPLES.get(name, ({},))
+
+
+def _template_line(error: BaseException, search_path: Sequence[tuple[str, Path]]) -> str | None:
+    """`FILE:LINE` of the innermost template frame in `error`'s traceback (Jinja maps its frames to template
+    lines), or None."""
+    import traceback
+
+    roots = [os.path.realpath(p) for _, p in search_path]
+    for frame in reversed(traceback.extract_tb(error.__traceback__)):
+        real = os.path.realpath(frame.filename)
+        if frame.filename.endswith(_TEMPLATE_SUFFIXES) and any(real.startswith(r + os.sep) for r in roots):
+            return f"{frame.filename}:{frame.lineno}"
+    return None
+
+
+class _Overrun(BaseException):
+    """Raised inside a render that ran out of time (a BaseException, so no `except Exception` swallows it)."""
+
+
+def _render_within(template: Any, variables: Mapping[str, Any], seconds: float) -> str:
+    """`template.render(**variables)`, stopped by an asynchronous `_Overrun` in this thread after `seconds`.
+
+    The watchdog raises the exception into the rendering thread at its next bytecode: template loops are
+    Python loops, so they stop. A pending exception that lost the race with a render finishing is withdrawn.
+    """
+    watch = _watchdog().watch(seconds)
+    try:
+        text: str = template.render(**variables)
+    finally:
+        fired = watch.end()
+    if fired:
+        raise _Overrun
+    return text
+
+
+class _Watch:
+    """One render being timed: the thread to stop, when, and whether it was stopped."""
+
+    def __init__(self, dog: _Watchdog, deadline: float) -> None:
+        import threading
+
+        self.dog, self.deadline, self.target = dog, deadline, threading.get_ident()
+        self.done = self.fired = False
+
+    def end(self) -> bool:
+        """Stop timing; True if the render ran out of time (and any exception not yet raised is withdrawn)."""
+        import ctypes
+
+        with self.dog.lock:
+            self.done = True
+            self.dog.active.discard(self)
+            if self.fired:
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.target), ctypes.c_void_p())
+        return self.fired
+
+
+class _Watchdog:
+    """One daemon thread timing every render (a timer thread per render would cost more than most renders)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.lock = threading.Condition()
+        self.active: set[_Watch] = set()
+        #: When the watchdog thread wakes next (None: only when notified).
+        self.wakes: float | None = None
+        threading.Thread(target=self._run, name="mylm-template-watchdog", daemon=True).start()
+
+    def watch(self, seconds: float) -> _Watch:
+        import time
+
+        with self.lock:
+            watch = _Watch(self, time.monotonic() + seconds)
+            self.active.add(watch)
+            # Waking the thread for every render would cost a context switch each; it already wakes in time
+            # unless this deadline is its earliest.
+            if self.wakes is None or watch.deadline < self.wakes:
+                self.lock.notify()
+        return watch
+
+    def _run(self) -> None:
+        import ctypes
+        import time
+
+        with self.lock:
+            while True:
+                now = time.monotonic()
+                for watch in [w for w in self.active if w.deadline <= now and not w.fired]:
+                    watch.fired = True
+                    stop = ctypes.py_object(_Overrun)
+                    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(watch.target), stop)
+                pending = [w.deadline for w in self.active if not w.fired]
+                self.wakes = min(pending) if pending else None
+                self.lock.wait(self.wakes - now if self.wakes is not None else None)
+
+
+@functools.lru_cache(maxsize=1)
+def _watchdog() -> _Watchdog:
+    return _Watchdog()
+
+
+def _too_big(value: Any) -> bool:
+    return isinstance(value, (str, list, tuple)) and len(value) > MAX_RENDERED_CHARS
+
+
+def _check_arguments(args: Iterable[Any]) -> None:
+    from jinja2.exceptions import SecurityError
+
+    for value in args:
+        # A width or count this large (`center(10**9)`) can only be meant to exhaust memory.
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_RENDERED_CHARS:
+            raise SecurityError(f"the number {value} is too large for a template")
+        if _too_big(value):
+            raise SecurityError("a value over the size limit")
+
+
+def _check_result(value: Any) -> Any:
+    from jinja2.exceptions import SecurityError
+
+    if _too_big(value):
+        raise SecurityError("a value over the size limit")
+    return value
+
+
+def _bounded_call(function: Callable[..., Any]) -> Callable[..., Any]:
+    """A filter that refuses huge numbers or values as arguments, and results over the size limit."""
+    if getattr(function, "_bounded", False):
+        return function
+
+    @functools.wraps(function)
+    def bounded(*args: Any, **kwargs: Any) -> Any:
+        _check_arguments([*args, *kwargs.values()])
+        return _check_result(function(*args, **kwargs))
+
+    bounded._bounded = True  # type: ignore[attr-defined]
+    return bounded
 
 
 @functools.lru_cache(maxsize=1)
@@ -258,16 +474,29 @@ def _contained_loader() -> type[FileSystemLoader]:
 @functools.lru_cache(maxsize=1)
 def _bounded_sandbox() -> type[SandboxedEnvironment]:
     """The sandbox class, built on first use so importing this module does not import jinja2."""
+    from jinja2.compiler import CodeGenerator, Frame
+    from jinja2.exceptions import SecurityError
+    from jinja2.nodes import Concat
     from jinja2.sandbox import SandboxedEnvironment
 
-    class BoundedSandbox(SandboxedEnvironment):
-        """The Jinja sandbox, plus limits on `*` and `**` so a template cannot build a gigabyte string."""
+    class BoundedCodeGenerator(CodeGenerator):
+        """Compiles `a ~ b` to a size-checked join (Jinja's own `str_join` cannot be intercepted)."""
 
-        intercepted_binops = frozenset({"*", "**"})
+        def visit_Concat(self, node: Concat, frame: Frame) -> None:
+            self.write("environment.bounded_join((")
+            for arg in node.nodes:
+                self.visit(arg, frame)
+                self.write(", ")
+            self.write("))")
+
+    class BoundedSandbox(SandboxedEnvironment):
+        """The Jinja sandbox, plus size limits on `*`, `**`, `+`, `~` and calls, so a template cannot build a
+        gigabyte string (it would have to double one 30 times, and each step is checked)."""
+
+        intercepted_binops = frozenset({"*", "**", "+"})
+        code_generator_class = BoundedCodeGenerator
 
         def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-            from jinja2.exceptions import SecurityError
-
             if operator == "**" and isinstance(right, (int, float)) and abs(right) > 64:
                 raise SecurityError("exponent too large")
             if operator == "*":
@@ -275,7 +504,21 @@ def _bounded_sandbox() -> type[SandboxedEnvironment]:
                     if isinstance(seq, (str, list, tuple)) and isinstance(count, int):
                         if len(seq) * count > MAX_RENDERED_CHARS:
                             raise SecurityError("repetition would exceed the size limit")
+            sized = (str, list, tuple)
+            if operator == "+" and isinstance(left, sized) and isinstance(right, sized):
+                if len(left) + len(right) > MAX_RENDERED_CHARS:
+                    raise SecurityError("joining would exceed the size limit")
             return super().call_binop(context, operator, left, right)
+
+        def bounded_join(self, parts: Iterable[Any]) -> str:
+            texts = [str(part) for part in parts]
+            if sum(len(t) for t in texts) > MAX_RENDERED_CHARS:
+                raise SecurityError("joining would exceed the size limit")
+            return "".join(texts)
+
+        def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+            _check_arguments([*args, *kwargs.values()])
+            return _check_result(super().call(__context, __obj, *args, **kwargs))
 
     return BoundedSandbox
 

@@ -183,7 +183,11 @@ class Session:
 
     @property
     def title(self) -> str:
-        """The first user message, on one line (what the session was about)."""
+        """What the session was about: the title it was started with (the prompt, without piped context), else
+        the first user message, on one line."""
+        title = self.header.get("title")
+        if isinstance(title, str) and title.strip():
+            return " ".join(title.split())
         for record in self.records:
             if record.get("type") == "message" and record.get("role") == "user":
                 return " ".join(str(record.get("content", "")).split())
@@ -213,8 +217,14 @@ def read_records(path: Path) -> tuple[list[dict[str, Any]], int]:
 def replay(records: Iterable[Mapping[str, Any]]) -> list[Message]:
     """The conversation the records describe, ready to pass as `history=`."""
     history: list[Message] = []
+    #: Whether the last turn is known to have ended in an error or a timeout (as opposed to a crash).
+    failed = False
     for record in records:
         kind = record.get("type")
+        if kind == "run_end":
+            failed = record.get("stop_reason") in ("error", "timeout")
+        elif kind in ("message", "compacted", "reset"):
+            failed = False
         if kind == "message" and record.get("role") in ("user", "assistant", "system"):
             history.append(Message(record["role"], str(record.get("content", ""))))
         elif kind == "compacted":
@@ -225,7 +235,9 @@ def replay(records: Iterable[Mapping[str, Any]]) -> list[Message]:
             ]
         elif kind == "reset":
             history = []
-    return close_dangling(history, cut=False)
+    # A prompt that failed stays unanswered (requests join it with the next prompt); only a crash, which left
+    # no record of how the turn ended, gets the marker.
+    return history if failed else close_dangling(history, cut=False)
 
 
 def close_dangling(history: list[Message], marker: str = INTERRUPTED, *, cut: bool = True) -> list[Message]:

@@ -59,6 +59,8 @@ class StopReason(str, Enum):
     """Why a whole run ended."""
 
     FINAL_ANSWER = "final_answer"
+    #: The answer ran into the output token limit (`max_tokens`): it is kept, but it is cut off.
+    MAX_TOKENS = "max_tokens"
     DONE_TOOL = "done_tool"
     MAX_ITERATIONS = "max_iterations"
     TIMEOUT = "timeout"
@@ -225,6 +227,15 @@ class CompactionEvent(_Event):
 
 
 @dataclass(frozen=True)
+class ContinueEvent(_Event):
+    """The `before_finish` hook sent the model back to work instead of accepting `answer`."""
+
+    type: ClassVar[str] = "continue"
+    answer: str
+    message: str
+
+
+@dataclass(frozen=True)
 class FinalResponseEvent(_Event):
     """The run's answer."""
 
@@ -244,6 +255,7 @@ Event = Union[
     UsageEvent,
     ErrorEvent,
     CompactionEvent,
+    ContinueEvent,
     FinalResponseEvent,
 ]
 
@@ -254,6 +266,8 @@ class RunResult:
 
     final_text: str
     stop_reason: StopReason
+    #: Turns of the loop started (each one model call); retries and the compaction and summary calls are not
+    #: counted here, see `model_calls`.
     iterations_used: int
     timed_out: bool
     #: Only the messages this run added (the prompt, the model's turns, the observations), ready to append.
@@ -266,8 +280,11 @@ class RunResult:
     history: tuple[Message, ...] = ()
     #: Whether compaction rewrote the conversation: then continue from `history`, not history + delta.
     compacted: bool = False
+    #: Every completion the agent requested: loop turns, a turn asked again without stop strings, compaction
+    #: and summary calls (HTTP retries inside one call are not counted).
+    model_calls: int = 0
 
     @property
     def ok(self) -> bool:
-        """True when the run ended with an answer from the model or a done tool."""
-        return self.stop_reason in (StopReason.FINAL_ANSWER, StopReason.DONE_TOOL)
+        """True when the run ended with an answer: the model's (maybe cut off) or a done tool's."""
+        return self.stop_reason in (StopReason.FINAL_ANSWER, StopReason.MAX_TOKENS, StopReason.DONE_TOOL)

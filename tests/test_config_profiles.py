@@ -101,7 +101,7 @@ def test_config_profile_errors_name_the_line() -> None:
 
 def test_config_bad_profile_value_says_where(monkeypatch: pytest.MonkeyPatch) -> None:
     path = write_config('[profiles.x]\nmax_tokens = "many"\n')
-    with pytest.raises(ConfigError, match=rf"max-tokens from profile x \({path}\): 'many' is not a whole number"):
+    with pytest.raises(ConfigError, match=rf"max-tokens from profile x \({path}\), line 2: 'many' is not a whole number"):
         load_settings({"model": "x"})
 
 

@@ -24,6 +24,8 @@ assert str(d).startswith(sys.argv[1]), d
 text = p.PromptLoader.default().render("system.j2", tools=p.tool_view([shell_tool(Path.cwd())]), multiple_calls=False,
                                        instructions="", platform="x", cwd="/")
 assert "<name>execute_command</name>" in text
+from mylm.models import registry
+assert str(registry._PACKAGED).startswith(sys.argv[1]) and registry.lookup("qwen3:8b").context_window == 32768
 print(d)
 """
 
@@ -44,6 +46,7 @@ def test_packaging_wheel_installs_templates_outside_the_checkout(tmp_path: Path)
     (wheel,) = dist.glob("mylm-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "mylm/_prompts/system.j2" in names and "mylm/_prompts/observation.j2" in names
+    assert "mylm/_prompts/tool_required.j2" in names and "mylm/models/known.toml" in names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "mylm = mylm.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 

@@ -24,7 +24,13 @@ class Terminal:
         """Show `question` and return the line typed (EOF counts as an empty answer)."""
         self._stream.write(question)
         self._stream.flush()
-        return self._stream.readline().strip()
+        try:
+            return self._stream.readline().strip()
+        except KeyboardInterrupt:
+            # The terminal echoed ^C on the question's line; what mylm says next belongs on its own line.
+            self._stream.write("\n")
+            self._stream.flush()
+            raise
 
 
 def open_terminal() -> Terminal | None:

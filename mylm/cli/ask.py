@@ -14,6 +14,7 @@ from .common import (
     EXIT_TIMEOUT,
     configure_logging,
     endpoint_options,
+    from_outside,
     handles_errors,
     make_redactor,
     read_piped_stdin,
@@ -37,6 +38,11 @@ def run_options(command: Any) -> Any:
             "--sandbox", type=click.Choice(["auto", "off"]), default=None,
             help="auto: confine commands with the kernel's sandbox (Landlock, else bubblewrap); off: run them "
                  "unconfined (warns every run) [auto].",
+        ),
+        click.option(
+            "--tool-choice", metavar="auto|none|required|TOOL",
+            help="auto: the model decides [default]; none: no tools; required: every reply must call a tool; "
+                 "TOOL: every reply must call that tool.",
         ),
     ]
     for option in reversed(options):
@@ -73,7 +79,9 @@ def ask(ctx: click.Context, /, prompt: tuple[str, ...], **options: Any) -> None:
     """
     from .runner import build_agent, make_approver, make_printer, run_turn, session_tools
 
-    text = _prompt_text(prompt, read_piped_stdin())
+    words = tuple(from_outside(word, "the prompt") for word in prompt)
+    piped = read_piped_stdin()
+    text = _prompt_text(words, piped)
     if not text:
         raise click.UsageError('no prompt given: mylm ask "what to do"')
     resume = session_to_resume(options["continue_last"], options["session_id"])
@@ -86,8 +94,10 @@ def ask(ctx: click.Context, /, prompt: tuple[str, ...], **options: Any) -> None:
         printer = make_printer(
             redactor, as_json=options["as_json"], verbose=options["verbose"] > 0, stream=not options["no_stream"]
         )
+        # Titled with what was asked, not with the piped context that precedes it in the prompt.
+        title = " ".join(words).strip() or piped.strip()
         recorder = Recorder.start(command="ask", settings=settings, redactor=redactor, resume=resume,
-                                  save=not options["no_save"])
+                                  save=not options["no_save"], title=title)
         recorder.prompt(text)
         try:
             turn = run_turn(agent, text, history, printer.handle)
@@ -100,7 +110,7 @@ def ask(ctx: click.Context, /, prompt: tuple[str, ...], **options: Any) -> None:
     result = turn.result
     if options["as_json"]:
         printer.emit(_summary(result, recorder.id))  # type: ignore[union-attr]
-    _report_ending(result, recorder.id, redactor)
+    _report_ending(result, recorder.id, redactor, settings.max_tokens)
     ctx.exit(exit_code(result))
 
 
@@ -112,7 +122,7 @@ def _prompt_text(words: tuple[str, ...], piped: str) -> str:
     return piped or prompt
 
 
-def _report_ending(result: RunResult, session: str | None, redactor: Redactor) -> None:
+def _report_ending(result: RunResult, session: str | None, redactor: Redactor, max_tokens: int) -> None:
     from ..display import for_terminal
 
     reason = result.stop_reason.value
@@ -123,26 +133,42 @@ def _report_ending(result: RunResult, session: str | None, redactor: Redactor) -
         click.echo(f"mylm: interrupted{resume}", err=True)
     elif reason == "max_iterations":
         click.echo(f"mylm: stopped after {result.iterations_used} iterations (--max-iterations)", err=True)
+    elif reason == "max_tokens":
+        click.echo(
+            f"mylm: warning: the answer was cut off at the output limit of {max_tokens} tokens; raise it "
+            "with max_tokens in the config file (or MYLM_MAX_TOKENS)",
+            err=True,
+        )
 
 
 def _summary(result: RunResult, session: str | None) -> dict[str, Any]:
-    usage = result.usage
     return {
         "type": "run_end",
         "stop_reason": result.stop_reason.value,
         "iterations_used": result.iterations_used,
         "timed_out": result.timed_out,
         "final_text": result.final_text,
-        "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens},
+        "model_calls": result.model_calls,
+        "usage": usage_record(result),
         "error": str(result.error) if result.error is not None else None,
         "session": session,
     }
 
 
+def usage_record(result: RunResult) -> dict[str, int] | None:
+    """The run's token counts, or None when the endpoint reported none (0/0 would be a false count)."""
+    from ..types import UsageEvent
+
+    if not any(isinstance(event, UsageEvent) for event in result.events):
+        return None
+    usage = result.usage
+    return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}
+
+
 def exit_code(result: RunResult) -> int:
-    """The exit code for how a run ended."""
+    """The exit code for how a run ended (a cut-off answer is still an answer: 0, with a warning)."""
     reason = result.stop_reason.value
-    if reason in ("final_answer", "done_tool"):
+    if reason in ("final_answer", "done_tool", "max_tokens"):
         return EXIT_OK
     if reason == "max_iterations":
         return EXIT_ITERATIONS

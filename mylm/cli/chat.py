@@ -59,6 +59,10 @@ def chat(ctx: click.Context, /, **options: Any) -> None:
             ),
         )
         interactive = isatty(sys.stdin)
+        reconfigure = getattr(sys.stdin, "reconfigure", None)
+        if reconfigure is not None:
+            # Undecodable input bytes arrive as lone surrogates, replaced (and said once) line by line.
+            reconfigure(errors="surrogateescape")
         if interactive:
             enable_line_editing(redactor)
         where = settings.profile or settings.model or "the default model"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -33,6 +34,27 @@ def warn(message: str) -> None:
     from ..display import for_terminal
 
     click.echo(f"mylm: warning: {for_terminal(message)}", err=True)
+
+
+_replaced_said = False
+
+
+def from_outside(text: str, where: str) -> str:
+    """`text` from argv, stdin or the environment, with undecodable bytes replaced by U+FFFD (said once)."""
+    from ..decoding import clean_text
+
+    cleaned, replaced = clean_text(text)
+    if replaced:
+        say_replaced(where)
+    return cleaned
+
+
+def say_replaced(where: str) -> None:
+    """Warn, once per process, that foreign bytes were replaced."""
+    global _replaced_said
+    if not _replaced_said:
+        _replaced_said = True
+        warn(f"{where} is not valid UTF-8; the bytes that are not were replaced with U+FFFD")
 
 
 def handles_errors(command: F) -> F:
@@ -123,7 +145,15 @@ def settings_from(options: dict[str, Any]) -> Settings:
     settings = load_settings(flags)
     for message in settings.warnings:
         warn(message)
-    return settings
+    # Text settings end up in request bodies and headers, which cannot carry undecodable bytes.
+    import dataclasses
+
+    texts = ("base_url", "model", "api_key", "provider", "chat_format", "instructions")
+    cleaned: dict[str, Any] = {
+        name: from_outside(getattr(settings, name), f"the {name.replace('_', ' ')} setting")
+        for name in texts if isinstance(getattr(settings, name), str)
+    }
+    return dataclasses.replace(settings, **cleaned)
 
 
 #: The redactor built from this command's settings, so that `fail` also knows the key and the URL's credentials.
@@ -158,7 +188,18 @@ def configure_logging(verbose: int, redactor: Redactor) -> None:
             record.msg, record.args = redactor.redact(record.getMessage()), None
             return True
 
-    handler = logging.StreamHandler(sys.stderr)
+    class _OwnLine(logging.StreamHandler):  # type: ignore[type-arg]
+        """Writes each record on a line of its own: streamed text may have left a line open."""
+
+        before: Callable[[], None] | None = None
+
+        def emit(self, record: logging.LogRecord) -> None:
+            if self.before is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    self.before()
+            super().emit(record)
+
+    handler = _OwnLine(sys.stderr)
     handler.setFormatter(logging.Formatter("[%(levelname)s] %(message)s"))
     handler.addFilter(_Redacting())
     handler.set_name("mylm-cli")
@@ -167,6 +208,15 @@ def configure_logging(verbose: int, redactor: Redactor) -> None:
         root.removeHandler(old)  # an embedding program (or a test) running several commands in one process
     root.addHandler(handler)
     root.setLevel(logging.DEBUG if verbose > 1 else logging.INFO)
+
+
+def before_log_lines(action: Callable[[], None]) -> None:
+    """Run `action` before each line of mylm's log (`-v`) is written: the printer ends its open line."""
+    import logging
+
+    for handler in logging.getLogger("mylm").handlers:
+        if handler.get_name() == "mylm-cli":
+            handler.before = action  # type: ignore[attr-defined]
 
 
 def isatty(stream: IO[str] | None) -> bool:
@@ -188,13 +238,23 @@ def same_terminal(a: IO[str], b: IO[str]) -> bool:
     return (sa.st_dev, sa.st_ino, sa.st_rdev) == (sb.st_dev, sb.st_ino, sb.st_rdev)
 
 
+def same_file(a: IO[str], b: IO[str]) -> bool:
+    """Whether two streams write to one file or pipe (`mylm ask ... > log 2>&1`)."""
+    try:
+        sa, sb = os.fstat(a.fileno()), os.fstat(b.fileno())
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
 def use_color(stream: IO[str]) -> bool:
     """Colour decorations only on a terminal, and never when NO_COLOR is set (https://no-color.org)."""
     return isatty(stream) and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
 
 
 def read_piped_stdin() -> str:
-    """Piped or redirected stdin, to add as context; never blocks on a terminal."""
+    """Piped or redirected stdin, to add as context; never blocks on a terminal. Bytes that are not UTF-8 (a
+    Latin-1 file, gzip data) are replaced with U+FFFD, and that is said once on stderr."""
     import stat
 
     stream = sys.stdin
@@ -209,4 +269,12 @@ def read_piped_stdin() -> str:
     except (OSError, ValueError, AttributeError):
         # Not a real file (a test runner's buffer): read it if it is there.
         pass
-    return stream.read()
+    raw = getattr(stream, "buffer", None)
+    if raw is None:
+        return from_outside(stream.read(), "stdin")
+    from ..decoding import decode_bytes
+
+    text, replaced = decode_bytes(raw.read())
+    if replaced:
+        say_replaced("stdin")
+    return text

@@ -1,8 +1,9 @@
-"""`mylm prompts list|show|edit|path|trust|untrust`: the templates, where each comes from, editing a copy, and
-whether this project's own templates may be used."""
+"""`mylm prompts list|show|edit|reset|path|trust|untrust`: the templates, where each comes from, editing (and
+resetting) a copy, and whether this project's own templates may be used."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -33,8 +34,8 @@ def _loader(prompts_dir: str | None) -> PromptLoader:
     from ..config import load_settings
     from ..prompts import PromptLoader
 
-    settings = load_settings()
-    return PromptLoader.default(prompts_dir or settings.prompts, trusted=settings.project_trust is not None)
+    settings = load_settings({"prompts": prompts_dir})
+    return PromptLoader.default(settings.prompts, trusted=settings.project_trust is not None)
 
 
 def _complete_template(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
@@ -130,6 +131,43 @@ def edit(name: str, no_editor: bool) -> None:
         from ..errors import MylmError
 
         raise MylmError(f"{error.message}; set $EDITOR, or edit {target} yourself") from None
+    _check_copy(target, template)
+    click.echo(f"Checked {target}: it renders.", err=True)
+
+
+def _check_copy(target: Path, template: str) -> None:
+    """Render the edited copy with sample values, so a mistake is found now rather than mid-run."""
+    from ..errors import TemplateError
+    from ..prompts import PromptLoader, packaged_prompts_dir
+
+    # The copy's own directory first, the defaults behind it for anything it includes.
+    directory = target.parents[len(Path(template).parts) - 1]
+    loader = PromptLoader([("user", directory), ("default", packaged_prompts_dir())])
+    try:
+        loader.check([template])
+    except TemplateError as error:
+        raise TemplateError(
+            f"{error}; your copy is kept: fix it with `mylm prompts edit {template}`, or go back to the "
+            f"default with `mylm prompts reset {template}`"
+        ) from None
+
+
+@prompts.command("reset")
+@click.argument("name", shell_complete=_complete_template)
+@handles_errors
+def reset(name: str) -> None:
+    """Delete your copy of template NAME in the user config dir, so the packaged default is used again."""
+    from ..prompts import packaged_prompts_dir, user_config_dir
+
+    template = _template_name(name)
+    if not (packaged_prompts_dir() / template).is_file():
+        raise click.UsageError(f"no default template {template!r}; `mylm prompts list` shows them")
+    target = user_config_dir() / "prompts" / template
+    if not target.is_file():
+        click.echo(f"You have no copy of {template}; the default is in use.", err=True)
+        return
+    target.unlink()
+    click.echo(f"Removed {target}; mylm uses the default {template} again.", err=True)
 
 
 @prompts.command("path")

@@ -108,6 +108,7 @@ class Recorder:
         redactor: Redactor,
         resume: Session | None,
         save: bool,
+        title: str | None = None,
     ) -> Recorder:
         """Open the resumed session for appending, or create a new one (unless `save` is off)."""
         if not save:
@@ -125,6 +126,7 @@ class Recorder:
                 "profile": settings.profile,
                 "base_url": public_url(settings.base_url),  # never the URL's user, password or query
                 "provider": settings.provider,
+                **({"title": " ".join(title.split())[:200]} if title else {}),
             }
             return cls(Transcript.create(private_sessions_dir(), redactor=redactor, header=header))
         except OSError as error:
@@ -146,12 +148,13 @@ class Recorder:
                 transcript.compacted(turn.history)
             else:
                 transcript.messages(turn.added[1:])
-            usage = result.usage
+            from .ask import usage_record
+
             transcript.append({
                 "type": "run_end",
                 "stop_reason": result.stop_reason.value,
                 "iterations_used": result.iterations_used,
-                "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens},
+                "usage": usage_record(result),
                 "error": str(result.error) if result.error is not None else None,
             })
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
-from .common import EXIT_INTERRUPTED, EXIT_OK
+from .common import EXIT_INTERRUPTED, EXIT_OK, from_outside
 
 if TYPE_CHECKING:
     from ..agent import Agent
@@ -48,7 +48,7 @@ def repl(state: ChatState, *, prompt: str) -> int:
 
     while not state.done:
         try:
-            line = input(prompt)
+            line = from_outside(input(prompt), "the input")
         except EOFError:
             if prompt:
                 click.echo("", err=True)

@@ -12,13 +12,14 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Iterator
 
 import click
 
-from .common import isatty, same_terminal, use_color, warn
+from .common import before_log_lines, isatty, same_file, same_terminal, use_color, warn
 
 if TYPE_CHECKING:
     from ..agent import Agent
     from ..config import Settings
     from ..display import EventPrinter, JsonPrinter
     from ..llm import LLM
+    from ..models.registry import ModelInfo
     from ..prompts import PromptLoader
     from ..redact import Redactor
     from ..sandbox import Sandbox
@@ -45,7 +46,13 @@ def session_tools(settings: Settings) -> Iterator[list[Tool]]:
     become_subreaper()
     # Commands must not read this process's environment (API keys, DATABASE_URL) from /proc (issue 10).
     protect_process()
-    configured = ToolSettings.from_config(dict(settings.extra.get("tools", {}) or {}))
+    from ..config import config_path, section_error
+    from ..errors import ConfigError
+
+    try:
+        configured = ToolSettings.from_config(dict(settings.extra.get("tools", {}) or {}))
+    except ConfigError as error:
+        raise section_error(config_path(), "tools", error) from None
     tools = builtin_tools(
         workspace=Path.cwd(),
         memory_path=configured.memory_path,
@@ -108,10 +115,19 @@ def make_endpoint(settings: Settings) -> Any:
         model=settings.model,
         api_key=settings.api_key,
         api_key_source=settings.api_key_source,
-        chat_format=settings.chat_format,
+        chat_format=settings.chat_format or _preferred_format(settings),
         max_tokens=settings.max_tokens,
         options=dict(settings.options or {}),
+        max_response_chars=settings.max_response_chars,
     )
+
+
+def _preferred_format(settings: Settings) -> str | None:
+    """For the raw-completion route, the registry's chat format for the model (else the route's default)."""
+    if settings.provider != "openai-completions":
+        return None
+    info = known_model(settings)
+    return info.chat_format if info is not None else None
 
 
 def model_tools(tools: list[Tool]) -> list[Tool]:
@@ -129,6 +145,8 @@ def make_approver(
 ) -> Approver:
     """The permission hook: the approval policy from flags and user config, asking on the terminal (or on the
     terminal injected through click's obj) when the policy says to ask."""
+    from ..config import config_path, section_error
+    from ..errors import ConfigError
     from ..prompts import user_config_dir
     from ..tools import ApprovalPolicy
     from .approve import Approver, open_terminal
@@ -140,12 +158,13 @@ def make_approver(
     elif not sandbox.confines:
         warn("no sandbox is available here (no Landlock, no bubblewrap): commands would run unconfined, so "
              "every command asks")
-    policy = replace(
-        ApprovalPolicy.from_config(
+    try:
+        policy = ApprovalPolicy.from_config(
             section, workspace=Path.cwd(), yes=settings.yes, config_dir=user_config_dir()
-        ),
-        command_sandbox=sandbox.confines,
-    )
+        )
+    except ConfigError as error:
+        raise section_error(config_path(), "tools.approval", error) from None
+    policy = replace(policy, command_sandbox=sandbox.confines)
     terminal_factory = (ctx.obj or {}).get("terminal", open_terminal)
     return Approver(
         policy=policy,
@@ -163,17 +182,29 @@ def build_agent(ctx: click.Context, settings: Settings, approver: Approver, tool
     from ..agent import Agent
 
     loader = prompt_loader(settings)
-    return Agent(
-        make_llm(ctx, settings, loader),
-        tools,
-        max_iterations=settings.max_iterations,
-        timeout=settings.timeout,
-        prompts=loader,
-        max_tokens=settings.max_tokens,
-        permission=approver,
-        instructions=settings.instructions,
-        context_budget=context_budget(settings),
-    )
+    llm = make_llm(ctx, settings, loader)
+    chat = getattr(llm, "chat_format", None)
+    if chat is not None and isinstance(getattr(chat, "template", None), str):
+        loader.check([chat.template])  # a raw-completion route renders it on every call: check it now
+    tool_choice = ctx.params.get("tool_choice") or "auto"
+    try:
+        return Agent(
+            llm,
+            tools,
+            max_iterations=settings.max_iterations,
+            timeout=settings.timeout,
+            prompts=loader,
+            max_tokens=settings.max_tokens,
+            permission=approver,
+            instructions=settings.instructions,
+            context_budget=context_budget(settings),
+            tool_choice=tool_choice,
+            stop_strings=getattr(known_model(settings), "stop_strings", True),
+        )
+    except ValueError as error:
+        from ..errors import ConfigError
+
+        raise ConfigError(f"--tool-choice: {error}") from None
 
 
 def prompt_loader(settings: Settings) -> PromptLoader:
@@ -193,11 +224,22 @@ def prompt_loader(settings: Settings) -> PromptLoader:
 
 
 def context_budget(settings: Settings) -> int | None:
-    """The prompt tokens the model can take: `context_tokens`, else Ollama's `num_ctx` option if set."""
+    """The prompt tokens the model can take: `context_tokens`, else Ollama's `num_ctx` option if set, else the
+    model registry's context window for the model."""
     if settings.context_tokens is not None:
         return settings.context_tokens
     num_ctx = (settings.options or {}).get("num_ctx")
-    return num_ctx if isinstance(num_ctx, int) and num_ctx > 0 else None
+    if isinstance(num_ctx, int) and num_ctx > 0:
+        return num_ctx
+    info = known_model(settings)
+    return info.context_window if info is not None else None
+
+
+def known_model(settings: Settings) -> ModelInfo | None:
+    """What the model registry knows about the configured model."""
+    from ..models.registry import lookup
+
+    return lookup(settings.model)
 
 
 def make_printer(
@@ -217,10 +259,15 @@ def make_printer(
     screen = Screen(
         out_is_tty=isatty(out),
         same_terminal=same_terminal(out, err),
+        shared_output=same_file(out, err),
         color=use_color(err),
         size=lambda: _terminal_size(err),
     )
-    return EventPrinter(out, err, screen=screen, verbose=verbose, stream=stream, redactor=redactor, waiting=waiting)
+    printer = EventPrinter(
+        out, err, screen=screen, verbose=verbose, stream=stream, redactor=redactor, waiting=waiting
+    )
+    before_log_lines(printer.make_room)
+    return printer
 
 
 def _terminal_size(stream: IO[str]) -> tuple[int, int]:
@@ -281,10 +328,13 @@ def run_turn(
     assert result is not None
     added = list(result.history_delta)
     after = list(result.history) if result.compacted else [*history, *added]
-    if result.stop_reason in (StopReason.CANCELLED, StopReason.ERROR, StopReason.TIMEOUT):
-        marker = INTERRUPTED if result.stop_reason is StopReason.CANCELLED else f"[{result.stop_reason.value}]"
-        close_dangling(added, marker)
-        close_dangling(after, marker)
+    if result.stop_reason is StopReason.CANCELLED:
+        # A reply the user cut short is marked, so the model knows its text stops there. How a failed or
+        # timed-out run ended is metadata (the session's run_end record), never text: a model shown
+        # "[timeout]" as its own last reply answers "[timeout]". Requests join the prompt left unanswered with
+        # the next one.
+        close_dangling(added, INTERRUPTED)
+        close_dangling(after, INTERRUPTED)
     return Turn(result, tuple(added), tuple(after), output_error)
 
 

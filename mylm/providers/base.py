@@ -46,6 +46,9 @@ CONVENTIONAL_KEY_VARS: Mapping[str, tuple[str, ...]] = MappingProxyType(
 #: the run's deadline still bounds every call.
 DEFAULT_READ_TIMEOUT = 300.0
 DEFAULT_MAX_TOKENS = 4096
+#: The most text (answer plus reasoning, in characters) one streamed reply may carry: 8 Mi, far beyond any
+#: real answer, yet a bound on a server that never stops.
+DEFAULT_MAX_RESPONSE_CHARS = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -67,12 +70,17 @@ class Endpoint:
     options: Mapping[str, Any] = field(default_factory=dict)
     connect_timeout: float = 10.0
     read_timeout: float = DEFAULT_READ_TIMEOUT
+    #: The cap on one streamed reply's decoded text; the wire's framing (~40 bytes a token in SSE) is not
+    #: counted.
+    max_response_chars: int = DEFAULT_MAX_RESPONSE_CHARS
 
     def __post_init__(self) -> None:
         if self.provider is not None and self.provider not in PROVIDERS:
             raise ConfigError(f"unknown provider {self.provider!r}; choose one of {', '.join(PROVIDERS)}")
         if self.max_tokens <= 0:
             raise ConfigError(f"max_tokens must be positive, not {self.max_tokens}")
+        if self.max_response_chars <= 0:
+            raise ConfigError(f"max_response_chars must be positive, not {self.max_response_chars}")
         if self.connect_timeout <= 0 or self.read_timeout <= 0:
             raise ConfigError("connect and read timeouts must be positive")
         if self.base_url and urlsplit(self.base_url).scheme not in ("http", "https"):

@@ -8,7 +8,7 @@ from abc import ABC, abstractmethod
 from contextlib import closing
 from typing import TYPE_CHECKING, Any, ClassVar, Generator, Iterable, Iterator
 
-from ..errors import ConfigError, HTTPStatusError, LLMError, StreamError
+from ..errors import ConfigError, ConnectionBroke, HTTPStatusError, LLMError, StreamError
 from ..llm import FinishChunk, LLMChunk, LLMRequest, ReasoningChunk, TextChunk
 from ..stops import StopCutter
 from ..types import Usage
@@ -20,7 +20,6 @@ from .transport import (
     MAX_ERROR_BYTES,
     MAX_RESPONSE_BYTES,
     CallGuard,
-    ConnectionBroke,
     HTTPCall,
     iter_body,
     new_session,
@@ -242,8 +241,11 @@ class HTTPProvider(ABC):
                 body = read_all(response, guard, idle=idle, limit=MAX_RESPONSE_BYTES)
                 yield from decoder.whole(_json_document(body, self.place))
             else:
+                # The cap is on the decoded text (in _decode); the bytes are bounded only against a runaway
+                # stream.
+                wire = max(MAX_RESPONSE_BYTES, _WIRE_BYTES_PER_CHAR * self.endpoint.max_response_chars)
                 try:
-                    yield from self._decode(iter_body(response, guard, idle=idle), decoder)
+                    yield from self._decode(iter_body(response, guard, idle=idle, limit=wire), decoder)
                 except ConnectionBroke:
                     # A server that drops the connection right after its finish (no [DONE], no final chunk)
                     # has still given a whole answer.
@@ -265,8 +267,13 @@ class HTTPProvider(ABC):
         items: Iterator[Any] = iter_sse(lines) if self.framing == "sse" else iter_ndjson(lines)
         # End-of-turn markers of the chat format are cut here: the agent knows only its own stops.
         cutter = StopCutter(self.chat_format.stops) if self.chat_format else None
+        cap, size = self.endpoint.max_response_chars, 0
         for item in items:
             for chunk in decoder.feed(item):
+                if isinstance(chunk, (TextChunk, ReasoningChunk)):
+                    size += len(chunk.text)
+                    if size > cap:
+                        raise _too_long(self.place, cap)
                 if cutter is None or not isinstance(chunk, TextChunk):
                     yield chunk
                     continue
@@ -334,6 +341,19 @@ class HTTPProvider(ABC):
             guard.close()
 
 
+#: SSE framing costs about 40 bytes a token (~10 a character); 32 leaves room for the most verbose servers.
+_WIRE_BYTES_PER_CHAR = 32
+
+
+def _too_long(place: Place, cap: int) -> StreamError:
+    error = StreamError(
+        f"the reply from {place.url} grew past {cap:,} characters of text; stopped reading (raise "
+        "max_response_chars in the config file if a reply this long is expected)"
+    )
+    error.retryable = False
+    return error
+
+
 def _budget(guard: CallGuard) -> float:
     import time
 
@@ -343,7 +363,7 @@ def _budget(guard: CallGuard) -> float:
 def _json_document(body: bytes, place: Place) -> Any:
     try:
         return json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested past json's depth limit (a hostile server)
         error = StreamError(f"{place.url} answered with something that is not JSON: {body[:80]!r}")
         error.retryable = False
         raise error from None

@@ -95,7 +95,7 @@ def parse_failure(status: int, body: bytes, headers: Mapping[str, str], *, secre
     text = body.decode("utf-8", errors="replace")
     try:
         message, code, param = error_fields(json.loads(text))
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested past json's depth limit, as hostile as HTML
         # Not JSON: a proxy's HTML page or a plain-text body. Strip tags so the line stays readable.
         message, code, param = re.sub(r"<[^>]*>", " ", text), "", ""
     should = headers.get("x-should-retry")

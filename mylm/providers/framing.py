@@ -86,6 +86,8 @@ def sse_json(event: SSEEvent) -> list[Any]:
         return [json.loads(event.data)]
     except ValueError:
         pass
+    except RecursionError:
+        raise _too_deep() from None
     objects = []
     for line in event.data.split("\n"):
         if line.strip():
@@ -100,9 +102,19 @@ def iter_ndjson(lines: Iterable[str]) -> Iterator[Any]:
             yield _loads(line)
 
 
+def _too_deep() -> StreamError:
+    # json's decoder nests one C call per level and stops at the interpreter's recursion limit (about 1000
+    # levels): that is the cap on nesting. No model reply comes near it; a hostile server gets one error line.
+    error = StreamError("the endpoint sent JSON nested too deeply to be a model reply; stopped reading")
+    error.retryable = False
+    return error
+
+
 def _loads(text: str) -> Any:
     try:
         return json.loads(text)
+    except RecursionError:
+        raise _too_deep() from None
     except ValueError:
         shown = text if len(text) <= 80 else text[:79] + "…"
         raise StreamError(f"the endpoint sent something that is not JSON: {shown!r}") from None

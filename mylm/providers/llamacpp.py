@@ -114,7 +114,7 @@ class LlamaCpp(HTTPProvider):
             )
         try:
             prompt = json.loads(data).get("prompt") if response.status_code == 200 else None
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, RecursionError):
             prompt = None
         if not isinstance(prompt, str):
             error = StreamError(

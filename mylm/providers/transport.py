@@ -22,6 +22,7 @@ from ..cancel import CancelToken, remaining
 from ..errors import (
     CancelledError,
     ConfigError,
+    ConnectionBroke,
     EndpointUnreachableError,
     LLMError,
     LLMTimeoutError,
@@ -45,10 +46,6 @@ class HTTPCall:
     #: Kept out of `repr`: it carries the API key.
     headers: Mapping[str, str] = field(repr=False)
     body: bytes | None = field(default=None, repr=False)
-
-
-class ConnectionBroke(StreamError):
-    """The connection failed mid-body (a `StreamError`; the engine forgives it once an answer is whole)."""
 
 
 class CallGuard:

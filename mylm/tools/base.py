@@ -150,6 +150,8 @@ class ToolOutcome:
     duration: float
     #: Set when a tool raised `TaskComplete`: the run ends with this answer.
     final_message: str | None = None
+    #: The run's deadline passed while the tool ran, and it was abandoned (see `mylm.tools.bounded`).
+    timed_out: bool = False
 
 
 def run_tool(tool_: Tool, arguments: Mapping[str, Any], context: ToolContext) -> ToolOutcome:

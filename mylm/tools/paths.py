@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Literal
 
-from ..errors import ToolError
+from ..errors import EscapeError, ToolError
 
 Resolver = Literal["auto", "openat2", "walk"]
 
@@ -64,10 +64,6 @@ def _openat2(dir_fd: int, path: str, flags: int, mode: int) -> int:
         raise OSError(code, os.strerror(code), path)
     _openat2_works = True
     return int(fd)
-
-
-class EscapeError(ToolError):
-    """A path leads outside the workspace."""
 
 
 class Workspace:

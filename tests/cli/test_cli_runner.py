@@ -60,9 +60,14 @@ def test_runner_compacted_conversation_continues_and_is_recorded(tmp_path: Path)
     assert load(path).history == turn.history
 
 
-def test_runner_failed_turn_is_closed_so_roles_alternate(tmp_path: Path) -> None:
+def test_runner_failed_turn_adds_no_marker_text_and_the_next_request_still_alternates(tmp_path: Path) -> None:
     from mylm.errors import EndpointUnreachableError
 
     agent = Agent(ScriptedLLM([EndpointUnreachableError("down")]))
     turn = run_turn(agent, "q", (Message("user", "a"), Message("assistant", "b")), lambda event: None)
-    assert [(m.role, m.content) for m in turn.history[2:]] == [("user", "q"), ("assistant", "[error]")]
+    # How the run ended is metadata, never text the model would read as its own reply.
+    assert [(m.role, m.content) for m in turn.history[2:]] == [("user", "q")]
+    llm = ScriptedLLM(["fine"])
+    run_turn(Agent(llm), "again", turn.history, lambda event: None)
+    assert [m.role for m in llm.requests[0].messages] == ["system", "user", "assistant", "user"]
+    assert llm.requests[0].messages[-1].content == "q\n\nagain"

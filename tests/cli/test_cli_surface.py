@@ -16,6 +16,7 @@ from mylm.errors import EndpointUnreachableError
 from mylm.prompts import packaged_prompts_dir
 from mylm.sessions import INTERRUPTED, load
 from mylm.testing import ScriptedLLM
+from mylm.types import Message
 
 COMMANDS = ["ask", "chat", "sessions", "prompts", "memory", "tools", "config", "models", "completion"]
 
@@ -152,7 +153,7 @@ def test_cli_failed_ask_is_saved_and_resumable() -> None:
     result = invoke(["ask", "q"], ScriptedLLM([EndpointUnreachableError("cannot connect to http://127.0.0.1:9")]))
     assert result.exit_code == 1
     (path,) = transcripts()
-    assert load(path).history[-1].content == "[error]"
+    assert load(path).history[-1] == Message("user", "q")  # no "[error]" text for the model to read
 
 
 def test_cli_ask_json_summary_names_the_session() -> None:
@@ -209,8 +210,9 @@ def test_cli_chat_an_error_turn_keeps_the_chat_going() -> None:
     result = invoke(["chat"], llm, stdin="one\ntwo\n")
     assert result.exit_code == 0
     assert "mylm: error: cannot connect" in result.stderr and result.stdout == "Back.\n"
-    roles = [m.role for m in llm.requests[1].messages[1:]]
-    assert roles == ["user", "assistant", "user"]
+    # The failed prompt stays unanswered (no "[error]" reply for the model to imitate); the request joins it with
+    # the next one, so roles still alternate.
+    assert [(m.role, m.content) for m in llm.requests[1].messages[1:]] == [("user", "one\n\ntwo")]
 
 
 def test_cli_chat_save_without_a_file_names_the_session_and_refuses_to_overwrite() -> None:

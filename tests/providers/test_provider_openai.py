@@ -505,8 +505,28 @@ def test_openai_line_longer_than_the_limit_is_refused(openai_server: OpenAIServe
 def test_openai_endless_body_is_capped(openai_server: OpenAIServer) -> None:
     piece = sse({"choices": [{"index": 0, "delta": {"content": "y" * 60000}}]})
     openai_server.delay = 0
-    openai_server.script([Raw([piece] * 200)])  # about 12 MiB
-    with pytest.raises(StreamError, match="more than 8 MiB"):
+    openai_server.script([Raw([piece] * 200)])  # about 12 MiB of text
+    with pytest.raises(StreamError, match="grew past 8,388,608 characters"):
+        collect(chat(openai_server).stream(request()))
+
+
+def test_openai_long_answer_is_capped_by_its_text_not_its_framing(openai_server: OpenAIServer) -> None:
+    # 1 MiB of answer in 9 MiB of wire: servers spend far more bytes on framing (ids, logprobs) than on text.
+    text = "y" * 10_486
+    piece = sse({"id": "x" * 84_000, "choices": [{"index": 0, "delta": {"content": text}}]})
+    finish = sse({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    openai_server.delay = 0
+    openai_server.script([Raw([piece] * 100 + [finish, sse("[DONE]")])])
+    answer, _, finish = collect(chat(openai_server).stream(request()))
+    assert answer == text * 100 and finish is not None and finish.reason == "stop"
+    openai_server.script([Raw([piece] * 100 + [finish, sse("[DONE]")])])
+    with pytest.raises(StreamError, match="grew past 500,000 characters"):
+        collect(chat(openai_server, max_response_chars=500_000).stream(request()))
+
+
+def test_openai_deeply_nested_json_event_is_one_error(openai_server: OpenAIServer) -> None:
+    openai_server.script([Raw([b"data: " + b"[" * 200_000 + b"\n\n"])])
+    with pytest.raises(StreamError, match="nested"):
         collect(chat(openai_server).stream(request()))
 
 

@@ -1,0 +1,1 @@
+"""What is known about model families (context window, stop strings, reasoning, chat format): `registry`."""
