@@ -18,6 +18,7 @@
     ├── NoToolsError                exit 1   the model called a tool, but the agent has none at all
     ├── ToolError                   exit 1   raised by a tool for an expected failure; becomes an observation
     │   └── EscapeError                      a path leads outside the workspace
+    ├── SandboxError                exit 1   the kernel refused to build or apply a command's sandbox
     ├── RunTimeoutError             exit 4   the run's wall-clock budget is spent
     └── CancelledError              exit 130 the run was cancelled (Ctrl-C or a cancel token)
 """
@@ -136,3 +137,7 @@ class CancelledError(MylmError):
     """The run was cancelled by the user or the caller's cancel token."""
 
     exit_code = 130
+
+
+class SandboxError(MylmError):
+    """The kernel refused a call while mylm built or applied a command's sandbox; the command did not run."""

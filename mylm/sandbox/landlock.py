@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from ..errors import MylmError
+from ..errors import SandboxError
 
 # The Landlock system calls have the same numbers on every architecture.
 _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446
@@ -32,10 +32,6 @@ SCOPE_ABSTRACT_UNIX, SCOPE_SIGNAL = 1 << 0, 1 << 1
 READ = EXECUTE | READ_FILE | READ_DIR
 #: The rights that apply to a file (not a directory); the kernel refuses others on a file rule.
 FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV
-
-
-class LandlockError(MylmError):
-    """The kernel refused a Landlock call while mylm built or applied a sandbox."""
 
 
 class _RulesetAttr(ctypes.Structure):
@@ -125,7 +121,7 @@ class OpenedRules:
         for index, attr in enumerate(self._attrs):
             if syscall(number, target, kind, ctypes.byref(attr), flags) != 0:
                 error = os.strerror(ctypes.get_errno())
-                raise LandlockError(f"landlock_add_rule for {self._paths[index]} failed: {error}")
+                raise SandboxError(f"landlock_add_rule for {self._paths[index]} failed: {error}")
 
     def close(self) -> None:
         """Close the paths' descriptors."""
@@ -153,7 +149,7 @@ def build_ruleset(
     number, flags = ctypes.c_long(_CREATE_RULESET), ctypes.c_uint32(0)
     fd = int(syscall(number, ctypes.byref(attr), ctypes.c_size_t(size), flags))
     if fd < 0:
-        raise LandlockError(f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}")
+        raise SandboxError(f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}")
     fresh = OpenedRules(abi, rules)
     try:
         for group in (*opened, fresh):
