@@ -14,6 +14,7 @@
     │       ├── RateLimitError               429 (retryable unless the quota is spent)
     │       └── ServerError                  5xx
     ├── ToolError                   exit 1   raised by a tool for an expected failure; becomes an observation
+    ├── DownloadError               exit 1   a model could not be fetched or failed its checksum
     ├── RunTimeoutError             exit 4   the run's wall-clock budget is spent
     └── CancelledError              exit 130 the run was cancelled (Ctrl-C or a cancel token)
 """
@@ -104,6 +105,10 @@ class ServerError(HTTPStatusError):
 
 class ToolError(MylmError):
     """A tool failed in a way it can explain; the message goes back to the model as an error observation."""
+
+
+class DownloadError(MylmError):
+    """A model could not be fetched from the package index, or its bytes failed their checksum."""
 
 
 class RunTimeoutError(MylmError):

@@ -26,7 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "memory": ("memory:memory", "List and forget the notes the model saved."),
     "tools": ("info:tools", "List the tools the model can call, with their schemas."),
     "config": ("info:config", "Show the effective settings and where each came from."),
-    "models": ("info:models", "List the models the endpoint offers."),
+    "models": ("models:models", "List the endpoint's models; pull and list GGUF models to run locally."),
     "completion": ("info:completion", "Print the shell completion script for bash, zsh or fish."),
 }
 

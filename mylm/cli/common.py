@@ -90,7 +90,8 @@ def endpoint_options(command: F) -> F:
         click.option(
             "--provider", metavar="NAME",
             help="Wire format: openai, openai-completions, ollama, llamacpp, anthropic or gemini "
-                 "(default: inferred from the URL) [env: MYLM_PROVIDER].",
+                 "(default: inferred from the URL), or local: a GGUF run inside mylm (-m PATH or a pulled "
+                 "model's name) [env: MYLM_PROVIDER].",
         ),
         click.option(
             "--chat-format", metavar="NAME",

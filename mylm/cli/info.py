@@ -1,4 +1,4 @@
-"""`mylm tools`, `mylm config`, `mylm models` and `mylm completion`: what mylm would use, and shell set-up."""
+"""`mylm tools`, `mylm config` and `mylm completion`: what mylm would use, and shell set-up."""
 
 from __future__ import annotations
 
@@ -99,26 +99,6 @@ def _short(value: Any) -> str:
     text = json.dumps(value, ensure_ascii=False) if isinstance(value, dict) else str(value)
     text = " ".join(text.split())
     return text if len(text) <= 40 else text[:39] + "…"
-
-
-@click.command()
-@endpoint_options
-@handles_errors
-def models(**options: Any) -> None:
-    """List the models the endpoint offers, one per line."""
-    from ..display import for_terminal
-    from ..errors import MylmError
-    from .runner import make_endpoint
-
-    settings = settings_from(options)
-    try:
-        from ..providers import list_models
-
-        endpoint = make_endpoint(settings)
-    except ImportError as error:
-        raise MylmError(f"listing models needs mylm.providers.list_models, which this installation lacks ({error})") from None
-    for name in list_models(endpoint):
-        click.echo(for_terminal(name))
 
 
 _SHELLS = ("bash", "zsh", "fish")

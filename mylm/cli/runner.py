@@ -77,23 +77,61 @@ def make_llm(ctx: click.Context, settings: Settings, loader: PromptLoader) -> LL
         from ..errors import MylmError
 
         raise MylmError(f"this installation of mylm has no HTTP providers ({error})") from None
-    return create_llm(endpoint, prompts=loader)
+    llm = create_llm(endpoint, prompts=loader)
+    if nothing_configured(settings) and endpoint.provider != "local":
+        return _SuggestLocal(llm)
+    return llm
+
+
+def nothing_configured(settings: Settings) -> bool:
+    """Whether the user named no endpoint at all (no provider, URL or model from any source)."""
+    return settings.provider is None and settings.model is None and settings.sources.get("base_url") == "default"
 
 
 def make_endpoint(settings: Settings) -> Any:
-    """The `mylm.providers.Endpoint` the settings describe (ImportError if the providers are not installed)."""
-    from ..providers import Endpoint
+    """The `mylm.providers.Endpoint` the settings describe (ImportError if the providers are not installed).
 
+    With nothing configured, a model running in-process is the default when the `local` extra is installed (the
+    cached model, or one line saying how to fetch one); without the extra, a local Ollama is.
+    """
+    from ..providers import Endpoint
+    from ..providers.local import engine_available
+
+    provider = settings.provider
+    if provider is None and nothing_configured(settings) and engine_available():
+        provider = "local"
+    options = dict(settings.options or {})
+    if provider == "local" and settings.context_tokens is not None:
+        options.setdefault("n_ctx", settings.context_tokens)
     return Endpoint(
-        provider=settings.provider,
+        provider=provider,
         base_url=settings.base_url,
         model=settings.model,
         api_key=settings.api_key,
         api_key_source=settings.api_key_source,
         chat_format=settings.chat_format,
         max_tokens=settings.max_tokens,
-        options=dict(settings.options or {}),
+        options=options,
     )
+
+
+class _SuggestLocal:
+    """The default endpoint (a local Ollama) with the other way out added to its "cannot reach" error."""
+
+    def __init__(self, llm: LLM) -> None:
+        self.llm = llm
+
+    def stream(self, request: Any) -> Iterator[Any]:
+        from ..errors import EndpointUnreachableError
+        from ..providers.local import INSTALL_HINT
+
+        try:
+            yield from self.llm.stream(request)
+        except EndpointUnreachableError as error:
+            hint = f"; or run a model inside mylm: {INSTALL_HINT} && mylm models pull smollm2-135m"
+            unreachable = EndpointUnreachableError(error.message + hint)
+            unreachable.retryable = error.retryable
+            raise unreachable from None
 
 
 def model_tools(tools: list[Tool]) -> list[Tool]:
@@ -135,8 +173,14 @@ def build_agent(ctx: click.Context, settings: Settings, approver: Approver, tool
     from ..agent import Agent
 
     loader = prompt_loader(settings)
+    llm = make_llm(ctx, settings, loader)
+    budget = context_budget(settings)
+    if budget is None:
+        # An in-process model knows its context size (the GGUF's metadata and the context it allocated).
+        window = getattr(llm, "context_window", None)
+        budget = window if isinstance(window, int) and window > 0 else None
     return Agent(
-        make_llm(ctx, settings, loader),
+        llm,
         tools,
         max_iterations=settings.max_iterations,
         timeout=settings.timeout,
@@ -144,7 +188,7 @@ def build_agent(ctx: click.Context, settings: Settings, approver: Approver, tool
         max_tokens=settings.max_tokens,
         permission=approver,
         instructions=settings.instructions,
-        context_budget=context_budget(settings),
+        context_budget=budget,
     )
 
 

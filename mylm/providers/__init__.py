@@ -30,6 +30,7 @@ _CLASSES = {
     "llamacpp": ("mylm.providers.llamacpp", "LlamaCpp"),
     "anthropic": ("mylm.providers.anthropic", "Anthropic"),
     "gemini": ("mylm.providers.gemini", "Gemini"),
+    "local": ("mylm.providers.local", "LocalModel"),
 }
 
 
@@ -44,7 +45,8 @@ def list_models(endpoint: Endpoint) -> list[str]:
 
 
 def _provider(endpoint: Endpoint, prompts: PromptLoader | None) -> HTTPProvider:
-    resolved = endpoint.resolved()
+    # The local provider has no URL to resolve (and needs no `requests`).
+    resolved = endpoint if endpoint.provider == "local" else endpoint.resolved()
     module_name, class_name = _CLASSES[resolved.provider or "openai"]
     cls = getattr(importlib.import_module(module_name), class_name)
     provider: HTTPProvider = cls(resolved, prompts=prompts)

