@@ -8,7 +8,7 @@ import shutil
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from ..errors import ConfigError, DownloadError
 from .cache import models_dir
@@ -30,13 +30,14 @@ def pull(
     directory: Path | None = None,
     progress: Progress = _quiet,
     session: Any = None,
+    catalogue: Mapping[str, CatalogueEntry] = CATALOGUE,
 ) -> tuple[Path, bool]:
     """Fetch model `name` into the cache; returns its path, and False when it was already there (checked)."""
-    entry = CATALOGUE.get(name)
+    entry = catalogue.get(name)
     if entry is None:
         if name.count("/") >= 2:
             return pull_hugging_face(name, directory=directory), True
-        known = ", ".join(CATALOGUE)
+        known = ", ".join(catalogue)
         raise ConfigError(f"unknown model {name!r}: pull one of {known}, or a Hugging Face repo/file.gguf")
     folder = directory or models_dir()
     target = folder / f"{entry.name}.gguf"

@@ -9,6 +9,7 @@ cancel token and the run's deadline are checked at the same points. `llama_cpp` 
 
 from __future__ import annotations
 
+import atexit
 import codecs
 import logging
 import threading
@@ -116,8 +117,21 @@ def load(path: Path, *, n_ctx: int | None = None, options: Mapping[str, Any] | N
     with _engines_lock:
         engine = _engines.get(key)
         if engine is None:
+            if not _engines:
+                # Freed before the interpreter tears down the modules llama-cpp-python's finaliser needs.
+                atexit.register(close_all)
             engine = _engines[key] = _load(path, n_ctx, chosen)
     return engine
+
+
+def close_all() -> None:
+    """Free every loaded model (at exit; or to reclaim the memory)."""
+    with _engines_lock:
+        engines = list(_engines.values())
+        _engines.clear()
+    for engine in engines:
+        with engine.lock:
+            engine.llama.close()
 
 
 def _load(path: Path, n_ctx: int | None, options: Mapping[str, Any]) -> _Engine:
@@ -242,12 +256,18 @@ class LocalModel:
         text = getattr(request, "grammar", None) or self.option_grammar
         if not text:
             return None
+        import llama_cpp
         from llama_cpp import LlamaGrammar
 
-        try:
-            return LlamaGrammar.from_string(text, verbose=False)
-        except (ValueError, RuntimeError) as error:
-            raise LLMError(f"the GBNF grammar for the local model does not parse: {error}") from None
+        grammar = LlamaGrammar.from_string(text, verbose=False)
+        # llama-cpp-python defers parsing to the sampler, which crashes the process on a NULL sampler; so the
+        # grammar is compiled once here (llama.cpp's own parser), and a bad one is an error like any other.
+        vocab = self.engine.llama._model.vocab
+        sampler = llama_cpp.llama_sampler_init_grammar(vocab, text.encode("utf-8"), grammar._root.encode("utf-8"))
+        if not sampler:
+            raise LLMError("the GBNF grammar for the local model does not parse (run with -vv for llama.cpp's reason)")
+        llama_cpp.llama_sampler_free(sampler)
+        return grammar
 
     # ----------------------------------------------------------------------------------------- streaming
 
