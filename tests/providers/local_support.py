@@ -1,7 +1,8 @@
-"""What the local-provider tests share: the engine check, the tiny GGUF, and the real model from the test cache.
+"""What the local-provider tests share: the engine check and the real model from the per-machine test cache.
 
-The real model (SmolLM2-135M-Instruct, from the package index) is cached per machine by scripts/install_models.sh
-in `${XDG_CACHE_HOME:-~/.cache}/mylm/test-models`, or wherever MYLM_TEST_MODELS points. Both are read at import,
+The real model (SmolLM2-135M-Instruct, from the package index) is cached per machine by
+scripts/install_models.sh in `${XDG_CACHE_HOME:-~/.cache}/mylm/test-models`, or wherever MYLM_TEST_MODELS
+points. Both are read at import,
 before the test fixtures hide the user's cache and clear MYLM_* variables.
 """
 
@@ -16,6 +17,7 @@ import pytest
 REAL_MODEL_FILE = "smollm2-135m-instruct-q4_1.gguf"
 _TEST_MODELS = Path(
     os.environ.get("MYLM_TEST_MODELS")
+    or os.environ.get("MYLM_TEST_MODELS_DIR")  # the name scripts/install_models.sh reads
     or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "mylm", "test-models")
 )
 _REQUIRE_MODELS = os.environ.get("MYLM_REQUIRE_MODELS") == "1"

@@ -1,4 +1,4 @@
-"""The local provider: a real llama.cpp run in-process on the tiny random-weight GGUF (forced by a grammar) and on
+"""The local provider: real llama.cpp in-process, on the tiny random-weight GGUF (forced by a grammar) and on
 the real SmolLM2 from the package index."""
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def forced(model: Path, text: str, **options: object) -> LocalModel:
-    llm = create_llm(Endpoint(provider="local", model=str(model), options={"grammar": exact_grammar(text), **options}))
+    llm = create_llm(
+        Endpoint(provider="local", model=str(model), options={"grammar": exact_grammar(text), **options})
+    )
     assert isinstance(llm, LocalModel)
     return llm
 
@@ -116,8 +118,14 @@ def test_a_grammar_on_the_request_wins_over_the_option(tiny: Path) -> None:
 
 @pytest.mark.engine
 def test_a_mylm_chat_format_replaces_the_gguf_template(tiny: Path) -> None:
-    llm = create_llm(Endpoint(provider="local", model=str(tiny), chat_format="llama3",
-                              options={"grammar": exact_grammar("hi<|eot_id|>more")}))
+    llm = create_llm(
+        Endpoint(
+            provider="local",
+            model=str(tiny),
+            chat_format="llama3",
+            options={"grammar": exact_grammar("hi<|eot_id|>more")},
+        )
+    )
     text, _, finish = collect(llm.stream(request(stop=())))
     # llama3's end-of-turn marker is a stop of that format, cut in-process like any stop string.
     assert text == "hi" and finish is not None and finish.stop_sequence == "<|eot_id|>"
@@ -149,7 +157,11 @@ def test_a_damaged_gguf_is_one_config_error(tmp_path: Path) -> None:
 def test_the_real_smollm2_follows_its_own_template_and_stops_at_its_end_of_turn() -> None:
     model = real_model()
     llm = create_llm(Endpoint(provider="local", model=str(model), options={"temperature": 0.0, "seed": 1}))
-    assert isinstance(llm, LocalModel) and llm.engine.template is not None and "<|im_start|>" in llm.engine.template
+    assert (
+        isinstance(llm, LocalModel)
+        and llm.engine.template is not None
+        and "<|im_start|>" in llm.engine.template
+    )
     req = request("Reply with one short greeting.", stop=(), max_tokens=64)
     text, _, finish = collect(llm.stream(req))
     # The model ends its turn with <|im_end|> (an end-of-generation token), never written into the text.
