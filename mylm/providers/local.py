@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import codecs
 import logging
+import queue
 import threading
 import time
 from dataclasses import dataclass
@@ -73,6 +74,10 @@ class _Engine:
     load_seconds: float
     #: A loaded model is one mutable state (its KV cache): one generation at a time.
     lock: threading.Lock
+    #: Set to make llama.cpp abort the batch it is computing (polled through its abort callback).
+    abort: threading.Event
+    #: The ctypes callback llama.cpp holds a pointer to; kept alive with the engine.
+    abort_callback: Any
 
 
 _engines: dict[tuple[str, int, tuple[tuple[str, Any], ...]], _Engine] = {}
@@ -155,6 +160,9 @@ def _load(path: Path, n_ctx: int | None, options: Mapping[str, Any]) -> _Engine:
     template = llama.metadata.get("tokenizer.chat_template") or None
     eos_id, bos_id = llama.token_eos(), llama.token_bos()
     model = llama._model  # the token texts are only on the model object
+    abort = threading.Event()
+    callback = llama_cpp.ggml_abort_callback(lambda data: abort.is_set())
+    llama_cpp.llama_set_abort_callback(llama.ctx, callback, None)
     engine = _Engine(
         llama=llama,
         path=path,
@@ -165,6 +173,8 @@ def _load(path: Path, n_ctx: int | None, options: Mapping[str, Any]) -> _Engine:
         eos=model.token_get_text(eos_id) if eos_id >= 0 else "",
         load_seconds=time.monotonic() - started,
         lock=threading.Lock(),
+        abort=abort,
+        abort_callback=callback,
     )
     _log.info(
         "loaded %s in %.2f s (context %d tokens; trained on %d; chat template: %s)",
@@ -335,18 +345,16 @@ class LocalModel:
         first: float | None = None
         produced: list[int] = []
         reason = "length"
-        tokens = llama.generate(prompt, grammar=grammar, reset=True, **self._sampler_args())
+        worker = _Sampler(self.engine, prompt, grammar, self._sampler_args())
         try:
-            for token in tokens:
-                _check(request)
+            for token in worker.tokens(request):
                 if first is None:
                     first = time.monotonic()
                 if is_end(token):
                     reason = "stop"
                     break
                 produced.append(token)
-                piece = llama.detokenize([token])
-                text = cutter.feed(decoder.decode(piece))
+                text = cutter.feed(decoder.decode(llama.detokenize([token])))
                 if text:
                     yield TextChunk(text)
                 if cutter.hit is not None:
@@ -355,9 +363,8 @@ class LocalModel:
                 if len(produced) >= limit:
                     break
         finally:
-            tokens.close()
-        rest = cutter.feed(decoder.decode(b"", final=True)) if cutter.hit is None else ""
-        rest += cutter.flush() if cutter.hit is None else ""
+            worker.stop()
+        rest = "" if cutter.hit is not None else cutter.feed(decoder.decode(b"", final=True)) + cutter.flush()
         if rest:
             yield TextChunk(rest)
         self._report(len(prompt), len(produced), started, first)
@@ -382,6 +389,75 @@ class LocalModel:
             writing,
             rate,
         )
+
+
+class _Sampler:
+    """Samples tokens on a worker thread, at most one ahead of the consumer.
+
+    The thread that asked (the main thread, where Ctrl-C lands) then never sits inside llama.cpp: it waits on
+    a queue, which a signal interrupts at once, and checks the cancel token and the deadline while it waits,
+    even through a long prompt. `stop()` sets the engine's abort flag, which llama.cpp polls between the
+    operations of a batch, so even a prompt evaluation that would take a minute ends within moments.
+    """
+
+    _POLL = 0.1
+
+    def __init__(self, engine: _Engine, prompt: list[int], grammar: Any, sampling: Mapping[str, Any]) -> None:
+        self.engine = engine
+        self._queue: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=1)
+        engine.abort.clear()
+        self._thread = threading.Thread(
+            target=self._run, args=(prompt, grammar, dict(sampling)), name="mylm-local-model", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, prompt: list[int], grammar: Any, sampling: dict[str, Any]) -> None:
+        try:
+            generated = self.engine.llama.generate(prompt, grammar=grammar, reset=True, **sampling)
+            try:
+                for token in generated:
+                    if not self._put(("token", token)):
+                        return
+            finally:
+                generated.close()
+            self._put(("end", None))
+        except Exception as error:  # noqa: BLE001 - handed to the consumer's thread, which raises it
+            if not self.engine.abort.is_set():
+                self._put(("error", error))
+
+    def _put(self, item: tuple[str, Any]) -> bool:
+        while not self.engine.abort.is_set():
+            try:
+                self._queue.put(item, timeout=self._POLL)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def tokens(self, request: LLMRequest) -> Iterator[int]:
+        """The sampled tokens, as they come; raises the worker's failure, a cancel or the deadline."""
+        while True:
+            _check(request)
+            try:
+                kind, value = self._queue.get(timeout=self._POLL)
+            except queue.Empty:
+                continue
+            if kind == "end":
+                return
+            if kind == "error":
+                raise LLMError(f"llama.cpp failed while generating: {value}")
+            yield value
+
+    def stop(self) -> None:
+        """Abort the worker (mid-batch if need be) and wait for it, so the model is free for the next call."""
+        self.engine.abort.set()
+        while self._thread.is_alive():
+            try:  # a worker blocked handing over a token is let through, to see the flag
+                self._queue.get(timeout=self._POLL)
+            except queue.Empty:
+                pass
+        self._thread.join()
+        self.engine.abort.clear()
 
 
 def _end_of_generation(llama: Any) -> Any:

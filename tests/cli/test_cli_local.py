@@ -154,3 +154,18 @@ def test_the_real_smollm2_answers_through_the_cli(subprocess_env: dict[str, str]
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() and "<|im_end|>" not in done.stdout
     assert "loaded smollm2-135m-instruct-q4_1.gguf" in done.stderr and "tokens/s" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "args", [["--help"], ["ask", "--help"], ["models", "--help"], ["models", "pull", "--help"]]
+)
+def test_help_never_imports_the_engine(subprocess_env: dict[str, str], args: list[str]) -> None:
+    code = (
+        "import sys; from mylm.cli import main; sys.argv = ['mylm', *sys.argv[1:]]\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print('llama_cpp' in sys.modules, 'requests' in sys.modules, file=sys.stderr)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args], env=subprocess_env, capture_output=True, text=True, check=True
+    )
+    assert done.stderr.strip() == "False False" and "Usage:" in done.stdout
