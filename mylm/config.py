@@ -73,6 +73,13 @@ def _text(value: Any) -> str:
     return value
 
 
+def _constrain(value: Any) -> str:
+    text = str(value).strip().lower()
+    if text not in ("auto", "grammar", "off"):
+        raise ValueError("must be auto, grammar or off")
+    return text
+
+
 def _flag(value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -96,6 +103,7 @@ _KEYS: dict[str, _Key] = {
     "api_key": _Key(("MYLM_API_KEY", "OPENAI_API_KEY"), _text),
     "provider": _Key(("MYLM_PROVIDER",), _text),
     "chat_format": _Key(("MYLM_CHAT_FORMAT",), _text),
+    "constrain": _Key(("MYLM_CONSTRAIN",), _constrain, "auto"),
     "max_tokens": _Key(("MYLM_MAX_TOKENS",), _positive_int, 4096),
     "context_tokens": _Key(("MYLM_CONTEXT_TOKENS",), _positive_int),
     "max_iterations": _Key(("MYLM_MAX_ITERATIONS",), _positive_int, 10),
@@ -112,7 +120,8 @@ SETTING_NAMES = tuple(_KEYS)
 _FILE_ONLY = {"mcp", "profiles", "tools", "api_key_env", "default_profile", "trusted_projects"}
 #: What a `[profiles.NAME]` table may set: an endpoint and how to talk to it.
 PROFILE_KEYS = (
-    "base_url", "model", "provider", "api_key_env", "chat_format", "max_tokens", "context_tokens", "options",
+    "base_url", "model", "provider", "api_key_env", "chat_format", "constrain", "max_tokens",
+    "context_tokens", "options",
 )
 #: Limits a project file may lower (never raise), and the flag it may only turn off.
 _PROJECT_LIMITS = ("max_iterations", "timeout", "max_tokens")
@@ -127,6 +136,8 @@ class Settings:
     api_key: str | None = None
     provider: str | None = None
     chat_format: str | None = None
+    #: Grammar-constrained decoding: `auto` where the endpoint can, `grammar` insists, `off` never.
+    constrain: str = "auto"
     max_tokens: int = 4096
     #: The model's context window in tokens: near it, older turns are summarised (compaction).
     context_tokens: int | None = None

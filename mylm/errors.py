@@ -41,6 +41,10 @@ class ConfigError(MylmError):
     exit_code = 2
 
 
+class UnsupportedConstraintError(ConfigError):
+    """`--constrain grammar` against an endpoint that cannot (or refuses to) sample under a grammar."""
+
+
 class TemplateError(MylmError):
     """A prompt template cannot be found, parsed or rendered."""
 

@@ -103,6 +103,11 @@ def endpoint_options(command: F) -> F:
             help="Prompt format for raw-completion endpoints: chatml, llama3, mistral, gemma, plain, or a "
                  "template of yours in chat/ [env: MYLM_CHAT_FORMAT].",
         ),
+        click.option(
+            "--constrain", type=click.Choice(["auto", "grammar", "off"]), default=None,
+            help="Sample under a grammar of the tool protocol: where the endpoint can (auto, the default), "
+                 "always (grammar: an error where it cannot), or never [env: MYLM_CONSTRAIN].",
+        ),
         click.option("--prompts", "prompts_dir", metavar="DIR", help="Directory of templates overriding the defaults."),
     ]
     for option in reversed(options):
@@ -121,7 +126,10 @@ def settings_from(options: dict[str, Any]) -> Settings:
     """Resolve the settings from a command's options; warnings about them go to stderr."""
     from ..config import load_settings
 
-    names = ("base_url", "model", "api_key", "provider", "chat_format", "max_iterations", "timeout", "yes")
+    names = (
+        "base_url", "model", "api_key", "provider", "chat_format", "constrain", "max_iterations", "timeout",
+        "yes",
+    )
     flags = {name: options.get(name) for name in names}
     flags["prompts"] = options.get("prompts_dir")
     settings = load_settings(flags)

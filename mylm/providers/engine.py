@@ -8,8 +8,8 @@ from abc import ABC, abstractmethod
 from contextlib import closing
 from typing import TYPE_CHECKING, Any, ClassVar, Generator, Iterable, Iterator, Literal
 
-from ..errors import ConfigError, HTTPStatusError, LLMError, StreamError
-from ..llm import FinishChunk, LLMChunk, LLMRequest, ReasoningChunk, TextChunk
+from ..errors import ConfigError, HTTPStatusError, LLMError, StreamError, UnsupportedConstraintError
+from ..llm import Constraint, FinishChunk, LLMChunk, LLMRequest, ReasoningChunk, TextChunk
 from ..stops import StopCutter
 from ..types import Usage
 from .base import Endpoint, redact_url, strip_route
@@ -173,7 +173,34 @@ class HTTPProvider(ABC):
         """A quirk to learn from a 400 (then the call is sent again without the blamed field), or None."""
         if "no_stop" not in self.quirks and failure.blames("stop", "stop_sequences", "stopSequences"):
             return "no_stop"
+        if "no_grammar" not in self.quirks and failure.blames("grammar", "grammar_lazy", "grammar_triggers"):
+            return "no_grammar"
         return None
+
+    def grammar_fields(self, request: LLMRequest) -> dict[str, Any]:
+        """The body fields that make the server follow `request.constraint`; empty where it cannot, unless the
+        user insisted, which is then an error."""
+        constraint = request.constraint
+        if constraint is None or not self._can_constrain(constraint):
+            return {}
+        return self.grammar_body(constraint)
+
+    def _can_constrain(self, constraint: Constraint) -> bool:
+        """Whether a grammar can be sent; raises if it cannot and the user insisted."""
+        if self.grammar_support != "none" and "no_grammar" not in self.quirks:
+            return True
+        if constraint.required:
+            refused = "no_grammar" in self.quirks
+            why = "it refused one" if refused else f"the {self.name} API has no grammar field"
+            raise UnsupportedConstraintError(
+                f"--constrain grammar: {self.place.url} cannot sample under a grammar ({why}); "
+                "use --constrain auto or off, or a llama.cpp or vLLM server"
+            )
+        return False
+
+    def grammar_body(self, constraint: Constraint) -> dict[str, Any]:
+        """The wire form of a grammar for this provider (llama.cpp's `grammar` field unless overridden)."""
+        return {"grammar": constraint.grammar}
 
     def stops(self, request: LLMRequest) -> list[str]:
         """Stop strings to send: the request's, then the chat format's end-of-turn markers, within the API's
@@ -221,6 +248,8 @@ class HTTPProvider(ABC):
         while True:
             produced = False
             try:
+                if request.constraint is not None:
+                    self._can_constrain(request.constraint)  # fails before sending when it cannot be honoured
                 # prepare() may itself ask the server (llama.cpp renders its template), so it is retried too.
                 call = self.build_call(self.prepare(request, guard))
                 with closing(self._attempt(call, guard)) as chunks:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Iterator
 from urllib.parse import urlsplit
 
-from ..llm import LLMChunk, LLMRequest
+from ..llm import Constraint, LLMChunk, LLMRequest
 from .base import model_rejects_stop, strip_route
 from .engine import Decoder, HTTPProvider, bearer, text_chunks, usage_of
 from .failures import Failure
@@ -71,6 +71,8 @@ class OpenAIChat(HTTPProvider):
         # OpenAI itself wants the newer field name; compatible servers mostly know only `max_tokens`.
         if (urlsplit(self.endpoint.base_url).hostname or "") == "api.openai.com":
             self.quirks.add("max_completion_tokens")
+            # ... and has no grammar field: known, so not learned from a refused call.
+            self.quirks.add("no_grammar")
 
     @classmethod
     def normalise_base_url(cls, base_url: str) -> str:
@@ -95,6 +97,7 @@ class OpenAIChat(HTTPProvider):
         stops = self.stops(request)
         if stops:
             body["stop"] = stops
+        body.update(self.grammar_fields(request))
         body.update(self.endpoint.options)
         return self.json_call(
             self.endpoint.base_url + self.route,
@@ -102,7 +105,18 @@ class OpenAIChat(HTTPProvider):
             {"Accept": "text/event-stream", **bearer(self.endpoint)},
         )
 
+    def grammar_body(self, constraint: Constraint) -> dict[str, Any]:
+        """`grammar` for llama.cpp's servers (llama-server, llama-cpp-python); `structured_outputs.grammar`
+        for vLLM >= 0.10.2 (the only form from 0.12; vLLM <= 0.11 also read `guided_grammar`, not sent). Each
+        server ignores the other's field; one that rejects a field is not sent it again."""
+        body: dict[str, Any] = {"grammar": constraint.grammar}
+        if "no_structured_outputs" not in self.quirks:
+            body["structured_outputs"] = {"grammar": constraint.grammar}
+        return body
+
     def adapt(self, failure: Failure) -> str | None:
+        if "no_structured_outputs" not in self.quirks and failure.blames("structured_outputs"):
+            return "no_structured_outputs"
         if (
             "max_completion_tokens" not in self.quirks
             and failure.blames("max_tokens")
