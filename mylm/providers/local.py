@@ -296,7 +296,10 @@ class LocalModel:
         return list(tokens), stops
 
     def _grammar(self, request: LLMRequest) -> Any:
-        text = getattr(request, "grammar", None) or self.option_grammar
+        # A grammar the user set in `options` is their explicit choice; else the protocol's, which the agent
+        # puts on the request (`--constrain`). In-process no lazy form is needed: all of it applies.
+        constraint = request.constraint
+        text = self.option_grammar or (constraint.grammar if constraint is not None else None)
         if not text:
             return None
         llama_cpp = _module("llama_cpp")

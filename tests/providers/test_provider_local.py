@@ -3,6 +3,7 @@ the real SmolLM2 from the package index."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 
 from mylm.cancel import CancelToken
 from mylm.errors import CancelledError, ConfigError, ContextOverflowError, LLMError, LLMTimeoutError
-from mylm.llm import FinishChunk, LLMRequest, TextChunk
+from mylm.llm import Constraint, FinishChunk, LLMRequest, TextChunk
 from mylm.parser import parse_completion
 from mylm.providers import Endpoint, create_llm
 from mylm.providers.local import LocalModel, check_gguf
@@ -106,11 +107,12 @@ def test_the_run_deadline_stops_generation(tiny: Path) -> None:
 
 
 @pytest.mark.engine
-def test_a_grammar_on_the_request_wins_over_the_option(tiny: Path) -> None:
-    llm = forced(tiny, "from the option")
-    req = request()
-    object.__setattr__(req, "grammar", exact_grammar("from the request"))  # the field the grammar work adds
-    assert collect(llm.stream(req))[0] == "from the request"
+def test_the_request_constraint_applies_unless_options_name_a_grammar(tiny: Path) -> None:
+    constrained = dataclasses.replace(request(), constraint=Constraint(exact_grammar("from the request")))
+    plain = create_llm(Endpoint(provider="local", model=str(tiny)))
+    assert collect(plain.stream(constrained))[0] == "from the request"
+    # A grammar in the user's options is their explicit choice and wins.
+    assert collect(forced(tiny, "from the option").stream(constrained))[0] == "from the option"
     broken = create_llm(Endpoint(provider="local", model=str(tiny), options={"grammar": "root ::= ("}))
     with pytest.raises(LLMError, match="GBNF grammar"):
         list(broken.stream(request()))
