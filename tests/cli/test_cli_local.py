@@ -169,3 +169,29 @@ def test_help_never_imports_the_engine(subprocess_env: dict[str, str], args: lis
         [sys.executable, "-c", code, *args], env=subprocess_env, capture_output=True, text=True, check=True
     )
     assert done.stderr.strip() == "False False" and "Usage:" in done.stdout
+
+
+def test_without_the_extra_the_default_server_error_offers_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mylm.cli import runner
+    from mylm.config import load_settings
+    from mylm.errors import EndpointUnreachableError
+    from mylm.llm import LLMRequest
+    from mylm.testing import ScriptedLLM
+    from mylm.types import Message
+
+    settings = load_settings({})
+    assert runner.nothing_configured(settings)
+    monkeypatch.setattr("mylm.providers.local.engine_available", lambda: True)
+    assert runner.make_endpoint(settings).provider == "local"
+    monkeypatch.setattr("mylm.providers.local.engine_available", lambda: False)
+    assert runner.make_endpoint(settings).provider is None  # a local Ollama, as before
+    refused = EndpointUnreachableError("cannot reach the ollama endpoint at http://localhost:11434: refused")
+    wrapped = runner._SuggestLocal(ScriptedLLM([refused]))
+    with pytest.raises(EndpointUnreachableError) as caught:
+        list(wrapped.stream(LLMRequest((Message("user", "hi"),))))
+    assert str(caught.value) == (
+        "cannot reach the ollama endpoint at http://localhost:11434: refused; or run a model inside mylm: "
+        "pip install 'mylm[local]' && mylm models pull smollm2-135m"
+    )
+    configured = load_settings({"base_url": "http://127.0.0.1:8080/v1"})
+    assert not runner.nothing_configured(configured)
