@@ -146,6 +146,9 @@ def test_the_real_smollm2_answers_through_the_cli(subprocess_env: dict[str, str]
             "-v",
             "--max-iterations",
             "3",
+            # Unconstrained: this is the plain path (the protocol grammar on real models is tested with it).
+            "--constrain",
+            "off",
             "Say hello in one short sentence.",
         ],
         env,
