@@ -198,3 +198,20 @@ def test_without_the_extra_the_default_server_error_offers_it(monkeypatch: pytes
     )
     configured = load_settings({"base_url": "http://127.0.0.1:8080/v1"})
     assert not runner.nothing_configured(configured)
+
+
+def test_the_gguf_context_drives_compaction_unless_context_tokens_says(tiny: Path) -> None:
+    import click
+
+    from mylm.cli import runner
+    from mylm.config import load_settings
+
+    ctx = click.Context(click.Command("ask"), obj={})
+    settings = load_settings({"provider": "local", "model": str(tiny)})
+    agent = runner.build_agent(ctx, settings, None, [])  # type: ignore[arg-type]
+    assert agent.compactor is not None and agent.compactor.budget == 2048  # the GGUF's context_length
+    flags = {"provider": "local", "model": str(tiny)}
+    settings = load_settings(flags, environ={"MYLM_CONTEXT_TOKENS": "4096"})
+    agent = runner.build_agent(ctx, settings, None, [])  # type: ignore[arg-type]
+    assert agent.compactor is not None and agent.compactor.budget == 4096
+    assert agent.llm.engine.n_ctx == 4096  # type: ignore[attr-defined]  # the context allocated to match
