@@ -58,7 +58,7 @@ def engine_available() -> bool:
     return importlib.util.find_spec("llama_cpp") is not None
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Engine:
     """One loaded model, shared by every provider object of the process that names the same file."""
 
