@@ -20,7 +20,7 @@ from .errors import (
     RunTimeoutError,
     UnusableRepliesError,
 )
-from .llm import LLM, LLMRequest, alternating
+from .llm import LLM, ConstrainMode, Constraint, LLMRequest, alternating
 from .outputs import OutputCache, cut_middle
 from .parser import ParsedTurn, format_tool_call
 from .prompts import PromptLoader, dump_json, neutralise, tool_view
@@ -146,6 +146,7 @@ class Agent:
         instructions: str = "",
         max_tokens: int = 4096,
         multiple_calls: bool = False,
+        constrain: ConstrainMode = "off",
         permission: PermissionHook | None = None,
         workspace: Path | None = None,
         max_consecutive_failures: int = 3,
@@ -190,6 +191,9 @@ class Agent:
         self.prompts = prompts or PromptLoader.default()
         self.max_tokens = max_tokens
         self.multiple_calls = multiple_calls
+        self.constrain = constrain
+        #: The grammars requests carry (compiled once per agent): every turn, and the summary at the limit.
+        self.constraint, self.answer_constraint = _constraints(self.tools, constrain, multiple_calls)
         self.permission = permission
         self.workspace = workspace or Path.cwd()
         self.max_consecutive_failures = max_consecutive_failures
@@ -206,6 +210,7 @@ class Agent:
             "system.j2",
             tools=tool_view(advertised),
             multiple_calls=multiple_calls,
+            final_answer_tag=constrain != "off",
             instructions=clean_text(instructions)[0],
             platform=platform.system() or "unknown",
             cwd=clean_text(str(self.workspace))[0],
@@ -397,28 +402,41 @@ class Agent:
 
     # ----------------------------------------------------------------------------------- model turns
 
-    def _model_turn(self, run: _Run, messages: tuple[Message, ...]) -> Steps[ModelTurn]:
+    def _model_turn(
+        self, run: _Run, messages: tuple[Message, ...], *, summary: bool = False
+    ) -> Steps[ModelTurn]:
         """One completion; redone once without stop strings if a server stop cut the model's reasoning."""
-        turn = yield from self._complete(run, messages)
+        constraint = self.answer_constraint if summary else self.constraint
+        turn = yield from self._complete(run, messages, constraint)
         if run.stops and cut_mid_thought(turn):
             # Models draft calls inside <think>; a server honouring our stops then ends the turn mid-thought.
             # Ask again without stops for the rest of the run: the parser still ends the turn at a real call.
             logger.warning("The endpoint stopped inside the model's reasoning; retrying without stop strings")
             yield ErrorEvent("the reply stopped inside the reasoning; asking again without stop strings", "retry")
             run.stops = ()
-            turn = yield from self._complete(run, messages)
+            turn = yield from self._complete(run, messages, constraint)
         return turn
 
     def _deadline(self, run: _Run) -> float:
         """The run's deadline on the clock HTTP reads and tools compare against (the run's clock may be a fake)."""
         return time.monotonic() + (run.deadline - self._clock())
 
-    def _request(self, run: _Run, messages: Sequence[Message], stops: tuple[str, ...]) -> LLMRequest:
+    def _request(
+        self,
+        run: _Run,
+        messages: Sequence[Message],
+        stops: tuple[str, ...],
+        constraint: Constraint | None = None,
+    ) -> LLMRequest:
         """The request for `messages`, with roles alternating as strict chat templates require."""
-        return LLMRequest(alternating(messages), stops, self.max_tokens, self._deadline(run), run.cancel)
+        return LLMRequest(
+            alternating(messages), stops, self.max_tokens, self._deadline(run), run.cancel, constraint
+        )
 
-    def _complete(self, run: _Run, messages: tuple[Message, ...]) -> Steps[ModelTurn]:
-        request = self._request(run, messages, run.stops)
+    def _complete(
+        self, run: _Run, messages: tuple[Message, ...], constraint: Constraint | None = None
+    ) -> Steps[ModelTurn]:
+        request = self._request(run, messages, run.stops, constraint)
         run.model_calls += 1
         shown: list[str] = []
         try:
@@ -604,7 +622,7 @@ class Agent:
         # is an answer to a request the history shows.
         run.add(request)
         try:
-            turn = yield from self._model_turn(run, self._messages(run))
+            turn = yield from self._model_turn(run, self._messages(run), summary=True)
         except (CancelledError, RunTimeoutError, KeyboardInterrupt):
             raise
         except MylmError as error:
@@ -617,6 +635,24 @@ class Agent:
         answer = (turn.parsed.final_answer or turn.parsed.thought).strip() or FALLBACK_ANSWER
         run.add(Message("assistant", answer))
         return answer
+
+
+def _constraints(
+    tools: ToolRegistry, mode: ConstrainMode, multiple_calls: bool
+) -> tuple[Constraint | None, Constraint | None]:
+    """The turn and summary constraints for `mode` (`auto`: where the endpoint can; `grammar`: insist)."""
+    if mode == "off":
+        return None, None
+    if mode not in ("auto", "grammar"):
+        raise ValueError(f"constrain must be auto, grammar or off, not {mode!r}")
+    from .constrain import TRIGGER, ToolSpec, compile_protocol
+
+    grammar = compile_protocol([ToolSpec(t.name, t.parameters) for t in tools], multiple_calls=multiple_calls)
+    required = mode == "grammar"
+    return (
+        Constraint(grammar.turn, grammar.call, TRIGGER, required),
+        Constraint(grammar.answer, required=required),
+    )
 
 
 def _unusable(parsed: ParsedTurn) -> str | None:

@@ -73,6 +73,13 @@ def _text(value: Any) -> str:
     return value
 
 
+def _constrain(value: Any) -> str:
+    text = str(value).strip().lower()
+    if text not in ("auto", "grammar", "off"):
+        raise ValueError("must be auto, grammar or off")
+    return text
+
+
 def _flag(value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -102,6 +109,7 @@ _KEYS: dict[str, _Key] = {
     "api_key": _Key(("MYLM_API_KEY", "OPENAI_API_KEY"), _text),
     "provider": _Key(("MYLM_PROVIDER",), _text),
     "chat_format": _Key(("MYLM_CHAT_FORMAT",), _text),
+    "constrain": _Key(("MYLM_CONSTRAIN",), _constrain, "auto"),
     "max_tokens": _Key(("MYLM_MAX_TOKENS",), _positive_int, 4096),
     "max_response_chars": _Key(("MYLM_MAX_RESPONSE_CHARS",), _positive_int, 8 * 1024 * 1024),
     "context_tokens": _Key(("MYLM_CONTEXT_TOKENS",), _positive_int),
@@ -122,8 +130,8 @@ SETTING_NAMES = tuple(_KEYS)
 _FILE_ONLY = {"mcp", "profiles", "tools", "api_key_env", "default_profile", "trusted_projects"}
 #: What a `[profiles.NAME]` table may set: an endpoint and how to talk to it.
 PROFILE_KEYS = (
-    "base_url", "model", "provider", "api_key_env", "chat_format", "max_tokens", "max_response_chars",
-    "context_tokens", "options",
+    "base_url", "model", "provider", "api_key_env", "chat_format", "constrain", "max_tokens",
+    "max_response_chars", "context_tokens", "options",
 )
 #: Limits a project file may lower (never raise), and the flag it may only turn off.
 _PROJECT_LIMITS = ("max_iterations", "timeout", "max_tokens")
@@ -138,6 +146,8 @@ class Settings:
     api_key: str | None = None
     provider: str | None = None
     chat_format: str | None = None
+    #: Grammar-constrained decoding: `auto` where the endpoint can, `grammar` insists, `off` never.
+    constrain: str = "auto"
     max_tokens: int = 4096
     #: The most text one streamed reply may carry, in characters (decoded text, not wire bytes).
     max_response_chars: int = 8 * 1024 * 1024

@@ -19,6 +19,7 @@
     ├── ToolError                   exit 1   raised by a tool for an expected failure; becomes an observation
     │   └── EscapeError                      a path leads outside the workspace
     ├── SandboxError                exit 1   the kernel refused to build or apply a command's sandbox
+    ├── DownloadError               exit 1   a model could not be fetched or failed its checksum
     ├── RunTimeoutError             exit 4   the run's wall-clock budget is spent
     └── CancelledError              exit 130 the run was cancelled (Ctrl-C or a cancel token)
 """
@@ -43,6 +44,10 @@ class ConfigError(MylmError):
     """Settings from flags, environment or the config file are invalid."""
 
     exit_code = 2
+
+
+class UnsupportedConstraintError(ConfigError):
+    """`--constrain grammar` against an endpoint that cannot (or refuses to) sample under a grammar."""
 
 
 class TemplateError(MylmError):
@@ -125,6 +130,10 @@ class UnusableRepliesError(MylmError):
 
 class NoToolsError(MylmError):
     """The model called a tool, but the agent was given no tools at all: correcting it cannot help."""
+
+
+class DownloadError(MylmError):
+    """A model could not be fetched from the package index, or its bytes failed their checksum."""
 
 
 class RunTimeoutError(MylmError):

@@ -3,10 +3,27 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Protocol, Sequence, Union, runtime_checkable
+from typing import Iterator, Literal, Protocol, Sequence, Union, runtime_checkable
 
 from .cancel import CancelToken
 from .types import Message, Usage
+
+#: `auto`: constrain where the endpoint can; `grammar`: insist (an error where it cannot); `off`: never.
+ConstrainMode = Literal["auto", "grammar", "off"]
+CONSTRAIN_MODES: tuple[ConstrainMode, ...] = ("auto", "grammar", "off")
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A GBNF grammar the completion must follow, for endpoints that can sample under one."""
+
+    grammar: str
+    #: The same protocol from `trigger` on only, for servers that leave the text before the trigger free.
+    lazy_grammar: str | None = None
+    trigger: str | None = None
+    #: The user insisted (`--constrain grammar`): an endpoint that cannot enforce it is an error, and a lazy
+    #: form is not enough.
+    required: bool = False
 
 
 @dataclass(frozen=True)
@@ -20,6 +37,8 @@ class LLMRequest:
     #: `time.monotonic()` value by which the whole call, streaming included, must end.
     deadline: float | None = None
     cancel: CancelToken | None = None
+    #: A grammar to sample under, where the endpoint can; None: unconstrained.
+    constraint: Constraint | None = None
 
 
 @dataclass(frozen=True)

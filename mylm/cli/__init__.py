@@ -26,7 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "memory": ("memory:memory", "List and forget the notes the model saved."),
     "tools": ("info:tools", "List the tools the model can call, with their schemas."),
     "config": ("info:config", "Show the effective settings and where each came from."),
-    "models": ("info:models", "List the models the endpoint offers."),
+    "models": ("models:models", "List the endpoint's models; pull and list GGUF models to run locally."),
     "completion": ("info:completion", "Print the shell completion script for bash, zsh or fish."),
 }
 
@@ -63,8 +63,10 @@ def cli() -> None:
 
     Configure the endpoint with --base-url/-m or MYLM_BASE_URL/MYLM_MODEL (OPENAI_BASE_URL and
     OPENAI_API_KEY also work), or with named profiles in the config file (`mylm config` shows it and
-    where each setting comes from). With nothing set, mylm talks to a local Ollama at
-    http://localhost:11434. Shell completion: eval "$(mylm completion bash)".
+    where each setting comes from). With nothing set, mylm runs the latest model fetched with
+    `mylm models pull` inside itself when the local extra is installed (pip install 'mylm[local]'), and
+    otherwise talks to a local Ollama at http://localhost:11434. Shell completion:
+    eval "$(mylm completion bash)".
     """
 
 

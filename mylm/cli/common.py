@@ -100,6 +100,12 @@ def _complete_profile(ctx: click.Context, param: click.Parameter, incomplete: st
     return [CompletionItem(name, help="profile") for name in profiles if name.startswith(incomplete)]
 
 
+def _provider_names() -> str:
+    from ..providers.registry import PROVIDERS
+
+    return ", ".join(PROVIDERS[:-1]) + " or " + PROVIDERS[-1]
+
+
 def endpoint_options(command: F) -> F:
     """The options naming the endpoint and templates, shared by every command that talks to a model."""
     options = [
@@ -111,13 +117,18 @@ def endpoint_options(command: F) -> F:
         click.option("--api-key", metavar="KEY", help="API key [env: MYLM_API_KEY, OPENAI_API_KEY]."),
         click.option(
             "--provider", metavar="NAME",
-            help="Wire format: openai, openai-completions, ollama, llamacpp, anthropic or gemini "
-                 "(default: inferred from the URL) [env: MYLM_PROVIDER].",
+            help=f"Wire format: {_provider_names()} (default: inferred from the URL; local runs a GGUF inside "
+                 "mylm: -m PATH or a pulled model's name) [env: MYLM_PROVIDER].",
         ),
         click.option(
             "--chat-format", metavar="NAME",
             help="Prompt format for raw-completion endpoints: chatml, llama3, mistral, gemma, plain, or a "
                  "template of yours in chat/ [env: MYLM_CHAT_FORMAT].",
+        ),
+        click.option(
+            "--constrain", type=click.Choice(["auto", "grammar", "off"]), default=None,
+            help="Sample under a grammar of the tool protocol: where the endpoint can (auto, the default), "
+                 "always (grammar: an error where it cannot), or never [env: MYLM_CONSTRAIN].",
         ),
         click.option("--prompts", "prompts_dir", metavar="DIR", help="Directory of templates overriding the defaults."),
     ]
@@ -138,7 +149,8 @@ def settings_from(options: dict[str, Any]) -> Settings:
     from ..config import load_settings
 
     names = (
-        "base_url", "model", "api_key", "provider", "chat_format", "max_iterations", "timeout", "yes", "sandbox",
+        "base_url", "model", "api_key", "provider", "chat_format", "constrain", "max_iterations", "timeout",
+        "yes", "sandbox",
     )
     flags = {name: options.get(name) for name in names}
     flags["prompts"] = options.get("prompts_dir")

@@ -1,4 +1,4 @@
-"""`mylm tools`, `mylm config`, `mylm models` and `mylm completion`: what mylm would use, and shell set-up."""
+"""`mylm tools`, `mylm config` and `mylm completion`: what mylm would use, and shell set-up."""
 
 from __future__ import annotations
 
@@ -103,44 +103,6 @@ def _short(value: Any) -> str:
     text = json.dumps(value, ensure_ascii=False) if isinstance(value, dict) else str(value)
     text = " ".join(text.split())
     return text if len(text) <= 40 else text[:39] + "…"
-
-
-@click.command()
-@endpoint_options
-@click.option(
-    "--known", is_flag=True, help="List the model registry (works offline) instead of the endpoint's models."
-)
-@handles_errors
-def models(known: bool, **options: Any) -> None:
-    """List the models the endpoint offers, one per line, with what the model registry knows about each.
-
-    The registry (context window, stop strings, reasoning, chat format) is packaged with mylm and can be
-    extended or overridden in models.toml in the config dir; --known lists it and says where that file is.
-    """
-    from ..display import for_terminal
-    from ..errors import MylmError
-    from ..models.registry import describe, known_models, lookup, user_registry_path
-    from .runner import make_endpoint
-
-    if known:
-        path = user_registry_path()
-        click.echo(f"# user overrides: {path}{'' if path.is_file() else '  (not found)'}", err=True)
-        for info in known_models():
-            patterns = " ".join(info.match)
-            click.echo(for_terminal(f"{patterns:<40} {describe(info)}  [{info.source}]"))
-        return
-    settings = settings_from(options)
-    try:
-        from ..providers import list_models
-
-        endpoint = make_endpoint(settings)
-    except ImportError as error:
-        raise MylmError(f"listing models needs mylm.providers.list_models, which this installation lacks ({error})") from None
-    names = list_models(endpoint)
-    width = max((len(n) for n in names), default=0)
-    for name in names:
-        found = lookup(name)
-        click.echo(for_terminal(f"{name:<{width}}  {describe(found)}" if found is not None else name))
 
 
 _SHELLS = ("bash", "zsh", "fish")

@@ -102,22 +102,41 @@ def make_llm(ctx: click.Context, settings: Settings, loader: PromptLoader) -> LL
         from ..errors import MylmError
 
         raise MylmError(f"this installation of mylm has no HTTP providers ({error})") from None
-    return create_llm(endpoint, prompts=loader)
+    llm = create_llm(endpoint, prompts=loader)
+    if nothing_configured(settings) and endpoint.provider != "local":
+        return _SuggestLocal(llm)
+    return llm
+
+
+def nothing_configured(settings: Settings) -> bool:
+    """Whether the user named no endpoint at all (no provider, URL or model from any source)."""
+    return settings.provider is None and settings.model is None and settings.sources.get("base_url") == "default"
 
 
 def make_endpoint(settings: Settings) -> Any:
-    """The `mylm.providers.Endpoint` the settings describe (ImportError if the providers are not installed)."""
-    from ..providers import Endpoint
+    """The `mylm.providers.Endpoint` the settings describe (ImportError if the providers are not installed).
 
+    With nothing configured, a model running in-process is the default when the `local` extra is installed (the
+    cached model, or one line saying how to fetch one); without the extra, a local Ollama is.
+    """
+    from ..providers import Endpoint
+    from ..providers.local import engine_available
+
+    provider = settings.provider
+    if provider is None and nothing_configured(settings) and engine_available():
+        provider = "local"
+    options = dict(settings.options or {})
+    if provider == "local" and settings.context_tokens is not None:
+        options.setdefault("n_ctx", settings.context_tokens)
     return Endpoint(
-        provider=settings.provider,
+        provider=provider,
         base_url=settings.base_url,
         model=settings.model,
         api_key=settings.api_key,
         api_key_source=settings.api_key_source,
         chat_format=settings.chat_format or _preferred_format(settings),
         max_tokens=settings.max_tokens,
-        options=dict(settings.options or {}),
+        options=options,
         max_response_chars=settings.max_response_chars,
     )
 
@@ -128,6 +147,25 @@ def _preferred_format(settings: Settings) -> str | None:
         return None
     info = known_model(settings)
     return info.chat_format if info is not None else None
+
+
+class _SuggestLocal:
+    """The default endpoint (a local Ollama) with the other way out added to its "cannot reach" error."""
+
+    def __init__(self, llm: LLM) -> None:
+        self.llm = llm
+
+    def stream(self, request: Any) -> Iterator[Any]:
+        from ..errors import EndpointUnreachableError
+        from ..providers.local import INSTALL_HINT
+
+        try:
+            yield from self.llm.stream(request)
+        except EndpointUnreachableError as error:
+            hint = f"; or run a model inside mylm: {INSTALL_HINT} && mylm models pull smollm2-135m"
+            unreachable = EndpointUnreachableError(error.message + hint)
+            unreachable.retryable = error.retryable
+            raise unreachable from None
 
 
 def model_tools(tools: list[Tool]) -> list[Tool]:
@@ -187,6 +225,13 @@ def build_agent(ctx: click.Context, settings: Settings, approver: Approver, tool
     if chat is not None and isinstance(getattr(chat, "template", None), str):
         loader.check([chat.template])  # a raw-completion route renders it on every call: check it now
     tool_choice = ctx.params.get("tool_choice") or "auto"
+    # An in-process model knows the context it really allocated (GGUF metadata, n_ctx): that beats the
+    # registry's figure for the family, but not the user's own context_tokens.
+    window = getattr(llm, "context_window", None)
+    if settings.context_tokens is None and isinstance(window, int) and window > 0:
+        budget: int | None = window
+    else:
+        budget = context_budget(settings)
     try:
         return Agent(
             llm,
@@ -195,9 +240,10 @@ def build_agent(ctx: click.Context, settings: Settings, approver: Approver, tool
             timeout=settings.timeout,
             prompts=loader,
             max_tokens=settings.max_tokens,
+            constrain=settings.constrain,  # type: ignore[arg-type]  # validated by the config reader
             permission=approver,
             instructions=settings.instructions,
-            context_budget=context_budget(settings),
+            context_budget=budget,
             tool_choice=tool_choice,
             stop_strings=getattr(known_model(settings), "stop_strings", True),
         )

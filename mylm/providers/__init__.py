@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
-from .base import DEFAULT_BASE_URL, DEFAULT_BASE_URLS, PROVIDERS, Endpoint, infer_provider
+from .base import Endpoint
+from .registry import DEFAULT_PROVIDER, PROVIDERS, REGISTRY, infer_provider, provider_class
 
 if TYPE_CHECKING:
     from ..llm import LLM
@@ -13,24 +13,15 @@ if TYPE_CHECKING:
     from .engine import HTTPProvider
 
 __all__ = [
-    "DEFAULT_BASE_URL",
-    "DEFAULT_BASE_URLS",
+    "DEFAULT_PROVIDER",
     "PROVIDERS",
+    "REGISTRY",
     "Endpoint",
     "create_llm",
     "infer_provider",
     "list_models",
+    "provider_class",
 ]
-
-# Name -> (module, class). Importing a provider imports `requests`, which `mylm --help` must not pay for.
-_CLASSES = {
-    "openai": ("mylm.providers.openai", "OpenAIChat"),
-    "openai-completions": ("mylm.providers.openai", "OpenAICompletions"),
-    "ollama": ("mylm.providers.ollama", "Ollama"),
-    "llamacpp": ("mylm.providers.llamacpp", "LlamaCpp"),
-    "anthropic": ("mylm.providers.anthropic", "Anthropic"),
-    "gemini": ("mylm.providers.gemini", "Gemini"),
-}
 
 
 def create_llm(endpoint: Endpoint, *, prompts: PromptLoader | None = None) -> LLM:
@@ -45,7 +36,5 @@ def list_models(endpoint: Endpoint) -> list[str]:
 
 def _provider(endpoint: Endpoint, prompts: PromptLoader | None) -> HTTPProvider:
     resolved = endpoint.resolved()
-    module_name, class_name = _CLASSES[resolved.provider or "openai"]
-    cls = getattr(importlib.import_module(module_name), class_name)
-    provider: HTTPProvider = cls(resolved, prompts=prompts)
-    return provider
+    cls = provider_class(resolved.provider or DEFAULT_PROVIDER)
+    return cls(resolved, prompts=prompts)

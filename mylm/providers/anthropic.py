@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any, Iterator
+from urllib.parse import urlsplit
 
 from ..llm import LLMChunk, LLMRequest
 from ..types import Usage
@@ -59,7 +60,16 @@ class Anthropic(HTTPProvider):
     """`POST {base}/v1/messages` with the system text apart and strictly alternating user/assistant turns."""
 
     name = "anthropic"
+    default_base_url = "https://api.anthropic.com"
+    key_vars = ("ANTHROPIC_API_KEY",)
+    route_suffixes = ("/v1/messages", "/messages")
+    # Anthropic rejects empty and whitespace-only stop sequences.
+    blank_stops = False
     requires_model = True
+
+    @classmethod
+    def claims(cls, base_url: str) -> bool:
+        return (urlsplit(base_url).hostname or "").lower() == "api.anthropic.com"
 
     def _headers(self) -> dict[str, str]:
         headers = {"anthropic-version": API_VERSION}
@@ -77,8 +87,7 @@ class Anthropic(HTTPProvider):
         if system:
             body["system"] = system
         body["messages"] = [t.to_dict() for t in turns]
-        # Anthropic rejects empty and whitespace-only stop sequences.
-        stops = self.stops(request, no_blank=True)
+        stops = self.stops(request)
         if stops:
             body["stop_sequences"] = stops
         body.update(self.endpoint.options)

@@ -11,36 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import ConfigError
 from ..types import Message
-
-#: Every provider name `--provider` / `MYLM_PROVIDER` accepts, one per wire format.
-PROVIDERS = ("openai", "openai-completions", "ollama", "llamacpp", "anthropic", "gemini")
-
-#: Where mylm looks when nothing is configured: a local Ollama.
-DEFAULT_BASE_URL = "http://localhost:11434"
-
-#: A provider's own default server, used when the provider is named but no base URL is given.
-DEFAULT_BASE_URLS: Mapping[str, str] = MappingProxyType(
-    {
-        "openai": "https://api.openai.com/v1",
-        "openai-completions": "https://api.openai.com/v1",
-        "ollama": DEFAULT_BASE_URL,
-        "llamacpp": "http://localhost:8080",
-        "anthropic": "https://api.anthropic.com",
-        "gemini": "https://generativelanguage.googleapis.com",
-    }
-)
-
-#: The variables the providers' own SDKs read the key from, for configuration and error messages.
-CONVENTIONAL_KEY_VARS: Mapping[str, tuple[str, ...]] = MappingProxyType(
-    {
-        "openai": ("OPENAI_API_KEY",),
-        "openai-completions": ("OPENAI_API_KEY",),
-        "ollama": (),
-        "llamacpp": (),
-        "anthropic": ("ANTHROPIC_API_KEY",),
-        "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
-    }
-)
+from .registry import PROVIDERS
 
 #: Local CPU models can take minutes over a long prompt before the first byte, so the idle limit is generous;
 #: the run's deadline still bounds every call.
@@ -55,7 +26,7 @@ DEFAULT_MAX_RESPONSE_CHARS = 8 * 1024 * 1024
 class Endpoint:
     """Everything needed to reach one model endpoint; `api_key` stays out of `repr` (and so out of logs)."""
 
-    #: One of `PROVIDERS`; None infers it from the URL where unambiguous, else `openai`.
+    #: One of `registry.PROVIDERS`; None infers it from the URL where unambiguous, else `openai`.
     provider: str | None = None
     #: Empty means the provider's default server (a local Ollama when the provider is not given either).
     base_url: str = ""
@@ -92,8 +63,11 @@ class Endpoint:
 
     def resolved(self) -> Endpoint:
         """This endpoint with the provider decided and the base URL filled in and normalised."""
-        provider = self.provider or (infer_provider(self.base_url) if self.base_url else "ollama")
-        base_url = normalise_base_url(provider, self.base_url or DEFAULT_BASE_URLS[provider])
+        from .registry import DEFAULT_PROVIDER, infer_provider, provider_class
+
+        provider = self.provider or (infer_provider(self.base_url) if self.base_url else DEFAULT_PROVIDER)
+        cls = provider_class(provider)
+        base_url = cls.normalise_base_url(self.base_url or cls.default_base_url)
         return dataclasses.replace(self, provider=provider, base_url=base_url)
 
     @property
@@ -101,46 +75,25 @@ class Endpoint:
         """How the user sets the key, for error messages (never the key itself)."""
         if self.api_key_source:
             return self.api_key_source
-        names = ("MYLM_API_KEY", *CONVENTIONAL_KEY_VARS.get(self.provider or "openai", ()))
+        from .registry import FALLBACK_PROVIDER, provider_class
+
+        names = ("MYLM_API_KEY", *provider_class(self.provider or FALLBACK_PROVIDER).key_vars)
         return " or ".join(names) + " (or --api-key)"
 
 
-def infer_provider(base_url: str) -> str:
-    """The provider a URL unambiguously belongs to, else `openai` (the format most servers speak)."""
-    parts = urlsplit(base_url)
-    host = (parts.hostname or "").lower()
-    path = parts.path.rstrip("/")
-    if host == "api.anthropic.com":
-        return "anthropic"
-    if host == "generativelanguage.googleapis.com" and "/openai" not in path:
-        return "gemini"
-    # Ollama's own port with no OpenAI-style path is its native API; `.../v1` there is its OpenAI layer.
-    if parts.port == 11434 and path in ("", "/api"):
-        return "ollama"
-    return "openai"
-
-
-_ROUTE_SUFFIXES: Mapping[str, tuple[str, ...]] = MappingProxyType(
-    {
-        "openai": ("/chat/completions", "/completions"),
-        "openai-completions": ("/completions", "/chat/completions"),
-        "ollama": ("/api/chat", "/api/generate", "/api", "/v1"),
-        "llamacpp": ("/completion", "/completions", "/v1"),
-        "anthropic": ("/v1/messages", "/messages"),
-        "gemini": (),
-    }
-)
-
-
 def normalise_base_url(provider: str, base_url: str) -> str:
-    """Strip a pasted route and trailing slashes; a bare `http://host:port` for OpenAI gets `/v1`."""
+    """Strip a pasted route and trailing slashes, as the provider's class does it."""
+    from .registry import provider_class
+
+    return provider_class(provider).normalise_base_url(base_url)
+
+
+def strip_route(base_url: str, suffixes: Sequence[str]) -> str:
+    """The URL without trailing slashes and without the first of `suffixes` it ends with (a pasted route)."""
     url = base_url.strip().rstrip("/")
-    for suffix in _ROUTE_SUFFIXES.get(provider, ()):
+    for suffix in suffixes:
         if url.endswith(suffix):
-            url = url[: -len(suffix)].rstrip("/")
-            break
-    if provider in ("openai", "openai-completions") and urlsplit(url).path in ("", "/"):
-        url += "/v1"
+            return url[: -len(suffix)].rstrip("/")
     return url
 
 

@@ -6,13 +6,20 @@ import json
 import logging
 from abc import ABC, abstractmethod
 from contextlib import closing
-from typing import TYPE_CHECKING, Any, ClassVar, Generator, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, ClassVar, Generator, Iterable, Iterator, Literal
 
-from ..errors import ConfigError, ConnectionBroke, HTTPStatusError, LLMError, StreamError
-from ..llm import FinishChunk, LLMChunk, LLMRequest, ReasoningChunk, TextChunk
+from ..errors import (
+    ConfigError,
+    ConnectionBroke,
+    HTTPStatusError,
+    LLMError,
+    StreamError,
+    UnsupportedConstraintError,
+)
+from ..llm import Constraint, FinishChunk, LLMChunk, LLMRequest, ReasoningChunk, TextChunk
 from ..stops import StopCutter
 from ..types import Usage
-from .base import Endpoint, redact_url
+from .base import Endpoint, redact_url, strip_route
 from .failures import Failure, Place, RetryPolicy, parse_failure, stream_error, to_error
 from .formats import DEFAULT_CHAT_FORMAT, ChatFormat, chat_format, render_prompt
 from .framing import iter_lines, iter_ndjson, iter_sse
@@ -34,6 +41,7 @@ if TYPE_CHECKING:
     from ..types import Message
 
 _log = logging.getLogger("mylm.providers")
+GrammarSupport = Literal["native", "compatible", "none"]
 #: Time given to listing the server's models when a request named a model it does not have.
 _LIST_BUDGET = 5.0
 
@@ -86,8 +94,22 @@ class StatusFailure(Exception):
 class HTTPProvider(ABC):
     """A model endpoint over HTTP. Subclasses build the request and decode the stream; the rest is shared."""
 
-    #: The provider name, one of `PROVIDERS`.
+    #: The provider name, its key in `registry.REGISTRY`.
     name: ClassVar[str]
+    #: The provider's own server, used when the provider is named but no base URL is given.
+    default_base_url: ClassVar[str]
+    #: The variables the provider's own SDK reads the key from (named in configuration and error messages).
+    key_vars: ClassVar[tuple[str, ...]] = ()
+    #: Routes a user may paste at the end of the base URL; they are stripped (`.../v1/chat/completions`).
+    route_suffixes: ClassVar[tuple[str, ...]] = ()
+    #: How many stop strings the API accepts (None: no documented limit).
+    max_stops: ClassVar[int | None] = None
+    #: Whether the API accepts a whitespace-only stop string (Anthropic rejects them).
+    blank_stops: ClassVar[bool] = True
+    #: Whether a GBNF grammar can be sent: `native` (the wire format has the field: llama.cpp), `compatible`
+    #: (OpenAI-compatible servers: llama.cpp's, llama-cpp-python's and vLLM accept one; hosted APIs refuse it,
+    #: which is learned like any rejected field), or `none` (Ollama, Anthropic, Gemini).
+    grammar_support: ClassVar[GrammarSupport] = "none"
     #: How the stream is framed: server-sent events or newline-delimited JSON.
     framing: ClassVar[str] = "sse"
     #: Whether the wire format cannot work without a model name.
@@ -121,6 +143,16 @@ class HTTPProvider(ABC):
         if self.raw_prompt:
             self.chat_format = chat_format(self.endpoint.chat_format or DEFAULT_CHAT_FORMAT)
 
+    @classmethod
+    def claims(cls, base_url: str) -> bool:
+        """Whether `base_url` unambiguously belongs to this provider (to infer the provider from a URL)."""
+        return False
+
+    @classmethod
+    def normalise_base_url(cls, base_url: str) -> str:
+        """The base URL without a pasted route or trailing slashes."""
+        return strip_route(base_url, cls.route_suffixes)
+
     # ------------------------------------------------------------------------------------- for subclasses
 
     @abstractmethod
@@ -147,18 +179,46 @@ class HTTPProvider(ABC):
         """A quirk to learn from a 400 (then the call is sent again without the blamed field), or None."""
         if "no_stop" not in self.quirks and failure.blames("stop", "stop_sequences", "stopSequences"):
             return "no_stop"
+        if "no_grammar" not in self.quirks and failure.blames("grammar", "grammar_lazy", "grammar_triggers"):
+            return "no_grammar"
         return None
 
-    def stops(self, request: LLMRequest, *, limit: int | None = None, no_blank: bool = False) -> list[str]:
-        """Stop strings to send: the request's, then the chat format's end-of-turn markers, within `limit`."""
+    def grammar_fields(self, request: LLMRequest) -> dict[str, Any]:
+        """The body fields that make the server follow `request.constraint`; empty where it cannot, unless the
+        user insisted, which is then an error."""
+        constraint = request.constraint
+        if constraint is None or not self._can_constrain(constraint):
+            return {}
+        return self.grammar_body(constraint)
+
+    def _can_constrain(self, constraint: Constraint) -> bool:
+        """Whether a grammar can be sent; raises if it cannot and the user insisted."""
+        if self.grammar_support != "none" and "no_grammar" not in self.quirks:
+            return True
+        if constraint.required:
+            refused = "no_grammar" in self.quirks
+            why = "it refused one" if refused else f"the {self.name} API has no grammar field"
+            raise UnsupportedConstraintError(
+                f"--constrain grammar: {self.place.url} cannot sample under a grammar ({why}); "
+                "use --constrain auto or off, or a llama.cpp or vLLM server"
+            )
+        return False
+
+    def grammar_body(self, constraint: Constraint) -> dict[str, Any]:
+        """The wire form of a grammar for this provider (llama.cpp's `grammar` field unless overridden)."""
+        return {"grammar": constraint.grammar}
+
+    def stops(self, request: LLMRequest) -> list[str]:
+        """Stop strings to send: the request's, then the chat format's end-of-turn markers, within the API's
+        `max_stops` and `blank_stops` rules."""
         if "no_stop" in self.quirks:
             return []
         extra = self.chat_format.stops if self.chat_format is not None else ()
         chosen: list[str] = []
         for stop in (*request.stop, *extra):
-            if stop and stop not in chosen and (stop.strip() or not no_blank):
+            if stop and stop not in chosen and (stop.strip() or self.blank_stops):
                 chosen.append(stop)
-        return chosen[:limit]
+        return chosen[: self.max_stops]
 
     def prompt(self, messages: tuple[Message, ...]) -> str:
         """The conversation rendered through the chat format (raw-prompt providers)."""
@@ -194,6 +254,8 @@ class HTTPProvider(ABC):
         while True:
             produced = False
             try:
+                if request.constraint is not None:
+                    self._can_constrain(request.constraint)  # fails before sending when it cannot be honoured
                 # prepare() may itself ask the server (llama.cpp renders its template), so it is retried too.
                 call = self.build_call(self.prepare(request, guard))
                 with closing(self._attempt(call, guard)) as chunks:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from typing import Any, Iterator
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from ..errors import StreamError
 from ..llm import LLMChunk, LLMRequest
@@ -12,8 +12,6 @@ from .engine import Decoder, HTTPProvider, text_chunks, usage_of
 from .framing import SSEEvent, sse_json
 from .transport import HTTPCall
 
-#: Gemini accepts at most five stop sequences.
-MAX_STOPS = 5
 #: Request fields outside `generationConfig`; every other option is a generation setting.
 _TOP_LEVEL = frozenset({"safetySettings", "cachedContent", "toolConfig", "labels"})
 
@@ -52,7 +50,18 @@ class Gemini(HTTPProvider):
     """`POST {base}/v1beta/models/{model}:streamGenerateContent?alt=sse`; the assistant role is `model`."""
 
     name = "gemini"
+    default_base_url = "https://generativelanguage.googleapis.com"
+    key_vars = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
+    #: Gemini accepts at most five stop sequences.
+    max_stops = 5
     requires_model = True
+
+    @classmethod
+    def claims(cls, base_url: str) -> bool:
+        # Google's OpenAI-compatible layer lives under `/openai` on the same host.
+        parts = urlsplit(base_url)
+        host = (parts.hostname or "").lower()
+        return host == "generativelanguage.googleapis.com" and "/openai" not in parts.path
 
     def _root(self) -> str:
         base = self.endpoint.base_url
@@ -64,7 +73,7 @@ class Gemini(HTTPProvider):
     def build_call(self, request: LLMRequest) -> HTTPCall:
         system, turns = merge_turns(request.messages)
         config: dict[str, Any] = {"maxOutputTokens": self.max_tokens(request)}
-        stops = self.stops(request, limit=MAX_STOPS)
+        stops = self.stops(request)
         if stops:
             config["stopSequences"] = stops
         body: dict[str, Any] = {

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from ..errors import StreamError
-from ..llm import LLMChunk, LLMRequest
+from ..llm import Constraint, LLMChunk, LLMRequest
 from .base import Endpoint
 from .engine import Decoder, HTTPProvider, StatusFailure, bearer, text_chunks, usage_of
-from .failures import parse_failure
+from .failures import Failure, parse_failure
 from .formats import DEFAULT_CHAT_FORMAT, chat_format
 from .framing import SSEEvent, sse_json
 from .transport import MAX_RESPONSE_BYTES, CallGuard, HTTPCall, read_all, send
@@ -56,6 +56,9 @@ class LlamaCpp(HTTPProvider):
     """
 
     name = "llamacpp"
+    default_base_url = "http://localhost:8080"
+    grammar_support = "native"
+    route_suffixes = ("/completion", "/completions", "/v1")
 
     def __init__(self, endpoint: Endpoint, **kwargs: Any) -> None:
         self.raw_prompt = bool(endpoint.chat_format)
@@ -73,12 +76,32 @@ class LlamaCpp(HTTPProvider):
         stops = self.stops(request)
         if stops:
             body["stop"] = stops
+        body.update(self.grammar_fields(request))
         body.update(self.endpoint.options)
         return self.json_call(
             self.endpoint.base_url + "/completion",
             body,
             {"Accept": "text/event-stream", **bearer(self.endpoint)},
         )
+
+    def grammar_body(self, constraint: Constraint) -> dict[str, Any]:
+        """A lazy grammar unless the user insisted: the thought stays free and only a call, once `<tool_code>`
+        appears, is forced (llama-server: `grammar_triggers` items are `{"type": 1, "value": WORD}`, 1 being
+        COMMON_GRAMMAR_TRIGGER_TYPE_WORD; the grammar is fed the text from the trigger on)."""
+        lazy = constraint.lazy_grammar and constraint.trigger and "no_lazy" not in self.quirks
+        if constraint.required or not lazy:
+            return {"grammar": constraint.grammar}
+        return {
+            "grammar": constraint.lazy_grammar,
+            "grammar_lazy": True,
+            "grammar_triggers": [{"type": 1, "value": constraint.trigger}],
+        }
+
+    def adapt(self, failure: Failure) -> str | None:
+        # An older llama-server that knows `grammar` but not the lazy fields (or their shape).
+        if "no_lazy" not in self.quirks and failure.blames("grammar_lazy", "grammar_triggers"):
+            return "no_lazy"
+        return super().adapt(failure)
 
     def prepare(self, request: LLMRequest, guard: CallGuard) -> LLMRequest:
         """Render the conversation with the server's template (a cheap local call), or fall back to ChatML."""

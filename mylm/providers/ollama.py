@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any, Iterator
+from urllib.parse import urlsplit
 
 from ..llm import LLMChunk, LLMRequest
 from .base import Endpoint
@@ -35,8 +36,16 @@ class Ollama(HTTPProvider):
     """Ollama: messages to `/api/chat` (the model's own template), or a rendered prompt to `/api/generate`."""
 
     name = "ollama"
+    default_base_url = "http://localhost:11434"
+    route_suffixes = ("/api/chat", "/api/generate", "/api", "/v1")
     framing = "ndjson"
     requires_model = True
+
+    @classmethod
+    def claims(cls, base_url: str) -> bool:
+        # Ollama's own port with no OpenAI-style path is its native API; `.../v1` there is its OpenAI layer.
+        parts = urlsplit(base_url)
+        return parts.port == 11434 and parts.path.rstrip("/") in ("", "/api")
 
     def __init__(self, endpoint: Endpoint, **kwargs: Any) -> None:
         # With a chat format the prompt is rendered here and sent raw (for a missing or wrong model template).

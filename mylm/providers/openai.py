@@ -5,15 +5,12 @@ from __future__ import annotations
 from typing import Any, Iterable, Iterator
 from urllib.parse import urlsplit
 
-from ..llm import LLMChunk, LLMRequest
-from .base import model_rejects_stop
+from ..llm import Constraint, LLMChunk, LLMRequest
+from .base import model_rejects_stop, strip_route
 from .engine import Decoder, HTTPProvider, bearer, text_chunks, usage_of
 from .failures import Failure
 from .framing import SSEEvent, sse_json
 from .transport import HTTPCall
-
-#: OpenAI accepts at most four stop strings.
-MAX_STOPS = 4
 
 
 class _OpenAIDecoder(Decoder):
@@ -59,6 +56,12 @@ class OpenAIChat(HTTPProvider):
     """`POST {base}/chat/completions`: the server applies the model's chat template to mylm's messages."""
 
     name = "openai"
+    default_base_url = "https://api.openai.com/v1"
+    key_vars = ("OPENAI_API_KEY",)
+    grammar_support = "compatible"
+    route_suffixes = ("/chat/completions", "/completions")
+    #: OpenAI accepts at most four stop strings.
+    max_stops = 4
     route = "/chat/completions"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -68,6 +71,14 @@ class OpenAIChat(HTTPProvider):
         # OpenAI itself wants the newer field name; compatible servers mostly know only `max_tokens`.
         if (urlsplit(self.endpoint.base_url).hostname or "") == "api.openai.com":
             self.quirks.add("max_completion_tokens")
+            # ... and has no grammar field: known, so not learned from a refused call.
+            self.quirks.add("no_grammar")
+
+    @classmethod
+    def normalise_base_url(cls, base_url: str) -> str:
+        """A bare `http://host:port` gets `/v1`, where every OpenAI-compatible server serves the API."""
+        url = strip_route(base_url, cls.route_suffixes)
+        return url + "/v1" if urlsplit(url).path in ("", "/") else url
 
     def payload(self, request: LLMRequest) -> dict[str, Any]:
         """The body fields that differ between chat and completions."""
@@ -83,9 +94,10 @@ class OpenAIChat(HTTPProvider):
             body["stream_options"] = {"include_usage": True}
         cap = "max_completion_tokens" if "max_completion_tokens" in self.quirks else "max_tokens"
         body[cap] = self.max_tokens(request)
-        stops = self.stops(request, limit=MAX_STOPS)
+        stops = self.stops(request)
         if stops:
             body["stop"] = stops
+        body.update(self.grammar_fields(request))
         body.update(self.endpoint.options)
         return self.json_call(
             self.endpoint.base_url + self.route,
@@ -93,7 +105,18 @@ class OpenAIChat(HTTPProvider):
             {"Accept": "text/event-stream", **bearer(self.endpoint)},
         )
 
+    def grammar_body(self, constraint: Constraint) -> dict[str, Any]:
+        """`grammar` for llama.cpp's servers (llama-server, llama-cpp-python); `structured_outputs.grammar`
+        for vLLM >= 0.10.2 (the only form from 0.12; vLLM <= 0.11 also read `guided_grammar`, not sent). Each
+        server ignores the other's field; one that rejects a field is not sent it again."""
+        body: dict[str, Any] = {"grammar": constraint.grammar}
+        if "no_structured_outputs" not in self.quirks:
+            body["structured_outputs"] = {"grammar": constraint.grammar}
+        return body
+
     def adapt(self, failure: Failure) -> str | None:
+        if "no_structured_outputs" not in self.quirks and failure.blames("structured_outputs"):
+            return "no_structured_outputs"
         if (
             "max_completion_tokens" not in self.quirks
             and failure.blames("max_tokens")
@@ -125,6 +148,7 @@ class OpenAICompletions(OpenAIChat):
     """`POST {base}/completions` with a prompt mylm renders itself through a chat format (base models)."""
 
     name = "openai-completions"
+    route_suffixes = ("/completions", "/chat/completions")
     route = "/completions"
     raw_prompt = True
 

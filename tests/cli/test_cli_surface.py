@@ -28,7 +28,7 @@ def test_cli_help_names_every_command_and_each_has_help() -> None:
         assert f"  {command} " in result.stdout
         assert invoke([command, "--help"]).exit_code == 0
     groups = {"sessions": ["list", "show", "path"], "prompts": ["list", "show", "edit", "path", "trust", "untrust"],
-              "memory": ["list", "forget", "path"]}
+              "memory": ["list", "forget", "path"], "models": ["list", "pull"]}
     for group, subs in groups.items():
         for sub in subs:
             assert invoke([group, sub, "--help"]).exit_code == 0

@@ -202,7 +202,7 @@ def test_importing_providers_does_not_import_requests() -> None:
     code = "import sys, mylm.providers; sys.exit(3 if 'requests' in sys.modules else 0)"
     root = Path(mylm.__file__).resolve().parent.parent
     assert subprocess.run([sys.executable, "-c", code], cwd=root, check=False).returncode == 0
-    assert set(PROVIDERS) == {"openai", "openai-completions", "ollama", "llamacpp", "anthropic", "gemini"}
+    assert set(PROVIDERS) == {"openai", "openai-completions", "ollama", "llamacpp", "anthropic", "gemini", "local"}
 
 
 def test_transport_connect_timeout_is_not_blamed_on_the_deadline() -> None:
@@ -228,3 +228,32 @@ def test_transport_connect_timeout_is_not_blamed_on_the_deadline() -> None:
     finally:
         guard.close()
     assert caught.value.retryable and "no answer within 10 s" in str(caught.value)
+
+
+def test_every_registered_provider_carries_its_capabilities_on_its_class() -> None:
+    """A provider is one module plus one registry line: the class answers everything else."""
+    from mylm.providers import REGISTRY, provider_class
+
+    for name in REGISTRY:
+        cls = provider_class(name)
+        assert cls.name == name
+        # `local` runs in-process: no server, so no URL.
+        assert cls.default_base_url.startswith(("http://", "https://")) or name == "local"
+        resolved = Endpoint(provider=name).resolved()
+        assert resolved.base_url == cls.normalise_base_url(cls.default_base_url)
+        assert cls.grammar_support in ("native", "compatible", "none")
+    assert provider_class("anthropic").key_vars == ("ANTHROPIC_API_KEY",)
+    assert "GEMINI_API_KEY" in Endpoint(provider="gemini").key_hint
+    assert (provider_class("openai").max_stops, provider_class("gemini").max_stops) == (4, 5)
+    with pytest.raises(ConfigError, match="unknown provider"):
+        provider_class("bard")
+
+
+def test_stop_limits_come_from_the_class() -> None:
+    from mylm.llm import LLMRequest
+    from mylm.providers.anthropic import Anthropic
+    from mylm.providers.openai import OpenAIChat
+
+    request = LLMRequest((Message("user", "hi"),), stop=("a", " ", "b", "c", "d", "e"))
+    assert OpenAIChat(Endpoint(provider="openai")).stops(request) == ["a", " ", "b", "c"]
+    assert Anthropic(Endpoint(provider="anthropic", model="m")).stops(request) == ["a", "b", "c", "d", "e"]

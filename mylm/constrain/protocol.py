@@ -1,0 +1,92 @@
+"""The protocol grammar: free thought, then a canonical, schema-valid call to a registered tool, or an answer.
+
+Thought text never contains `<`, a backtick or `~`: the only characters with which text before a call could
+change how the parser reads the call (a premature `<tool_code`, another call format, `<think>`, an
+`<observation>`, a code fence or inline code around the block). The answer is written in `<final_answer>` tags
+so a model has to choose, and can never end its turn on a half-written call.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..canonical import TOOL_CLOSE, TOOL_OPEN
+from .gbnf import Rules, literal
+from .jsonschema import SchemaCompiler
+
+FINAL_OPEN = "<final_answer>"
+FINAL_CLOSE = "</final_answer>"
+#: The text that switches a lazy grammar on (llama-server `grammar_triggers`).
+TRIGGER = TOOL_OPEN
+
+_THOUGHT = "thought ::= [^<`~]*"
+#: Characters Python's `str.strip` removes: an answer needs one character that is not among them.
+_SPACE = "\\t\\n\\r\\x0B\\x0C\\x1C-\\x1F\\x85\\xA0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000 "
+_ANSWER_TEXT = f'answer-text ::= [ \\t\\n]* ([^<{_SPACE}] | "<"+ [^</]) ([^<] | "<"+ [^</])* "<"*'
+_PLAIN_ANSWER = f"plain-answer ::= [ \\t\\n]* [^<`~{_SPACE}] [^<`~]*"
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """What the grammar needs of a tool: its name and its parameters' JSON Schema."""
+
+    name: str
+    parameters: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ProtocolGrammar:
+    """The grammars of one agent (compiled once): a turn, the call part of a turn, and the last answer."""
+
+    #: Thought, then one call (several with `multiple_calls`) or a `<final_answer>`.
+    turn: str
+    #: The call part alone, from `TRIGGER` on: for servers that apply a grammar once the trigger appears.
+    call: str
+    #: An answer with no call (the summary request at the iteration limit).
+    answer: str
+
+
+def compile_protocol(tools: Iterable[ToolSpec], *, multiple_calls: bool = False) -> ProtocolGrammar:
+    """The grammars for these tools; the same tools always give the same text (cached). Properties keep the
+    order their schema declares, which is the order the grammar asks for them."""
+    key = tuple((t.name, json.dumps(t.parameters, default=str)) for t in tools)
+    return _compile(key, multiple_calls)
+
+
+@functools.lru_cache(maxsize=64)
+def _compile(key: tuple[tuple[str, str], ...], multiple_calls: bool) -> ProtocolGrammar:
+    specs = [ToolSpec(name, json.loads(schema)) for name, schema in key]
+    return ProtocolGrammar(
+        turn=_grammar(specs, multiple_calls, "turn"),
+        call=_grammar(specs, multiple_calls, "call"),
+        answer=_grammar(specs, multiple_calls, "answer"),
+    )
+
+
+def _grammar(specs: list[ToolSpec], multiple_calls: bool, form: str) -> str:
+    rules = Rules()
+    if form == "answer":
+        rules.define("final", f'{literal(FINAL_OPEN)} answer-text {literal(FINAL_CLOSE)}')
+        lines = (_THOUGHT, _ANSWER_TEXT, _PLAIN_ANSWER)
+        return rules.text("thought final | plain-answer") + "\n".join(lines) + "\n"
+    compiler = SchemaCompiler(rules)
+    calls = []
+    for spec in specs:
+        params = compiler.value(spec.parameters, f"{spec.name}-params")
+        if params is None:
+            continue  # a schema nothing satisfies: the tool cannot be called validly
+        name = spec.name.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        head = f"{TOOL_OPEN}\n<name>{name}</name>\n<parameters>\n"
+        tail = f"\n</parameters>\n{TOOL_CLOSE}"
+        calls.append(rules.add(f"call-{spec.name}", f"{literal(head)} {params} {literal(tail)}"))
+    call = rules.add("call", " | ".join(calls)) if calls else None
+    block = f'{call} ("\\n" {call})*' if call and multiple_calls else call
+    if form == "call":
+        return rules.text(block or '""')
+    extra = [f"final ::= {literal(FINAL_OPEN)} answer-text {literal(FINAL_CLOSE)}", _THOUGHT, _ANSWER_TEXT]
+    root = f"thought ({block} | final)" if block else "thought final"
+    return rules.text(root) + "\n".join(extra) + "\n"

@@ -1,0 +1,53 @@
+"""The provider registry: one line per provider, naming the class that implements it (imported on use)."""
+
+from __future__ import annotations
+
+import importlib
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Mapping
+
+from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from .engine import HTTPProvider
+
+#: Name -> `module:Class`. A provider is its module plus this one line; everything else it needs (default URL,
+#: key variables, routes, stop limits, grammar support) are attributes of its class. Classes are imported on
+#: use because importing one imports `requests`, which `mylm --help` must not pay for.
+REGISTRY: Mapping[str, str] = MappingProxyType(
+    {
+        "openai": "mylm.providers.openai:OpenAIChat",
+        "openai-completions": "mylm.providers.openai:OpenAICompletions",
+        "ollama": "mylm.providers.ollama:Ollama",
+        "llamacpp": "mylm.providers.llamacpp:LlamaCpp",
+        "anthropic": "mylm.providers.anthropic:Anthropic",
+        "gemini": "mylm.providers.gemini:Gemini",
+        "local": "mylm.providers.local:LocalModel",
+    }
+)
+
+#: Every provider name `--provider` / `MYLM_PROVIDER` accepts, one per wire format.
+PROVIDERS: tuple[str, ...] = tuple(REGISTRY)
+
+#: The provider used when nothing is configured (its default server is a local Ollama).
+DEFAULT_PROVIDER = "ollama"
+#: The provider of a URL no provider claims: the format most servers speak.
+FALLBACK_PROVIDER = "openai"
+
+
+def provider_class(name: str) -> type[HTTPProvider]:
+    """The class registered as `name`."""
+    target = REGISTRY.get(name)
+    if target is None:
+        raise ConfigError(f"unknown provider {name!r}; choose one of {', '.join(PROVIDERS)}")
+    module_name, _, class_name = target.partition(":")
+    cls: type[HTTPProvider] = getattr(importlib.import_module(module_name), class_name)
+    return cls
+
+
+def infer_provider(base_url: str) -> str:
+    """The provider whose class claims the URL (its host or port is unambiguous), else `openai`."""
+    for name in PROVIDERS:
+        if name != FALLBACK_PROVIDER and provider_class(name).claims(base_url):
+            return name
+    return FALLBACK_PROVIDER
