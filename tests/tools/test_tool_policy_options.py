@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from mylm.tools.gitconfig import config_keys
-from mylm.tools.gitread import GIT
-from mylm.tools.options import Spec, UnknownOption, parse_args
-from mylm.tools.readonly import PROGRAMS
+from mylm.tools.policy.gitconfig import config_keys
+from mylm.tools.policy.gitread import GIT
+from mylm.tools.policy.options import Spec, UnknownOption, parse_args
+from mylm.tools.policy.readonly import PROGRAMS
 
 SORT = PROGRAMS["sort"]
 

@@ -1,4 +1,4 @@
-"""The approval policy: allow each tool call, ask the user, or refuse it, and say exactly what it does.
+"""The approval policy's entry point: allow each tool call, ask the user, or refuse it, and say why.
 
 `decide` is pure policy (it only looks at the workspace to expand globs and find secrets a search would read).
 `Approver` adds the one piece of state a run has, the tools the user approved "always", and turns a decision
@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping
 
-from ..errors import ConfigError, ToolError
-from ..types import Permission, ToolCall
-from .base import Tool
+from ...errors import ConfigError, ToolError
+from ...types import Permission, ToolCall
+from ..base import Tool
+from ..paths import Workspace
+from ..sensitive import is_secret_path
 from .commands import INVISIBLE, classify
 from .danger import is_protected_path
-from .paths import Workspace
-from .sensitive import is_secret_path
 
 Action = Literal["allow", "ask", "deny"]
 #: The builtin tools whose `path` argument the policy inspects.
