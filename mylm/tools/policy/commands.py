@@ -1,12 +1,14 @@
 """Classify a shell command for approval: read-only (runs unasked), unknown, dangerous, or refused outright.
 
-The read-only list is argument-aware (after Codex's `is_safe_command`): each program has a list of the options
-known to be safe (readonly.py, gitread.py), so `find -delete`, `sort -o`, `sort --o` and `git -c` are not
-read-only even though `find`, `sort` and `git` can be. A command is read-only only when every simple command
-in it is (programs.py), nothing is substituted or backgrounded, output goes nowhere but the terminal, and no
-path points outside the workspace or at a secret once symlinks are followed (reach.py), from any directory
-its `cd`s may leave the shell in. Dangerous commands (after Codex's `is_dangerous_command`, in danger.py)
-always ask, even when the user approved commands for the run.
+Only plain syntax can be read-only: a real bash parser must show the line to be words, quotes, pipes, `&&`,
+`||`, `;` and harmless redirections (bash.py). The read-only list is argument-aware (after Codex's
+`is_safe_command`): each program has a list of the options known to be safe (readonly.py, gitread.py), so
+`find -delete`, `sort -o`, `sort --o` and `git -c` are not read-only even though `find`, `sort` and `git` can
+be. A command is read-only only when every simple command in it is (programs.py), nothing is substituted or
+backgrounded, output goes nowhere but the terminal, and no path points outside the workspace or at a secret
+once symlinks are followed (reach.py), from any directory its `cd`s may leave the shell in. Dangerous
+commands (after Codex's `is_dangerous_command`, in danger.py) always ask, even when the user approved commands
+for the run.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Sequence
 
+from .bash import MAX_COMMAND, NotPlain, agrees, parse_plain
 from .danger import dangerous_reason
 from .programs import cd_targets, program_problem
 from .shell_syntax import RESERVED, Script, ShellSyntaxError, Word, parse
@@ -94,6 +97,12 @@ def classify(
             "what it really does; write the command without it"
         )
     ctx = _Context(workspace, config_dir, _rules(allow), _rules(deny))
+    if len(command) > MAX_COMMAND:
+        # Checked before any parsing, so the cost stays linear however the text is built.
+        size = f"it is {len(command):,} characters long, over the {MAX_COMMAND:,} the policy reads"
+        if ctx.deny:
+            return CommandVerdict("forbidden", f"{size}, too long to check against the user's deny rules")
+        return CommandVerdict("dangerous", size)
     try:
         script = parse(command)
     except ShellSyntaxError as error:
@@ -112,10 +121,20 @@ def classify(
     danger = dangerous_reason(command, script, every, config_dir=ctx.config_dir)
     if danger:
         return CommandVerdict("dangerous", danger)
-    problem = _not_read_only(script, ctx)
+    problem = _not_plain(command, script) or _not_read_only(script, ctx)
     if problem:
         return CommandVerdict("unknown", problem)
     return CommandVerdict("safe", "a read-only command")
+
+
+def _not_plain(command: str, script: Script) -> str | None:
+    """Why the line is not plain syntax, as the bash parser reads it, cross-checked with the lexer."""
+    try:
+        line = parse_plain(command)
+    except NotPlain as error:
+        return str(error)
+    disagreement = agrees(line, script)
+    return f"bash and the policy read it differently ({disagreement})" if disagreement else None
 
 
 # --------------------------------------------------------------------------------------------- read-only

@@ -42,6 +42,9 @@ def program_problem(argv: list[Word], workspace: Path | None, cwds: list[str]) -
         return f"'{name}' is not on the read-only list"
     if name in VERSION_QUERY and texts == ["--version"]:
         return _version_pin(workspace, cwds)
+    if name in ("test", "[") and any(t in ("-v", "-R") for t in texts):
+        # bash evaluates the subscript of `-v 'a[...]'` as arithmetic, which runs `$(...)` inside it.
+        return f"'{name} -v' looks up a variable, and bash evaluates an array subscript in its name"
     if name in _ANY_STRINGS:
         return None
     if name == "git":
