@@ -69,13 +69,15 @@ class Approver:
         self._scope = scope
 
     def __call__(self, call: ToolCall, tool: Tool) -> Permission:
+        from ..cancel import hook_deadline
         from ..display import for_terminal
         from ..tools.policy import NO_TERMINAL, decide
         from ..types import Permission
 
-        decision = decide(call, tool, self.policy, always=frozenset(self._always))
+        decision = decide(call, tool, self.policy, always=frozenset(self._always), deadline=hook_deadline.get())
         if decision.action == "allow":
-            return Permission.allow()
+            # Read-only when the policy read it as a read (the sandbox holds it to that); else workspace-write.
+            return Permission.allow(decision.grant)
         if decision.action == "deny":
             click.echo(f"mylm: refused {for_terminal(call.name)}: {for_terminal(decision.reason)}", err=True)
             return Permission.deny(f"refused by the approval policy: {decision.reason}")

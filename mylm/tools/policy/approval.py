@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Mapping
 
 from ...errors import ConfigError, ToolError
-from ...types import Permission, ToolCall
+from ...cancel import hook_deadline
+from ...types import Grant, Permission, ToolCall
 from ..base import Tool
 from ..paths import Workspace
 from ..sensitive import is_secret_path
@@ -93,42 +94,58 @@ class Decision:
     details: str = ""
     #: Whether an "always for this tool" answer may cover this call (not for dangerous or protected ones).
     rememberable: bool = True
+    #: What an allowed call may do (the command sandbox enforces it): "read-only" when the policy itself read
+    #: the call as a read, "workspace-write" when a person approved it (now, "always" earlier, or --yes).
+    grant: Grant = "workspace-write"
 
 
 def decide(
-    call: ToolCall, tool: Tool, policy: ApprovalPolicy, *, always: frozenset[str] = frozenset()
+    call: ToolCall,
+    tool: Tool,
+    policy: ApprovalPolicy,
+    *,
+    always: frozenset[str] = frozenset(),
+    deadline: float | None = None,
 ) -> Decision:
-    """Decide one call: `allow`, `ask` or `deny`. `always` holds the tools approved "always" in this run."""
+    """Decide one call: `allow`, `ask` or `deny`, with why in `Decision.reason`. `always` holds the tools
+    approved "always" in this run; checks that run other programs (git) stop at `deadline` and then ask."""
     summary, details = describe_call(call, tool, policy.workspace)
 
-    def make(action: Action, reason: str, rememberable: bool = True) -> Decision:
-        return Decision(action, reason, summary, details, rememberable)
+    def make(action: Action, reason: str, rememberable: bool = True, grant: Grant | None = None) -> Decision:
+        return Decision(action, reason, summary, details, rememberable, grant or "workspace-write")
 
     trusted = policy.yes or tool.name in always or tool.name in policy.allow_tools
     if tool.name == SHELL_TOOL:
-        verdict = classify(
-            str(call.arguments.get("command", "")), workspace=policy.workspace, config_dir=policy.config_dir,
-            allow=policy.allow_commands, deny=policy.deny_commands,
-        )
-        if verdict.level == "forbidden":
-            return make("deny", verdict.reason)
-        if policy.yes:
-            return make("allow", "--yes approves every call")
-        if verdict.level == "dangerous":
-            return make("ask", verdict.reason, rememberable=False)
-        if verdict.level == "safe":
-            return make("allow", verdict.reason)
-        if trusted or policy.approve_commands:
-            return make("allow", "commands are approved for this run")
-        return make("ask", verdict.reason)
+        return _decide_command(call, policy, trusted, make, deadline)
     if tool.name in PATH_TOOLS:
         return _decide_path(call, tool, policy, trusted, make)
     if trusted:
-        return make("allow", "the user approved this tool")
+        return make("allow", "the user approved this tool", grant="read-only" if tool.risk == "read" else None)
     if tool.risk == "read":
-        return make("allow", "a read-only tool")
+        return make("allow", "a read-only tool", grant="read-only")
     can = "change files or state" if tool.risk == "write" else "run programs"
     return make("ask", f"{tool.name} can {can}")
+
+
+def _decide_command(
+    call: ToolCall, policy: ApprovalPolicy, trusted: bool, make: Callable[..., Decision], deadline: float | None
+) -> Decision:
+    verdict = classify(
+        str(call.arguments.get("command", "")), workspace=policy.workspace, config_dir=policy.config_dir,
+        allow=policy.allow_commands, deny=policy.deny_commands, deadline=deadline,
+    )
+    if verdict.level == "forbidden":
+        return make("deny", verdict.reason)
+    if verdict.level == "safe":
+        # Read as a read, it runs read-only even under --yes: nobody needed to approve a write.
+        return make("allow", verdict.reason, grant="read-only")
+    if policy.yes:
+        return make("allow", "--yes approves every call")
+    if verdict.level == "dangerous":
+        return make("ask", verdict.reason, rememberable=False)
+    if trusted or policy.approve_commands:
+        return make("allow", "commands are approved for this run")
+    return make("ask", verdict.reason)
 
 
 def _decide_path(
@@ -151,7 +168,7 @@ def _decide_path(
     if tool.risk == "read":
         if secret:
             return make("ask", f"{shown} looks like a secret (keys, tokens, passwords)", rememberable=False)
-        return make("allow", "a read inside the workspace")
+        return make("allow", "a read inside the workspace", grant="read-only")
     protected = next((p for p in sorted(reached) if _protected(p, policy)), None)
     if protected:
         where = rel if protected in (None, rel) else f"{rel} (which leads to {protected})"
@@ -257,10 +274,10 @@ class Approver:
     always: set[str] = field(default_factory=set)
 
     def __call__(self, call: ToolCall, tool: Tool) -> Permission:
-        decision = decide(call, tool, self.policy, always=frozenset(self.always))
+        decision = decide(call, tool, self.policy, always=frozenset(self.always), deadline=hook_deadline.get())
         if decision.action == "allow":
-            # Nobody approved it: the policy read it as a read, and the sandbox holds it to that.
-            return Permission.allow("read-only")
+            # Read-only when the policy read it as a read; workspace-write when --yes or "always" approved it.
+            return Permission.allow(decision.grant)
         if decision.action == "deny":
             return Permission.deny(f"refused by the approval policy: {decision.reason}")
         if self.prompt is None:

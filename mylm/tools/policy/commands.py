@@ -27,6 +27,10 @@ from .shell_syntax import RESERVED, Script, ShellSyntaxError, Word, parse
 from .unwrap import all_commands
 
 Level = Literal["safe", "unknown", "dangerous", "forbidden"]
+#: What the shell tool changes when it runs an auto-approved git (gitrepo.NEUTRAL_SETTINGS), told to the user.
+GIT_NEUTRALISED = (
+    "git runs with hooks, fsmonitor, pager, editors, ssh, credential helpers, gpg and transports turned off"
+)
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,7 @@ class _Context:
     config_dir: Path | None
     allow: tuple[tuple[str, ...], ...]
     deny: tuple[tuple[str, ...], ...]
+    deadline: float | None = None
 
 
 def _rules(patterns: Sequence[str]) -> tuple[tuple[str, ...], ...]:
@@ -88,15 +93,17 @@ def classify(
     config_dir: Path | None = None,
     allow: Sequence[str] = (),
     deny: Sequence[str] = (),
+    deadline: float | None = None,
 ) -> CommandVerdict:
-    """Classify `command`; `allow` and `deny` are the user's argv-prefix rules (e.g. `"npm test"`)."""
+    """Classify `command`; `allow` and `deny` are the user's argv-prefix rules (e.g. `"npm test"`). Checks
+    that ask another program (git) stop at `deadline` (a `time.monotonic()` value), and the command asks."""
     hidden = _hidden_character(command)
     if hidden:
         return CommandVerdict(
             "forbidden", f"the command contains the invisible or control character {hidden}, which can hide "
             "what it really does; write the command without it"
         )
-    ctx = _Context(workspace, config_dir, _rules(allow), _rules(deny))
+    ctx = _Context(workspace, config_dir, _rules(allow), _rules(deny), deadline)
     if len(command) > MAX_COMMAND:
         # Checked before any parsing, so the cost stays linear however the text is built.
         size = f"it is {len(command):,} characters long, over the {MAX_COMMAND:,} the policy reads"
@@ -124,6 +131,8 @@ def classify(
     problem = _not_plain(command, script) or _not_read_only(script, ctx)
     if problem:
         return CommandVerdict("unknown", problem)
+    if any(c.argv and c.argv[0].text == "git" for c in script.commands):
+        return CommandVerdict("safe", f"a read-only command; {GIT_NEUTRALISED}")
     return CommandVerdict("safe", "a read-only command")
 
 
@@ -172,7 +181,7 @@ def _not_read_only(script: Script, ctx: _Context) -> str | None:
                 return f"it redirects {'output to' if '>' in redirect.op else 'input from'} a file"
         if argv[0].text != "cd" and _user_allowed(argv, ctx):  # a cd must be followed, whatever the rules
             continue
-        problem = program_problem(argv, ctx.workspace, cwds)
+        problem = program_problem(argv, ctx.workspace, cwds, deadline=ctx.deadline)
         if problem:
             return problem
         if argv[0].text == "cd":

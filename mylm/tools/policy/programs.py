@@ -28,7 +28,9 @@ _SED_PRINT = re.compile(r"(\d+|\$)(,(\d+|\$))?p")
 _JQ_LOADS = re.compile(r"\b(import|include|modulemeta|get_search_list)\b")
 
 
-def program_problem(argv: list[Word], workspace: Path | None, cwds: list[str]) -> str | None:
+def program_problem(
+    argv: list[Word], workspace: Path | None, cwds: list[str], *, deadline: float | None = None
+) -> str | None:
     """Why `argv` is not a read-only command when run from any of `cwds`, or None."""
     name = argv[0].text
     args = argv[1:]
@@ -48,7 +50,7 @@ def program_problem(argv: list[Word], workspace: Path | None, cwds: list[str]) -
     if name in _ANY_STRINGS:
         return None
     if name == "git":
-        return git_problem(texts, workspace, cwds)
+        return git_problem(texts, workspace, cwds, deadline=deadline)
     if name == "cd":
         return _cd_problem(texts, workspace, cwds)
     special = _special(name, texts)
