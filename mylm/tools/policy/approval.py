@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping
 
-from ...errors import ConfigError, ToolError
 from ...cancel import hook_deadline
+from ...errors import ConfigError, ToolError
 from ...types import Grant, Permission, ToolCall
 from ..base import Tool
 from ..paths import Workspace
@@ -120,7 +120,8 @@ def decide(
     if tool.name in PATH_TOOLS:
         return _decide_path(call, tool, policy, trusted, make)
     if trusted:
-        return make("allow", "the user approved this tool", grant="read-only" if tool.risk == "read" else None)
+        grant: Grant = "read-only" if tool.risk == "read" else "workspace-write"
+        return make("allow", "the user approved this tool", grant=grant)
     if tool.risk == "read":
         return make("allow", "a read-only tool", grant="read-only")
     can = "change files or state" if tool.risk == "write" else "run programs"
@@ -128,7 +129,11 @@ def decide(
 
 
 def _decide_command(
-    call: ToolCall, policy: ApprovalPolicy, trusted: bool, make: Callable[..., Decision], deadline: float | None
+    call: ToolCall,
+    policy: ApprovalPolicy,
+    trusted: bool,
+    make: Callable[..., Decision],
+    deadline: float | None,
 ) -> Decision:
     verdict = classify(
         str(call.arguments.get("command", "")), workspace=policy.workspace, config_dir=policy.config_dir,
@@ -274,7 +279,8 @@ class Approver:
     always: set[str] = field(default_factory=set)
 
     def __call__(self, call: ToolCall, tool: Tool) -> Permission:
-        decision = decide(call, tool, self.policy, always=frozenset(self.always), deadline=hook_deadline.get())
+        always = frozenset(self.always)
+        decision = decide(call, tool, self.policy, always=always, deadline=hook_deadline.get())
         if decision.action == "allow":
             # Read-only when the policy read it as a read; workspace-write when --yes or "always" approved it.
             return Permission.allow(decision.grant)
