@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping
@@ -20,7 +21,7 @@ from ...types import Grant, Permission, ToolCall
 from ..base import Tool
 from ..paths import Workspace
 from ..sensitive import is_secret_path
-from .commands import INVISIBLE, classify
+from .commands import HIDDEN, INVISIBLE, classify
 from .danger import is_protected_path
 
 Action = Literal["allow", "ask", "deny"]
@@ -196,18 +197,12 @@ def _protected(rel: str, policy: ApprovalPolicy) -> bool:
 
 def visible(text: str) -> str:
     """Make control, bidi and invisible characters visible (`\\x0d`, `<U+202E>`) so a prompt cannot lie."""
-    out = []
-    for ch in text:
-        code = ord(ch)
-        if ch in "\n\t":
-            out.append(ch)
-        elif code < 0x20 or 0x7F <= code <= 0x9F:
-            out.append(f"\\x{code:02x}")
-        elif code in INVISIBLE:
-            out.append(f"<U+{code:04X}>")
-        else:
-            out.append(ch)
-    return "".join(out)
+    return HIDDEN.sub(_shown, text)
+
+
+def _shown(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"<U+{code:04X}>" if code in INVISIBLE else f"\\x{code:02x}"
 
 
 def describe_call(call: ToolCall, tool: Tool, workspace: Path) -> tuple[str, str]:

@@ -14,6 +14,7 @@ for the run.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import unicodedata
 from dataclasses import dataclass
@@ -51,15 +52,18 @@ INVISIBLE = frozenset(
 )
 
 
+#: One character class, so the scan is a single linear pass in C however long the command is.
+HIDDEN = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f" + "".join(re.escape(chr(c)) for c in sorted(INVISIBLE)) + "]"
+)
+
+
 def _hidden_character(command: str) -> str | None:
-    for ch in command:
-        code = ord(ch)
-        if ch in "\n\t":
-            continue
-        if code < 0x20 or 0x7F <= code <= 0x9F or code in INVISIBLE:
-            name = unicodedata.name(ch, "a control character")
-            return f"U+{code:04X} ({name})"
-    return None
+    found = HIDDEN.search(command)
+    if found is None:
+        return None
+    ch = found.group()
+    return f"U+{ord(ch):04X} ({unicodedata.name(ch, 'a control character')})"
 
 
 # --------------------------------------------------------------------------------------- the classifier
