@@ -237,6 +237,8 @@ def test_grants_follow_who_approved_the_call(scene: tuple[Path, Path]) -> None:
     assert grant(write, shell, yes=True) == "workspace-write"
     assert grant(write, shell, approve_commands=True) == "workspace-write"
     assert grant(write, shell, allow_tools=frozenset({"execute_command"})) == "workspace-write"
+    assert grant(shell_call("touch new && ls"), shell, allow_commands=("touch",)) == "workspace-write"
+    assert grant(shell_call("touch $(id)"), shell, allow_commands=("touch",)) is None  # not plain: asks
     assert grant(ToolCall("read_file", {"path": "f"}), files["read_file"]) == "read-only"
     assert grant(ToolCall("write_file", {"path": "g", "content": "x"}), files["write_file"], yes=True) == (
         "workspace-write"

@@ -143,8 +143,9 @@ def _decide_command(
     if verdict.level == "forbidden":
         return make("deny", verdict.reason)
     if verdict.level == "safe":
-        # Read as a read, it runs read-only even under --yes: nobody needed to approve a write.
-        return make("allow", verdict.reason, grant="read-only")
+        # Read as a read, it runs read-only even under --yes: nobody needed to approve a write. One the user's
+        # allow_commands approve was approved by a person, in advance.
+        return make("allow", verdict.reason, grant="workspace-write" if verdict.by_rule else "read-only")
     if policy.yes:
         return make("allow", "--yes approves every call")
     if verdict.level == "dangerous":
