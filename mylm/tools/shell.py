@@ -304,10 +304,17 @@ def shell_tool(
             raise ToolError("no time is left in this run to execute a command")
         env = child_environment(env_passthrough)
         if ctx.grant == "read-only":
-            from .policy.gitrepo import neutral_env
+            from .policy.gitrepo import neutralised
 
-            env.update(neutral_env())  # read as a read: git's program-running settings are off for it
-        result = run_command(command, cwd=workspace, timeout=limit, limits=limits, env=env, cancel=ctx.cancel)
+            env = neutralised(env)  # read as a read: git's program-running settings are off for it
+        result = run_command(
+            command,
+            cwd=workspace,
+            timeout=limit,
+            limits=limits,
+            env=env,
+            cancel=ctx.cancel,
+        )
         if result.stopped.startswith("timed out") and limit < min(float(timeout), limits.max_timeout):
             result = replace(result, stopped=f"the run's time budget ran out after {limit:.3g} s")
         text = format_result(result)

@@ -12,7 +12,7 @@ import pytest
 
 from mylm.tools.base import ToolContext
 from mylm.tools.policy import ApprovalPolicy, Approver, decide
-from mylm.tools.policy.gitrepo import NEUTRAL_SETTINGS, neutral_env, repository_problem
+from mylm.tools.policy.gitrepo import NEUTRAL_SETTINGS, neutral_env, neutralised, repository_problem
 from mylm.tools.shell import shell_tool
 from mylm.types import ToolCall
 from tests.security.gitscenes import HOOKS, TRICKS, git, plain, poison, poisoned
@@ -130,6 +130,14 @@ def test_auto_approved_git_runs_with_program_settings_forced_off(workspace: Path
         os.utime(workspace / "f", (2, 2))
         tool.function(command="git status", context=ToolContext(workspace=workspace, grant="workspace-write"))
         assert marker.exists()
+
+
+def test_a_read_only_command_sees_no_git_variable_but_the_neutral_ones() -> None:
+    env = neutralised({"PATH": "/bin", "GIT_DIR": "/elsewhere", "GIT_CONFIG_GLOBAL": "/x",
+                       "GIT_PAGER": "cat"})
+    assert env["PATH"] == "/bin" and env["GIT_PAGER"] == "cat"
+    assert "GIT_DIR" not in env and "GIT_CONFIG_GLOBAL" not in env
+    assert env["GIT_CONFIG_COUNT"] == str(len(NEUTRAL_SETTINGS))
 
 
 def test_the_neutral_settings_reach_git_as_command_scope(workspace: Path) -> None:

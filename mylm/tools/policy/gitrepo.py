@@ -64,6 +64,8 @@ NEUTRAL_SETTINGS: tuple[tuple[str, str], ...] = (
     ("protocol.ext.allow", "never"),
     ("submodule.recurse", "false"),
 )
+#: The shell tool's own git settings (no pager, no credential prompt), kept for read-only commands.
+_KEPT_GIT_VARIABLES = frozenset({"GIT_PAGER", "GIT_TERMINAL_PROMPT"})
 #: Hooks that git runs from commands the policy calls read-only (`git status` may rewrite the index).
 _READ_HOOKS = ("post-index-change",)
 #: The most one question to git may take, within the run's deadline.
@@ -79,6 +81,13 @@ def neutral_env() -> dict[str, str]:
         env[f"GIT_CONFIG_KEY_{i}"] = key
         env[f"GIT_CONFIG_VALUE_{i}"] = value
     return env
+
+
+def neutralised(environ: Mapping[str, str]) -> dict[str, str]:
+    """`environ` for a read-only command: `NEUTRAL_SETTINGS` forced, and no other `GIT_*` variable (one the
+    user passes through, `GIT_DIR` say, would make git find another repository than the policy checked)."""
+    kept = {k: v for k, v in environ.items() if not k.startswith("GIT_") or k in _KEPT_GIT_VARIABLES}
+    return {**kept, **neutral_env()}
 
 
 class _NoAnswer(Exception):
