@@ -252,3 +252,18 @@ def _always():  # type: ignore[no-untyped-def]
     from mylm.tools.policy import Answer
 
     return Answer("always")
+
+
+def test_the_bash_parser_loads_on_the_first_command_only(subprocess_env: dict[str, str]) -> None:
+    import subprocess
+
+    code = (
+        "import sys\nfrom mylm.cli import main\nsys.argv = ['mylm', '--help']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "import mylm.tools.policy\nprint('tree_sitter' in sys.modules, file=sys.stderr)\n"
+        "from mylm.tools.policy.commands import classify\nclassify('ls')\n"
+        "print('tree_sitter' in sys.modules, file=sys.stderr)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=subprocess_env, capture_output=True, text=True,
+                          check=True)
+    assert done.stderr.split() == ["False", "True"]
