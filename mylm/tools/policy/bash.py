@@ -55,6 +55,8 @@ _SEPARATORS = frozenset({"|", "|&", "&&", "||", ";"})
 _NULL_OPS = frozenset({">", ">>", "&>", "&>>", "<"})
 _DUP_OPS = frozenset({">&", "<&"})
 _STD_FDS = frozenset({"0", "1", "2"})
+#: `ls;` + newline: the parser reports the `;`, the lexer the newline; both just run the next command.
+_SEQUENCE = {"\n": ";"}
 
 
 class NotPlain(ValueError):
@@ -258,7 +260,7 @@ def agrees(line: PlainLine, script: Script) -> str | None:
         theirs = [(w.text, w.glob) for w in lexed.argv]
         if words != theirs:
             return f"the parsers split {' '.join(w.text for w in plain.argv)!r} differently"
-        if plain.after != lexed.after:
+        if _SEQUENCE.get(plain.after, plain.after) != _SEQUENCE.get(lexed.after, lexed.after):
             return f"the parsers see different operators ({plain.after!r}, {lexed.after!r})"
     lexed_redirects = [(r.fd, r.op, r.target.text) for c in script.commands for r in c.redirects]
     if sorted(lexed_redirects) != sorted(line.redirects):
