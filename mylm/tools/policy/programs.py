@@ -8,6 +8,7 @@ secret once symlinks are resolved, a recursive read of a tree holding a secret.
 from __future__ import annotations
 
 import glob as _glob
+import itertools
 import os
 import posixpath
 import re
@@ -24,6 +25,8 @@ _ANY_STRINGS = frozenset({"echo", "true", "false", "test", "[", "expr"})
 #: Options that make grep read whole trees (`-d`/`--directories` take any prefix of `recurse`).
 _GREP_RECURSIVE = ("-r", "-R", "--recursive", "--dereference-recursive")
 _GLOB = re.compile(r"[*?\[]")
+#: Files a glob may match before the command asks instead of checking each.
+_MAX_GLOB = 2000
 _SED_PRINT = re.compile(r"(\d+|\$)(,(\d+|\$))?p")
 _JQ_LOADS = re.compile(r"\b(import|include|modulemeta|get_search_list)\b")
 
@@ -131,8 +134,9 @@ def _glob_problem(pattern: str, workspace: Path | None, cwd: str) -> str | None:
     """A glob is read-only when what it expands to right now is neither an option nor a secret."""
     if workspace is None:
         return "a glob is expanded by the shell, and without a workspace its matches cannot be checked"
-    matches = _glob.glob(pattern, root_dir=workspace / cwd)
-    if len(matches) > 2000:
+    # Lazily, and only as far as the limit: `*/*/*/*/*` in a large tree stops early instead of listing it all.
+    matches = list(itertools.islice(_glob.iglob(pattern, root_dir=workspace / cwd), _MAX_GLOB + 1))
+    if len(matches) > _MAX_GLOB:
         return "a glob matches too many files to check"
     for match in matches:
         if match.startswith("-"):
@@ -171,7 +175,9 @@ def _tree_problem(name: str, parsed: Parsed, workspace: Path | None, cwds: list[
 
 
 def _expand(pattern: str, workspace: Path | None, cwd: str) -> list[str]:
-    return [pattern] if workspace is None else _glob.glob(pattern, root_dir=workspace / cwd)
+    if workspace is None:
+        return [pattern]
+    return list(itertools.islice(_glob.iglob(pattern, root_dir=workspace / cwd), _MAX_GLOB + 1))
 
 
 def find_problem(args: list[str]) -> tuple[str | None, list[str]]:
