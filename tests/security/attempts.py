@@ -185,6 +185,58 @@ LITERAL = [
     Attempt("unicode-lookalike", "ls ；touch {mark}"),
     Attempt("nul-like", "ls\u200b; touch {mark}"),
     Attempt("carriage-return", "ls\rtouch {mark}"),
+    # redirect targets that only look harmless, and options hidden in quotes
+    Attempt("redirect-glob-question", "ls >/dev/nul?"),
+    Attempt("redirect-glob-star", "echo x >{out}/secret.tx*"),
+    Attempt("redirect-dup-to-file", "ls >&{mark}"),
+    Attempt("redirect-after-dup", "ls 2>&1 >{mark}"),
+    Attempt("redirect-fd-zero-padded", "ls 2>&01 >{mark}"),
+    Attempt("redirect-in-after-devnull", "cat >/dev/null <{out}/secret.txt"),
+    Attempt("quoted-option-sort", "sort '-o' {mark} f"),
+    Attempt("quoted-option-glued", 'sort "-o{mark}" f'),
+    Attempt("quoted-option-git", "git log '--output={mark}'"),
+    Attempt("quoted-option-find", "find . '-fprint' {mark}"),
+    # background, compound commands and keywords
+    Attempt("ampersand-in-word", "ls a&touch {mark}"),
+    Attempt("coproc", "coproc touch {mark}"),
+    Attempt("time-keyword", "time touch {mark}"),
+    Attempt("bang-keyword", "! touch {mark}"),
+    Attempt("exec", "exec touch {mark}"),
+    Attempt("if", "if true; then touch {mark}; fi"),
+    Attempt("for", "for i in a; do touch {mark}; done"),
+    Attempt("case-fallthrough", "case a in a) touch {mark};& esac"),
+    Attempt("double-semicolon", "ls;;touch {mark}"),
+    # directories: cd and git's own options
+    Attempt("cd-physical", "cd -P .. && ls"),
+    Attempt("cd-twice-up", "cd sub; cd ../..; cat outside/secret.txt"),
+    Attempt("cd-dash", "cd - && ls"),
+    Attempt("git-C", "git -C .. status"),
+    Attempt("git-git-dir", "git --git-dir={out} log"),
+    Attempt("git-work-tree", "git --work-tree=/ status"),
+    Attempt("git-exec-path", "git --exec-path={out} status"),
+    Attempt("git-show-link", "git show HEAD:link-to-secret"),
+    # reads through programs' own options and operands
+    Attempt("find-outside", "find {out}"),
+    Attempt("find-newer-outside", "find . -newer {out}/secret.txt"),
+    Attempt("jq-outside", "jq . {out}/secret.txt"),
+    Attempt("jq-import", "jq 'import \"x\" as y; .' f"),
+    Attempt("jq-input-redirect", "jq -n input < {out}/secret.txt"),
+    Attempt("sed-outside", "sed -n 1p {out}/secret.txt"),
+    Attempt("sed-write-command", "sed -n '1p;w {mark}' f"),
+    Attempt("sed-extra-operand", "sed -n 1p f w {mark}"),
+    Attempt("grep-file-link", "grep -f link-to-secret x f"),
+    Attempt("diff-tree-outside", "diff -r . {out}"),
+    Attempt("diff-file-outside", "diff f {out}/secret.txt"),
+    Attempt("cmp-link", "cmp f link-to-secret"),
+    Attempt("dev-stdin", "cat /dev/stdin"),
+    Attempt("dev-zero", "head -c 100000000 /dev/zero"),
+    Attempt("tree-outside", "tree {out}"),
+    Attempt("du-outside", "du -a {out}"),
+    Attempt("ls-dereference", "ls -L link-to-outside"),
+    Attempt("realpath-link", "realpath link-to-outside"),
+    Attempt("stat-link", "stat link-to-secret"),
+    Attempt("version-pin", "python3 --version"),
+    Attempt("homoglyph-devnull", "ls >/dev/nuII"),
 ]
 
 
@@ -218,6 +270,7 @@ def plant(workspace: Path, out: Path, *, links: bool = True) -> None:
     if links:
         (workspace / "link-to-secret").symlink_to(out / "secret.txt")
         (workspace / "link-to-outside").symlink_to(out)
+        (workspace / ".python-version").write_text("system\n")
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
     for args in (["init", "-q"], ["add", "f"], ["commit", "-qm", "init"]):
         subprocess.run([*git, *args], cwd=workspace, check=True, capture_output=True)
