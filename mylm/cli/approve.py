@@ -74,9 +74,10 @@ class Approver:
         from ..tools.policy import NO_TERMINAL, decide
         from ..types import Permission
 
-        decision = decide(call, tool, self.policy, always=frozenset(self._always), deadline=hook_deadline.get())
+        always = frozenset(self._always)
+        decision = decide(call, tool, self.policy, always=always, deadline=hook_deadline.get())
         if decision.action == "allow":
-            # Read-only when the policy read it as a read (the sandbox holds it to that); else workspace-write.
+            # Read-only when the policy read it as a read (the sandbox holds it there); else workspace-write.
             return Permission.allow(decision.grant)
         if decision.action == "deny":
             click.echo(f"mylm: refused {for_terminal(call.name)}: {for_terminal(decision.reason)}", err=True)

@@ -66,7 +66,8 @@ PLAIN = [
     "git log --format='%h %s'", "find . -name '*.py' -type f", "echo 'hello world'", 'echo "a b" c', "pwd",
     "cd sub && ls", "sed -n '1,5p' f",
     "test -f f && echo yes", "du -sh .", "printf '%s\\n' hi", "ls *", "wc -l f\nwc -c f", "cat f |& head",
-    "jq -n '1+1'", "ls;\nwc -l f", "stat f", "file f", "basename a/b.c .c", "grep -rn 'x(y)' .", "ls | grep -v '#'",
+    "jq -n '1+1'", "ls;\nwc -l f", "stat f", "file f", "basename a/b.c .c", "grep -rn 'x(y)' .",
+    "ls | grep -v '#'",
 ]
 
 
