@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Generator, Iterable, Literal, Sequence, TypeVar
 
-from .cancel import CancelToken
+from .cancel import CancelToken, hook_deadline
 from .context import Compactor, TokenEstimator
 from .decoding import clean_text
 from .errors import (
@@ -513,7 +513,7 @@ class Agent:
             call = replace(call, arguments=arguments)
             yield ToolCallEvent(call)
             skip = bool(problems) or self._refused_by_choice(call.name) is not None
-            verdict = Permission.allow() if skip else (yield from self._permit(call, tool_))
+            verdict = Permission.allow() if skip else (yield from self._permit(run, call, tool_))
             refusal = self._refused_by_choice(call.name)
             if refusal is not None:
                 outcome, status = ToolOutcome(refusal, True, 0.0), "denied"
@@ -552,18 +552,23 @@ class Agent:
             return f"only {self.tool_choice} may be called in this run (tool_choice)"
         return None
 
-    def _permit(self, call: ToolCall, tool_: Tool) -> Steps[Permission]:
+    def _permit(self, run: _Run, call: ToolCall, tool_: Tool) -> Steps[Permission]:
         """Ask the permission hook; a hook that fails refuses the call (fail closed) instead of ending the run."""
         if self.permission is None:
             return Permission.allow()
+        # The hook's own checks (the policy asks git about the repository) stop at the run's deadline.
+        token = hook_deadline.set(self._deadline(run))
         try:
             return self.permission(call, tool_)
         except (CancelledError, KeyboardInterrupt):
             raise
         except Exception as error:  # noqa: BLE001 - an application's hook must not crash the loop
-            logger.warning("The permission hook failed on %s: %r", call.name, error)
-            yield ErrorEvent(f"the permission hook failed: {type(error).__name__}: {error}", "permission")
-            return Permission.deny(f"the approval check failed ({type(error).__name__}), so it was not run")
+            failure = error
+        finally:
+            hook_deadline.reset(token)
+        logger.warning("The permission hook failed on %s: %r", call.name, failure)
+        yield ErrorEvent(f"the permission hook failed: {type(failure).__name__}: {failure}", "permission")
+        return Permission.deny(f"the approval check failed ({type(failure).__name__}), so it was not run")
 
     def _report(
         self, call: ToolCall, outcome: ToolOutcome, status: Literal["completed", "error", "denied"],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from contextvars import ContextVar
 from typing import Callable
 
 from .errors import CancelledError
@@ -68,3 +69,8 @@ def remaining(deadline: float | None, *, default: float = float("inf")) -> float
     if deadline is None:
         return default
     return deadline - time.monotonic()
+
+
+#: The deadline of the run whose permission hook is being called: checks the hook makes by running other
+#: programs (the approval policy asks git about the repository) stop there. Set by the agent around the call.
+hook_deadline: ContextVar[float | None] = ContextVar("mylm_hook_deadline", default=None)

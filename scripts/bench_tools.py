@@ -249,8 +249,9 @@ def _race(ws: Path, out: Path, read: object, iterations: int = 3000) -> tuple[in
 
 
 def bench_policy() -> None:
-    """What one approval decision costs: the policy resolves paths, reads the repository's git config and
-    walks the tree for a recursive read."""
+    """What one approval decision costs: the policy parses the line with tree-sitter-bash, resolves paths,
+    asks git about the repository (two git processes) and walks the tree for a recursive read; a command over
+    the size limit asks after one linear pass, whatever it holds."""
     with tempfile.TemporaryDirectory() as tmp:
         ws = Path(tmp)
         subprocess.run(["git", "init", "-q", str(ws)], check=True)
@@ -261,15 +262,28 @@ def bench_policy() -> None:
         policy = ApprovalPolicy(workspace=ws)
         shell = shell_tool(ws)
         figures = []
-        for command in ("ls -la pkg1", "git status", "cd pkg1 && grep -n x m1.py", "grep -rn TODO ."):
+        huge = {"60,000-character `echo a a …`": "echo " + "a " * 30_000,
+                "60,000-character `f(){ f|f|…& }`": "f(){ " + "f|" * 20_000 + "f& };"}
+        plain = ("ls -la pkg1", "git status", "cd pkg1 && grep -n x m1.py", "grep -rn TODO .")
+        commands = {c: c for c in plain}
+        for label, command in {**commands, **huge}.items():
             call = ToolCall("execute_command", {"command": command})
             runs = []
             for _ in range(20):
                 started = time.perf_counter()
                 decision = decide(call, shell, policy)
                 runs.append(time.perf_counter() - started)
-            figures.append(f"`{command}` {statistics.median(runs) * 1000:.2f} ms ({decision.action})")
+            shown = f"`{label}`" if label == command else label
+            figures.append(f"{shown} {statistics.median(runs) * 1000:.2f} ms ({decision.action})")
         print("approval decision, median of 20, 2,000-file workspace: " + "; ".join(figures))
+    code = "import time; t = time.perf_counter(); import tree_sitter, tree_sitter_bash; "
+    code += "print(time.perf_counter() - t)"
+    imports = []
+    for _ in range(5):
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        imports.append(float(done.stdout))
+    print(f"bash parser import on first command (tree-sitter + tree-sitter-bash), median of 5: "
+          f"{statistics.median(imports) * 1000:.1f} ms")
 
 
 def _median_ms(action: object, runs: int) -> float:

@@ -78,14 +78,15 @@ class Approver:
         self._scope = scope
 
     def __call__(self, call: ToolCall, tool: Tool) -> Permission:
+        from ..cancel import hook_deadline
         from ..display import for_terminal
         from ..tools.policy import NO_TERMINAL, decide
         from ..types import Permission
 
-        decision = decide(call, tool, self.policy, always=frozenset(self._always))
+        always = frozenset(self._always)
+        decision = decide(call, tool, self.policy, always=always, deadline=hook_deadline.get())
         if decision.action == "allow":
-            # Allowed by the policy's own reading: the sandbox holds it to that (read-only), unless the user
-            # approved it (--yes, approve_commands, "always").
+            # Read-only when the policy read it as a read (the sandbox holds it there); else workspace-write.
             return Permission.allow(decision.grant)
         if decision.action == "deny":
             click.echo(f"mylm: refused {for_terminal(call.name)}: {for_terminal(decision.reason)}", err=True)

@@ -360,6 +360,10 @@ def shell_tool(
         if limit <= 0:
             raise ToolError("no time is left in this run to execute a command")
         env = child_environment(env_passthrough)
+        if ctx.grant == "read-only":
+            from .policy.gitrepo import neutralised
+
+            env = neutralised(env)  # read as a read: git's program-running settings are off for it
         with confinement.launch(ctx.grant, workspace, env) as launch:
             result = run_command(
                 command, cwd=workspace, timeout=limit, limits=limits, env=env, cancel=ctx.cancel,

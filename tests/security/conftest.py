@@ -1,6 +1,8 @@
-"""Fixtures for the sandbox tests."""
+"""Fixtures for the sandbox tests and the exploit battery."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from sandbox_support import require
@@ -21,3 +23,9 @@ def auto_sandbox() -> Sandbox:
     if not found.confines:
         require("no sandbox (Landlock or bubblewrap) on this machine")
     return found
+
+
+@pytest.fixture
+def workspace(isolated_user_state: Path) -> Path:
+    """The workspace the autouse fixture made the current directory."""
+    return isolated_user_state

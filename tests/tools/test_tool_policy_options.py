@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from mylm.tools.gitconfig import config_keys
-from mylm.tools.gitread import GIT
-from mylm.tools.options import Spec, UnknownOption, parse_args
-from mylm.tools.readonly import PROGRAMS
+from mylm.tools.policy.gitread import GIT
+from mylm.tools.policy.options import Spec, UnknownOption, parse_args
+from mylm.tools.policy.readonly import PROGRAMS
 
 SORT = PROGRAMS["sort"]
 
@@ -77,36 +76,3 @@ def test_every_allowed_git_option_is_a_full_option_name(tmp_path: Path) -> None:
             if re.search(r"unknown option|unrecognized argument|abbreviated|ambiguous option", result.stderr):
                 refused.append(f"git {sub} {option}: {result.stderr.strip()}")
     assert refused == []
-
-
-_CONFIGS = [
-    "[core]\n\trepositoryformatversion = 0\n\tbare = false\n",
-    "[core] fsmonitor = touch PWNED\n",
-    '[remote "o"]\n\turl = x\\\\\n\tfsmonitor = y\n',
-    "[remote \"o\"]\n\turl = x\\\n\tfsmonitor = y\n",
-    '[core]\n\tpager = less ; comment\n\tx = "a \\" b" # c\n\ty = "multi \\\nline"\n',
-    "[Section.Sub] Key = 1\n[s \"q\\\"x\"] k2 = 2\n\tbool\n",
-    "\ufeff[include]\n\tpath = ../elsewhere\n[includeIf \"gitdir:/\"]\n\tpath = x\n",
-    "# comment\n; another\n[diff \"x\"]\n\ttextconv = sh\n[filter \"y\"]\n\tclean = sh\n",
-]
-
-
-@pytest.mark.parametrize("text", _CONFIGS)
-def test_config_keys_match_what_git_reads(tmp_path: Path, text: str) -> None:
-    path = tmp_path / "config"
-    path.write_text(text)
-    listed = subprocess.run(
-        ["git", "config", "--file", str(path), "--list", "--name-only", "--no-includes"],
-        capture_output=True, text=True, check=True,
-    ).stdout.split()
-    # Ours names a subsection '*'; git names it. Compare section and key, in order.
-    ours = config_keys(text)
-    assert ours is not None
-    assert [(k.split(".")[0], k.split(".")[-1]) for k in ours] == [
-        (k.split(".")[0].lower(), k.split(".")[-1].lower()) for k in listed
-    ]
-
-
-@pytest.mark.parametrize("text", ["[core\n", "fsmonitor = x\n", '[core]\n\tx = "open\n', "[core]\n\t= x\n"])
-def test_config_that_does_not_parse_is_refused(text: str) -> None:
-    assert config_keys(text) is None

@@ -3,15 +3,15 @@
 Options are listed per subcommand (git 2.39's manual) and must be written in full: git's option parser takes
 abbreviations (`git grep --open` is `--open-files-in-pager`). Even `git status` runs programs when the
 repository says so (`core.fsmonitor`, a clean filter, a `post-index-change` hook), and the repository's own
-config is not trusted, so git is read-only only in a repository whose config holds nothing but known-harmless
-settings (see gitconfig.py) and whose top is inside the workspace.
+config is not trusted, so git is read-only only in a repository whose config (as git itself reads it) holds
+nothing but known-harmless settings and which lies inside the workspace (gitrepo.py).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .gitconfig import repository_problem
+from .gitrepo import repository_problem
 from .options import Spec, UnknownOption, parse_args
 from .reach import path_problem, secret_beneath
 
@@ -85,7 +85,9 @@ _LISTING = {"branch": ("-l", "--list", "-a", "--all", "-r", "--remotes"), "tag":
             "remote": ()}
 
 
-def git_problem(args: list[str], workspace: Path | None, cwds: list[str]) -> str | None:
+def git_problem(
+    args: list[str], workspace: Path | None, cwds: list[str], *, deadline: float | None = None
+) -> str | None:
     """Why `git ARGS` is not read-only from any of the directories `cwds`, or None."""
     if args == ["--version"]:
         return None
@@ -108,7 +110,7 @@ def git_problem(args: list[str], workspace: Path | None, cwds: list[str]) -> str
                 problem = path_problem(workspace, cwd, path)
                 if problem:
                     return problem
-        problem = repository_problem(workspace, cwd)
+        problem = repository_problem(workspace, cwd, deadline=deadline)
         if problem:
             return problem
     if sub == "grep":

@@ -8,6 +8,7 @@ secret once symlinks are resolved, a recursive read of a tree holding a secret.
 from __future__ import annotations
 
 import glob as _glob
+import itertools
 import os
 import posixpath
 import re
@@ -24,11 +25,15 @@ _ANY_STRINGS = frozenset({"echo", "true", "false", "test", "[", "expr"})
 #: Options that make grep read whole trees (`-d`/`--directories` take any prefix of `recurse`).
 _GREP_RECURSIVE = ("-r", "-R", "--recursive", "--dereference-recursive")
 _GLOB = re.compile(r"[*?\[]")
+#: Files a glob may match before the command asks instead of checking each.
+_MAX_GLOB = 2000
 _SED_PRINT = re.compile(r"(\d+|\$)(,(\d+|\$))?p")
 _JQ_LOADS = re.compile(r"\b(import|include|modulemeta|get_search_list)\b")
 
 
-def program_problem(argv: list[Word], workspace: Path | None, cwds: list[str]) -> str | None:
+def program_problem(
+    argv: list[Word], workspace: Path | None, cwds: list[str], *, deadline: float | None = None
+) -> str | None:
     """Why `argv` is not a read-only command when run from any of `cwds`, or None."""
     name = argv[0].text
     args = argv[1:]
@@ -42,10 +47,13 @@ def program_problem(argv: list[Word], workspace: Path | None, cwds: list[str]) -
         return f"'{name}' is not on the read-only list"
     if name in VERSION_QUERY and texts == ["--version"]:
         return _version_pin(workspace, cwds)
+    if name in ("test", "[") and any(t in ("-v", "-R") for t in texts):
+        # bash evaluates the subscript of `-v 'a[...]'` as arithmetic, which runs `$(...)` inside it.
+        return f"'{name} -v' looks up a variable, and bash evaluates an array subscript in its name"
     if name in _ANY_STRINGS:
         return None
     if name == "git":
-        return git_problem(texts, workspace, cwds)
+        return git_problem(texts, workspace, cwds, deadline=deadline)
     if name == "cd":
         return _cd_problem(texts, workspace, cwds)
     special = _special(name, texts)
@@ -126,8 +134,9 @@ def _glob_problem(pattern: str, workspace: Path | None, cwd: str) -> str | None:
     """A glob is read-only when what it expands to right now is neither an option nor a secret."""
     if workspace is None:
         return "a glob is expanded by the shell, and without a workspace its matches cannot be checked"
-    matches = _glob.glob(pattern, root_dir=workspace / cwd)
-    if len(matches) > 2000:
+    # Lazily, and only as far as the limit: `*/*/*/*/*` in a large tree stops early instead of listing it all.
+    matches = list(itertools.islice(_glob.iglob(pattern, root_dir=workspace / cwd), _MAX_GLOB + 1))
+    if len(matches) > _MAX_GLOB:
         return "a glob matches too many files to check"
     for match in matches:
         if match.startswith("-"):
@@ -166,7 +175,9 @@ def _tree_problem(name: str, parsed: Parsed, workspace: Path | None, cwds: list[
 
 
 def _expand(pattern: str, workspace: Path | None, cwd: str) -> list[str]:
-    return [pattern] if workspace is None else _glob.glob(pattern, root_dir=workspace / cwd)
+    if workspace is None:
+        return [pattern]
+    return list(itertools.islice(_glob.iglob(pattern, root_dir=workspace / cwd), _MAX_GLOB + 1))
 
 
 def find_problem(args: list[str]) -> tuple[str | None, list[str]]:

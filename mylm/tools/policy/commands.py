@@ -1,29 +1,37 @@
 """Classify a shell command for approval: read-only (runs unasked), unknown, dangerous, or refused outright.
 
-The read-only list is argument-aware (after Codex's `is_safe_command`): each program has a list of the options
-known to be safe (readonly.py, gitread.py), so `find -delete`, `sort -o`, `sort --o` and `git -c` are not
-read-only even though `find`, `sort` and `git` can be. A command is read-only only when every simple command
-in it is (programs.py), nothing is substituted or backgrounded, output goes nowhere but the terminal, and no
-path points outside the workspace or at a secret once symlinks are followed (reach.py), from any directory
-its `cd`s may leave the shell in. Dangerous commands (after Codex's `is_dangerous_command`, in danger.py)
-always ask, even when the user approved commands for the run.
+Only plain syntax can be read-only: a real bash parser must show the line to be words, quotes, pipes, `&&`,
+`||`, `;` and harmless redirections (bash.py). The read-only list is argument-aware (after Codex's
+`is_safe_command`): each program has a list of the options known to be safe (readonly.py, gitread.py), so
+`find -delete`, `sort -o`, `sort --o` and `git -c` are not read-only even though `find`, `sort` and `git` can
+be. A command is read-only only when every simple command in it is (programs.py), nothing is substituted or
+backgrounded, output goes nowhere but the terminal, and no path points outside the workspace or at a secret
+once symlinks are followed (reach.py), from any directory its `cd`s may leave the shell in. Dangerous
+commands (after Codex's `is_dangerous_command`, in danger.py) always ask, even when the user approved commands
+for the run.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Sequence
 
+from .bash import MAX_COMMAND, NotPlain, agrees, parse_plain
 from .danger import dangerous_reason
 from .programs import cd_targets, program_problem
 from .shell_syntax import RESERVED, Script, ShellSyntaxError, Word, parse
 from .unwrap import all_commands
 
 Level = Literal["safe", "unknown", "dangerous", "forbidden"]
+#: What the shell tool changes when it runs an auto-approved git (gitrepo.NEUTRAL_SETTINGS), told to the user.
+GIT_NEUTRALISED = (
+    "git runs with hooks, fsmonitor, pager, editors, ssh, credential helpers, gpg and transports turned off"
+)
 
 
 @dataclass(frozen=True)
@@ -32,6 +40,9 @@ class CommandVerdict:
 
     level: Level
     reason: str
+    #: "safe" only because the user's allow_commands name a program in it: the user approved it in advance,
+    #: so it may write (a test run writes caches), unlike a command the policy itself read as a read.
+    by_rule: bool = False
 
 
 # ------------------------------------------------------------------------------------------- characters
@@ -44,15 +55,18 @@ INVISIBLE = frozenset(
 )
 
 
+#: One character class, so the scan is a single linear pass in C however long the command is.
+HIDDEN = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f" + "".join(re.escape(chr(c)) for c in sorted(INVISIBLE)) + "]"
+)
+
+
 def _hidden_character(command: str) -> str | None:
-    for ch in command:
-        code = ord(ch)
-        if ch in "\n\t":
-            continue
-        if code < 0x20 or 0x7F <= code <= 0x9F or code in INVISIBLE:
-            name = unicodedata.name(ch, "a control character")
-            return f"U+{code:04X} ({name})"
-    return None
+    found = HIDDEN.search(command)
+    if found is None:
+        return None
+    ch = found.group()
+    return f"U+{ord(ch):04X} ({unicodedata.name(ch, 'a control character')})"
 
 
 # --------------------------------------------------------------------------------------- the classifier
@@ -64,6 +78,7 @@ class _Context:
     config_dir: Path | None
     allow: tuple[tuple[str, ...], ...]
     deny: tuple[tuple[str, ...], ...]
+    deadline: float | None = None
 
 
 def _rules(patterns: Sequence[str]) -> tuple[tuple[str, ...], ...]:
@@ -85,15 +100,23 @@ def classify(
     config_dir: Path | None = None,
     allow: Sequence[str] = (),
     deny: Sequence[str] = (),
+    deadline: float | None = None,
 ) -> CommandVerdict:
-    """Classify `command`; `allow` and `deny` are the user's argv-prefix rules (e.g. `"npm test"`)."""
+    """Classify `command`; `allow` and `deny` are the user's argv-prefix rules (e.g. `"npm test"`). Checks
+    that ask another program (git) stop at `deadline` (a `time.monotonic()` value), and the command asks."""
     hidden = _hidden_character(command)
     if hidden:
         return CommandVerdict(
             "forbidden", f"the command contains the invisible or control character {hidden}, which can hide "
             "what it really does; write the command without it"
         )
-    ctx = _Context(workspace, config_dir, _rules(allow), _rules(deny))
+    ctx = _Context(workspace, config_dir, _rules(allow), _rules(deny), deadline)
+    if len(command) > MAX_COMMAND:
+        # Checked before any parsing, so the cost stays linear however the text is built.
+        size = f"it is {len(command):,} characters long, over the {MAX_COMMAND:,} the policy reads"
+        if ctx.deny:
+            return CommandVerdict("forbidden", f"{size}, too long to check against the user's deny rules")
+        return CommandVerdict("dangerous", size)
     try:
         script = parse(command)
     except ShellSyntaxError as error:
@@ -112,10 +135,24 @@ def classify(
     danger = dangerous_reason(command, script, every, config_dir=ctx.config_dir)
     if danger:
         return CommandVerdict("dangerous", danger)
-    problem = _not_read_only(script, ctx)
+    problem = _not_plain(command, script) or _not_read_only(script, ctx)
     if problem:
         return CommandVerdict("unknown", problem)
+    if any(c.argv and c.argv[0].text != "cd" and _user_allowed(c.argv, ctx) for c in script.commands):
+        return CommandVerdict("safe", "the user's allow_commands approve it", by_rule=True)
+    if any(c.argv and c.argv[0].text == "git" for c in script.commands):
+        return CommandVerdict("safe", f"a read-only command; {GIT_NEUTRALISED}")
     return CommandVerdict("safe", "a read-only command")
+
+
+def _not_plain(command: str, script: Script) -> str | None:
+    """Why the line is not plain syntax, as the bash parser reads it, cross-checked with the lexer."""
+    try:
+        line = parse_plain(command)
+    except NotPlain as error:
+        return str(error)
+    disagreement = agrees(line, script)
+    return f"bash and the policy read it differently ({disagreement})" if disagreement else None
 
 
 # --------------------------------------------------------------------------------------------- read-only
@@ -153,7 +190,7 @@ def _not_read_only(script: Script, ctx: _Context) -> str | None:
                 return f"it redirects {'output to' if '>' in redirect.op else 'input from'} a file"
         if argv[0].text != "cd" and _user_allowed(argv, ctx):  # a cd must be followed, whatever the rules
             continue
-        problem = program_problem(argv, ctx.workspace, cwds)
+        problem = program_problem(argv, ctx.workspace, cwds, deadline=ctx.deadline)
         if problem:
             return problem
         if argv[0].text == "cd":

@@ -12,7 +12,7 @@ import posixpath
 import stat
 from pathlib import Path
 
-from .sensitive import is_secret_path
+from ..sensitive import is_secret_path
 
 #: Files read by a command that are harmless wherever they are.
 _HARMLESS = frozenset({"/dev/null"})
@@ -42,6 +42,8 @@ def path_problem(workspace: Path | None, cwd: str, value: str) -> str | None:
         return None  # missing: the command fails; a NUL cannot reach here (the lexer has no way to make one)
     if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
         return f"{value} has {info.st_nlink} hard links, one of which may be a file outside the workspace"
+    if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
+        return f"{value} is not a regular file (a FIFO, socket or device can block or reach elsewhere)"
     return None
 
 

@@ -1,4 +1,4 @@
-"""The approval policy: allow each tool call, ask the user, or refuse it, and say exactly what it does.
+"""The approval policy's entry point: allow each tool call, ask the user, or refuse it, and say why.
 
 `decide` is pure policy (it only looks at the workspace to expand globs and find secrets a search would read).
 `Approver` adds the one piece of state a run has, the tools the user approved "always", and turns a decision
@@ -10,18 +10,19 @@ from __future__ import annotations
 import json
 import os
 import posixpath
-import shlex
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping
 
-from ..errors import ConfigError, ToolError
-from ..types import Grant, Permission, ToolCall
-from .base import Tool
-from .commands import INVISIBLE, classify
+from ...cancel import hook_deadline
+from ...errors import ConfigError, ToolError
+from ...types import Grant, Permission, ToolCall
+from ..base import Tool
+from ..paths import Workspace
+from ..sensitive import is_secret_path
+from .commands import HIDDEN, INVISIBLE, classify
 from .danger import is_protected_path
-from .paths import Workspace
-from .sensitive import is_secret_path
 
 Action = Literal["allow", "ask", "deny"]
 #: The builtin tools whose `path` argument the policy inspects.
@@ -96,68 +97,67 @@ class Decision:
     details: str = ""
     #: Whether an "always for this tool" answer may cover this call (not for dangerous or protected ones).
     rememberable: bool = True
-    #: What an allowed command may do: "read-only" when only the policy's reading of it allowed it.
-    grant: Grant = "read-only"
+    #: What an allowed call may do (the command sandbox enforces it): "read-only" when the policy itself read
+    #: the call as a read, "workspace-write" when a person approved it (now, "always" earlier, or --yes).
+    grant: Grant = "workspace-write"
 
 
 def decide(
-    call: ToolCall, tool: Tool, policy: ApprovalPolicy, *, always: frozenset[str] = frozenset()
+    call: ToolCall,
+    tool: Tool,
+    policy: ApprovalPolicy,
+    *,
+    always: frozenset[str] = frozenset(),
+    deadline: float | None = None,
 ) -> Decision:
-    """Decide one call: `allow`, `ask` or `deny`. `always` holds the tools approved "always" in this run."""
+    """Decide one call: `allow`, `ask` or `deny`, with why in `Decision.reason`. `always` holds the tools
+    approved "always" in this run; checks that run other programs (git) stop at `deadline` and then ask."""
     summary, details = describe_call(call, tool, policy.workspace)
 
-    def make(action: Action, reason: str, rememberable: bool = True, grant: Grant = "read-only") -> Decision:
-        return Decision(action, reason, summary, details, rememberable, grant)
+    def make(action: Action, reason: str, rememberable: bool = True, grant: Grant | None = None) -> Decision:
+        return Decision(action, reason, summary, details, rememberable, grant or "workspace-write")
 
     trusted = policy.yes or tool.name in always or tool.name in policy.allow_tools
     if tool.name == SHELL_TOOL:
-        verdict = classify(
-            str(call.arguments.get("command", "")), workspace=policy.workspace, config_dir=policy.config_dir,
-            allow=policy.allow_commands, deny=policy.deny_commands,
-        )
-        if verdict.level == "forbidden":
-            return make("deny", verdict.reason)
-        if policy.yes:
-            return make("allow", "--yes approves every call", grant="workspace-write")
-        if verdict.level == "dangerous":
-            return make("ask", verdict.reason, rememberable=False)
-        if trusted or policy.approve_commands:
-            return make("allow", "commands are approved for this run", grant="workspace-write")
-        if verdict.level == "safe" and not policy.command_sandbox:
-            return make("ask", f"no sandbox confines commands here, so every command asks ({verdict.reason})")
-        if verdict.level == "safe":
-            # Your allow_commands (`pytest`, `make test`) are approved in advance: they may write the workspace.
-            user = _uses_allowed_prefix(str(call.arguments.get("command", "")), policy.allow_commands)
-            return make("allow", verdict.reason, grant="workspace-write" if user else "read-only")
-        return make("ask", verdict.reason)
+        return _decide_command(call, policy, trusted, make, deadline)
     if tool.name in PATH_TOOLS:
         return _decide_path(call, tool, policy, trusted, make)
     if trusted:
-        return make("allow", "the user approved this tool")
+        grant: Grant = "read-only" if tool.risk == "read" else "workspace-write"
+        return make("allow", "the user approved this tool", grant=grant)
     if tool.risk == "read":
-        return make("allow", "a read-only tool")
+        return make("allow", "a read-only tool", grant="read-only")
     can = "change files or state" if tool.risk == "write" else "run programs"
     return make("ask", f"{tool.name} can {can}")
 
 
-def _uses_allowed_prefix(command: str, prefixes: tuple[str, ...]) -> bool:
-    """Whether one of the simple commands in `command` starts with one of the user's allowed argv prefixes."""
-    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
-    lexer.whitespace_split = True
-    try:
-        words = list(lexer)
-    except ValueError:
-        return False
-    rules = [tuple(_split(p)) for p in prefixes]
-    starts = [0, *(i + 1 for i, w in enumerate(words) if w in ("&&", "||", ";", "|", "|&", "&"))]
-    return any(rule and tuple(words[s : s + len(rule)]) == rule for s in starts for rule in rules)
-
-
-def _split(prefix: str) -> list[str]:
-    try:
-        return shlex.split(prefix)
-    except ValueError:  # an unbalanced quote in the user's rule: its plain words
-        return prefix.split()
+def _decide_command(
+    call: ToolCall,
+    policy: ApprovalPolicy,
+    trusted: bool,
+    make: Callable[..., Decision],
+    deadline: float | None,
+) -> Decision:
+    verdict = classify(
+        str(call.arguments.get("command", "")), workspace=policy.workspace, config_dir=policy.config_dir,
+        allow=policy.allow_commands, deny=policy.deny_commands, deadline=deadline,
+    )
+    if verdict.level == "forbidden":
+        return make("deny", verdict.reason)
+    if verdict.level == "safe" and (policy.command_sandbox or verdict.by_rule):
+        # Read as a read, it runs read-only even under --yes: nobody needed to approve a write. One the user's
+        # allow_commands approve was approved by a person, in advance.
+        return make("allow", verdict.reason, grant="workspace-write" if verdict.by_rule else "read-only")
+    if policy.yes:
+        return make("allow", "--yes approves every call")
+    if verdict.level == "dangerous":
+        return make("ask", verdict.reason, rememberable=False)
+    if trusted or policy.approve_commands:
+        return make("allow", "commands are approved for this run")
+    if verdict.level == "safe":
+        # Without a sandbox nothing would hold a "read" to reading: the classifier alone never lets one run.
+        return make("ask", f"no sandbox confines commands here, so every command asks ({verdict.reason})")
+    return make("ask", verdict.reason)
 
 
 def _decide_path(
@@ -180,7 +180,7 @@ def _decide_path(
     if tool.risk == "read":
         if secret:
             return make("ask", f"{shown} looks like a secret (keys, tokens, passwords)", rememberable=False)
-        return make("allow", "a read inside the workspace")
+        return make("allow", "a read inside the workspace", grant="read-only")
     protected = next((p for p in sorted(reached) if _protected(p, policy)), None)
     if protected:
         where = rel if protected in (None, rel) else f"{rel} (which leads to {protected})"
@@ -203,18 +203,12 @@ def _protected(rel: str, policy: ApprovalPolicy) -> bool:
 
 def visible(text: str) -> str:
     """Make control, bidi and invisible characters visible (`\\x0d`, `<U+202E>`) so a prompt cannot lie."""
-    out = []
-    for ch in text:
-        code = ord(ch)
-        if ch in "\n\t":
-            out.append(ch)
-        elif code < 0x20 or 0x7F <= code <= 0x9F:
-            out.append(f"\\x{code:02x}")
-        elif code in INVISIBLE:
-            out.append(f"<U+{code:04X}>")
-        else:
-            out.append(ch)
-    return "".join(out)
+    return HIDDEN.sub(_shown, text)
+
+
+def _shown(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"<U+{code:04X}>" if code in INVISIBLE else f"\\x{code:02x}"
 
 
 def describe_call(call: ToolCall, tool: Tool, workspace: Path) -> tuple[str, str]:
@@ -286,9 +280,10 @@ class Approver:
     always: set[str] = field(default_factory=set)
 
     def __call__(self, call: ToolCall, tool: Tool) -> Permission:
-        decision = decide(call, tool, self.policy, always=frozenset(self.always))
+        always = frozenset(self.always)
+        decision = decide(call, tool, self.policy, always=always, deadline=hook_deadline.get())
         if decision.action == "allow":
-            # Unless the user approved it, the policy read it as a read, and the sandbox holds it to that.
+            # Read-only when the policy read it as a read; workspace-write when --yes or "always" approved it.
             return Permission.allow(decision.grant)
         if decision.action == "deny":
             return Permission.deny(f"refused by the approval policy: {decision.reason}")

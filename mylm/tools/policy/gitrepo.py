@@ -1,0 +1,188 @@
+"""git without surprises: ask git itself which repository a command would use and what its config sets.
+
+Discovery (`.git` files, `commondir`, bare repositories, worktrees, `safe.directory`) is git's own logic, so
+git answers it (`git rev-parse`, `git config --list --show-scope`), under a timeout within the run's deadline;
+mylm never re-implements it. A repository's own config is not trusted (it can come with the workspace), so
+git is read-only only when that config sets nothing but known-harmless keys, the repository lies inside the
+workspace and has no submodules. As a second layer, every git a read-only command runs gets the settings in
+`NEUTRAL_SETTINGS` forced for that call (through `GIT_CONFIG_COUNT`, which outranks every config file): no
+hooks, no fsmonitor, no pager, editor, ssh, credential helper, gpg, and no transport (so no lazy fetch).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import subprocess
+from pathlib import Path
+from typing import Mapping
+
+from ...cancel import remaining
+
+#: Repository settings that change nothing a read-only command runs or reads (`*` is a subsection). Not
+#: extensions.partialClone or remote.*.promisor: a partial clone fetches missing objects from reads.
+HARMLESS_KEYS = (
+    "core.repositoryformatversion", "core.filemode", "core.bare", "core.logallrefupdates", "core.ignorecase",
+    "core.precomposeunicode", "core.symlinks", "core.autocrlf", "core.eol", "core.safecrlf", "core.quotepath",
+    "core.abbrev", "core.compression", "core.loosecompression", "core.sharedrepository", "core.commentchar",
+    "core.whitespace", "core.checkstat", "core.trustctime", "core.untrackedcache", "core.splitindex",
+    "core.multipackindex", "core.commitgraph", "core.preloadindex", "core.sparsecheckout",
+    "core.sparsecheckoutcone", "core.longpaths", "core.fscache", "core.protectntfs", "core.protecthfs",
+    "core.excludesfile", "core.hookspath", "remote.*.url", "remote.*.pushurl", "remote.*.fetch",
+    "remote.*.push", "remote.*.mirror", "remote.*.tagopt", "remote.*.prune", "remote.*.prunetags",
+    "branch.*.remote", "branch.*.merge", "branch.*.rebase", "branch.*.pushremote", "branch.*.description",
+    "user.name", "user.email", "user.signingkey", "pull.*", "push.*", "fetch.*", "gui.*", "github.*",
+    "gitlab.*", "help.*", "alias.*", "blame.*", "status.*", "lfs.*", "worktree.*", "init.defaultbranch",
+    "extensions.objectformat", "extensions.worktreeconfig", "extensions.preciousobjects", "gc.*", "pack.*",
+    "index.*", "feature.*", "maintenance.*", "submodule.*.url", "submodule.*.active", "submodule.*.branch",
+    "color.*", "diff.renames", "diff.algorithm", "diff.mnemonicprefix", "diff.noprefix", "diff.colormoved",
+    "diff.submodule", "diff.*.xfuncname", "diff.*.funcname", "diff.*.binary", "diff.*.wordregex",
+    "merge.conflictstyle", "rerere.enabled", "log.date", "log.decorate", "log.follow", "format.pretty",
+    "commit.gpgsign", "commit.template", "tag.gpgsign", "advice.*", "i18n.*", "rebase.autosquash",
+    "rebase.autostash", "rebase.updaterefs",
+)
+#: Forced on every git a read-only command runs: each setting here runs a program (or opens a transport)
+#: and none is needed to read. Left out because forcing them would break reads: diff.external (an empty
+#: value makes `git diff` fail) and the per-driver textconv/filter commands (their names are open-ended);
+#: the repository check above asks when the repository's config sets any of those.
+NEUTRAL_SETTINGS: tuple[tuple[str, str], ...] = (
+    ("core.fsmonitor", "false"),
+    ("core.hooksPath", "/dev/null"),
+    ("core.pager", "cat"),
+    ("core.editor", "false"),
+    ("sequence.editor", "false"),
+    ("core.sshCommand", "false"),
+    ("core.askPass", "false"),
+    ("credential.helper", ""),  # an empty value clears the list of helpers
+    ("gpg.program", "false"),
+    ("gpg.openpgp.program", "false"),
+    ("gpg.x509.program", "false"),
+    ("gpg.ssh.program", "false"),
+    ("log.showSignature", "false"),
+    ("protocol.allow", "never"),
+    ("protocol.file.allow", "never"),
+    ("protocol.ext.allow", "never"),
+    ("submodule.recurse", "false"),
+)
+#: The shell tool's own git settings (no pager, no credential prompt), kept for read-only commands.
+_KEPT_GIT_VARIABLES = frozenset({"GIT_PAGER", "GIT_TERMINAL_PROMPT"})
+#: Hooks that git runs from commands the policy calls read-only (`git status` may rewrite the index).
+_READ_HOOKS = ("post-index-change",)
+#: The most one question to git may take, within the run's deadline.
+GIT_TIMEOUT = 5.0
+#: Every other scope ("local", "worktree", anything a newer git adds) is the repository's, and not trusted.
+_TRUSTED_SCOPES = frozenset({"system", "global", "command"})
+
+
+def neutral_env() -> dict[str, str]:
+    """`GIT_CONFIG_COUNT`, `_KEY_n`, `_VALUE_n` forcing `NEUTRAL_SETTINGS` (command scope, above files)."""
+    env = {"GIT_CONFIG_COUNT": str(len(NEUTRAL_SETTINGS))}
+    for i, (key, value) in enumerate(NEUTRAL_SETTINGS):
+        env[f"GIT_CONFIG_KEY_{i}"] = key
+        env[f"GIT_CONFIG_VALUE_{i}"] = value
+    return env
+
+
+def neutralised(environ: Mapping[str, str]) -> dict[str, str]:
+    """`environ` for a read-only command: `NEUTRAL_SETTINGS` forced, and no other `GIT_*` variable (one the
+    user passes through, `GIT_DIR` say, would make git find another repository than the policy checked)."""
+    kept = {k: v for k, v in environ.items() if not k.startswith("GIT_") or k in _KEPT_GIT_VARIABLES}
+    return {**kept, **neutral_env()}
+
+
+class _NoAnswer(Exception):
+    """git could not answer in time, or failed for a reason other than "not a repository"."""
+
+
+def repository_problem(
+    workspace: Path | None,
+    cwd: str,
+    *,
+    deadline: float | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> str | None:
+    """Why git commands run from `cwd` (workspace-relative) are not read-only, or None."""
+    if workspace is None:
+        return "without a workspace the git repository cannot be checked"
+    root = os.path.realpath(workspace)
+    here = os.path.realpath(os.path.join(root, cwd))
+    if not os.path.isdir(here):
+        return None  # the `cd` fails first: git never runs there
+    env = _environment(environ)
+    try:
+        found = _ask(["rev-parse", "--path-format=absolute", "--git-dir", "--git-common-dir", "--git-path",
+                      "hooks", "--show-toplevel"], here, env, deadline, top_optional=True)
+        if found is None:
+            return None  # not a repository: git fails and runs nothing
+        git_dir, common, hooks, *rest = found.splitlines() + ["", "", ""]
+        top = rest[0]
+        for what, path in (("git directory", git_dir), ("common git directory", common), ("work tree", top)):
+            if path and not _inside(root, path):
+                return f"the repository's {what} ({path}) is outside the workspace"
+        if not git_dir or not common:
+            return "git did not say where the repository is"
+        for hook in _READ_HOOKS:
+            if os.path.lexists(os.path.join(hooks, hook)):
+                return f"the repository has a {hook} hook, which git runs from read-only commands"
+        if (top and os.path.lexists(os.path.join(top, ".gitmodules"))) or os.path.lexists(
+            os.path.join(common, "modules")
+        ):
+            return "the repository has submodules, whose own git config is not checked"
+        listing = _ask(["config", "--list", "--show-scope", "-z"], here, env, deadline)
+    except _NoAnswer as error:
+        return str(error)
+    return _config_problem(listing or "")
+
+
+def _environment(environ: Mapping[str, str] | None) -> dict[str, str]:
+    if environ is None:
+        from ..shell import child_environment
+
+        environ = child_environment()
+    # Not NEUTRAL_SETTINGS: the question is what the repository itself would make git do (its hooks path too).
+    return {**environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+
+
+def _ask(args: list[str], cwd: str, env: dict[str, str], deadline: float | None, *,
+         top_optional: bool = False) -> str | None:
+    """git's stdout for `args`, None when `cwd` is not in a repository; `_NoAnswer` otherwise."""
+    budget = min(GIT_TIMEOUT, remaining(deadline))
+    if budget <= 0:
+        raise _NoAnswer("no time is left in this run to ask git about the repository")
+    try:
+        done = subprocess.run(
+            ["git", *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=budget,
+        )
+    except subprocess.TimeoutExpired:
+        raise _NoAnswer(
+            f"git did not answer within {budget:.3g} s about the repository (a FIFO or a hung file system?)"
+        ) from None
+    except OSError as error:
+        raise _NoAnswer(f"git cannot be run to check the repository ({error.strerror})") from None
+    out = done.stdout.decode("utf-8", "replace")
+    err = done.stderr.decode("utf-8", "replace").strip()
+    if done.returncode == 0:
+        return out
+    if "not a git repository" in err:
+        return None
+    if top_optional and "must be run in a work tree" in err and len(out.splitlines()) == 3:
+        return out  # a bare repository, or inside .git: there is no work tree to name
+    first = err.splitlines()[0] if err else f"exit {done.returncode}"
+    raise _NoAnswer(f"git cannot read the repository ({first})")
+
+
+def _inside(root: str, path: str) -> bool:
+    real = os.path.realpath(path)
+    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _config_problem(listing: str) -> str | None:
+    """The first repository-scope key (from `git config --list --show-scope -z`) not known to be harmless."""
+    fields = listing.split("\0")
+    for scope, entry in zip(fields[0::2], fields[1::2], strict=False):
+        if scope in _TRUSTED_SCOPES:
+            continue  # the user's own config; "command" is NEUTRAL_SETTINGS
+        key = entry.partition("\n")[0].lower()
+        if not any(fnmatch.fnmatchcase(key, pattern) for pattern in HARMLESS_KEYS):
+            return f"the repository's git config sets {key}, which can make git run programs or read files"
+    return None
