@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from mylm.sandbox import detect
 from mylm.tools.base import ToolContext
 from mylm.tools.policy import ApprovalPolicy, Approver, decide
 from mylm.tools.policy.gitrepo import NEUTRAL_SETTINGS, neutral_env, neutralised, repository_problem
@@ -123,7 +124,8 @@ def test_auto_approved_git_runs_with_program_settings_forced_off(workspace: Path
     command = "git log -1 && git status"
     decision = decide(shell_call(command), shell_tool(workspace), ApprovalPolicy(workspace=workspace))
     assert (decision.action, decision.grant) == ("allow", "read-only")
-    tool = shell_tool(workspace)
+    # Unconfined, so this checks the git layer alone (the sandbox would also stop the marker being written).
+    tool = shell_tool(workspace, sandbox=detect("off"))
     tool.function(command=command, context=ToolContext(workspace=workspace, grant="read-only"))
     assert not marker.exists()
     if setting == "core.fsmonitor":  # the same command with a person's approval does run the user's fsmonitor
