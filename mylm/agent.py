@@ -14,9 +14,9 @@ from .context import Compactor, TokenEstimator
 from .errors import CancelledError, LLMTimeoutError, MylmError, RunTimeoutError
 from .llm import LLM, LLMRequest, alternating
 from .outputs import OutputCache, cut_middle
-from .parser import ParsedTurn, format_tool_call
 from .prompts import PromptLoader, dump_json, neutralise, tool_view
-from .stops import DEFAULT_STOPS, OBSERVATION_STOP
+from .protocol.parser import ParsedTurn, format_tool_call
+from .protocol.stops import DEFAULT_STOPS, OBSERVATION_STOP
 from .tools.base import Tool, ToolContext, ToolOutcome, run_tool
 from .tools.registry import ToolRegistry
 from .turn import ModelTurn, cut_mid_thought, stream_turn

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Generator
 
 from .llm import LLM, FinishChunk, LLMRequest, ReasoningChunk, TextChunk
-from .parser import ParsedTurn, ParseEvent, ReasoningDelta, StreamParser, TextDelta
+from .protocol.parser import ParsedTurn, ParseEvent, ReasoningDelta, StreamParser, TextDelta
 from .types import Event, FinishReason, ReasoningEvent, TextEvent, Usage
 
 

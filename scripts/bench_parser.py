@@ -25,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mylm.parser import StreamParser, parse_completion
+from mylm.protocol.parser import StreamParser, parse_completion
 
 SIZES = (10_000, 100_000, 1_000_000)
 CHUNK = 4
@@ -136,9 +136,9 @@ REPAIR_CASES: list[tuple[str, str, object]] = [
 
 def run_repair() -> None:
     """Score our reader and json-repair on the repair cases: decoded exactly as expected, or not."""
-    from mylm.jsonrepair import JSONRepairError, loads
+    from mylm.protocol.jsonrepair import JSONRepairError, loads
 
-    readers: dict[str, Callable[[str], object]] = {"mylm.jsonrepair": lambda s: loads(s)[0]}
+    readers: dict[str, Callable[[str], object]] = {"mylm.protocol.jsonrepair": lambda s: loads(s)[0]}
     try:
         import json_repair  # type: ignore[import-not-found]
 

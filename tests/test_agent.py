@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import itertools
-
 from pathlib import Path
 
 import pytest
 
 from mylm import Agent, Permission, StopReason, TaskComplete, tool
 from mylm.errors import EndpointUnreachableError, ServerError
-from mylm.parser import format_tool_call
+from mylm.protocol.parser import format_tool_call
 from mylm.testing import ScriptedLLM, ScriptedReply
 from mylm.tools.shell import shell_tool
 from mylm.types import (

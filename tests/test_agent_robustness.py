@@ -12,7 +12,7 @@ import pytest
 from mylm import Agent, CancelToken, StopReason, tool
 from mylm.errors import LLMTimeoutError, ServerError
 from mylm.llm import LLMRequest, alternating
-from mylm.parser import format_tool_call
+from mylm.protocol.parser import format_tool_call
 from mylm.testing import ScriptedLLM, ScriptedReply
 from mylm.tools.base import ToolContext
 from mylm.types import ErrorEvent, Message, StepCompleteEvent, ToolCall, ToolResultEvent

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mylm import Agent
-from mylm.parser import StreamParser, format_tool_call, parse_completion
+from mylm.protocol.parser import StreamParser, format_tool_call, parse_completion
 from mylm.testing import ScriptedLLM, ScriptedReply
 from mylm.types import TextEvent, ToolCall
 

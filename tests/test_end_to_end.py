@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from mylm.parser import format_tool_call
+from mylm.protocol.parser import format_tool_call
 from mylm.types import ToolCall
 from tests.providers.servers import HTTPError, OpenAIServer
 

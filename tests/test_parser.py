@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mylm.parser import (
+from mylm.protocol.parser import (
     CallParsed,
     ParseEvent,
     ReasoningDelta,

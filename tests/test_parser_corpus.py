@@ -17,7 +17,14 @@ from typing import Any
 
 import pytest
 
-from mylm.parser import CallParsed, ParsedTurn, ReasoningDelta, StreamParser, TextDelta, parse_completion
+from mylm.protocol.parser import (
+    CallParsed,
+    ParsedTurn,
+    ReasoningDelta,
+    StreamParser,
+    TextDelta,
+    parse_completion,
+)
 
 CORPUS = Path(__file__).parent / "data" / "parser"
 

@@ -8,9 +8,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mylm.canonical import canonical_arguments
-from mylm.jsonrepair import loads
-from mylm.parser import (
+from mylm.protocol.canonical import canonical_arguments
+from mylm.protocol.jsonrepair import loads
+from mylm.protocol.parser import (
     CallParsed,
     ParsedTurn,
     ParseEvent,

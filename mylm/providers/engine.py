@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generator, Iterable, Iterator
 
 from ..errors import ConfigError, HTTPStatusError, LLMError, StreamError
 from ..llm import FinishChunk, LLMChunk, LLMRequest, ReasoningChunk, TextChunk
-from ..stops import StopCutter
+from ..protocol.stops import StopCutter
 from ..types import Usage
 from .base import Endpoint, redact_url
 from .failures import Failure, Place, RetryPolicy, parse_failure, stream_error, to_error

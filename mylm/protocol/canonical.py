@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .types import ToolCall
+from ..types import ToolCall
 
 TOOL_OPEN = "<tool_code>"
 TOOL_CLOSE = "</tool_code>"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 
+from ..types import ToolCall
 from .blockscan import (
     CLOSED,
     KINDS,
@@ -33,7 +34,6 @@ from .callblock import decode_block
 from .canonical import TOOL_CLOSE, TOOL_OPEN, format_tool_call
 from .corrections import bare_json_error
 from .fences import MAX_RUN, Fence, Pending, fence_run
-from .types import ToolCall
 from .verdict import (
     CallParsed,
     ParsedTurn,

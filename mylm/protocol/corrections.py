@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import re
 
+from ..types import ToolCall
 from .canonical import format_tool_call
-from .types import ToolCall
 
 KIND_TAGS = {
     "tool_code": ("<tool_code>", "</tool_code>"),

@@ -6,10 +6,10 @@ import json
 import re
 from dataclasses import dataclass
 
+from ..types import ToolCall
 from .callblock import decode_block
 from .corrections import reasoning_call_error, verdict_error
 from .jsonrepair import JSONRepairError, loads
-from .types import ToolCall
 
 
 @dataclass(frozen=True)
