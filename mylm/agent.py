@@ -14,8 +14,10 @@ from .context import Compactor, TokenEstimator
 from .errors import CancelledError, LLMTimeoutError, MylmError, RunTimeoutError
 from .llm import LLM, LLMRequest, alternating
 from .outputs import OutputCache, cut_middle
-from .prompts import PromptLoader, dump_json, neutralise, tool_view
-from .protocol.parser import ParsedTurn, format_tool_call
+from .prompts import PromptLoader, dump_json, tool_view
+from .protocol.canonical import format_tool_call
+from .protocol.defuse import neutralise
+from .protocol.parsed import ParsedTurn
 from .protocol.stops import DEFAULT_STOPS, OBSERVATION_STOP
 from .tools.base import Tool, ToolContext, ToolOutcome, run_tool
 from .tools.registry import ToolRegistry

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Generator
 
 from .llm import LLM, FinishChunk, LLMRequest, ReasoningChunk, TextChunk
-from .protocol.parser import ParsedTurn, ParseEvent, ReasoningDelta, StreamParser, TextDelta
+from .protocol.parser import ParsedTurn, ParseEvent, StreamParser
 from .types import Event, FinishReason, ReasoningEvent, TextEvent, Usage
 
 
@@ -55,11 +55,11 @@ def stream_turn(
 
 def _relay(events: list[ParseEvent], shown: list[str]) -> Generator[Event, None, None]:
     for event in events:
-        if isinstance(event, TextDelta):
+        if isinstance(event, TextEvent):
             shown.append(event.text)
-            yield TextEvent(event.text)
-        elif isinstance(event, ReasoningDelta):
-            yield ReasoningEvent(event.text)
+            yield event
+        elif isinstance(event, ReasoningEvent):
+            yield event
 
 
 def finish_reason(parsed: ParsedTurn, server: FinishChunk | None, cut: bool) -> FinishReason:

@@ -7,9 +7,9 @@ import pytest
 from mylm.protocol.parser import (
     CallParsed,
     ParseEvent,
-    ReasoningDelta,
+    ReasoningEvent,
     StreamParser,
-    TextDelta,
+    TextEvent,
     format_tool_call,
     parse_block,
     parse_completion,
@@ -24,7 +24,7 @@ def feed_all(parser: StreamParser, chunks: list[str]) -> list[list[ParseEvent]]:
 
 
 def shown(events: list[ParseEvent]) -> str:
-    return "".join(e.text for e in events if isinstance(e, TextDelta))
+    return "".join(e.text for e in events if isinstance(e, TextEvent))
 
 
 def test_stream_partial_tag_is_held_back_until_decided() -> None:
@@ -80,7 +80,7 @@ def test_stream_call_events_match_result_calls() -> None:
 def test_stream_reasoning_open_streams_reasoning_not_text() -> None:
     parser = StreamParser(reasoning_open=True, coalesce=1)
     events = parser.feed("thinking about it") + parser.feed("</think>The answer.") + parser.close()
-    assert [type(e) for e in events] == [ReasoningDelta, TextDelta]
+    assert [type(e) for e in events] == [ReasoningEvent, TextEvent]
     assert parser.result is not None and parser.result.final_answer == "The answer."
 
 

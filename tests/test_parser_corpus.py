@@ -20,9 +20,9 @@ import pytest
 from mylm.protocol.parser import (
     CallParsed,
     ParsedTurn,
-    ReasoningDelta,
+    ReasoningEvent,
     StreamParser,
-    TextDelta,
+    TextEvent,
     parse_completion,
 )
 
@@ -109,8 +109,8 @@ def _stream(text: str, sizes: list[int], options: dict[str, bool]) -> tuple[list
         if isinstance(event, CallParsed):
             merged.append(("call", (event.call.name, dict(event.call.arguments))))
             continue
-        kind = "text" if isinstance(event, TextDelta) else "reasoning"
-        assert isinstance(event, (TextDelta, ReasoningDelta))
+        kind = "text" if isinstance(event, TextEvent) else "reasoning"
+        assert isinstance(event, (TextEvent, ReasoningEvent))
         if merged and merged[-1][0] == kind:
             merged[-1] = (kind, merged[-1][1] + event.text)
         elif event.text:

@@ -15,7 +15,7 @@ from mylm.protocol.parser import (
     ParsedTurn,
     ParseEvent,
     StreamParser,
-    TextDelta,
+    TextEvent,
     format_tool_call,
     parse_completion,
 )
@@ -58,7 +58,7 @@ def run(text: str, cuts: list[int], *, coalesce: int) -> tuple[list[tuple[str, A
         if isinstance(event, CallParsed):
             merged.append(("call", event.call))
             continue
-        kind = "text" if isinstance(event, TextDelta) else "reasoning"
+        kind = "text" if isinstance(event, TextEvent) else "reasoning"
         if merged and merged[-1][0] == kind:
             merged[-1] = (kind, merged[-1][1] + event.text)
         elif event.text:
@@ -95,7 +95,7 @@ def test_property_a_tag_being_received_is_never_shown(before: str, tag: str, aft
     parser = StreamParser(coalesce=1)
     shown = ""
     for ch in before + tag:
-        shown += "".join(e.text for e in parser.feed(ch) if isinstance(e, TextDelta))
+        shown += "".join(e.text for e in parser.feed(ch) if isinstance(e, TextEvent))
         assert len(shown) <= len(before), shown
     assert shown == before
 

@@ -12,9 +12,8 @@ from typing import Final
 
 WAIT: Final = "\x00wait"
 
-OBSERVATION_TAGS = ("<observation>", "<tool_response>", "<function_results>")
-PARAMS_OPEN_TAGS = ("<parameters>", "<arguments>")
-PARAMS_CLOSE_TAGS = ("</parameters>", "</arguments>")
+from .tags import OBSERVATION_TAGS, PARAMS_CLOSE_TAGS, PARAMS_OPEN_TAGS, TOOL_CLOSE, TOOL_OPEN
+
 CDATA_OPEN = "<![cdata["
 
 #: Scan outcomes.
@@ -83,13 +82,13 @@ class Kind:
     opener: str
     closers: tuple[str, ...]
     expect_json: bool
-    implicit: tuple[str, ...] = ("<tool_code>", *OBSERVATION_TAGS)
+    implicit: tuple[str, ...] = (TOOL_OPEN, *OBSERVATION_TAGS)
 
 
 KINDS = {
-    "tool_code": Kind("tool_code", "<tool_code>", ("</tool_code>",), True),
+    "tool_code": Kind("tool_code", TOOL_OPEN, (TOOL_CLOSE,), True),
     "tool_call": Kind("tool_call", "<tool_call>", ("</tool_call>",), True,
-                      ("<tool_code>", "<tool_call>", *OBSERVATION_TAGS)),
+                      (TOOL_OPEN, "<tool_call>", *OBSERVATION_TAGS)),
     "function": Kind("function", "<function=", ("</function>", "</tool_call>"), False),
     "function_calls": Kind("function_calls", "<function_calls>", ("</function_calls>",), False),
     "invoke": Kind("invoke", "<invoke", ("</invoke>", "</function_calls>"), False),

@@ -16,8 +16,9 @@ from typing import Any
 from ..types import ToolCall
 from . import markup
 from .blockscan import skip
-from .corrections import EXAMPLE, JSON_HOWTO, KIND_TAGS, BlockError, cut_off, example, prefer_canonical
+from .corrections import EXAMPLE, JSON_HOWTO, BlockError, cut_off, example, prefer_canonical
 from .jsonrepair import JSONRepairError, loads
+from .tags import KIND_TAGS
 
 #: The block kinds the stream parser opens, with their opening and closing tags (for messages).
 PARAMS_TAGS = ("parameters", "arguments")

@@ -10,16 +10,10 @@ import re
 
 from ..types import ToolCall
 from .canonical import format_tool_call
+from .tags import KIND_TAGS, NAME_CLOSE, NAME_OPEN, PARAMS_CLOSE, PARAMS_OPEN, TOOL_CLOSE, TOOL_OPEN
 
-KIND_TAGS = {
-    "tool_code": ("<tool_code>", "</tool_code>"),
-    "tool_call": ("<tool_call>", "</tool_call>"),
-    "function": ("<function=…>", "</function>"),
-    "function_calls": ("<function_calls>", "</function_calls>"),
-    "invoke": ("<invoke name=…>", "</invoke>"),
-}
-
-EXAMPLE = '<tool_code>\n<name>TOOL_NAME</name>\n<parameters>\n{"ARGUMENT": "VALUE"}\n</parameters>\n</tool_code>'
+EXAMPLE = (f'{TOOL_OPEN}\n{NAME_OPEN}TOOL_NAME{NAME_CLOSE}\n{PARAMS_OPEN}\n{{"ARGUMENT": "VALUE"}}\n{PARAMS_CLOSE}\n'
+           f"{TOOL_CLOSE}")
 JSON_HOWTO = (
     'Write the arguments as one JSON object with double-quoted keys and strings, e.g. {"command": "ls -la"}; '
     'inside a string write \\" for a quote and \\\\ for a backslash. Long text full of quotes or backslashes can '

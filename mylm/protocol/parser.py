@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import re
 
-from ..types import ToolCall
+from ..types import ReasoningEvent, TextEvent, ToolCall
 from .blockscan import (
     CLOSED,
     KINDS,
     MORE,
-    OBSERVATION_TAGS,
     WAIT,
     BlockScan,
     TagSet,
@@ -31,38 +30,39 @@ from .blockscan import (
     partial_suffix,
 )
 from .callblock import decode_block
-from .canonical import TOOL_CLOSE, TOOL_OPEN, format_tool_call
+from .canonical import format_tool_call
 from .corrections import bare_json_error
 from .fences import MAX_RUN, Fence, Pending, fence_run
-from .verdict import (
-    CallParsed,
-    ParsedTurn,
-    ParseEvent,
-    ReasoningDelta,
-    TextDelta,
-    reply_calls,
-    verdict,
+from .parsed import CallParsed, ParsedTurn, ParseEvent
+from .tags import (
+    DRIFT_OPENERS,
+    FINAL_CLOSE,
+    FINAL_OPEN,
+    OBSERVATION_OPEN,
+    OBSERVATION_TAGS,
+    THINK_CLOSES,
+    THINK_NAMES,
+    THINK_OPENS,
+    TOOL_CLOSE,
+    TOOL_OPEN,
 )
+from .verdict import reply_calls, verdict
 
-OBSERVATION_OPEN = "<observation>"
-FINAL_OPEN = "<final_answer>"
-FINAL_CLOSE = "</final_answer>"
-THINK_TAGS = ("think", "thinking")
-
-_THINK_OPENS = ("<think>", "<thinking>")
-_THINK_CLOSES = ("</think>", "</thinking>")
+THINK_TAGS = THINK_NAMES
+_THINK_OPENS = THINK_OPENS
+_THINK_CLOSES = THINK_CLOSES
 #: Other formats a call may drift into, by opener: the block kind, and what must follow the opener for it to be
 #: a call rather than a mention (decided once `_DRIFT_WINDOW` characters, or the end of the reply, are there).
-_DRIFT = {
-    "<tool_call>": ("tool_call",
-                    r"<tool_call>\s{0,64}(?:[{\[<`\"]|[A-Za-z_][\w.:-]{0,63}\s{0,16}(?:<arg_key>|</tool_call>|</arg_value>))"),
-    "<function=": ("function", r"<function=[\w.:-]{1,64}>"),
-    "<function_calls>": ("function_calls", r"<function_calls>\s{0,64}<"),
-    "<invoke": ("invoke", r"<invoke\s+name\s*=\s*[\"'][\w.:-]{1,64}[\"']\s*>"),
+_DRIFT_FULL = {
+    "<tool_call>":
+        r"<tool_call>\s{0,64}(?:[{\[<`\"]|[A-Za-z_][\w.:-]{0,63}\s{0,16}(?:<arg_key>|</tool_call>|</arg_value>))",
+    "<function=": r"<function=[\w.:-]{1,64}>",
+    "<function_calls>": r"<function_calls>\s{0,64}<",
+    "<invoke": r"<invoke\s+name\s*=\s*[\"'][\w.:-]{1,64}[\"']\s*>",
 }
-_DRIFT_RE = {tag: (kind, re.compile(full, re.IGNORECASE)) for tag, (kind, full) in _DRIFT.items()}
+_DRIFT_RE = {tag: (DRIFT_OPENERS[tag], re.compile(full, re.IGNORECASE)) for tag, full in _DRIFT_FULL.items()}
 _DRIFT_WINDOW = 160
-_BLOCK_TAGS = (TOOL_OPEN, *_DRIFT)
+_BLOCK_TAGS = (TOOL_OPEN, *DRIFT_OPENERS)
 _LONE_CLOSERS = (TOOL_CLOSE, "</tool_call>")
 _OUTSIDE_TAGS = (*_BLOCK_TAGS, *OBSERVATION_TAGS, *_THINK_OPENS, *_THINK_CLOSES, FINAL_OPEN, *_LONE_CLOSERS)
 _FENCE_TAGS = (*_BLOCK_TAGS, *OBSERVATION_TAGS)
@@ -211,7 +211,7 @@ class StreamParser:
             self._base += len(new)
             self._thought.append(new)
             self._track_lines(new)
-            return [TextDelta(new)]
+            return [TextEvent(new)]
         if self._state == _BLOCK and not self._buf and self._scan is not None and self._scan.inside_string(new):
             # Inside a JSON string of a block: hidden, and nothing in it can end the block.
             self._base += len(new)
@@ -254,10 +254,10 @@ class StreamParser:
 
     def _flush(self) -> None:
         if self._run_text:
-            self._events.append(TextDelta("".join(self._run_text)))
+            self._events.append(TextEvent("".join(self._run_text)))
             self._run_text = []
         if self._run_reasoning:
-            self._events.append(ReasoningDelta("".join(self._run_reasoning)))
+            self._events.append(ReasoningEvent("".join(self._run_reasoning)))
             self._run_reasoning = []
 
     def _emit_text(self, text: str) -> None:
@@ -632,9 +632,9 @@ __all__ = [
     "CallParsed",
     "ParseEvent",
     "ParsedTurn",
-    "ReasoningDelta",
+    "ReasoningEvent",
     "StreamParser",
-    "TextDelta",
+    "TextEvent",
     "format_tool_call",
     "parse_block",
     "parse_completion",

@@ -1,60 +1,15 @@
-"""What a parsed turn is (its events and `ParsedTurn`) and the verdicts no single block decides."""
+"""The verdicts no single block decides: what a turn with these calls, errors and text means."""
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 
 from ..types import ToolCall
 from .callblock import decode_block
 from .corrections import reasoning_call_error, verdict_error
 from .jsonrepair import JSONRepairError, loads
-
-
-@dataclass(frozen=True)
-class TextDelta:
-    """Visible text, safe to show as it streams."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class ReasoningDelta:
-    """Reasoning text (inside `<think>`); shown as thought, never executed."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class CallParsed:
-    """A complete tool call, certain to be part of the result, in order."""
-
-    call: ToolCall
-
-
-ParseEvent = TextDelta | ReasoningDelta | CallParsed
-
-
-@dataclass(frozen=True)
-class ParsedTurn:
-    """What one model turn means: the calls to run, or the final answer, or an error to send back."""
-
-    tool_calls: tuple[ToolCall, ...] = ()
-    #: The answer when the turn has no call: `<final_answer>` content if present, else the visible text.
-    final_answer: str | None = None
-    #: Set when the turn is unusable; written for the model, telling it exactly what to fix.
-    error: str | None = None
-    #: Visible text outside blocks and reasoning (the model's thought when it calls a tool).
-    thought: str = ""
-    reasoning: str = ""
-    #: The text the verdict was reached on (everything after a fabricated `<observation>` is dropped).
-    text: str = ""
-    #: Messages for blocks that were not run although other calls were (e.g. a second, broken block).
-    warnings: tuple[str, ...] = ()
-    #: The text ended inside reasoning that was never closed (e.g. a server stop fired mid-thought).
-    unclosed_reasoning: bool = False
-
+from .parsed import ParsedTurn
 
 
 def verdict(*, calls: tuple[ToolCall, ...], errors: tuple[str, ...], thought: str, reasoning: str, final: str | None,
