@@ -99,7 +99,7 @@ SPECIAL_TOKEN = re.compile(
     r"|\[/?(?:INST|TOOL_CALLS|TOOL_RESULTS|TOOL_CONTENT|AVAILABLE_TOOLS|SYSTEM_PROMPT|THINK|ARGS|CALL_ID|IMG"
     r"|IMG_BREAK|IMG_END|PREFIX|SUFFIX|MIDDLE|gMASK|sMASK|MASK)\]"
     r"|<</?SYS>>"
-    r"|(?i:</?(?:s|unk|bos|eos|pad|sop|eop|start_of_turn|end_of_turn|start_of_image|end_of_image"
+    r"|(?i:</?(?:s|unk|bos|eos|pad|sop|eop|tool_call|tool_response|start_of_turn|end_of_turn|start_of_image|end_of_image"
     r"|fim_prefix|fim_middle|fim_suffix|fim_pad|file_sep|repo_name|reponame|filename|gh_stars|empty_output"
     r"|jupyter_start|jupyter_text|jupyter_code|jupyter_output|commit_before|commit_msg|commit_after)>)"
 )

@@ -57,5 +57,16 @@ def chat_format(name: str) -> ChatFormat:
 
 
 def render_prompt(loader: PromptLoader, fmt: ChatFormat, messages: Sequence[Message]) -> str:
-    """Render the conversation through the format's template, ending with an open assistant turn."""
-    return loader.render(fmt.template, messages=[m.to_dict() for m in messages], add_generation_prompt=True)
+    """Render the conversation through the format's template, ending with an open assistant turn.
+
+    Only the template writes turn boundaries: special tokens in the system prompt (tool descriptions, project
+    instructions) and in earlier replies are defused. User-role text is the user's own or an observation the
+    agent already neutralised, so it is passed as written.
+    """
+    from ..protocol.defuse import defuse_special_tokens
+
+    rendered = [
+        m.to_dict() if m.role == "user" else {"role": m.role, "content": defuse_special_tokens(m.content)}
+        for m in messages
+    ]
+    return loader.render(fmt.template, messages=rendered, add_generation_prompt=True)
