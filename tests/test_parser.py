@@ -45,10 +45,46 @@ def test_stream_non_tag_angle_bracket_is_released() -> None:
 
 
 def test_stream_call_is_emitted_as_soon_as_its_end_tag_arrives() -> None:
-    parser = StreamParser()
+    parser = StreamParser(reasoning_open=False)
     batches = feed_all(parser, ["Checking.\n", BLOCK[:40], BLOCK[40:-3], BLOCK[-3:]])
     assert not any(isinstance(e, CallParsed) for batch in batches[:3] for e in batch)
     assert [e.call.arguments for e in batches[3] if isinstance(e, CallParsed)] == [{"command": "ls"}]
+
+
+def test_lone_think_close_unknown_template_holds_calls_until_the_end() -> None:
+    """Lone </think>: whether the template opened reasoning is unknown, so a complete call is not emitted (and
+    the stream not closed early) until the reply shows it; a later lone </think> makes it reasoning."""
+    parser = StreamParser(multiple_calls=False)
+    batches = feed_all(parser, ["Draft:\n", BLOCK])
+    assert not any(isinstance(e, CallParsed) for batch in batches for e in batch) and not parser.finished
+    parser.feed("\nNo, just answer.</think>\nThe answer is 4.")
+    parser.close()
+    assert parser.result is not None
+    assert parser.result.tool_calls == () and parser.result.final_answer == "The answer is 4."
+    assert "<tool_code>" in parser.result.reasoning
+
+
+def test_lone_think_close_unknown_template_emits_the_call_at_close() -> None:
+    parser = StreamParser(multiple_calls=False)
+    feed_all(parser, ["Checking.\n", BLOCK])
+    assert [e.call.name for e in parser.close() if isinstance(e, CallParsed)] == ["execute_command"]
+
+
+def test_lone_think_close_own_think_opener_releases_calls_at_once() -> None:
+    """A reply that opens its own <think> shows the template did not: the call after it is emitted at once."""
+    parser = StreamParser(multiple_calls=False)
+    batches = feed_all(parser, ["<think>plan</think>\n", BLOCK])
+    assert any(isinstance(e, CallParsed) for e in batches[-1]) and parser.finished
+
+
+def test_lone_think_close_known_open_template_reads_the_start_as_reasoning() -> None:
+    turn = parse_completion("drafting " + BLOCK + "</think>\nDone.", reasoning_open=True)
+    assert turn.tool_calls == () and turn.final_answer == "Done."
+
+
+def test_lone_think_close_call_after_it_runs() -> None:
+    turn = parse_completion("I should list.\n</think>\n" + BLOCK)
+    assert [c.name for c in turn.tool_calls] == ["execute_command"] and "I should list." in turn.reasoning
 
 
 def test_stream_fenced_call_waits_for_the_fence_to_be_decided() -> None:

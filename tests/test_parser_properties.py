@@ -133,7 +133,7 @@ def test_property_canonical_json_reads_back_exactly(arguments: dict[str, Any]) -
 def test_property_call_is_emitted_by_the_chunk_that_completes_it(value: str, before: str, sizes: list[int]) -> None:
     block = format_tool_call(ToolCall("write_file", {"content": value}))
     text = ("Thinking.\n" if before.startswith("<") else before) + block
-    parser = StreamParser()  # default coalescing: calls must still come out at once
+    parser = StreamParser(reasoning_open=False)  # default coalescing: calls must still come out at once
     pos, emitted_at = 0, None
     for size in [*sizes, len(text)]:
         chunk = text[pos : pos + size]

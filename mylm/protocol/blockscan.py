@@ -12,7 +12,7 @@ from typing import Final
 
 WAIT: Final = "\x00wait"
 
-from .tags import OBSERVATION_TAGS, PARAMS_CLOSE_TAGS, PARAMS_OPEN_TAGS, TOOL_CLOSE, TOOL_OPEN
+from .tags import NAME_OPEN, OBSERVATION_TAGS, PARAMS_CLOSE_TAGS, PARAMS_OPEN_TAGS, TOOL_CLOSE, TOOL_OPEN
 
 CDATA_OPEN = "<![cdata["
 
@@ -112,7 +112,8 @@ class BlockScan:
         self.close_len = 0
         self._top_tags = (*kind.closers, *kind.implicit, *PARAMS_OPEN_TAGS, *PARAMS_CLOSE_TAGS, CDATA_OPEN)
         self._json_tags = (*kind.closers, *kind.implicit, *PARAMS_CLOSE_TAGS)
-        self._done_tags = (*kind.closers, *kind.implicit, *PARAMS_CLOSE_TAGS)
+        # `<name>` after the parameters (models that write the arguments first): the block goes on.
+        self._done_tags = (*kind.closers, *kind.implicit, *PARAMS_CLOSE_TAGS, NAME_OPEN)
 
     def inside_string(self, text: str) -> bool:
         """Whether all of `text` continues the JSON string being scanned (so it cannot end the block)."""
@@ -165,6 +166,8 @@ class BlockScan:
             self.after_cdata, self.mode = self.mode, _CDATA
         elif tag in PARAMS_OPEN_TAGS:
             self.mode, self.after_tick = _EXPECT, False
+        elif tag == NAME_OPEN:
+            self.mode = _TOP
         else:  # a parameters end tag: the arguments are complete
             self.mode = _DONE
         return lt + len(tag), None

@@ -26,6 +26,7 @@ PARAMS_TAGS = ("parameters", "arguments")
 _NAME_OPEN = re.compile(r"<name\s*>", re.IGNORECASE)
 _NAME_CLOSE = re.compile(r"</name\s*>", re.IGNORECASE)
 _PARAMS_OPEN = re.compile(r"<(?:parameters|arguments)\s*>", re.IGNORECASE)
+_PARAMS_EMPTY = re.compile(r"<(?:parameters|arguments)\s*/>", re.IGNORECASE)
 _FUNCTION = re.compile(r"<function=([^>\s]{1,128})\s*>")
 _INVOKE = re.compile(r"<invoke\s+name\s*=\s*[\"']([^\"'<>]{1,128})[\"']\s*>")
 _ELEMENT = re.compile(r"<([A-Za-z_][\w.:-]{0,127})\s*>")
@@ -111,6 +112,9 @@ def _canonical(body: str, name_open: re.Match[str], at_end: bool, kind: str) -> 
     name = _clean_name(markup.text_value(body[name_open.end() : name_close.start()]), kind)
     after = name_close.end()
     params = _PARAMS_OPEN.search(body, after) or _PARAMS_OPEN.search(body, 0, name_open.start())
+    if params is None and (_PARAMS_EMPTY.match(body, _skip_layout(body, after))
+                           or _PARAMS_EMPTY.search(body, 0, name_open.start())):
+        return ToolCall(name, {}), None  # `<parameters/>`: no arguments
     if params is not None:
         args, span = _params(body, params.end(), at_end, name, kind)
         return ToolCall(name, args), span
@@ -134,6 +138,8 @@ def _canonical(body: str, name_open: re.Match[str], at_end: bool, kind: str) -> 
 
 def _clean_name(raw: str, kind: str) -> str:
     name = raw.strip()
+    if len(name) > 2 and name[0] == name[-1] and name[0] in "\"'`":
+        name = name[1:-1].strip()  # a quoted or back-ticked name: the quotes are not part of it
     if not name:
         raise BlockError(f"The <name></name> in your {KIND_TAGS[kind][0]} block is empty, so nothing was run. "
                          "Put the name of one tool from <tool_definitions> in it.")

@@ -39,6 +39,22 @@ def cut_off(kind: str, where: str, name: str | None = None) -> str:
     )
 
 
+def cut_off_tag(fragment: str) -> str:
+    """The reply ended inside a tag: the model was cut off mid-call (or mid-markup), so it must finish."""
+    return (
+        f"Your reply ended inside the tag {fragment[:60]!r}, so it was cut off before the call was written: "
+        "nothing was run and it was not taken as your answer. Finish what you were writing: write the whole "
+        f"block again, ending it with {TOOL_CLOSE}:\n{EXAMPLE}"
+    )
+
+
+def skipped_calls(names: tuple[str, ...]) -> str:
+    """Calls after an unusable block were not run: a turn's calls run in order, so they must come again."""
+    listed = ", ".join(names)
+    return (f" The {len(names)} call(s) after it ({listed}) were not run either, because a turn's calls run in "
+            "order: fix this one, then write those again.")
+
+
 def example(name: str) -> str:
     return EXAMPLE.replace("TOOL_NAME", name)
 

@@ -7,15 +7,17 @@ import re
 
 from ..types import ToolCall
 from .callblock import decode_block
-from .corrections import reasoning_call_error, verdict_error
+from .corrections import reasoning_call_error, skipped_calls, verdict_error
 from .jsonrepair import JSONRepairError, loads
 from .parsed import ParsedTurn
 
 
 def verdict(*, calls: tuple[ToolCall, ...], errors: tuple[str, ...], thought: str, reasoning: str, final: str | None,
-            text: str, think_unclosed: bool, ambiguous_example: bool) -> ParsedTurn:
+            text: str, think_unclosed: bool, ambiguous_example: bool, skipped: tuple[str, ...] = ()) -> ParsedTurn:
     """Decide the turn: its calls (other block errors become warnings), else an error, else the answer."""
     common = {"thought": thought, "reasoning": reasoning, "text": text, "unclosed_reasoning": think_unclosed}
+    if skipped and errors:
+        errors = (errors[0] + skipped_calls(skipped), *errors[1:])
     if calls:
         return ParsedTurn(tool_calls=calls, warnings=errors, **common)  # type: ignore[arg-type]
     answer = final if final is not None else thought

@@ -1,0 +1,290 @@
+"""Calls written in another format than the protocol's, read against the tool registry once the reply is whole.
+
+Recognised outside any `<tool_code>` block, never inside code spans or fences (examples), except a fence that
+wraps the whole reply: the tool's name used as the tag (`<list_dir><path>.</path></list_dir>`, the Cline/Roo
+style), a sloppy `<tool_code>` (`<tool code>`, `<tool_code name="x">`, `<Tool_Code >`), a name element other
+than `<name>` (`<tool_name>x</tool_name><parameters>…`), and ReAct (`Action: x` / `Action Input: {…}`).
+
+A form runs only when its reading is unambiguous against the registry: the tool exists and the arguments are
+readable (plain ReAct text counts only for a tool with a single argument). Anything else that looks like an
+attempted call becomes a correction that says exactly what to write, never the final answer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Union
+
+from ..types import ToolCall
+from .callblock import decode_block
+from .canonical import format_tool_call
+from .corrections import EXAMPLE, example
+from .jsonrepair import JSONRepairError, loads
+from .tags import NAME_CLOSE, NAME_OPEN, TOOL_CLOSE, TOOL_OPEN
+
+#: What `tools=` accepts: tool names, or a mapping of tool name to its argument names.
+ToolNames = Union[Iterable[str], Mapping[str, Iterable[str]]]
+#: The normalised registry: tool name to its argument names (empty when unknown).
+Registry = Mapping[str, frozenset[str]]
+
+
+def registry(tools: ToolNames | None) -> Registry | None:
+    """Normalise `tools=`; None stays None (no registry: the parser behaves as without drift recovery)."""
+    if tools is None:
+        return None
+    if isinstance(tools, Mapping):
+        return {str(name): frozenset(str(a) for a in args) for name, args in tools.items()}
+    return {str(name): frozenset() for name in tools}
+
+
+@dataclass(frozen=True)
+class Drift:
+    """What was found: each attempted call in order (a call, or the error saying why it cannot run), and the
+    text left around them."""
+
+    items: tuple[tuple[ToolCall | None, str | None], ...]
+    remaining: str
+
+
+_FENCE_SPAN = re.compile(r"(?ms)^[ \t]*(`{3,}|~{3,})[^\n]*\n.*?(?:^[ \t]*\1[ \t]*$|\Z)")
+_INLINE_SPAN = re.compile(r"(`+)(?!`).+?(?<!`)\1(?!`)", re.DOTALL)
+_WHOLE_FENCE = re.compile(r"\A\s*(`{3,}|~{3,})[\w+#.-]*[ \t]*\n(.*?)\n[ \t]*\1[ \t]*\s*\Z", re.DOTALL)
+
+_SLOPPY_OPEN = re.compile(
+    r"<\s*(?:tool[\s_-]*code|toolcode)\b(?P<attrs>[^<>]{0,200})>", re.IGNORECASE)
+_SLOPPY_CLOSE = re.compile(r"<\s*/\s*(?:tool[\s_-]*code|toolcode)\s*>", re.IGNORECASE)
+_NAME_ATTR = re.compile(r"""\b(?:name|tool|function)\s*=\s*["'`]?([^"'`\s<>]{1,128})""", re.IGNORECASE)
+_NAME_ELEMENT = re.compile(
+    r"<\s*(?P<tag>tool_name|toolname|tool|function_name|function|action|tool_use|use_tool|name)\s*>"
+    r"\s*[\"'`]?(?P<name>[^<>\"'`\s]{1,128})[\"'`]?\s*<\s*/\s*(?P=tag)\s*>", re.IGNORECASE)
+_ARGS_OPEN = re.compile(r"\s*<\s*(?P<tag>parameters|arguments|args|input|action_input|tool_input)\s*(?P<self>/)?>",
+                        re.IGNORECASE)
+_REACT = re.compile(
+    r"(?im)^[ \t*]*Action[ \t*]*:[ \t*]*[\"'`]?(?P<name>[A-Za-z_][\w.:-]{0,127})[\"'`]?[ \t*]*$"
+    r"(?:\s*^[ \t*]*Action[ _]Input[ \t*]*:[ \t*]*(?P<input>.*?))?"
+    r"(?=^[ \t*]*(?:Observation|Thought|Action|Final[ _]Answer)[ \t*]*:|\Z)",
+    re.DOTALL)
+_ELEMENT_OPEN = r"<\s*(?P<tag>{names})(?P<attrs>\s[^<>]{{0,200}})?>"
+#: Tags that only a call uses: left outside every block (and outside code), they mean a call went wrong.
+_CALL_MARKUP = re.compile(
+    r"<\s*/?\s*(?:tool[\s_-]*code|toolcode|parameters|arguments|tool_name)\b[^<>]{0,200}>"
+    r"|^[ \t*]*Action[ _]Input[ \t*]*:", re.IGNORECASE | re.MULTILINE)
+
+
+def _code_mask(text: str) -> str:
+    """`text` with code fences and inline code blanked out (same length), so examples are not read as calls."""
+    chars = list(text)
+    for pattern in (_FENCE_SPAN, _INLINE_SPAN):
+        for match in pattern.finditer("".join(chars)):
+            for i in range(match.start(), match.end()):
+                if chars[i] != "\n":
+                    chars[i] = " "
+    return "".join(chars)
+
+
+def find_drift(text: str, tools: Registry) -> Drift | None:
+    """The calls (or the correction) in a reply that holds drifted calls; None if it holds none."""
+    if len(text) > 1_000_000:
+        return None
+    wrapped = _WHOLE_FENCE.match(text)
+    if wrapped is not None:
+        text = wrapped.group(2)  # a fence around the whole reply is a wrapper, not an example
+    masked = _code_mask(text)
+    spans = _spans(text, masked, tools)
+    if not spans:
+        leftover = _CALL_MARKUP.search(masked)
+        if leftover is None:
+            return None
+        tag = leftover.group().strip()
+        return Drift(((None, _malformed(tag, tools)),), text)
+    remaining: list[str] = []
+    last = 0
+    for start, end, _, _ in spans:
+        remaining.append(text[last:start])
+        last = end
+    remaining.append(text[last:])
+    return Drift(tuple((call, problem) for _, _, call, problem in spans), "".join(remaining).strip())
+
+
+Span = tuple[int, int, "ToolCall | None", "str | None"]
+
+
+def _spans(text: str, masked: str, tools: Registry) -> list[Span]:
+    """Every drifted call in the reply, in order, without overlaps."""
+    found: list[Span] = []
+    found += _sloppy_blocks(text, masked, tools)
+    found += _name_elements(text, masked, tools)
+    found += _tool_tags(text, masked, tools)
+    found += _react(text, masked, tools)
+    found.sort(key=lambda s: s[0])
+    kept: list[Span] = []
+    for span in found:
+        if kept and span[0] < kept[-1][1]:
+            continue
+        kept.append(span)
+    return kept
+
+
+def _sloppy_blocks(text: str, masked: str, tools: Registry) -> list[Span]:
+    spans: list[Span] = []
+    for match in _SLOPPY_OPEN.finditer(masked):
+        opener = match.group()
+        if opener.lower() == TOOL_OPEN:
+            continue  # the parser has read the real ones
+        close = _SLOPPY_CLOSE.search(masked, match.end())
+        end = close.end() if close else len(text)
+        body = text[match.end() : close.start() if close else len(text)]
+        named = _NAME_ATTR.search(match.group("attrs") or "")
+        if named is not None:
+            body = f"{NAME_OPEN}{named.group(1)}{NAME_CLOSE}{body}"
+        spans.append((match.start(), end, *_decoded(body, tools, close is None, opener)))
+    return spans
+
+
+def _name_elements(text: str, masked: str, tools: Registry) -> list[Span]:
+    """`<tool_name>x</tool_name>` (or `<tool>`, `<function>`, `<action>`…) then the arguments, no block around."""
+    spans: list[Span] = []
+    for match in _NAME_ELEMENT.finditer(masked):
+        name = text[match.start("name") : match.end("name")]
+        if _known(name, tools) is None and match.group("tag").lower() == "name":
+            continue  # a bare <name> with no tool in it is anybody's markup
+        args = _ARGS_OPEN.match(masked, match.end())
+        end = match.end()
+        body = f"{NAME_OPEN}{name}{NAME_CLOSE}"
+        if args is not None:
+            tag = args.group("tag")
+            if args.group("self"):
+                end = args.end()
+            else:
+                close = re.compile(rf"<\s*/\s*{tag}\s*>", re.IGNORECASE).search(masked, args.end())
+                end = close.end() if close else len(text)
+                inner = text[args.end() : close.start() if close else len(text)]
+                body += f"<parameters>{inner}</parameters>" if close else f"<parameters>{inner}"
+                if close is None:
+                    spans.append((match.start(), end, *_decoded(body, tools, True, match.group())))
+                    continue
+        spans.append((match.start(), end, *_decoded(body, tools, False, match.group())))
+    return spans
+
+
+def _tool_tags(text: str, masked: str, tools: Registry) -> list[Span]:
+    """`<list_dir><path>.</path></list_dir>`: a registered tool's name used as the tag."""
+    if not tools:
+        return []
+    names = "|".join(re.escape(n) for n in sorted(tools, key=len, reverse=True))
+    spans: list[Span] = []
+    for match in re.finditer(_ELEMENT_OPEN.format(names=names), masked):
+        tag = match.group("tag")
+        after = masked[match.end() : match.end() + 400].lstrip()
+        close = re.compile(rf"<\s*/\s*{re.escape(tag)}\s*>").search(masked, match.end())
+        if not after.startswith(("<", "{")) and (close is None or masked[match.end() : close.start()].strip()):
+            continue  # `<list_dir>` named in prose: no structure follows it
+        end = close.end() if close else len(text)
+        inner = text[match.end() : close.start() if close else len(text)]
+        body = f"<{tag}>{inner}" + (f"</{tag}>" if close else "")
+        spans.append((match.start(), end, *_decoded(body, tools, close is None, match.group())))
+    return spans
+
+
+def _react(text: str, masked: str, tools: Registry) -> list[Span]:
+    """ReAct: `Action: tool` then `Action Input: {json}` (or one plain value, for a tool with one argument)."""
+    spans: list[Span] = []
+    for match in _REACT.finditer(masked):
+        raw_name = match.group("name")
+        name = _known(raw_name, tools)
+        if name is None:
+            if match.group("input") is None:
+                continue  # "Action: something" in prose, with no input line: not a call
+            spans.append((match.start(), match.end(), None, _unknown(raw_name, tools, "Action:")))
+            continue
+        value = "" if match.group("input") is None else text[match.start("input") : match.end("input")].strip()
+        spans.append((match.start(), match.end(), *_react_call(name, value, tools)))
+    return spans
+
+
+def _react_call(name: str, value: str, tools: Registry) -> tuple[ToolCall | None, str | None]:
+    if value.startswith("```"):
+        value = re.sub(r"\A`{3,}[\w-]*\s*|\s*`{3,}\Z", "", value)
+    if not value or value.lower() in ("none", "{}", "null"):
+        return ToolCall(name, {}, raw=f"Action: {name}"), None
+    if value.startswith("{"):
+        try:
+            parsed, end = loads(value, 0)
+        except JSONRepairError:
+            parsed, end = None, 0
+        if isinstance(parsed, dict) and not value[end:].strip():
+            return ToolCall(name, parsed, raw=value), None
+        return None, (f"The Action Input of your call to {name} is not one JSON object, so nothing was run. "
+                      "Write:\n" + example(name))
+    args = sorted(tools.get(name, frozenset()))
+    if len(args) == 1:
+        return ToolCall(name, {args[0]: value.strip().strip("\"'`")}, raw=value), None
+    return None, (f"Your Action Input for {name} is plain text, and {name} takes "
+                  + (f"the arguments {', '.join(args)}" if args else "named arguments")
+                  + ", so it is not clear which one it is; nothing was run. Write:\n" + example(name))
+
+
+def _decoded(body: str, tools: Registry, cut: bool, opener: str) -> tuple[ToolCall | None, str | None]:
+    call, error = decode_block(body, "tool_code", at_end=cut)
+    if call is None:
+        return None, (error or "") + _where(opener)
+    name = _known(call.name, tools)
+    if name is None:
+        return None, _unknown(call.name, tools, opener)
+    call = ToolCall(name, call.arguments)
+    return ToolCall(name, call.arguments, raw=format_tool_call(call)), None
+
+
+def _where(opener: str) -> str:
+    return f" (It was written as {opener.strip()[:60]!r}, which is not the protocol's form.)"
+
+
+def _known(name: str, tools: Registry) -> str | None:
+    """The registered tool `name` means, compared exactly, else ignoring case: None if it is not one."""
+    name = name.strip().strip("\"'`")
+    if name in tools:
+        return name
+    folded = [t for t in tools if t.lower() == name.lower()]
+    return folded[0] if len(folded) == 1 else None
+
+
+def _unknown(name: str, tools: Registry, opener: str) -> str:
+    listed = ", ".join(sorted(tools)[:30])
+    return (f"Your reply looks like a call to {name!r} (written as {opener.strip()[:60]!r}), which is not one of "
+            f"the tools ({listed}), so nothing was run and it was not taken as your answer. To call a tool, "
+            "write exactly:\n" + EXAMPLE + "\nTo answer, write the answer as plain text, without tags.")
+
+
+def _malformed(tag: str, tools: Registry) -> str:
+    return (f"Your reply has {tag[:60]!r} outside a complete {TOOL_OPEN} block, so it looks like a tool call that "
+            "went wrong: nothing was run and it was not taken as your answer. To call a tool, write exactly:\n"
+            + EXAMPLE + f"\nwith one tool name from <tool_definitions> and end the block with {TOOL_CLOSE}. To "
+            "answer, write the answer as plain text; put markup you mean literally in backticks.")
+
+
+def looks_like_schema(arguments: Mapping[str, Any], known: frozenset[str] = frozenset()) -> bool:
+    """Arguments that are a JSON Schema (the tool's description echoed back) rather than argument values."""
+    keys = set(arguments)
+    if known and keys <= known:
+        return False
+    schema_words = {"type", "properties", "required", "additionalProperties", "$schema", "title", "description",
+                    "items", "enum", "anyOf", "oneOf", "allOf", "definitions", "$defs"}
+    if not keys or not keys <= schema_words:
+        return False
+    props = arguments.get("properties")
+    return arguments.get("type") == "object" or isinstance(props, Mapping) and all(
+        isinstance(v, Mapping) and ("type" in v or "description" in v) for v in props.values()
+    ) or "$schema" in keys
+
+
+def schema_error(name: str, arguments: Mapping[str, Any], known: frozenset[str]) -> str:
+    """Say what was wrong with schema-shaped arguments, and show the values form with the real argument names."""
+    props = arguments.get("properties")
+    names = sorted(known) or (sorted(props) if isinstance(props, Mapping) else [])
+    values = ", ".join(f'"{n}": VALUE' for n in names[:8]) or '"ARGUMENT": "VALUE"'
+    return (f"The parameters of your call to {name} are a JSON Schema (the description of its arguments, with "
+            '"type" and "properties"), not the arguments themselves, so nothing was run. Write the values the '
+            f"call should use, e.g. <parameters>{{{values}}}</parameters>, with each VALUE replaced:\n"
+            + example(name))
