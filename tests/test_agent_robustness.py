@@ -74,7 +74,7 @@ def test_robustness_no_stopless_retry_without_evidence_that_a_stop_fired() -> No
     # The reply simply ends inside <think> (no stop hit, no drafted call): a format error, not a stop retry.
     llm = ScriptedLLM([ScriptedReply("<think>let me ponder", finish_reason="stop"), "Done."], stops="ignore")
     result = Agent(llm, []).run("go")
-    assert [r.stop for r in llm.requests] == [llm.requests[0].stop] * 2 and llm.requests[0].stop
+    assert all(r.stop for r in llm.requests)
     assert not any(isinstance(e, ErrorEvent) and e.kind == "retry" for e in result.events)
     assert result.final_text == "Done."
 
