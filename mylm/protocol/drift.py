@@ -57,7 +57,7 @@ _SLOPPY_OPEN = re.compile(
 _SLOPPY_CLOSE = re.compile(r"<\s*/\s*(?:tool[\s_-]*code|toolcode)\s*>", re.IGNORECASE)
 _NAME_ATTR = re.compile(r"""\b(?:name|tool|function)\s*=\s*["'`]?([^"'`\s<>]{1,128})""", re.IGNORECASE)
 _NAME_ELEMENT = re.compile(
-    r"<\s*(?P<tag>tool_name|toolname|tool|function_name|function|action|tool_use|use_tool|name)\s*>"
+    r"<\s*(?P<tag>tool[_-]?name|tool|function[_-]?name|function|function_call|action|tool_use|use_tool|name)\s*>"
     r"\s*[\"'`]?(?P<name>[^<>\"'`\s]{1,128})[\"'`]?\s*<\s*/\s*(?P=tag)\s*>", re.IGNORECASE)
 _ARGS_OPEN = re.compile(r"\s*<\s*(?P<tag>parameters|arguments|args|input|action_input|tool_input)\s*(?P<self>/)?>",
                         re.IGNORECASE)
@@ -69,7 +69,8 @@ _REACT = re.compile(
 _ELEMENT_OPEN = r"<\s*(?P<tag>{names})(?P<attrs>\s[^<>]{{0,200}})?>"
 #: Tags that only a call uses: left outside every block (and outside code), they mean a call went wrong.
 _CALL_MARKUP = re.compile(
-    r"<\s*/?\s*(?:tool[\s_-]*code|toolcode|parameters|arguments|tool_name)\b[^<>]{0,200}>"
+    r"<\s*/?\s*(?:tool[\s_-]*code|toolcode|parameters|arguments|tool[_-]name|function[_-]name|function_call|tool_use)"
+    r"\b[^<>]{0,200}>|\[/?TOOL_CALLS?\]"
     r"|^[ \t*]*Action[ _]Input[ \t*]*:", re.IGNORECASE | re.MULTILINE)
 
 
@@ -118,6 +119,7 @@ def _spans(text: str, masked: str, tools: Registry) -> list[Span]:
     found += _name_elements(text, masked, tools)
     found += _tool_tags(text, masked, tools)
     found += _react(text, masked, tools)
+    found += _unknown_tags(masked, tools)
     found.sort(key=lambda s: s[0])
     kept: list[Span] = []
     for span in found:
@@ -186,6 +188,28 @@ def _tool_tags(text: str, masked: str, tools: Registry) -> list[Span]:
         body = f"<{tag}>{inner}" + (f"</{tag}>" if close else "")
         spans.append((match.start(), end, *_decoded(body, tools, close is None, match.group())))
     return spans
+
+
+#: A tool-like element (a snake_case name: HTML and most XML vocabularies have none) that opens a line and holds
+#: elements: `<ask_followup_question>\n<question>…` is a call to a tool this run does not have.
+_TOOLISH = re.compile(r"(?m)^[ \t]*<(?P<tag>[a-z][a-z0-9]*(?:_[a-z0-9]+)+)>\s*<[A-Za-z_]")
+
+
+def _unknown_tags(masked: str, tools: Registry) -> list[Span]:
+    spans: list[Span] = []
+    for match in _TOOLISH.finditer(masked):
+        tag = match.group("tag")
+        if _known(tag, tools) is not None or tag in _NOT_TOOLS:
+            continue
+        close = re.compile(rf"</{tag}\s*>").search(masked, match.end())
+        if close is None:
+            continue
+        spans.append((match.start(), close.end(), None, _unknown(tag, tools, f"<{tag}>")))
+    return spans
+
+
+_NOT_TOOLS = frozenset({"tool_code", "tool_call", "tool_name", "function_calls", "function_name", "final_answer",
+                        "tool_response", "function_results", "arg_key", "arg_value", "tool_use", "function_call"})
 
 
 def _react(text: str, masked: str, tools: Registry) -> list[Span]:

@@ -78,9 +78,10 @@ _THINK_CLOSE_RE = re.compile(r"</think(?:ing)?>", re.IGNORECASE)
 _FINAL_CLOSE_RE = re.compile(re.escape(FINAL_CLOSE), re.IGNORECASE)
 _MAX_BLOCKS = 100
 #: A tag the reply ended inside: `<tool_co`, `<tool_code name="x`, `</parame`, `<list_d` (no `>` after it).
-_OPEN_TAIL = re.compile(r"(?:^|(?<=[\s>]))</?(?P<word>[A-Za-z_][\w-]{1,63})(?:\s[^<>]{0,200})?\Z")
+_OPEN_TAIL = re.compile(
+    r"(?:^|(?<=[\s>]))<(?P<slash>/)?(?P<word>[A-Za-z_][\w-]{1,63})(?:[\s=][^<>]{0,200})?(?P<closed>>)?\s*\Z")
 _CUT_WORDS = ("tool_code", "tool_call", "function", "function_calls", "invoke", "name", "parameters",
-              "arguments", "parameter")
+              "arguments", "parameter", "tool_name", "function-name", "function_name", "function_call", "tool_use")
 #: In a block, text is processed every this many characters even without a `/`: a block that ends without its
 #: end tag (complete parameters, then prose) is still noticed promptly.
 _HIDDEN_STEP = 256
@@ -647,7 +648,11 @@ class StreamParser:
             return
         word = match.group("word").lower()
         names = (*_CUT_WORDS, *(n.lower() for n in (self._tools or ())))
-        if not any(n.startswith(word) for n in names):
+        if match.group("closed"):
+            # A whole opening tag that ends the reply: the call it opens was never written.
+            if match.group("slash") or word not in names or word in ("name", "parameter"):
+                return
+        elif not any(n.startswith(word) for n in names):
             return
         self._thought[:] = [thought[: match.start()]]
         self._errors.append(cut_off_tag(match.group().strip()))
