@@ -137,3 +137,53 @@ def test_hostile_tool_output_file_names_and_errors_reach_no_endpoint_intact(
             seen += 1
     assert seen > 2 * len(HOSTILE)
     json.dumps(posts[-1].body)  # the body stayed valid JSON
+
+
+class _ThinkingTemplateServer(LlamaCppServer):
+    """A llama-server whose model template opens <think> for the model (DeepSeek-R1 distills, Qwen3)."""
+
+    def other(self, request: Any) -> tuple[int, Any]:
+        status, body = super().other(request)
+        if request.path == "/apply-template" and status == 200:
+            body = {"prompt": body["prompt"] + "<think>\n"}
+        return status, body
+
+
+def test_server_template_route_gets_defused_system_and_assistant_text() -> None:
+    """llama-server renders /apply-template with special tokens parsed: only the user's own text goes raw."""
+    from mylm.llm import LLMRequest
+
+    with LlamaCppServer() as server:
+        server.script(["ok"])
+        llm = create_llm(Endpoint(provider="llamacpp", base_url=server.root_url, model="m", api_key="k"))
+        messages = (Message("system", "sys " + payload("S")), Message("user", "hi"),
+                    Message("assistant", "was " + payload("A")), Message("user", "again"))
+        list(llm.stream(LLMRequest(messages, (), 64, None, None)))
+        [applied] = [r for r in server.requests if r.path == "/apply-template"]
+    sent = _strings(applied.body)
+    for tag in "SA":
+        for i, token in enumerate(HOSTILE):
+            assert f"M{tag}{i}X" in sent and f"{token}M{tag}{i}X" not in sent, token
+
+
+def test_server_template_that_opens_reasoning_makes_a_drafted_call_reasoning(tmp_path: Path) -> None:
+    """The server's own template ends the prompt inside <think>: the reply's start is reasoning, so a call
+    drafted there never runs, even though the reply holds no <think> of its own."""
+    ran: list[str] = []
+
+    @tool
+    def remove(path: str) -> str:
+        """Remove a file."""
+        ran.append(path)
+        return "removed"
+
+    reply = f"I could {format_tool_call(ToolCall('remove', {'path': 'x'}))} but no.</think>\nNothing to remove."
+    with _ThinkingTemplateServer() as server:
+        server.script([reply, reply, "unused"])
+        llm = create_llm(Endpoint(provider="llamacpp", base_url=server.root_url, model="m", api_key="k"))
+        agent = Agent(llm, [remove], workspace=tmp_path)
+        # Earlier replies suggested no template reasoning, so </tool_code> is sent and the server stops there,
+        # mid-thought: only the template the server applied shows the call was a draft.
+        agent.opens_reasoning = False
+        result = agent.run("go")
+    assert ran == [] and result.final_text == "Nothing to remove." and agent.opens_reasoning is True
