@@ -10,9 +10,17 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-WAIT: Final = "\x00wait"
+from .tags import (
+    BLOCK_KINDS,
+    NAME_OPEN,
+    OBSERVATION_TAGS,
+    PARAMS_CLOSE_TAGS,
+    PARAMS_OPEN_TAGS,
+    TOOL_CALL_OPEN,
+    TOOL_OPEN,
+)
 
-from .tags import NAME_OPEN, OBSERVATION_TAGS, PARAMS_CLOSE_TAGS, PARAMS_OPEN_TAGS, TOOL_CLOSE, TOOL_OPEN
+WAIT: Final = "\x00wait"
 
 CDATA_OPEN = "<![cdata["
 
@@ -86,12 +94,9 @@ class Kind:
 
 
 KINDS = {
-    "tool_code": Kind("tool_code", TOOL_OPEN, (TOOL_CLOSE,), True),
-    "tool_call": Kind("tool_call", "<tool_call>", ("</tool_call>",), True,
-                      (TOOL_OPEN, "<tool_call>", *OBSERVATION_TAGS)),
-    "function": Kind("function", "<function=", ("</function>", "</tool_call>"), False),
-    "function_calls": Kind("function_calls", "<function_calls>", ("</function_calls>",), False),
-    "invoke": Kind("invoke", "<invoke", ("</invoke>", "</function_calls>"), False),
+    name: Kind(name, opener, closers, expect_json,
+               (TOOL_OPEN, *((TOOL_CALL_OPEN,) if name == "tool_call" else ()), *OBSERVATION_TAGS))
+    for name, (opener, closers, expect_json) in BLOCK_KINDS.items()
 }
 #: Openers repeated before anything else (a stutter, or a flood of unclosed openers) belong to one block.
 STUTTER = {kind: re.compile(rf"(?:{re.escape(k.opener)}\s*)+", re.IGNORECASE) for kind, k in KINDS.items()}

@@ -18,7 +18,18 @@ from . import markup
 from .blockscan import skip
 from .corrections import EXAMPLE, JSON_HOWTO, BlockError, cut_off, example, prefer_canonical
 from .jsonrepair import JSONRepairError, loads
-from .tags import KIND_TAGS
+from .tags import (
+    ARG_KEY_CLOSE,
+    ARG_KEY_OPEN,
+    ARG_VALUE_CLOSE,
+    ARG_VALUE_OPEN,
+    FUNCTION_CALLS_OPEN,
+    FUNCTION_OPEN,
+    INVOKE_OPEN,
+    KIND_TAGS,
+    TOOL_CALL_CLOSE,
+    TOOL_CALL_OPEN,
+)
 
 #: The block kinds the stream parser opens, with their opening and closing tags (for messages).
 PARAMS_TAGS = ("parameters", "arguments")
@@ -61,20 +72,20 @@ def _decode(body: str, kind: str, at_end: bool) -> tuple[ToolCall, tuple[int, in
         return _qwen(body, i, at_end)
     if kind in ("invoke", "function_calls"):
         return _claude(body, i, at_end, kind)
-    if body.startswith("<tool_call>", i):
+    if body.startswith(TOOL_CALL_OPEN, i):
         start = skip(_TOOL_CALL_OPENERS, body, i)
-        inner_end = body.find("</tool_call>", start)
+        inner_end = body.find(TOOL_CALL_CLOSE, start)
         inner = body[start : inner_end if inner_end >= 0 else len(body)]
         call, span = _decode(inner, "tool_call", at_end and inner_end < 0)
         return call, (span[0] + start, span[1] + start) if span else None
-    if body.startswith("<function=", i):
+    if body.startswith(FUNCTION_OPEN, i):
         return _qwen(body, i, at_end)
-    if body.startswith("<function_calls>", i) or body.startswith("<invoke", i):
+    if body.startswith(FUNCTION_CALLS_OPEN, i) or body.startswith(INVOKE_OPEN, i):
         return _claude(body, i, at_end, kind)
     if body.startswith("{", i) or body.startswith('"', i):
         return _json_call(body, i, at_end, kind)
     glm = _GLM_NAME.match(body, i)
-    if glm is not None and (kind == "tool_call" or "<arg_key>" in body):
+    if glm is not None and (kind == "tool_call" or ARG_KEY_OPEN in body):
         return _glm(body, glm, at_end, kind), None
     name_open = _NAME_OPEN.search(body)
     if name_open is not None:
@@ -326,25 +337,25 @@ def _glm(body: str, name_match: re.Match[str], at_end: bool, kind: str) -> ToolC
     args: dict[str, Any] = {}
     pos = skip(_GLM_STRAY, body, name_match.end())
     while pos < len(body):
-        if not body.startswith("<arg_key>", pos):
+        if not body.startswith(ARG_KEY_OPEN, pos):
             raise BlockError(f"Your call to {name} has {body[pos:pos + 40]!r} where <arg_key> should be. "
                              + prefer_canonical())
-        key_end = body.find("</arg_key>", pos)
-        key = body[pos + 9 : key_end if key_end >= 0 else len(body)]
+        key_end = body.find(ARG_KEY_CLOSE, pos)
+        key = body[pos + len(ARG_KEY_OPEN) : key_end if key_end >= 0 else len(body)]
         if key_end < 0 or "<" in key:
             if at_end:
                 raise BlockError(cut_off(kind, "an argument name", name))
             raise BlockError(f"An <arg_key> in your call to {name} is not closed. " + prefer_canonical())
         pos = skip(_GLM_STRAY, body, key_end)
-        if not body.startswith("<arg_value>", pos):
+        if not body.startswith(ARG_VALUE_OPEN, pos):
             raise BlockError(f"The argument {key.strip()!r} of your call to {name} has no <arg_value>. "
                              + prefer_canonical())
-        value_start = pos + 11
-        value_end = markup.value_end(body, "</arg_value>", value_start)
+        value_start = pos + len(ARG_VALUE_OPEN)
+        value_end = markup.value_end(body, ARG_VALUE_CLOSE, value_start)
         if value_end < 0:
             if at_end:
                 raise BlockError(cut_off(kind, f"the value of {key.strip()!r}", name))
-            following = body.find("<arg_key>", value_start)
+            following = body.find(ARG_KEY_OPEN, value_start)
             value_end = following if following >= 0 else len(body)
         args[key.strip()] = markup.trim_value(markup.text_value(body[value_start:value_end]))
         pos = skip(_GLM_STRAY, body, value_end)

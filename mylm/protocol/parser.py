@@ -44,6 +44,7 @@ from .tags import (
     THINK_CLOSES,
     THINK_NAMES,
     THINK_OPENS,
+    TOOL_CALL_CLOSE,
     TOOL_CLOSE,
     TOOL_OPEN,
 )
@@ -64,7 +65,7 @@ _DRIFT_FULL = {
 _DRIFT_RE = {tag: (DRIFT_OPENERS[tag], re.compile(full, re.IGNORECASE)) for tag, full in _DRIFT_FULL.items()}
 _DRIFT_WINDOW = 160
 _BLOCK_TAGS = (TOOL_OPEN, *DRIFT_OPENERS)
-_LONE_CLOSERS = (TOOL_CLOSE, "</tool_call>")
+_LONE_CLOSERS = (TOOL_CLOSE, TOOL_CALL_CLOSE)
 _OUTSIDE_TAGS = (*_BLOCK_TAGS, *OBSERVATION_TAGS, *_THINK_OPENS, *_THINK_CLOSES, FINAL_OPEN, *_LONE_CLOSERS)
 _FENCE_TAGS = (*_BLOCK_TAGS, *OBSERVATION_TAGS)
 _OUTSIDE_TAG_SET = TagSet(_OUTSIDE_TAGS)
@@ -102,9 +103,10 @@ class StreamParser:
     starts as reasoning; False when it is known not to; None (unknown) holds calls back until the reply shows
     which (a `<think>` of its own, a lone `</think>`, or the end), because a lone `</think>` makes everything
     before it reasoning. `tools`: the tool names (or name to argument names) in play, which lets calls drifted
-    into other formats run when their reading is unambiguous (see `drift`); without it they are not read. `coalesce`: visible text is processed once this many characters have arrived, or at once when a
-    chunk holds `>` (every tag ends with it), which keeps token-sized chunks cheap; a call is always emitted by
-    the `feed()` that completes it. Use `coalesce=1` for per-token display, or `flush()` when the network idles.
+    into other formats run when their reading is unambiguous (see `drift`); without it they are not read.
+    `coalesce`: visible text is processed once this many characters have arrived, or at once when a
+    chunk holds `>` (every tag ends with it), which keeps token-sized chunks cheap; once calls are not held
+    back (see `reasoning_open`), a call is emitted by the `feed()` that completes it. Use `coalesce=1` for per-token display, or `flush()` when the network idles.
     `multiple_calls=False`: the turn ends where its first call ends (what follows is not part of it, and
     `finished` says the rest of the stream need not be read).
     """

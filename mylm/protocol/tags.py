@@ -30,20 +30,42 @@ THINK_NAMES = ("think", "thinking")
 THINK_OPENS = tuple(f"<{n}>" for n in THINK_NAMES)
 THINK_CLOSES = tuple(f"</{n}>" for n in THINK_NAMES)
 
+# Other formats' call tags, which the parser also reads: Hermes/Qwen, Qwen3-Coder, Claude, GLM.
+TOOL_CALL_OPEN = "<tool_call>"
+TOOL_CALL_CLOSE = "</tool_call>"
+FUNCTION_OPEN = "<function="
+FUNCTION_CLOSE = "</function>"
+FUNCTION_CALLS_OPEN = "<function_calls>"
+FUNCTION_CALLS_CLOSE = "</function_calls>"
+INVOKE_OPEN = "<invoke"
+INVOKE_CLOSE = "</invoke>"
+ARG_KEY_OPEN = "<arg_key>"
+ARG_KEY_CLOSE = "</arg_key>"
+ARG_VALUE_OPEN = "<arg_value>"
+ARG_VALUE_CLOSE = "</arg_value>"
+
 #: Block openers of the formats a call drifts into, by the block kind they open.
 DRIFT_OPENERS = {
-    "<tool_call>": "tool_call",
-    "<function=": "function",
-    "<function_calls>": "function_calls",
-    "<invoke": "invoke",
+    TOOL_CALL_OPEN: "tool_call",
+    FUNCTION_OPEN: "function",
+    FUNCTION_CALLS_OPEN: "function_calls",
+    INVOKE_OPEN: "invoke",
+}
+#: Each block kind: its opener, the end tags that close it, and whether JSON may follow the opener at once.
+BLOCK_KINDS = {
+    "tool_code": (TOOL_OPEN, (TOOL_CLOSE,), True),
+    "tool_call": (TOOL_CALL_OPEN, (TOOL_CALL_CLOSE,), True),
+    "function": (FUNCTION_OPEN, (FUNCTION_CLOSE, TOOL_CALL_CLOSE), False),
+    "function_calls": (FUNCTION_CALLS_OPEN, (FUNCTION_CALLS_CLOSE,), False),
+    "invoke": (INVOKE_OPEN, (INVOKE_CLOSE, FUNCTION_CALLS_CLOSE), False),
 }
 #: The opening and closing tags of each block kind, as the corrections name them.
 KIND_TAGS = {
     "tool_code": (TOOL_OPEN, TOOL_CLOSE),
-    "tool_call": ("<tool_call>", "</tool_call>"),
-    "function": ("<function=…>", "</function>"),
-    "function_calls": ("<function_calls>", "</function_calls>"),
-    "invoke": ("<invoke name=…>", "</invoke>"),
+    "tool_call": (TOOL_CALL_OPEN, TOOL_CALL_CLOSE),
+    "function": (FUNCTION_OPEN + "…>", FUNCTION_CLOSE),
+    "function_calls": (FUNCTION_CALLS_OPEN, FUNCTION_CALLS_CLOSE),
+    "invoke": (INVOKE_OPEN + " name=…>", INVOKE_CLOSE),
     "tool_tag": ("<TOOL_NAME>", "</TOOL_NAME>"),
     "react": ("Action:", "Action Input:"),
 }

@@ -10,6 +10,7 @@ from .callblock import decode_block
 from .corrections import reasoning_call_error, skipped_calls, verdict_error
 from .jsonrepair import JSONRepairError, loads
 from .parsed import ParsedTurn
+from .tags import TOOL_CALL_CLOSE
 
 
 def verdict(*, calls: tuple[ToolCall, ...], errors: tuple[str, ...], thought: str, reasoning: str, final: str | None,
@@ -44,7 +45,7 @@ def reply_calls(visible: str) -> tuple[tuple[ToolCall, ...], bool]:
     call, or nothing is taken: a JSON answer that merely has a "name" key stays an answer.
     """
     text = visible.strip()
-    if len(text) > 1_000_000 or not text.endswith(("}", "]", "```", "~~~", "</tool_call>")):
+    if len(text) > 1_000_000 or not text.endswith(("}", "]", "```", "~~~", TOOL_CALL_CLOSE)):
         return (), False
     text = _FENCE_WRAP.sub("", text)
     tagged = _TRAILING_CLOSER.search(text) is not None
