@@ -8,6 +8,9 @@ thought, then one write_file call whose JSON content is source code, escapes and
 baseline re-scans the accumulated text with a regex on every chunk; it is quadratic, so it runs under a time
 budget and larger sizes are extrapolated from the measured size (marked `~`).
 
+A second table parses whole completions with `tools=` (the agent's case: drifted formats are read against the
+registry once the reply is complete), adding two floods of drifted openers, to show that recovery stays linear.
+
 `--repair` also measures the json-repair package (if installed) against our reader on the cases that must not
 be corrupted and the cases that should be repaired.
 """
@@ -54,6 +57,26 @@ def completion(shape: str, size: int) -> str:
 
 def parse_whole(text: str) -> None:
     parse_completion(text)
+
+
+TOOLS = {"write_file": ["path", "content"], "list_dir": ["path"], "read_file": ["path"]}
+DRIFT_UNITS = {"tooltags": "<list_dir>\n<path>src</path>\n", "react": "Action: list_dir\nAction Input: {}\n"}
+
+
+def parse_with_tools(text: str) -> None:
+    parse_completion(text, tools=TOOLS)
+
+
+def run_tools(quick: bool) -> None:
+    """Whole-text MB/s with the registry given, including drift recovery at the end of the reply."""
+    sizes = SIZES[:2] if quick else SIZES
+    print(f"{'tools=':8} {'size':>9} {'whole MB/s':>11}")
+    for shape in ("answer", "call", "openers", *DRIFT_UNITS):
+        for size in sizes:
+            unit = DRIFT_UNITS.get(shape)
+            text = (unit * (size // len(unit) + 1))[:size] if unit else completion(shape, size)
+            whole = best_of(parse_with_tools, text, 5 if size <= 100_000 else 3)
+            print(f"{shape:8} {size:>9,} {mbps(size, whole):>11.1f}")
 
 
 def parse_chunked(chunks: list[str]) -> None:
@@ -164,6 +187,8 @@ def main() -> None:
     parser.add_argument("--repair", action="store_true", help="also compare JSON repair against json-repair")
     args = parser.parse_args()
     run(args.quick)
+    print()
+    run_tools(args.quick)
     if args.repair:
         print()
         run_repair()

@@ -12,8 +12,9 @@ attempted call becomes a correction that says exactly what to write, never the f
 
 from __future__ import annotations
 
+import bisect
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -49,7 +50,7 @@ class Drift:
 
 
 _FENCE_SPAN = re.compile(r"(?ms)^[ \t]*(`{3,}|~{3,})[^\n]*\n.*?(?:^[ \t]*\1[ \t]*$|\Z)")
-_INLINE_SPAN = re.compile(r"(`+)(?!`).+?(?<!`)\1(?!`)", re.DOTALL)
+_INLINE_SPAN = re.compile(r"(`+)(?!`).{1,2000}?(?<!`)\1(?!`)", re.DOTALL)
 _WHOLE_FENCE = re.compile(r"\A\s*(`{3,}|~{3,})[\w+#.-]*[ \t]*\n(.*?)\n[ \t]*\1[ \t]*\s*\Z", re.DOTALL)
 
 _SLOPPY_OPEN = re.compile(
@@ -76,19 +77,19 @@ _CALL_MARKUP = re.compile(
 
 def _code_mask(text: str) -> str:
     """`text` with code fences and inline code blanked out (same length), so examples are not read as calls."""
-    chars = list(text)
     for pattern in (_FENCE_SPAN, _INLINE_SPAN):
-        for match in pattern.finditer("".join(chars)):
-            for i in range(match.start(), match.end()):
-                if chars[i] != "\n":
-                    chars[i] = " "
-    return "".join(chars)
+        text = pattern.sub(lambda m: _NOT_NEWLINE.sub(" ", m.group()), text)
+    return text
+
+
+_NOT_NEWLINE = re.compile(r"[^\n]")
+_TRIGGER = re.compile(r"<\s*/?\s*[A-Za-z_]|^[ \t*]*Action|\[/?TOOL_CALLS?\]", re.MULTILINE)
 
 
 def find_drift(text: str, tools: Registry) -> Drift | None:
     """The calls (or the correction) in a reply that holds drifted calls; None if it holds none."""
-    if len(text) > 1_000_000:
-        return None
+    if len(text) > 1_000_000 or _TRIGGER.search(text) is None:
+        return None  # nothing that any drifted form starts with: most answers stop here
     wrapped = _WHOLE_FENCE.match(text)
     if wrapped is not None:
         text = wrapped.group(2)  # a fence around the whole reply is a wrapper, not an example
@@ -101,77 +102,127 @@ def find_drift(text: str, tools: Registry) -> Drift | None:
         tag = leftover.group().strip()
         return Drift(((None, _malformed(tag, tools)),), text)
     remaining: list[str] = []
+    items: list[tuple[ToolCall | None, str | None]] = []
     last = 0
-    for start, end, _, _ in spans:
+    for start, end, read in spans:
         remaining.append(text[last:start])
+        items.append(read())
         last = end
     remaining.append(text[last:])
-    return Drift(tuple((call, problem) for _, _, call, problem in spans), "".join(remaining).strip())
+    return Drift(tuple(items), "".join(remaining).strip())
 
 
-Span = tuple[int, int, "ToolCall | None", "str | None"]
+Reading = Callable[[], "tuple[ToolCall | None, str | None]"]
+#: A drifted call found in the reply: where it starts and ends, and how to read it (only done if it is kept).
+Span = tuple[int, int, Reading]
+
+
+class _Closers:
+    """Every end tag a pattern finds, found once; the first after a position, by bisection (keeps work linear)."""
+
+    def __init__(self, pattern: re.Pattern[str], text: str) -> None:
+        self._by: dict[str, list[tuple[int, int]]] = {}
+        for match in pattern.finditer(text):
+            key = (match.group("tag") or "").lower() if "tag" in pattern.groupindex else ""
+            self._by.setdefault(key, []).append((match.start(), match.end()))
+
+    def after(self, pos: int, tag: str = "") -> tuple[int, int] | None:
+        spans = self._by.get(tag.lower())
+        if not spans:
+            return None
+        i = bisect.bisect_left(spans, (pos, -1))
+        return spans[i] if i < len(spans) else None
 
 
 def _spans(text: str, masked: str, tools: Registry) -> list[Span]:
-    """Every drifted call in the reply, in order, without overlaps."""
+    """Every drifted call in the reply, in order, without overlaps; each is read only if it is kept."""
     found: list[Span] = []
     found += _sloppy_blocks(text, masked, tools)
     found += _name_elements(text, masked, tools)
-    found += _tool_tags(text, masked, tools)
+    closers = _Closers(_ANY_CLOSE, masked)
+    found += _tool_tags(text, masked, tools, closers)
     found += _react(text, masked, tools)
-    found += _unknown_tags(masked, tools)
+    found += _unknown_tags(masked, tools, closers)
     found.sort(key=lambda s: s[0])
     kept: list[Span] = []
     for span in found:
         if kept and span[0] < kept[-1][1]:
             continue
         kept.append(span)
+        if len(kept) >= _MAX_CALLS:
+            break  # a flood of calls is not a reply anyone can use (the parser caps blocks the same way)
     return kept
+
+
+_MAX_CALLS = 100
+
+
+_SLOPPY_CLOSES = re.compile(r"<\s*/\s*(?:tool[\s_-]*code|toolcode)\s*>", re.IGNORECASE)
+_ARGS_CLOSE = re.compile(r"<\s*/\s*(?P<tag>parameters|arguments|args|input|action_input|tool_input)\s*>", re.IGNORECASE)
+_ANY_CLOSE = re.compile(r"<\s*/\s*(?P<tag>[A-Za-z_][\w.:-]{0,127})\s*>")
+_BLANK = re.compile(r"\s*")
+
+
+def _blank_end(text: str, pos: int) -> int:
+    found = _BLANK.match(text, pos)
+    return pos if found is None else found.end()
 
 
 def _sloppy_blocks(text: str, masked: str, tools: Registry) -> list[Span]:
     spans: list[Span] = []
+    closers = _Closers(_SLOPPY_CLOSES, masked)
     for match in _SLOPPY_OPEN.finditer(masked):
         opener = match.group()
         if opener.lower() == TOOL_OPEN:
             continue  # the parser has read the real ones
-        close = _SLOPPY_CLOSE.search(masked, match.end())
-        end = close.end() if close else len(text)
-        body = text[match.end() : close.start() if close else len(text)]
-        named = _NAME_ATTR.search(match.group("attrs") or "")
-        if named is not None:
-            body = f"{NAME_OPEN}{named.group(1)}{NAME_CLOSE}{body}"
-        spans.append((match.start(), end, *_decoded(body, tools, close is None, opener)))
+        close = closers.after(match.end())
+        end = close[1] if close else len(text)
+
+        def read(match: re.Match[str] = match, close: tuple[int, int] | None = close) -> tuple[
+                ToolCall | None, str | None]:
+            body = text[match.end() : close[0] if close else len(text)]
+            named = _NAME_ATTR.search(match.group("attrs") or "")
+            if named is not None:
+                body = f"{NAME_OPEN}{named.group(1)}{NAME_CLOSE}{body}"
+            return _decoded(body, tools, close is None, match.group())
+
+        spans.append((match.start(), end, read))
     return spans
 
 
 def _name_elements(text: str, masked: str, tools: Registry) -> list[Span]:
     """`<tool_name>x</tool_name>` (or `<tool>`, `<function>`, `<action>`…) then the arguments, no block around."""
     spans: list[Span] = []
+    closers = _Closers(_ARGS_CLOSE, masked)
     for match in _NAME_ELEMENT.finditer(masked):
         name = text[match.start("name") : match.end("name")]
         if _known(name, tools) is None and match.group("tag").lower() == "name":
             continue  # a bare <name> with no tool in it is anybody's markup
         args = _ARGS_OPEN.match(masked, match.end())
+        close = None
         end = match.end()
-        body = f"{NAME_OPEN}{name}{NAME_CLOSE}"
         if args is not None:
-            tag = args.group("tag")
             if args.group("self"):
                 end = args.end()
             else:
-                close = re.compile(rf"<\s*/\s*{tag}\s*>", re.IGNORECASE).search(masked, args.end())
-                end = close.end() if close else len(text)
-                inner = text[args.end() : close.start() if close else len(text)]
+                close = closers.after(args.end(), args.group("tag"))
+                end = close[1] if close else len(text)
+
+        def read(match: re.Match[str] = match, args: re.Match[str] | None = args,
+                 close: tuple[int, int] | None = close, name: str = name) -> tuple[ToolCall | None, str | None]:
+            body = f"{NAME_OPEN}{name}{NAME_CLOSE}"
+            cut = False
+            if args is not None and not args.group("self"):
+                inner = text[args.end() : close[0] if close else len(text)]
                 body += f"<parameters>{inner}</parameters>" if close else f"<parameters>{inner}"
-                if close is None:
-                    spans.append((match.start(), end, *_decoded(body, tools, True, match.group())))
-                    continue
-        spans.append((match.start(), end, *_decoded(body, tools, False, match.group())))
+                cut = close is None
+            return _decoded(body, tools, cut, match.group())
+
+        spans.append((match.start(), end, read))
     return spans
 
 
-def _tool_tags(text: str, masked: str, tools: Registry) -> list[Span]:
+def _tool_tags(text: str, masked: str, tools: Registry, closers: _Closers) -> list[Span]:
     """`<list_dir><path>.</path></list_dir>`: a registered tool's name used as the tag."""
     if not tools:
         return []
@@ -179,14 +230,18 @@ def _tool_tags(text: str, masked: str, tools: Registry) -> list[Span]:
     spans: list[Span] = []
     for match in re.finditer(_ELEMENT_OPEN.format(names=names), masked):
         tag = match.group("tag")
-        after = masked[match.end() : match.end() + 400].lstrip()
-        close = re.compile(rf"<\s*/\s*{re.escape(tag)}\s*>").search(masked, match.end())
-        if not after.startswith(("<", "{")) and (close is None or masked[match.end() : close.start()].strip()):
+        close = closers.after(match.end(), tag)
+        structured = masked[match.end() : match.end() + 400].lstrip().startswith(("<", "{"))
+        if not structured and (close is None or _blank_end(masked, match.end()) < close[0]):
             continue  # `<list_dir>` named in prose: no structure follows it
-        end = close.end() if close else len(text)
-        inner = text[match.end() : close.start() if close else len(text)]
-        body = f"<{tag}>{inner}" + (f"</{tag}>" if close else "")
-        spans.append((match.start(), end, *_decoded(body, tools, close is None, match.group())))
+
+        def read(match: re.Match[str] = match, close: tuple[int, int] | None = close, tag: str = tag) -> tuple[
+                ToolCall | None, str | None]:
+            inner = text[match.end() : close[0] if close else len(text)]
+            body = f"<{tag}>{inner}" + (f"</{tag}>" if close else "")
+            return _decoded(body, tools, close is None, match.group())
+
+        spans.append((match.start(), close[1] if close else len(text), read))
     return spans
 
 
@@ -195,16 +250,16 @@ def _tool_tags(text: str, masked: str, tools: Registry) -> list[Span]:
 _TOOLISH = re.compile(r"(?m)^[ \t]*<(?P<tag>[a-z][a-z0-9]*(?:_[a-z0-9]+)+)>\s*<[A-Za-z_]")
 
 
-def _unknown_tags(masked: str, tools: Registry) -> list[Span]:
+def _unknown_tags(masked: str, tools: Registry, closers: _Closers) -> list[Span]:
     spans: list[Span] = []
     for match in _TOOLISH.finditer(masked):
         tag = match.group("tag")
         if _known(tag, tools) is not None or tag in _NOT_TOOLS:
             continue
-        close = re.compile(rf"</{tag}\s*>").search(masked, match.end())
+        close = closers.after(match.end(), tag)
         if close is None:
             continue
-        spans.append((match.start(), close.end(), None, _unknown(tag, tools, f"<{tag}>")))
+        spans.append((match.start(), close[1], _failing(_unknown(tag, tools, f"<{tag}>"))))
     return spans
 
 
@@ -221,11 +276,22 @@ def _react(text: str, masked: str, tools: Registry) -> list[Span]:
         if name is None:
             if match.group("input") is None:
                 continue  # "Action: something" in prose, with no input line: not a call
-            spans.append((match.start(), match.end(), None, _unknown(raw_name, tools, "Action:")))
+            spans.append((match.start(), match.end(), _failing(_unknown(raw_name, tools, "Action:"))))
             continue
-        value = "" if match.group("input") is None else text[match.start("input") : match.end("input")].strip()
-        spans.append((match.start(), match.end(), *_react_call(name, value, tools)))
+
+        def read(match: re.Match[str] = match, name: str = name) -> tuple[ToolCall | None, str | None]:
+            value = "" if match.group("input") is None else text[match.start("input") : match.end("input")].strip()
+            return _react_call(name, value, tools)
+
+        spans.append((match.start(), match.end(), read))
     return spans
+
+
+def _failing(problem: str) -> Reading:
+    def read() -> tuple[ToolCall | None, str | None]:
+        return None, problem
+
+    return read
 
 
 def _react_call(name: str, value: str, tools: Registry) -> tuple[ToolCall | None, str | None]:
