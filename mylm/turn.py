@@ -9,6 +9,7 @@ from .llm import LLM, FinishChunk, LLMRequest, ReasoningChunk, TextChunk
 from .protocol.drift import ToolNames
 from .protocol.parsed import ParsedTurn, ParseEvent
 from .protocol.parser import StreamParser
+from .protocol.tags import TOOL_CLOSE, TOOL_OPEN
 from .types import Event, FinishReason, ReasoningEvent, TextEvent, Usage
 
 
@@ -120,8 +121,8 @@ def cut_mid_thought(turn: ModelTurn) -> bool:
     if not parsed.unclosed_reasoning or parsed.tool_calls or turn.finish is FinishReason.MAX_TOKENS:
         return False
     reasoning = parsed.reasoning.lower()
-    drafted = reasoning.rfind("<tool_code")
-    return turn.finish is FinishReason.STOP_SEQUENCE or (drafted >= 0 and "</tool_code>" not in reasoning[drafted:])
+    drafted = reasoning.rfind(TOOL_OPEN[:-1])
+    return turn.finish is FinishReason.STOP_SEQUENCE or (drafted >= 0 and TOOL_CLOSE not in reasoning[drafted:])
 
 
 def collect_text(llm: LLM, request: LLMRequest) -> tuple[str, Usage | None]:

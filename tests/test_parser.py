@@ -304,3 +304,20 @@ def test_xml_entity_references_without_declarations_are_never_expanded() -> None
 def test_hermes_null_arguments_mean_none() -> None:
     turn = parse_completion('<tool_call>{"name": "get_time", "arguments": null}</tool_call>')
     assert turn.tool_calls[0].arguments == {}
+
+
+def test_sequenced_blocks_single_call_mode_never_runs_a_later_block_after_a_broken_one() -> None:
+    """One call per turn: the first *readable* block used to run, so step 2 of a plan ran without step 1."""
+    broken = '<tool_code><name>write_file</name><parameters>{"path": "a", "content": oops}</parameters></tool_code>'
+    for reasoning_open in (False, None):
+        parser = StreamParser(multiple_calls=False, reasoning_open=reasoning_open)
+        events = parser.feed(broken + "\n" + BLOCK) + parser.close()
+        assert parser.result is not None and parser.result.tool_calls == ()
+        assert not any(isinstance(e, CallParsed) for e in events)
+        assert "write_file" in (parser.result.error or "") and "execute_command" in (parser.result.error or "")
+
+
+def test_sequenced_blocks_calls_before_the_broken_block_still_run() -> None:
+    turn = parse_completion(BLOCK + "\n<tool_code><name>x</name><parameters>{bad</parameters></tool_code>\n" + BLOCK)
+    assert [c.name for c in turn.tool_calls] == ["execute_command"] and len(turn.warnings) == 1
+    assert "run in order" in turn.warnings[0]
