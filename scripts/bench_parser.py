@@ -74,7 +74,7 @@ def run_tools(quick: bool) -> None:
     for shape in ("answer", "call", "openers", *DRIFT_UNITS):
         for size in sizes:
             unit = DRIFT_UNITS.get(shape)
-            text = (unit * (size // len(unit) + 1))[:size] if unit else completion(shape, size)
+            text = unit * (size // len(unit)) if unit else completion(shape, size)  # whole units: no cut-off tag
             whole = best_of(parse_with_tools, text, 5 if size <= 100_000 else 3)
             print(f"{shape:8} {size:>9,} {mbps(size, whole):>11.1f}")
 
