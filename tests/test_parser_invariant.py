@@ -58,9 +58,13 @@ FORMS: dict[str, Form] = {
     "claude": lambda n, a: f'<function_calls>\n<invoke name="{n}">\n'
                            + "".join(f'<parameter name="{k}">{v}</parameter>\n' for k, v in a.items())
                            + "</invoke>\n</function_calls>",
+    "deepseek tokens": lambda n, a: f"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>{n}\n```json\n"
+                                    f"{_json(a)}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+    "harmony": lambda n, a: f"<|channel|>commentary to=functions.{n} <|constrain|>json<|message|>{_json(a)}<|call|>",
+    "langchain in block": lambda n, a: f'<tool_code>\n{{"action": "{n}", "action_input": {_json(a)}}}\n</tool_code>',
 }
 #: Forms whose every prefix (past a few characters) still shows a call was being written.
-TAG_FORMS = [k for k in FORMS if k != "react"]
+TAG_FORMS = [k for k in FORMS if k not in ("react", "deepseek tokens", "harmony")]
 
 _PROSE = st.text(st.sampled_from("abcdefghij klmnopqrstuvwxyz.,!?;ABCDEFG0123456789\n"), max_size=80)
 _VALUE = st.text(st.sampled_from("abcdefgh xyz0123456789./_-+=:"), min_size=1, max_size=30).map(str.strip).filter(bool)

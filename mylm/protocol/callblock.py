@@ -305,8 +305,7 @@ def _json_call(body: str, i: int, at_end: bool, kind: str) -> tuple[ToolCall, tu
     value, end = _load(body, i, at_end, "this tool", kind)
     if isinstance(value, str):
         value = _as_arguments(value, "this tool")
-    if isinstance(value, dict) and isinstance(value.get("function"), Mapping) and "name" not in value:
-        value = {**value["function"], **{k: v for k, v in value.items() if k != "function"}}
+    value = call_object(value) or value
     if not isinstance(value, dict) or not isinstance(value.get("name"), str) or set(value) - _CALL_KEYS:
         raise BlockError(
             f"Your {KIND_TAGS[kind][0]} block holds a JSON object that is not a call of the form "
@@ -316,6 +315,39 @@ def _json_call(body: str, i: int, at_end: bool, kind: str) -> tuple[ToolCall, tu
     name = _clean_name(value["name"], kind)
     args = value.get("arguments", value.get("parameters"))
     return ToolCall(name, _as_arguments(args, name) if args not in (None, {}) else {}), (i, end)
+
+
+#: Other agents' names for a call's parts: LangChain's `action`/`action_input`, `tool`/`tool_input`, …
+_NAME_KEYS = ("name", "action", "tool", "tool_name", "function", "function_name")
+_ARGS_KEYS = ("arguments", "parameters", "action_input", "tool_input", "input", "args", "tool_args", "params")
+
+
+def call_object(value: Any) -> dict[str, Any] | None:
+    """A JSON call in any common shape, as `{"name", "arguments"}` (plus its other keys); None if it is not one.
+
+    Read: `{"name", "arguments"|"parameters"}` (Hermes, Llama, OpenAI's `{"type": "function", …}` and
+    `{"function": {…}}`), LangChain's `{"action", "action_input"}`, `{"tool", "tool_input"}`,
+    `{"tool_name", "parameters"}`, and any of them wrapped as `{"tool_call": {…}}`.
+    """
+    if not isinstance(value, dict):
+        return None
+    if len(value) == 1 and isinstance(next(iter(value.values())), dict) and next(iter(value)) in (
+            "tool_call", "function_call", "tool_use", "call"):
+        value = next(iter(value.values()))
+    function = value.get("function")
+    if isinstance(function, Mapping) and "name" not in value:
+        value = {**function, **{k: v for k, v in value.items() if k != "function"}}
+    names = [k for k in _NAME_KEYS if isinstance(value.get(k), str)]
+    args = [k for k in _ARGS_KEYS if k in value]
+    if not names or len(args) > 1 or set(value) - {*_NAME_KEYS, *_ARGS_KEYS, "id", "type"}:
+        return None
+    if names[0] != "name" and not args:
+        return None  # {"tool": "x"} alone is too little to call a tool; {"name": "x"} keeps its old reading
+    out = {k: v for k, v in value.items() if k not in (*names, *args)}
+    out["name"] = value[names[0]]
+    if args:
+        out["arguments"] = value[args[0]]
+    return out
 
 
 def _qwen(body: str, i: int, at_end: bool) -> tuple[ToolCall, None]:

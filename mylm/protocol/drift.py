@@ -71,7 +71,7 @@ _ELEMENT_OPEN = r"<\s*(?P<tag>{names})(?P<attrs>\s[^<>]{{0,200}})?>"
 #: Tags that only a call uses: left outside every block (and outside code), they mean a call went wrong.
 _CALL_MARKUP = re.compile(
     r"<\s*/?\s*(?:tool[\s_-]*code|toolcode|parameters|arguments|tool[_-]name|function[_-]name|function_call|tool_use)"
-    r"\b[^<>]{0,200}>|\[/?TOOL_CALLS?\]"
+    r"\b[^<>]{0,200}>|\[/?TOOL_CALLS?\]|<[|｜]tool▁calls?▁begin[|｜]>|<\|channel\|>commentary to="
     r"|^[ \t*]*Action[ _]Input[ \t*]*:", re.IGNORECASE | re.MULTILINE)
 
 
@@ -83,7 +83,7 @@ def _code_mask(text: str) -> str:
 
 
 _NOT_NEWLINE = re.compile(r"[^\n]")
-_TRIGGER = re.compile(r"<\s*/?\s*[A-Za-z_]|^[ \t*]*Action|\[/?TOOL_CALLS?\]", re.MULTILINE)
+_TRIGGER = re.compile(r"<\s*/?\s*[A-Za-z_]|^[ \t*]*Action|\[/?TOOL_CALLS?\]|<[|｜]|to=", re.MULTILINE)
 
 
 def find_drift(text: str, tools: Registry) -> Drift | None:
@@ -142,6 +142,7 @@ def _spans(text: str, masked: str, tools: Registry) -> list[Span]:
     closers = _Closers(_ANY_CLOSE, masked)
     found += _tool_tags(text, masked, tools, closers)
     found += _react(text, masked, tools)
+    found += _token_calls(text, masked, tools)
     found += _unknown_tags(masked, tools, closers)
     found.sort(key=lambda s: s[0])
     kept: list[Span] = []
@@ -232,7 +233,11 @@ def _tool_tags(text: str, masked: str, tools: Registry, closers: _Closers) -> li
         tag = match.group("tag")
         close = closers.after(match.end(), tag)
         structured = masked[match.end() : match.end() + 400].lstrip().startswith(("<", "{"))
-        if not structured and (close is None or _blank_end(masked, match.end()) < close[0]):
+        if not structured and close is not None and _blank_end(masked, match.end()) < close[0]:
+            # `<execute_command>ls -la</execute_command>`: plain text is the value of a one-argument tool.
+            spans.append((match.start(), close[1], _plain_body(text, match.end(), close[0], tag, tools)))
+            continue
+        if not structured and close is None:
             continue  # `<list_dir>` named in prose: no structure follows it
 
         def read(match: re.Match[str] = match, close: tuple[int, int] | None = close, tag: str = tag) -> tuple[
@@ -243,6 +248,21 @@ def _tool_tags(text: str, masked: str, tools: Registry, closers: _Closers) -> li
 
         spans.append((match.start(), close[1] if close else len(text), read))
     return spans
+
+
+def _plain_body(text: str, start: int, end: int, tag: str, tools: Registry) -> Reading:
+    def read() -> tuple[ToolCall | None, str | None]:
+        name = _known(tag, tools) or tag
+        args = sorted(tools.get(name, frozenset()))
+        value = text[start:end].strip()
+        if len(args) == 1:
+            call = ToolCall(name, {args[0]: value})
+            return ToolCall(name, call.arguments, raw=format_tool_call(call)), None
+        return None, (f"Your call <{tag}>…</{tag}> holds plain text, and {name} takes "
+                      + (f"the arguments {', '.join(args)}" if args else "named arguments")
+                      + ", so it is not clear which one it is; nothing was run. Write:\n" + example(name))
+
+    return read
 
 
 #: A tool-like element (a snake_case name: HTML and most XML vocabularies have none) that opens a line and holds
@@ -294,6 +314,38 @@ def _failing(problem: str) -> Reading:
     return read
 
 
+#: Calls written with a template's own special tokens: DeepSeek's `<｜tool▁call▁begin｜>function<｜tool▁sep｜>name`
+#: and a JSON fence, and gpt-oss (harmony) `<|channel|>commentary to=functions.name … <|message|>{…}<|call|>`.
+_BAR = "[|｜]"
+_TOKEN_CALL = re.compile(
+    rf"<{_BAR}tool▁call▁begin{_BAR}>(?:function)?<{_BAR}tool▁sep{_BAR}>(?P<dname>[^\s<>]{{1,128}})\s*"
+    rf"(?:```(?:json)?\s*(?P<dargs>.*?)\s*```)?\s*(?:<{_BAR}tool▁call▁end{_BAR}>|\Z)"
+    rf"|to=(?P<hname>[\w.:-]{{1,128}})[^<\n]{{0,80}}(?:<\|constrain\|>\w*\s*)?<\|message\|>(?P<hargs>.*?)"
+    rf"(?:<\|call\|>|<\|end\|>|\Z)",
+    re.DOTALL)
+
+
+def _token_calls(text: str, masked: str, tools: Registry) -> list[Span]:
+    spans: list[Span] = []
+    for match in _TOKEN_CALL.finditer(text):  # the raw text: these calls carry their own JSON fences
+        raw_name = match.group("dname") or match.group("hname")
+        group = "dargs" if match.group("dname") else "hargs"
+        value = "" if match.start(group) < 0 else text[match.start(group) : match.end(group)].strip()
+        name = _known(raw_name, tools)
+        if name is None:
+            spans.append((match.start(), match.end(), _failing(_unknown(raw_name, tools, match.group()[:40]))))
+            continue
+
+        def read(name: str = name, value: str = value) -> tuple[ToolCall | None, str | None]:
+            call, error = _react_call(name, value, tools)
+            if call is None:
+                return None, error
+            return ToolCall(name, call.arguments, raw=format_tool_call(ToolCall(name, call.arguments))), None
+
+        spans.append((match.start(), match.end(), read))
+    return spans
+
+
 def _react_call(name: str, value: str, tools: Registry) -> tuple[ToolCall | None, str | None]:
     if value.startswith("```"):
         value = re.sub(r"\A`{3,}[\w-]*\s*|\s*`{3,}\Z", "", value)
@@ -336,6 +388,8 @@ def _known(name: str, tools: Registry) -> str | None:
     name = name.strip().strip("\"'`")
     if name in tools:
         return name
+    if "." in name and name.rsplit(".", 1)[0].lower() in ("functions", "function", "tools", "tool"):
+        return _known(name.rsplit(".", 1)[1], tools)  # OpenAI-style `functions.list_dir`
     folded = [t for t in tools if t.lower() == name.lower()]
     return folded[0] if len(folded) == 1 else None
 

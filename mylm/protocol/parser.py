@@ -106,7 +106,8 @@ class StreamParser:
     into other formats run when their reading is unambiguous (see `drift`); without it they are not read.
     `coalesce`: visible text is processed once this many characters have arrived, or at once when a
     chunk holds `>` (every tag ends with it), which keeps token-sized chunks cheap; once calls are not held
-    back (see `reasoning_open`), a call is emitted by the `feed()` that completes it. Use `coalesce=1` for per-token display, or `flush()` when the network idles.
+    back (see `reasoning_open`), a call is emitted by the `feed()` that completes it. Use `coalesce=1` for
+    per-token display, or `flush()` when the network idles.
     `multiple_calls=False`: the turn ends where its first call ends (what follows is not part of it, and
     `finished` says the rest of the stream need not be read).
     """
@@ -203,8 +204,8 @@ class StreamParser:
         self._hold = False
         self._recover_missing_opener()
         self._recover_truncated_tag()
-        self._recover_drift()
         self._recover_bare_json()
+        self._recover_drift()
         self._flush()
         for call in self._calls[self._emitted :]:
             self._events.append(CallParsed(call))

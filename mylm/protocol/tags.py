@@ -44,6 +44,11 @@ ARG_KEY_CLOSE = "</arg_key>"
 ARG_VALUE_OPEN = "<arg_value>"
 ARG_VALUE_CLOSE = "</arg_value>"
 
+#: Markers only a model writes around a reply that is nothing but calls (`neutralise` breaks them in tool output,
+#: so a reply holding them is the model's own): Mistral, Llama 3.1 and 4, Hermes.
+CALL_MARKERS_BEFORE = ("[TOOL_CALLS]", "<|python_tag|>", "<|python_start|>", TOOL_CALL_OPEN)
+CALL_MARKERS_AFTER = (TOOL_CALL_CLOSE, "<|python_end|>", "<|eom_id|>", "<|eot_id|>")
+
 #: Block openers of the formats a call drifts into, by the block kind they open.
 DRIFT_OPENERS = {
     TOOL_CALL_OPEN: "tool_call",
