@@ -68,10 +68,15 @@ _REACT = re.compile(
     r"(?=^[ \t*]*(?:Observation|Thought|Action|Final[ _]Answer)[ \t*]*:|\Z)",
     re.DOTALL)
 _ELEMENT_OPEN = r"<\s*(?P<tag>{names})(?P<attrs>\s[^<>]{{0,200}})?>"
-#: Tags that only a call uses: left outside every block (and outside code), they mean a call went wrong.
+#: Tags that only a call uses, left outside every block (and outside code): a call that went wrong, when the tag
+#: opens a line or markup or JSON follows it (a tag named mid-sentence, "ends with </tool_code> on its own
+#: line", is prose). Special-token envelopes and ReAct input lines always count.
 _CALL_MARKUP = re.compile(
-    r"<\s*/?\s*(?:tool[\s_-]*code|toolcode|parameters|arguments|tool[_-]name|function[_-]name|function_call|tool_use)"
-    r"\b[^<>]{0,200}>|\[/?TOOL_CALLS?\]|<[|｜]tool▁calls?▁begin[|｜]>|<\|channel\|>commentary to="
+    r"(?:^[ \t]*|(?<=>))<\s*/?\s*(?:tool[\s_-]*code|toolcode|parameters|arguments|tool[_-]name|function[_-]name"
+    r"|function_call|tool_use)\b[^<>]{0,200}>"
+    r"|<\s*/?\s*(?:tool[\s_-]*code|toolcode|parameters|arguments|tool[_-]name|function[_-]name|function_call"
+    r"|tool_use)\b[^<>]{0,200}>(?=\s*[<{\[])"
+    r"|\[/?TOOL_CALLS?\]|<[|｜]tool▁calls?▁begin[|｜]>|<\|channel\|>commentary to="
     r"|^[ \t*]*Action[ _]Input[ \t*]*:", re.IGNORECASE | re.MULTILINE)
 
 
