@@ -78,7 +78,8 @@ class _Run:
     iteration: int = 0
     failures: int = 0
     compacted: bool = False
-    #: The calls of the current turn that could not even be tried (unknown tool, invalid arguments).
+    #: The calls of the current turn, and how many could not even be tried (unknown tool, invalid arguments).
+    turn_calls: int = 0
     invalid_calls: int = 0
     #: The correction sent last, so a repeated mistake gets a different, more concrete one.
     last_problem: str = ""
@@ -291,7 +292,7 @@ class Agent:
                 yield FinalResponseEvent(done, StopReason.DONE_TOOL)
                 return done, StopReason.DONE_TOOL
             # A turn whose every call was invalid is as unusable as an unreadable one: repeated, the run ends.
-            run.failures = run.failures + 1 if run.invalid_calls else 0
+            run.failures = run.failures + 1 if run.invalid_calls == run.turn_calls > 0 else 0
             if run.failures >= self.max_consecutive_failures:
                 raise MylmError(f"the model gave {run.failures} unusable replies in a row; last problem: "
                                 f"{run.last_problem}")
@@ -380,7 +381,7 @@ class Agent:
         """Run the turn's calls in order; return the done tool's final message, if one ended the run."""
         calls = parsed.tool_calls if self.multiple_calls else parsed.tool_calls[:1]
         calls = tuple(replace(c, id=f"call_{run.iteration}_{i}") for i, c in enumerate(calls, 1))
-        run.invalid_calls = 0
+        run.turn_calls, run.invalid_calls = len(calls), 0
         # History records the canonical form, so the next prompt is an exact extension of this one.
         canonical = "\n".join(format_tool_call(c) for c in calls)
         run.add(Message("assistant", f"{parsed.thought}\n{canonical}" if parsed.thought else canonical))

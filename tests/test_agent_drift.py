@@ -112,3 +112,12 @@ def test_repeated_invalid_arguments_count_as_unusable_turns() -> None:
     errors = [e.output for e in result.events if isinstance(e, ToolResultEvent)]
     assert errors[0] != errors[1] and "Copy this block exactly" in errors[1] and '"content": "VALUE"' in errors[1]
     assert any(isinstance(e, ErrorEvent) for e in result.events)
+
+
+def test_a_turn_with_one_valid_call_is_not_an_unusable_turn() -> None:
+    ran: list[str] = []
+    bad = format_tool_call(ToolCall("write_file", {"path": "x"}))
+    good = format_tool_call(ToolCall("list_dir", {"path": "."}))
+    a, _ = agent([f"{bad}\n{good}"] * 3 + ["done"], ran, multiple_calls=True, max_consecutive_failures=2)
+    result = a.run("go")
+    assert result.stop_reason is StopReason.FINAL_ANSWER and ran == ["list_dir ."] * 3
