@@ -3,7 +3,10 @@ runs, cut-off and out-of-order blocks are corrected, and a repeated invalid call
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+import pytest
 
 from mylm import Agent, StopReason, tool
 from mylm.protocol.canonical import format_tool_call
@@ -121,3 +124,35 @@ def test_a_turn_with_one_valid_call_is_not_an_unusable_turn() -> None:
     a, _ = agent([f"{bad}\n{good}"] * 3 + ["done"], ran, multiple_calls=True, max_consecutive_failures=2)
     result = a.run("go")
     assert result.stop_reason is StopReason.FINAL_ANSWER and ran == ["list_dir ."] * 3
+
+
+@pytest.mark.slow
+def test_end_to_end_a_drifted_call_runs_and_only_the_answer_reaches_stdout(subprocess_env: dict[str, str]) -> None:
+    """`mylm ask` with a model that writes Cline-style markup: the call runs, stdout holds the answer alone."""
+    from tests.providers.servers import OpenAIServer
+    from tests.test_end_to_end import mylm
+
+    with OpenAIServer() as server:
+        server.script(["I'll look.\n<list_dir>\n<path>.</path>\n</list_dir>", "The workspace is empty."])
+        done = mylm(["ask", "--yes", "what is here?"], subprocess_env,
+                    MYLM_BASE_URL=server.base_url, MYLM_MODEL="m", MYLM_API_KEY="k")
+        posts = [r for r in server.requests if r.method == "POST"]
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "The workspace is empty.\n"
+    assert len(posts) == 2 and "<observation" in json.dumps(posts[1].body)
+
+
+@pytest.mark.slow
+def test_end_to_end_a_model_stuck_in_another_format_never_exits_0_with_markup(
+    subprocess_env: dict[str, str]
+) -> None:
+    from tests.providers.servers import OpenAIServer
+    from tests.test_end_to_end import mylm
+
+    stuck = "<ask_followup_question>\n<question>Which folder?</question>\n</ask_followup_question>"
+    with OpenAIServer() as server:
+        server.script([stuck] * 6)
+        done = mylm(["ask", "--yes", "go"], subprocess_env,
+                    MYLM_BASE_URL=server.base_url, MYLM_MODEL="m", MYLM_API_KEY="k")
+    assert done.returncode != 0 and "<ask_followup_question>" not in done.stdout
+    assert "unusable replies" in done.stderr and "Traceback" not in done.stderr
