@@ -62,6 +62,11 @@ FORMS: dict[str, Form] = {
                                     f"{_json(a)}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
     "harmony": lambda n, a: f"<|channel|>commentary to=functions.{n} <|constrain|>json<|message|>{_json(a)}<|call|>",
     "langchain in block": lambda n, a: f'<tool_code>\n{{"action": "{n}", "action_input": {_json(a)}}}\n</tool_code>',
+    "attributes": lambda n, a: f"<{n} " + " ".join(f'{k}="{v}"' for k, v in a.items()) + "/>",
+    "name then JSON in block": lambda n, a: f"<tool_code>\n{n}\n{_json(a)}\n</tool_code>",
+    "name as JSON key in block": lambda n, a: f'<tool_code>\n{{"{n}": {_json(a)}}}\n</tool_code>',
+    "other case": lambda n, a: f"<tool_code><name>functions.{n.upper()}</name><parameters>{_json(a)}</parameters>"
+                               "</tool_code>",
 }
 #: Forms whose every prefix (past a few characters) still shows a call was being written.
 TAG_FORMS = [k for k in FORMS if k not in ("react", "deepseek tokens", "harmony")]

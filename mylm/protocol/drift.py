@@ -236,6 +236,13 @@ def _tool_tags(text: str, masked: str, tools: Registry, closers: _Closers) -> li
     spans: list[Span] = []
     for match in re.finditer(_ELEMENT_OPEN.format(names=names), masked):
         tag = match.group("tag")
+        attrs = dict(_ATTR.findall(match.group("attrs") or ""))
+        if attrs or (match.group("attrs") or "").rstrip().endswith("/"):
+            # `<list_dir path="src"/>`: the arguments are the attributes (a body after them is not read).
+            close = closers.after(match.end(), tag) if not match.group().endswith("/>") else None
+            end = close[1] if close and _blank_end(masked, match.end()) >= close[0] else match.end()
+            spans.append((match.start(), end, _attribute_call(tag, attrs, tools)))
+            continue
         close = closers.after(match.end(), tag)
         structured = masked[match.end() : match.end() + 400].lstrip().startswith(("<", "{"))
         if not structured and close is not None and _blank_end(masked, match.end()) < close[0]:
@@ -253,6 +260,18 @@ def _tool_tags(text: str, masked: str, tools: Registry, closers: _Closers) -> li
 
         spans.append((match.start(), close[1] if close else len(text), read))
     return spans
+
+
+_ATTR = re.compile(r"""([A-Za-z_][\w.-]{0,63})\s*=\s*["']([^"'<>]*)["']""")
+
+
+def _attribute_call(tag: str, attrs: dict[str, str], tools: Registry) -> Reading:
+    def read() -> tuple[ToolCall | None, str | None]:
+        name = _known(tag, tools) or tag
+        call = ToolCall(name, attrs)
+        return ToolCall(name, attrs, raw=format_tool_call(call)), None
+
+    return read
 
 
 def _plain_body(text: str, start: int, end: int, tag: str, tools: Registry) -> Reading:
@@ -386,6 +405,53 @@ def _decoded(body: str, tools: Registry, cut: bool, opener: str) -> tuple[ToolCa
 
 def _where(opener: str) -> str:
     return f" (It was written as {opener.strip()[:60]!r}, which is not the protocol's form.)"
+
+
+def known_tool(name: str, tools: Registry) -> str | None:
+    """The registered tool `name` unambiguously means (`List_Dir`, `functions.list_dir`), or None."""
+    return _known(name, tools)
+
+
+_NAME_THEN_JSON = re.compile(r"\A\s*[\"'`]?(?P<name>[A-Za-z_][\w.:-]{0,127})[\"'`]?\s*[:(]?\s*(?=\{)")
+_YAMLISH = re.compile(r"(?im)^\s*(?:tool|name|tool_name|action)\s*[:=]\s*[\"'`]?(?P<name>[A-Za-z_][\w.:-]{0,127})"
+                      r"[\"'`]?\s*$\s*^\s*(?:parameters|arguments|args|input|action_input)\s*[:=]\s*(?=\{)")
+
+
+def recover_block(body: str, tools: Registry) -> ToolCall | None:
+    """A `<tool_code>` body written in another format, read against the registry: a drifted form (a tool tag
+    with attributes, ReAct, …), `list_dir {"path": "."}` or `name: list_dir` / `parameters: {…}` lines, or
+    `{"list_dir": {"path": "."}}`. None unless exactly one registered call reads out of it."""
+    drift = find_drift(body, tools)
+    if drift is not None:
+        calls = [call for call, _ in drift.items]
+        if len(calls) == 1 and calls[0] is not None and not drift.remaining:
+            return calls[0]
+        return None
+    for pattern in (_NAME_THEN_JSON, _YAMLISH):
+        found = pattern.search(body)
+        name = None if found is None else _known(found.group("name"), tools)
+        if found is not None and name is not None:
+            args = _object(body[found.end() :].rstrip().removesuffix(")"))
+            if args is not None:
+                return ToolCall(name, args, raw=format_tool_call(ToolCall(name, args)))
+    whole = _object(body)
+    if whole is not None and len(whole) == 1:
+        (key, value), = whole.items()
+        name = _known(key, tools)
+        if name is not None and isinstance(value, dict):
+            return ToolCall(name, value, raw=format_tool_call(ToolCall(name, value)))
+    return None
+
+
+def _object(text: str) -> dict[str, Any] | None:
+    text = text.strip()
+    if not text.startswith("{"):
+        return None
+    try:
+        value, end = loads(text, 0)
+    except JSONRepairError:
+        return None
+    return value if isinstance(value, dict) and not text[end:].strip() else None
 
 
 def _known(name: str, tools: Registry) -> str | None:

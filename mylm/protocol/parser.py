@@ -32,7 +32,7 @@ from .blockscan import (
 from .callblock import decode_block
 from .canonical import format_tool_call
 from .corrections import bare_json_error, cut_off_tag
-from .drift import ToolNames, find_drift, looks_like_schema, registry, schema_error
+from .drift import ToolNames, find_drift, known_tool, looks_like_schema, recover_block, registry, schema_error
 from .fences import MAX_RUN, Fence, Pending, fence_run
 from .parsed import CallParsed, ParsedTurn, ParseEvent
 from .tags import (
@@ -552,6 +552,11 @@ class StreamParser:
     def _finish_block(self, closer: str) -> None:
         body = "".join(self._block_parts)
         call, error = decode_block(body, self._block_kind, at_end=not closer)
+        if call is None and self._tools is not None and closer:
+            # A complete block whose body is another format (a tool tag with attributes, `name` then JSON, …):
+            # read against the registry, or keep the block's own error.
+            call = recover_block(body, self._tools)
+            error = error if call is None else None
         raw = self._block_open + body + closer
         if call is not None:
             call = ToolCall(call.name, call.arguments, raw=raw)
@@ -636,6 +641,10 @@ class StreamParser:
 
     def _checked(self, call: ToolCall) -> tuple[ToolCall | None, str | None]:
         """A decoded call that is still unusable: its parameters are the tool's schema echoed back."""
+        if self._tools is not None and call.name not in self._tools:
+            named = known_tool(call.name, self._tools)  # `List_Dir`, `functions.list_dir`: one tool, unambiguously
+            if named is not None:
+                call = ToolCall(named, call.arguments, raw=call.raw)
         known = self._tools.get(call.name, frozenset()) if self._tools is not None else frozenset()
         if looks_like_schema(call.arguments, known):
             return None, schema_error(call.name, call.arguments, known)
@@ -653,7 +662,8 @@ class StreamParser:
         names = (*_CUT_WORDS, *(n.lower() for n in (self._tools or ())))
         if match.group("closed"):
             # A whole opening tag that ends the reply: the call it opens was never written.
-            if match.group("slash") or word not in names or word in ("name", "parameter"):
+            if match.group("slash") or word not in names or word in ("name", "parameter") or \
+                    match.group().rstrip().endswith("/>"):
                 return
         elif not any(n.startswith(word) for n in names):
             return
