@@ -407,7 +407,9 @@ def _claude(body: str, i: int, at_end: bool, kind: str) -> tuple[ToolCall, None]
     return ToolCall(name, _children(body, invokes[0].end(), at_end, name, kind)), None
 
 
-def _named_element(body: str, element: re.Match[str], at_end: bool, kind: str) -> tuple[ToolCall, tuple[int, int] | None]:
+def _named_element(
+    body: str, element: re.Match[str], at_end: bool, kind: str
+) -> tuple[ToolCall, tuple[int, int] | None]:
     """`<read_file><path>a</path></read_file>`: the tool's name used as the tag (Cline / Roo Code habit)."""
     name = _clean_name(element.group(1), kind)
     close = body.rfind(f"</{name}>")
