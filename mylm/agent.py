@@ -22,9 +22,11 @@ from .errors import (
 )
 from .llm import LLM, ConstrainMode, Constraint, LLMRequest, alternating
 from .outputs import OutputCache, cut_middle
-from .parser import ParsedTurn, format_tool_call
-from .prompts import PromptLoader, dump_json, neutralise, tool_view
-from .stops import DEFAULT_STOPS, OBSERVATION_STOP
+from .prompts import PromptLoader, dump_json, tool_view
+from .protocol.canonical import format_tool_call
+from .protocol.defuse import neutralise
+from .protocol.parsed import ParsedTurn
+from .protocol.stops import DEFAULT_STOPS, OBSERVATION_STOP, TOOL_STOP
 from .tools.base import Tool, ToolContext, ToolOutcome
 from .tools.bounded import run_bounded
 from .tools.registry import ToolRegistry
@@ -94,6 +96,11 @@ class _Run:
     model_calls: int = 0
     failures: int = 0
     compacted: bool = False
+    #: The calls of the current turn, and how many could not even be tried (unknown tool, invalid arguments).
+    turn_calls: int = 0
+    invalid_calls: int = 0
+    #: The correction sent last, so a repeated mistake gets a different, more concrete one.
+    last_problem: str = ""
 
     def add(self, message: Message) -> None:
         self.messages.append(message)
@@ -222,6 +229,9 @@ class Agent:
         self.stops: tuple[str, ...] = DEFAULT_STOPS if not multiple_calls else (OBSERVATION_STOP,)
         if not stop_strings:
             self.stops = ()
+        #: Whether this endpoint's chat template opens `<think>` for the model, as its replies have shown so far
+        #: (None: not known yet, so the parser holds calls until a reply shows it; see docs/parser.md).
+        self.opens_reasoning: bool | None = None
 
     def _templates(self) -> list[str]:
         """Every template a run can render: checked before the first request, so a broken one is reported
@@ -331,11 +341,11 @@ class Agent:
             if problem is not None:
                 yield from self._reject_turn(run, turn, problem)
                 continue
-            run.failures = 0
             if not turn.parsed.tool_calls:
                 if self.tool_choice not in ("auto", "none"):
                     yield from self._require_call(run, turn)
                     continue
+                run.failures = 0
                 logger.info("Final response received (no tool calls)")
                 run.add(Message("assistant", turn.parsed.thought or turn.parsed.text.strip()))
                 answer = turn.parsed.final_answer or ""
@@ -358,6 +368,11 @@ class Agent:
             if done is not None:
                 yield FinalResponseEvent(done, StopReason.DONE_TOOL)
                 return done, StopReason.DONE_TOOL
+            # A turn whose every call was invalid is as unusable as an unreadable one: repeated, the run ends.
+            run.failures = run.failures + 1 if run.invalid_calls == run.turn_calls > 0 else 0
+            if run.failures >= self.max_consecutive_failures:
+                raise MylmError(f"the model gave {run.failures} unusable replies in a row; last problem: "
+                                f"{run.last_problem}")
         logger.warning("Max agentic iterations reached without final response")
         answer = yield from self._summarise(run)
         yield FinalResponseEvent(answer, StopReason.MAX_ITERATIONS)
@@ -436,24 +451,36 @@ class Agent:
     def _complete(
         self, run: _Run, messages: tuple[Message, ...], constraint: Constraint | None = None
     ) -> Steps[ModelTurn]:
-        request = self._request(run, messages, run.stops, constraint)
+        stops = run.stops
+        if self.opens_reasoning is not False:
+            # Unless replies have shown that the template does not open <think>, a call may be a draft that a later
+            # lone </think> turns into reasoning: let the model go on past it (docs/parser.md, "Reasoning").
+            stops = tuple(s for s in stops if s != TOOL_STOP)
+        request = self._request(run, messages, stops, constraint)
         run.model_calls += 1
         shown: list[str] = []
         try:
             turn: ModelTurn = yield from stream_turn(
-                self.llm, request, multiple_calls=self.multiple_calls, shown=shown
+                self.llm, request, multiple_calls=self.multiple_calls, shown=shown, tools=self._tool_names(),
+                reasoning_open=self.opens_reasoning,
             )
         except BaseException:
             # Keep what the user already saw: the conversation so far is never lost.
             if "".join(shown).strip():
                 run.add(Message("assistant", "".join(shown).rstrip() + "\n[interrupted]"))
             raise
+        if turn.opens_reasoning is not None:
+            self.opens_reasoning = turn.opens_reasoning
         if turn.usage is not None:
             run.usage = run.usage + turn.usage
             if turn.usage.prompt_tokens:
                 self.estimator.calibrate(messages, turn.usage.prompt_tokens)
             yield UsageEvent(turn.usage, run.usage)
         return turn
+
+    def _tool_names(self) -> dict[str, tuple[str, ...]]:
+        """The tools in play and their argument names: the parser reads drifted calls against them."""
+        return {t.name: tuple(dict(t.parameters).get("properties") or ()) for t in self.tools}
 
     def _reject_turn(self, run: _Run, turn: ModelTurn, message: str) -> Steps[None]:
         """Record an unusable turn and tell the model exactly what to fix (or give up after repeated failures)."""
@@ -467,7 +494,7 @@ class Agent:
         if turn.finish is FinishReason.MAX_TOKENS:
             observation = self.prompts.render("truncated.j2", max_tokens=self.max_tokens)
         else:
-            observation = self.prompts.render("format_error.j2", message=neutralise(message))
+            observation = self.prompts.render("format_error.j2", message=neutralise(_escalated(run, message)))
         run.add(Message("user", observation))
 
     # ------------------------------------------------------------------------------------------ tools
@@ -476,6 +503,7 @@ class Agent:
         """Run the turn's calls in order; return the done tool's final message, if one ended the run."""
         calls = parsed.tool_calls if self.multiple_calls else parsed.tool_calls[:1]
         calls = tuple(replace(c, id=f"call_{run.iteration}_{i}") for i, c in enumerate(calls, 1))
+        run.turn_calls, run.invalid_calls = len(calls), 0
         # History records the canonical form, so the next prompt is an exact extension of this one.
         canonical = "\n".join(format_tool_call(c) for c in calls)
         run.add(Message("assistant", f"{parsed.thought}\n{canonical}" if parsed.thought else canonical))
@@ -507,7 +535,8 @@ class Agent:
         status: Literal["completed", "error", "denied"] = "error"
         if tool_ is None:
             yield ToolCallEvent(call)
-            outcome = ToolOutcome(self.tools.unknown_tool_message(call.name), True, 0.0)
+            outcome = ToolOutcome(_escalated(run, self.tools.unknown_tool_message(call.name)), True, 0.0)
+            run.invalid_calls += 1
         else:
             arguments, problems = tool_.validate(call.arguments)
             call = replace(call, arguments=arguments)
@@ -518,7 +547,8 @@ class Agent:
             if refusal is not None:
                 outcome, status = ToolOutcome(refusal, True, 0.0), "denied"
             elif problems:
-                outcome = ToolOutcome(_invalid_arguments(tool_, problems), True, 0.0)
+                outcome = ToolOutcome(_escalated(run, _invalid_arguments(tool_, problems), tool_), True, 0.0)
+                run.invalid_calls += 1
             elif not verdict.allowed:
                 outcome, status = ToolOutcome(verdict.reason or "the user refused it", True, 0.0), "denied"
             else:
@@ -672,6 +702,25 @@ def _unusable(parsed: ParsedTurn) -> str | None:
             "with </think>, then write one <tool_code> block or your answer."
         )
     return "Your reply was empty. Write one <tool_code> block to use a tool, or write your answer."
+
+
+def _escalated(run: _Run, message: str, tool_: Tool | None = None) -> str:
+    """The correction for `message`; when it repeats the last one (which evidently did not help), a different one:
+    a ready-made block to copy, with the tool's real argument names."""
+    repeated = message == run.last_problem
+    run.last_problem = message
+    if not repeated:
+        return message
+    if tool_ is not None:
+        names = list(dict(tool_.parameters).get("required") or dict(tool_.parameters).get("properties") or ())
+        arguments = {str(n): "VALUE" for n in names}
+        block = format_tool_call(ToolCall(tool_.name, arguments))
+        return (f"{message}\nThis is the same mistake as in your previous call, so that correction did not help. "
+                "Do not copy the schema. Copy this block exactly and replace each VALUE with the value you "
+                f"mean:\n{block}")
+    return (f"{message}\nThis is the same problem as in your previous reply. Reply with nothing but one block "
+            "in exactly this form (or, to answer, with plain text and no tags):\n"
+            + format_tool_call(ToolCall("TOOL_NAME", {"ARGUMENT": "VALUE"})))
 
 
 def _invalid_arguments(tool_: Tool, problems: list[str]) -> str:

@@ -6,11 +6,11 @@ import functools
 import importlib.util
 import json
 import os
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from .errors import TemplateError
+from .protocol.defuse import neutralise as neutralise  # re-exported: templates and callers use it
 
 if TYPE_CHECKING:
     from jinja2 import FileSystemLoader
@@ -92,26 +92,6 @@ def contained(directory: str | os.PathLike[str], file: str | os.PathLike[str]) -
             f"{file}: refusing a template that leads outside {directory} (a symlink out of the template directory)"
         )
     return real
-
-
-def neutralise(text: str) -> str:
-    """Make tool output safe to place inside `<observation>`: it can neither close it nor open a tool call.
-
-    Only protocol tags are defused (their `<` becomes `&lt;`), so ordinary code keeps its `<` and stays
-    readable. Control characters other than tab and newline become visible `\\xNN`; carriage returns become
-    newlines so progress bars and CRLF files read as lines.
-    """
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
-    text = _PROTOCOL_TAG.sub(lambda m: "&lt;" + m.group(1), text)
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-
-
-_PROTOCOL_TAG = re.compile(
-    r"<(\s*/?\s*(?:observation|tool_code|tool_calls?|tool_response|tool_definitions|tool|function_calls|function|"
-    r"parameters?|arguments?|name|think|thinking|final_answer|invoke|arg_key|arg_value)\b)",
-    re.IGNORECASE,
-)
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\ud800-\udfff]")
 
 
 def dump_json(value: Any, indent: int | None = None, *, compact: bool = False) -> str:

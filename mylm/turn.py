@@ -6,7 +6,10 @@ from dataclasses import dataclass
 from typing import Generator
 
 from .llm import LLM, FinishChunk, LLMRequest, ReasoningChunk, TextChunk
-from .parser import ParsedTurn, ParseEvent, ReasoningDelta, StreamParser, TextDelta
+from .protocol.drift import ToolNames
+from .protocol.parsed import ParsedTurn, ParseEvent
+from .protocol.parser import StreamParser
+from .protocol.tags import TOOL_CLOSE, TOOL_OPEN
 from .types import Event, FinishReason, ReasoningEvent, TextEvent, Usage
 
 
@@ -17,30 +20,47 @@ class ModelTurn:
     parsed: ParsedTurn
     finish: FinishReason
     usage: Usage | None
+    #: What this turn showed about the chat template: it opens reasoning (a lone `</think>`), it does not (the
+    #: reply opened its own, or the server split reasoning out, or a whole reply had none), or None (unknown).
+    opens_reasoning: bool | None = None
 
 
 def stream_turn(
-    llm: LLM, request: LLMRequest, *, multiple_calls: bool, shown: list[str]
+    llm: LLM,
+    request: LLMRequest,
+    *,
+    multiple_calls: bool,
+    shown: list[str],
+    tools: ToolNames | None = None,
+    reasoning_open: bool | None = None,
 ) -> Generator[Event, None, ModelTurn]:
     """Stream one completion as text and reasoning events; return the parsed turn.
 
     Visible text is also appended to `shown`, so a caller interrupted mid-stream still knows what the user saw.
     The stream is closed as soon as the parser says nothing more can change the turn (the call is complete,
     or the model began inventing an observation), so a server that ignores stops costs nothing extra.
+    `reasoning_open` is what earlier turns showed about the template (None: unknown); a raw-prompt provider that
+    rendered the prompt itself says so exactly (`opens_reasoning`), once its stream has started.
     """
     # coalesce=1: every chunk is shown as it arrives. A model that pauses mid-reply must not leave its last words
     # hidden, and at model speeds (tens of tokens a second) per-chunk parsing costs microseconds.
-    parser = StreamParser(multiple_calls=multiple_calls, coalesce=1)
     server: FinishChunk | None = None
+    parser: StreamParser | None = None
+    split_reasoning = False
     stream = iter(llm.stream(request))
     try:
         for chunk in stream:
+            if parser is None:
+                rendered = getattr(llm, "opens_reasoning", None)
+                known = rendered if isinstance(rendered, bool) else reasoning_open
+                parser = StreamParser(multiple_calls=multiple_calls, coalesce=1, tools=tools, reasoning_open=known)
             if isinstance(chunk, TextChunk):
                 yield from _relay(parser.feed(chunk.text), shown)
                 if parser.finished:
                     break
             elif isinstance(chunk, ReasoningChunk):
                 if chunk.text:
+                    split_reasoning = True
                     yield ReasoningEvent(chunk.text)
             elif isinstance(chunk, FinishChunk):
                 server = chunk
@@ -48,18 +68,37 @@ def stream_turn(
         close = getattr(stream, "close", None)
         if close is not None:
             close()  # release the connection now: the rest of the completion is not needed
+    if parser is None:
+        parser = StreamParser(multiple_calls=multiple_calls, coalesce=1, tools=tools, reasoning_open=reasoning_open)
     yield from _relay(parser.close(), shown)
-    assert parser.result is not None
-    return ModelTurn(parser.result, finish_reason(parser.result, server, parser.finished), server.usage if server else None)
+    parsed = parser.result
+    assert parsed is not None
+    rendered = getattr(llm, "opens_reasoning", None)
+    opens = rendered if isinstance(rendered, bool) else template_opens_reasoning(parsed, split_reasoning)
+    return ModelTurn(parsed, finish_reason(parsed, server, parser.finished), server.usage if server else None, opens)
+
+
+def template_opens_reasoning(parsed: ParsedTurn, split_reasoning: bool) -> bool | None:
+    """What one reply shows about whether the chat template opens `<think>` for the model (None: nothing)."""
+    text = parsed.text.lower()
+    close = min((i for i in (text.find("</think>"), text.find("</thinking>")) if i >= 0), default=-1)
+    opened = min((i for i in (text.find("<think>"), text.find("<thinking>")) if i >= 0), default=-1)
+    if close >= 0 and (opened < 0 or close < opened):
+        return True
+    if opened >= 0 or split_reasoning:
+        return False
+    if parsed.tool_calls or (parsed.final_answer or "").strip():
+        return False  # a whole, usable reply without any reasoning tag
+    return None
 
 
 def _relay(events: list[ParseEvent], shown: list[str]) -> Generator[Event, None, None]:
     for event in events:
-        if isinstance(event, TextDelta):
+        if isinstance(event, TextEvent):
             shown.append(event.text)
-            yield TextEvent(event.text)
-        elif isinstance(event, ReasoningDelta):
-            yield ReasoningEvent(event.text)
+            yield event
+        elif isinstance(event, ReasoningEvent):
+            yield event
 
 
 def finish_reason(parsed: ParsedTurn, server: FinishChunk | None, cut: bool) -> FinishReason:
@@ -82,8 +121,8 @@ def cut_mid_thought(turn: ModelTurn) -> bool:
     if not parsed.unclosed_reasoning or parsed.tool_calls or turn.finish is FinishReason.MAX_TOKENS:
         return False
     reasoning = parsed.reasoning.lower()
-    drafted = reasoning.rfind("<tool_code")
-    return turn.finish is FinishReason.STOP_SEQUENCE or (drafted >= 0 and "</tool_code>" not in reasoning[drafted:])
+    drafted = reasoning.rfind(TOOL_OPEN[:-1])
+    return turn.finish is FinishReason.STOP_SEQUENCE or (drafted >= 0 and TOOL_CLOSE not in reasoning[drafted:])
 
 
 def collect_text(llm: LLM, request: LLMRequest) -> tuple[str, Usage | None]:

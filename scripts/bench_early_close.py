@@ -21,7 +21,7 @@ from typing import Generator
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root: mylm and the test servers
 
 from mylm.llm import TextChunk  # noqa: E402
-from mylm.parser import parse_completion  # noqa: E402
+from mylm.protocol.parser import parse_completion  # noqa: E402
 from mylm.providers import Endpoint, create_llm  # noqa: E402
 from mylm.turn import ModelTurn, stream_turn  # noqa: E402
 from mylm.types import Event  # noqa: E402

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root
 
 from mylm import Agent, tool  # noqa: E402
 from mylm.llm import LLM, LLMChunk, LLMRequest  # noqa: E402
-from mylm.parser import format_tool_call  # noqa: E402
+from mylm.protocol.parser import format_tool_call  # noqa: E402
 from mylm.providers import Endpoint, create_llm  # noqa: E402
 from mylm.testing import ScriptedLLM  # noqa: E402
 from mylm.types import ToolCall  # noqa: E402

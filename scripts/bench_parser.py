@@ -8,6 +8,9 @@ thought, then one write_file call whose JSON content is source code, escapes and
 baseline re-scans the accumulated text with a regex on every chunk; it is quadratic, so it runs under a time
 budget and larger sizes are extrapolated from the measured size (marked `~`).
 
+A second table parses whole completions with `tools=` (the agent's case: drifted formats are read against the
+registry once the reply is complete), adding two floods of drifted openers, to show that recovery stays linear.
+
 `--repair` also measures the json-repair package (if installed) against our reader on the cases that must not
 be corrupted and the cases that should be repaired.
 """
@@ -25,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mylm.parser import StreamParser, parse_completion
+from mylm.protocol.parser import StreamParser, parse_completion
 
 SIZES = (10_000, 100_000, 1_000_000)
 CHUNK = 4
@@ -54,6 +57,26 @@ def completion(shape: str, size: int) -> str:
 
 def parse_whole(text: str) -> None:
     parse_completion(text)
+
+
+TOOLS = {"write_file": ["path", "content"], "list_dir": ["path"], "read_file": ["path"]}
+DRIFT_UNITS = {"tooltags": "<list_dir>\n<path>src</path>\n", "react": "Action: list_dir\nAction Input: {}\n"}
+
+
+def parse_with_tools(text: str) -> None:
+    parse_completion(text, tools=TOOLS)
+
+
+def run_tools(quick: bool) -> None:
+    """Whole-text MB/s with the registry given, including drift recovery at the end of the reply."""
+    sizes = SIZES[:2] if quick else SIZES
+    print(f"{'tools=':8} {'size':>9} {'whole MB/s':>11}")
+    for shape in ("answer", "call", "openers", *DRIFT_UNITS):
+        for size in sizes:
+            unit = DRIFT_UNITS.get(shape)
+            text = unit * (size // len(unit)) if unit else completion(shape, size)  # whole units: no cut-off tag
+            whole = best_of(parse_with_tools, text, 5 if size <= 100_000 else 3)
+            print(f"{shape:8} {size:>9,} {mbps(size, whole):>11.1f}")
 
 
 def parse_chunked(chunks: list[str]) -> None:
@@ -136,9 +159,9 @@ REPAIR_CASES: list[tuple[str, str, object]] = [
 
 def run_repair() -> None:
     """Score our reader and json-repair on the repair cases: decoded exactly as expected, or not."""
-    from mylm.jsonrepair import JSONRepairError, loads
+    from mylm.protocol.jsonrepair import JSONRepairError, loads
 
-    readers: dict[str, Callable[[str], object]] = {"mylm.jsonrepair": lambda s: loads(s)[0]}
+    readers: dict[str, Callable[[str], object]] = {"mylm.protocol.jsonrepair": lambda s: loads(s)[0]}
     try:
         import json_repair  # type: ignore[import-not-found]
 
@@ -164,6 +187,8 @@ def main() -> None:
     parser.add_argument("--repair", action="store_true", help="also compare JSON repair against json-repair")
     args = parser.parse_args()
     run(args.quick)
+    print()
+    run_tools(args.quick)
     if args.repair:
         print()
         run_repair()

@@ -19,8 +19,8 @@ from typing import Callable
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mylm import Agent  # noqa: E402
-from mylm.parser import format_tool_call  # noqa: E402
 from mylm.prompts import PromptLoader  # noqa: E402
+from mylm.protocol.parser import format_tool_call  # noqa: E402
 from mylm.testing import ScriptedLLM  # noqa: E402
 from mylm.tools import builtin_tools  # noqa: E402
 from mylm.types import ToolCall  # noqa: E402

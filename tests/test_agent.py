@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import itertools
-
 from pathlib import Path
 
 import pytest
 
 from mylm import Agent, Permission, StopReason, TaskComplete, tool
 from mylm.errors import EndpointUnreachableError, ServerError
-from mylm.parser import format_tool_call
+from mylm.protocol.parser import format_tool_call
 from mylm.testing import ScriptedLLM, ScriptedReply
 from mylm.tools.shell import shell_tool
 from mylm.types import (
@@ -270,10 +269,22 @@ def test_agent_retries_without_stops_when_a_stop_cut_the_reasoning() -> None:
     # The server honours </tool_code> even inside <think>, so the first reply ends mid-thought.
     thinking = "<think>I could write " + call("explode", reason="x") + " but no.</think>The answer is 7."
     llm = ScriptedLLM([thinking, thinking], stops="honour")
-    result = Agent(llm, [explode]).run("x")
+    agent = Agent(llm, [explode])
+    agent.opens_reasoning = False  # earlier replies showed no template-opened reasoning: </tool_code> is sent
+    result = agent.run("x")
     assert result.final_text == "The answer is 7."
-    assert llm.requests[0].stop and llm.requests[1].stop == ()
+    assert "</tool_code>" in llm.requests[0].stop and llm.requests[1].stop == ()
     assert any(isinstance(e, ErrorEvent) and e.kind == "retry" for e in result.events)
+
+
+def test_agent_sends_no_call_stop_until_replies_show_the_template_does_not_open_reasoning() -> None:
+    llm = ScriptedLLM([call("explode", reason="x").join(["<think>maybe ", " no</think>"]) + "7.", "8."],
+                      stops="honour")
+    agent = Agent(llm, [explode])
+    assert agent.run("x").final_text == "7." and "</tool_code>" not in llm.requests[0].stop
+    assert agent.opens_reasoning is False  # the reply opened its own <think>
+    agent.run("y")
+    assert "</tool_code>" in llm.requests[1].stop
 
 
 def test_agent_rejects_bad_limits() -> None:

@@ -9,8 +9,8 @@ import threading
 import pytest
 
 from mylm import Agent, CancelToken, LLMRequest, StopReason, tool
-from mylm.parser import format_tool_call
-from mylm.testing import ScriptedLLM, ScriptExhaustedError, ScriptedReply
+from mylm.protocol.parser import format_tool_call
+from mylm.testing import ScriptedLLM, ScriptedReply, ScriptExhaustedError
 from mylm.tools.base import ToolContext
 from mylm.types import CompactionEvent, Message, TextEvent, ToolCall, ToolResultEvent, Usage
 

@@ -14,7 +14,7 @@ import pytest
 import mylm
 from mylm import Agent, StopReason, ToolContext, tool
 from mylm.errors import MylmError, NoToolsError, UnusableRepliesError
-from mylm.parser import format_tool_call
+from mylm.protocol.parser import format_tool_call
 from mylm.testing import ScriptedLLM, ScriptedReply
 from mylm.types import ContinueEvent, ErrorEvent, FinalResponseEvent, Message, ToolCall, ToolResultEvent
 

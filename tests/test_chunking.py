@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mylm import Agent
-from mylm.parser import StreamParser, format_tool_call, parse_completion
+from mylm.protocol.parser import StreamParser, format_tool_call, parse_completion
 from mylm.testing import ScriptedLLM, ScriptedReply
 from mylm.types import TextEvent, ToolCall
 
@@ -40,9 +40,9 @@ def test_chunking_parser_events_and_result_are_chunk_invariant(case: tuple[str, 
     whole_events = whole.feed(text) + whole.close()
     assert parser.result == whole.result == parse_completion(text)
     joined = lambda evs, kind: "".join(getattr(e, "text", "") for e in evs if type(e).__name__ == kind)  # noqa: E731
-    for kind in ("TextDelta", "ReasoningDelta"):
+    for kind in ("TextEvent", "ReasoningEvent"):
         assert joined(events, kind) == joined(whole_events, kind)
-    assert "<tool_" not in joined(events, "TextDelta") or "<tool_" in text.split("<think>")[0]
+    assert "<tool_" not in joined(events, "TextEvent") or "<tool_" in text.split("<think>")[0]
 
 
 @settings(max_examples=60, deadline=None)

@@ -10,18 +10,26 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mylm.display import EventPrinter, JsonPrinter, Screen, for_terminal, json_text, quote_for_terminal, text_rows
+from mylm.display import (
+    EventPrinter,
+    JsonPrinter,
+    Screen,
+    for_terminal,
+    json_text,
+    quote_for_terminal,
+    text_rows,
+)
 from mylm.redact import Redactor
 from mylm.types import (
     ErrorEvent,
     FinalResponseEvent,
     IterationStartEvent,
     ReasoningEvent,
+    StepCompleteEvent,
     StopReason,
     TextEvent,
     ToolCall,
     ToolCallEvent,
-    StepCompleteEvent,
     ToolResultEvent,
 )
 

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from mylm.cli import cli
-from mylm.parser import format_tool_call
+from mylm.protocol.parser import format_tool_call
 from mylm.testing import ScriptedLLM
 from mylm.types import ToolCall
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from mylm.parser import (
+from mylm.protocol.parser import (
     CallParsed,
     ParseEvent,
-    ReasoningDelta,
+    ReasoningEvent,
     StreamParser,
-    TextDelta,
+    TextEvent,
     format_tool_call,
     parse_block,
     parse_completion,
@@ -24,7 +24,7 @@ def feed_all(parser: StreamParser, chunks: list[str]) -> list[list[ParseEvent]]:
 
 
 def shown(events: list[ParseEvent]) -> str:
-    return "".join(e.text for e in events if isinstance(e, TextDelta))
+    return "".join(e.text for e in events if isinstance(e, TextEvent))
 
 
 def test_stream_partial_tag_is_held_back_until_decided() -> None:
@@ -45,10 +45,46 @@ def test_stream_non_tag_angle_bracket_is_released() -> None:
 
 
 def test_stream_call_is_emitted_as_soon_as_its_end_tag_arrives() -> None:
-    parser = StreamParser()
+    parser = StreamParser(reasoning_open=False)
     batches = feed_all(parser, ["Checking.\n", BLOCK[:40], BLOCK[40:-3], BLOCK[-3:]])
     assert not any(isinstance(e, CallParsed) for batch in batches[:3] for e in batch)
     assert [e.call.arguments for e in batches[3] if isinstance(e, CallParsed)] == [{"command": "ls"}]
+
+
+def test_lone_think_close_unknown_template_holds_calls_until_the_end() -> None:
+    """Lone </think>: whether the template opened reasoning is unknown, so a complete call is not emitted (and
+    the stream not closed early) until the reply shows it; a later lone </think> makes it reasoning."""
+    parser = StreamParser(multiple_calls=False)
+    batches = feed_all(parser, ["Draft:\n", BLOCK])
+    assert not any(isinstance(e, CallParsed) for batch in batches for e in batch) and not parser.finished
+    parser.feed("\nNo, just answer.</think>\nThe answer is 4.")
+    parser.close()
+    assert parser.result is not None
+    assert parser.result.tool_calls == () and parser.result.final_answer == "The answer is 4."
+    assert "<tool_code>" in parser.result.reasoning
+
+
+def test_lone_think_close_unknown_template_emits_the_call_at_close() -> None:
+    parser = StreamParser(multiple_calls=False)
+    feed_all(parser, ["Checking.\n", BLOCK])
+    assert [e.call.name for e in parser.close() if isinstance(e, CallParsed)] == ["execute_command"]
+
+
+def test_lone_think_close_own_think_opener_releases_calls_at_once() -> None:
+    """A reply that opens its own <think> shows the template did not: the call after it is emitted at once."""
+    parser = StreamParser(multiple_calls=False)
+    batches = feed_all(parser, ["<think>plan</think>\n", BLOCK])
+    assert any(isinstance(e, CallParsed) for e in batches[-1]) and parser.finished
+
+
+def test_lone_think_close_known_open_template_reads_the_start_as_reasoning() -> None:
+    turn = parse_completion("drafting " + BLOCK + "</think>\nDone.", reasoning_open=True)
+    assert turn.tool_calls == () and turn.final_answer == "Done."
+
+
+def test_lone_think_close_call_after_it_runs() -> None:
+    turn = parse_completion("I should list.\n</think>\n" + BLOCK)
+    assert [c.name for c in turn.tool_calls] == ["execute_command"] and "I should list." in turn.reasoning
 
 
 def test_stream_fenced_call_waits_for_the_fence_to_be_decided() -> None:
@@ -80,7 +116,7 @@ def test_stream_call_events_match_result_calls() -> None:
 def test_stream_reasoning_open_streams_reasoning_not_text() -> None:
     parser = StreamParser(reasoning_open=True, coalesce=1)
     events = parser.feed("thinking about it") + parser.feed("</think>The answer.") + parser.close()
-    assert [type(e) for e in events] == [ReasoningDelta, TextDelta]
+    assert [type(e) for e in events] == [ReasoningEvent, TextEvent]
     assert parser.result is not None and parser.result.final_answer == "The answer."
 
 
@@ -268,3 +304,20 @@ def test_xml_entity_references_without_declarations_are_never_expanded() -> None
 def test_hermes_null_arguments_mean_none() -> None:
     turn = parse_completion('<tool_call>{"name": "get_time", "arguments": null}</tool_call>')
     assert turn.tool_calls[0].arguments == {}
+
+
+def test_sequenced_blocks_single_call_mode_never_runs_a_later_block_after_a_broken_one() -> None:
+    """One call per turn: the first *readable* block used to run, so step 2 of a plan ran without step 1."""
+    broken = '<tool_code><name>write_file</name><parameters>{"path": "a", "content": oops}</parameters></tool_code>'
+    for reasoning_open in (False, None):
+        parser = StreamParser(multiple_calls=False, reasoning_open=reasoning_open)
+        events = parser.feed(broken + "\n" + BLOCK) + parser.close()
+        assert parser.result is not None and parser.result.tool_calls == ()
+        assert not any(isinstance(e, CallParsed) for e in events)
+        assert "write_file" in (parser.result.error or "") and "execute_command" in (parser.result.error or "")
+
+
+def test_sequenced_blocks_calls_before_the_broken_block_still_run() -> None:
+    turn = parse_completion(BLOCK + "\n<tool_code><name>x</name><parameters>{bad</parameters></tool_code>\n" + BLOCK)
+    assert [c.name for c in turn.tool_calls] == ["execute_command"] and len(turn.warnings) == 1
+    assert "run in order" in turn.warnings[0]

@@ -4,7 +4,8 @@ File format: `# key: value` header lines, then `# ---`, then the completion verb
 added by the file, is not part of it). Keys: `quirk` and `source` (where the quirk comes from), `expect` (call,
 answer or error), `call` (JSON {"name", "arguments"}, one line per expected call, in order), `answer` (a JSON
 string, the exact final answer), `error` (a JSON string the error must contain), `reasoning_open` (true when
-the prompt ended inside <think>).
+the prompt ended inside <think>), `tools` (JSON: the tool names, or name to argument names, in play; drifted
+formats are read against them), `multiple_calls` (false for one call per turn).
 """
 
 from __future__ import annotations
@@ -17,7 +18,14 @@ from typing import Any
 
 import pytest
 
-from mylm.parser import CallParsed, ParsedTurn, ReasoningDelta, StreamParser, TextDelta, parse_completion
+from mylm.protocol.parser import (
+    CallParsed,
+    ParsedTurn,
+    ReasoningEvent,
+    StreamParser,
+    TextEvent,
+    parse_completion,
+)
 
 CORPUS = Path(__file__).parent / "data" / "parser"
 
@@ -32,7 +40,7 @@ class Case:
     calls: tuple[dict[str, Any], ...] = ()
     answer: str | None = None
     error: str | None = None
-    options: dict[str, bool] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 def load(path: Path) -> Case:
@@ -53,8 +61,19 @@ def load(path: Path) -> Case:
         calls=tuple(json.loads(c) for c in fields.get("call", [])),
         answer=json.loads(fields["answer"][0]) if "answer" in fields else None,
         error=json.loads(fields["error"][0]) if "error" in fields else None,
-        options={"reasoning_open": fields.get("reasoning_open", ["false"])[0] == "true"},
+        options=_options(fields),
     )
+
+
+def _options(fields: dict[str, list[str]]) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    if "reasoning_open" in fields:
+        options["reasoning_open"] = fields["reasoning_open"][0] == "true"
+    if "tools" in fields:
+        options["tools"] = json.loads(fields["tools"][0])
+    if "multiple_calls" in fields:
+        options["multiple_calls"] = fields["multiple_calls"][0] == "true"
+    return options
 
 
 CASES = [load(p) for p in sorted(CORPUS.glob("*.txt"))]
@@ -87,7 +106,7 @@ def test_corpus_case_parses_as_recorded(case: Case) -> None:
         assert "nothing" in turn.error.lower() or "empty" in turn.error.lower()  # it says what happened
 
 
-def _stream(text: str, sizes: list[int], options: dict[str, bool]) -> tuple[list[tuple[str, Any]], ParsedTurn]:
+def _stream(text: str, sizes: list[int], options: dict[str, Any]) -> tuple[list[tuple[str, Any]], ParsedTurn]:
     parser = StreamParser(coalesce=1, **options)
     events = []
     pos = 0
@@ -102,8 +121,8 @@ def _stream(text: str, sizes: list[int], options: dict[str, bool]) -> tuple[list
         if isinstance(event, CallParsed):
             merged.append(("call", (event.call.name, dict(event.call.arguments))))
             continue
-        kind = "text" if isinstance(event, TextDelta) else "reasoning"
-        assert isinstance(event, (TextDelta, ReasoningDelta))
+        kind = "text" if isinstance(event, TextEvent) else "reasoning"
+        assert isinstance(event, (TextEvent, ReasoningEvent))
         if merged and merged[-1][0] == kind:
             merged[-1] = (kind, merged[-1][1] + event.text)
         elif event.text:

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from mylm import markup
-from mylm.jsonrepair import JSONRepairError, loads
+from mylm.protocol import markup
+from mylm.protocol.jsonrepair import JSONRepairError, loads
 
 
 @pytest.mark.parametrize(

@@ -8,14 +8,14 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mylm.canonical import canonical_arguments
-from mylm.jsonrepair import loads
-from mylm.parser import (
+from mylm.protocol.canonical import canonical_arguments
+from mylm.protocol.jsonrepair import loads
+from mylm.protocol.parser import (
     CallParsed,
     ParsedTurn,
     ParseEvent,
     StreamParser,
-    TextDelta,
+    TextEvent,
     format_tool_call,
     parse_completion,
 )
@@ -58,7 +58,7 @@ def run(text: str, cuts: list[int], *, coalesce: int) -> tuple[list[tuple[str, A
         if isinstance(event, CallParsed):
             merged.append(("call", event.call))
             continue
-        kind = "text" if isinstance(event, TextDelta) else "reasoning"
+        kind = "text" if isinstance(event, TextEvent) else "reasoning"
         if merged and merged[-1][0] == kind:
             merged[-1] = (kind, merged[-1][1] + event.text)
         elif event.text:
@@ -95,7 +95,7 @@ def test_property_a_tag_being_received_is_never_shown(before: str, tag: str, aft
     parser = StreamParser(coalesce=1)
     shown = ""
     for ch in before + tag:
-        shown += "".join(e.text for e in parser.feed(ch) if isinstance(e, TextDelta))
+        shown += "".join(e.text for e in parser.feed(ch) if isinstance(e, TextEvent))
         assert len(shown) <= len(before), shown
     assert shown == before
 
@@ -133,7 +133,7 @@ def test_property_canonical_json_reads_back_exactly(arguments: dict[str, Any]) -
 def test_property_call_is_emitted_by_the_chunk_that_completes_it(value: str, before: str, sizes: list[int]) -> None:
     block = format_tool_call(ToolCall("write_file", {"content": value}))
     text = ("Thinking.\n" if before.startswith("<") else before) + block
-    parser = StreamParser()  # default coalescing: calls must still come out at once
+    parser = StreamParser(reasoning_open=False)  # default coalescing: calls must still come out at once
     pos, emitted_at = 0, None
     for size in [*sizes, len(text)]:
         chunk = text[pos : pos + size]

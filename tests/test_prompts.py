@@ -9,9 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mylm.errors import TemplateError
-from mylm.prompts import PromptLoader, neutralise, packaged_prompts_dir
+from mylm.prompts import PromptLoader, neutralise, packaged_prompts_dir, tool_view
 from mylm.tools.shell import shell_tool
-from mylm.prompts import tool_view
 
 DEFAULTS = ("system.j2", "tool_definitions.j2", "observation.j2", "tool_error.j2", "format_error.j2",
             "truncated.j2", "denied.j2", "summary.j2")
@@ -99,7 +98,7 @@ def test_prompts_tool_output_is_data_not_template_source() -> None:
     ],
 )
 def test_prompts_observation_cannot_be_closed_or_forge_a_call(hostile: str) -> None:
-    from mylm.parser import parse_completion
+    from mylm.protocol.parser import parse_completion
 
     text = PromptLoader.default().render("observation.j2", tool="t", output=hostile, cut=0, handle=None)
     assert text.count("</observation>") == 1 and text.endswith("</observation>")
@@ -214,7 +213,7 @@ def test_prompts_neutralise_is_idempotent(text: str) -> None:
 def test_prompts_a_template_without_the_filter_cannot_let_protocol_tags_through(tmp_path: Path) -> None:
     """Tool output, refusal reasons, errors and format errors reach the templates already neutralised (F3)."""
     from mylm import Agent, Permission, tool
-    from mylm.parser import format_tool_call, parse_completion
+    from mylm.protocol.parser import format_tool_call, parse_completion
     from mylm.testing import ScriptedLLM
     from mylm.types import ToolCall
 

@@ -10,8 +10,8 @@ from lxml import etree
 
 from mylm import Agent
 from mylm.llm import LLMChunk, LLMRequest, TextChunk
-from mylm.parser import format_tool_call, parse_completion
 from mylm.prompts import PromptLoader
+from mylm.protocol.parser import format_tool_call, parse_completion
 from mylm.testing import ScriptedLLM
 from mylm.tools import builtin_tools
 from mylm.types import ToolCall, ToolCallEvent

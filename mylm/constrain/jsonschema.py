@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..canonical import canonical_arguments
+from ..protocol.canonical import canonical_arguments
 from .gbnf import Rules, literal
 
 #: Optional whitespace between JSON tokens: at most one space, so a model cannot spin on blank output.

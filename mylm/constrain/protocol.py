@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..canonical import TOOL_CLOSE, TOOL_OPEN
+from ..protocol.tags import TOOL_CLOSE, TOOL_OPEN
 from .gbnf import Rules, literal
 from .jsonschema import SchemaCompiler
 

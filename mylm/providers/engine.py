@@ -17,7 +17,8 @@ from ..errors import (
     UnsupportedConstraintError,
 )
 from ..llm import Constraint, FinishChunk, LLMChunk, LLMRequest, ReasoningChunk, TextChunk
-from ..stops import StopCutter
+from ..protocol.stops import StopCutter
+from ..protocol.tags import THINK_OPENS
 from ..types import Usage
 from .base import Endpoint, redact_url, strip_route
 from .failures import Failure, Place, RetryPolicy, parse_failure, stream_error, to_error
@@ -140,6 +141,8 @@ class HTTPProvider(ABC):
             has_key=bool(self.endpoint.api_key),
         )
         self.chat_format: ChatFormat | None = None
+        #: Whether the last prompt this provider rendered itself ended inside `<think>` (None: the server renders).
+        self.opens_reasoning: bool | None = None
         if self.raw_prompt:
             self.chat_format = chat_format(self.endpoint.chat_format or DEFAULT_CHAT_FORMAT)
 
@@ -226,7 +229,9 @@ class HTTPProvider(ABC):
             from ..prompts import PromptLoader
 
             self._prompts = PromptLoader.default()
-        return render_prompt(self._prompts, self.chat_format or chat_format(DEFAULT_CHAT_FORMAT), messages)
+        rendered = render_prompt(self._prompts, self.chat_format or chat_format(DEFAULT_CHAT_FORMAT), messages)
+        self.opens_reasoning = rendered.rstrip().lower().endswith(THINK_OPENS)
+        return rendered
 
     def max_tokens(self, request: LLMRequest) -> int:
         """The output cap for this call (always sent: some servers default to unlimited)."""

@@ -57,5 +57,21 @@ def chat_format(name: str) -> ChatFormat:
 
 
 def render_prompt(loader: PromptLoader, fmt: ChatFormat, messages: Sequence[Message]) -> str:
-    """Render the conversation through the format's template, ending with an open assistant turn."""
-    return loader.render(fmt.template, messages=[m.to_dict() for m in messages], add_generation_prompt=True)
+    """Render the conversation through the format's template, ending with an open assistant turn.
+
+    Only the template writes turn boundaries: special tokens in the system prompt (tool descriptions, project
+    instructions) and in earlier replies are defused. User-role text is the user's own or an observation the
+    agent already neutralised, so it is passed as written.
+    """
+    return loader.render(fmt.template, messages=defused_messages(messages), add_generation_prompt=True)
+
+
+def defused_messages(messages: Sequence[Message]) -> list[dict[str, str]]:
+    """The messages for a raw prompt (rendered here or by a server's template route), with every special token
+    defused in text that is not the user's own (system prompt, earlier replies)."""
+    from ..protocol.defuse import defuse_special_tokens
+
+    return [
+        m.to_dict() if m.role == "user" else {"role": m.role, "content": defuse_special_tokens(m.content)}
+        for m in messages
+    ]

@@ -9,10 +9,11 @@ from typing import Any, Iterator
 
 from ..errors import StreamError
 from ..llm import Constraint, LLMChunk, LLMRequest
+from ..protocol.tags import THINK_OPENS
 from .base import Endpoint
 from .engine import Decoder, HTTPProvider, StatusFailure, bearer, text_chunks, usage_of
 from .failures import Failure, parse_failure
-from .formats import DEFAULT_CHAT_FORMAT, chat_format
+from .formats import DEFAULT_CHAT_FORMAT, chat_format, defused_messages
 from .framing import SSEEvent, sse_json
 from .transport import MAX_RESPONSE_BYTES, CallGuard, HTTPCall, read_all, send
 
@@ -107,7 +108,7 @@ class LlamaCpp(HTTPProvider):
         """Render the conversation with the server's template (a cheap local call), or fall back to ChatML."""
         if self.chat_format is not None:
             return request
-        body = json.dumps({"messages": [m.to_dict() for m in request.messages]}).encode("utf-8")
+        body = json.dumps({"messages": defused_messages(request.messages)}).encode("utf-8")
         call = HTTPCall(
             "POST",
             self.endpoint.base_url + "/apply-template",
@@ -146,6 +147,8 @@ class LlamaCpp(HTTPProvider):
             )
             error.retryable = False
             raise error
+        # The server's template is known now: whether it opens <think> for the model decides how calls are read.
+        self.opens_reasoning = prompt.rstrip().lower().endswith(THINK_OPENS)
         return _Rendered(
             **{f.name: getattr(request, f.name) for f in dataclasses.fields(request)}, prompt=prompt
         )

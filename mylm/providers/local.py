@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Mapping
 
 from ..errors import CancelledError, ConfigError, ContextOverflowError, LLMError, LLMTimeoutError
 from ..llm import FinishChunk, LLMChunk, LLMRequest, TextChunk, alternating
-from ..stops import StopCutter
+from ..protocol.stops import StopCutter
 from ..types import Usage
 from .base import Endpoint
 

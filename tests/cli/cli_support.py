@@ -13,7 +13,7 @@ import pexpect
 from click.testing import CliRunner, Result
 
 from mylm.cli import Terminal, cli
-from mylm.parser import format_tool_call
+from mylm.protocol.parser import format_tool_call
 from mylm.testing import ScriptedLLM
 from mylm.types import ToolCall
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mylm import Agent, tool
-from mylm.parser import format_tool_call
+from mylm.protocol.parser import format_tool_call
 from mylm.testing import ScriptedLLM
 from mylm.types import StopReason, ToolCall
 

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mylm.canonical import format_tool_call
 from mylm.constrain import ToolSpec, compile_protocol
-from mylm.parser import parse_completion
+from mylm.protocol.canonical import format_tool_call
+from mylm.protocol.parser import parse_completion
 from mylm.tools.validation import validate
 from mylm.types import ToolCall
 from tests.constrain.gbnf_support import accepts, parse_gbnf, sample

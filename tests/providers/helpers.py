@@ -7,8 +7,8 @@ from typing import Iterable, Iterator
 
 from mylm.cancel import CancelToken
 from mylm.llm import FinishChunk, LLMChunk, LLMRequest, ReasoningChunk, TextChunk
+from mylm.protocol.stops import DEFAULT_STOPS
 from mylm.providers.failures import RetryPolicy
-from mylm.stops import DEFAULT_STOPS
 from mylm.types import Message
 
 #: Retries without real waiting, and a fixed jitter, so retry tests are fast and deterministic.

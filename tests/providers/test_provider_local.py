@@ -12,7 +12,7 @@ import pytest
 from mylm.cancel import CancelToken
 from mylm.errors import CancelledError, ConfigError, ContextOverflowError, LLMError, LLMTimeoutError
 from mylm.llm import Constraint, FinishChunk, LLMRequest, TextChunk
-from mylm.parser import parse_completion
+from mylm.protocol.parser import parse_completion
 from mylm.providers import Endpoint, create_llm
 from mylm.providers.local import LocalModel, check_gguf
 from mylm.types import Message

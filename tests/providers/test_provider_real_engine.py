@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 
 from mylm.llm import TextChunk
+from mylm.protocol.parser import parse_completion
 from mylm.providers import Endpoint, create_llm, list_models
-from mylm.parser import parse_completion
 from tests.providers.engine_support import EngineServer, engine_missing, exact_grammar, write_tiny_llama
 from tests.providers.helpers import TOOL_CALL, collect, read_until_call, request
 

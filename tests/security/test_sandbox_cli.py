@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from sandbox_support import require
 
-from mylm.parser import format_tool_call
+from mylm.protocol.parser import format_tool_call
 from mylm.sandbox import detect
 from mylm.types import ToolCall
 

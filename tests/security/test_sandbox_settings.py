@@ -11,7 +11,7 @@ from click.testing import CliRunner, Result
 from mylm.cli import Terminal, cli
 from mylm.config import load_settings
 from mylm.errors import ConfigError
-from mylm.parser import format_tool_call
+from mylm.protocol.parser import format_tool_call
 from mylm.sandbox import detect
 from mylm.testing import ScriptedLLM
 from mylm.tools.policy import ApprovalPolicy, decide

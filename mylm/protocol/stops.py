@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from .tags import DEFAULT_STOPS, OBSERVATION_OPEN, TOOL_CLOSE
+
 #: The stops mylm sends: the end of a call, and the start of an observation the model must not invent.
-TOOL_STOP = "</tool_code>"
-OBSERVATION_STOP = "<observation>"
-DEFAULT_STOPS = (TOOL_STOP, OBSERVATION_STOP)
+TOOL_STOP = TOOL_CLOSE
+OBSERVATION_STOP = OBSERVATION_OPEN
+__all__ = ["DEFAULT_STOPS", "OBSERVATION_STOP", "TOOL_STOP", "StopCutter"]
 
 
 class StopCutter:

@@ -240,7 +240,8 @@ def value_end(text: str, closer: str, start: int) -> int:
 
 
 def _next_sibling(text: str, opener: re.Match[str], start: int) -> int:
-    """Where an unclosed value ends: the next opener of the same form (`<parameter=`…), its function's end, or the end."""
+    """Where an unclosed value ends: the next opener of the same form (`<parameter=`…), its function's end, or
+    the end."""
     if opener.group("eq"):
         needles = (f"<{opener.group('eq')}=", "</function>", "</tool_call>")
     else:

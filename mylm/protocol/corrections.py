@@ -8,18 +8,12 @@ from __future__ import annotations
 
 import re
 
+from ..types import ToolCall
 from .canonical import format_tool_call
-from .types import ToolCall
+from .tags import KIND_TAGS, NAME_CLOSE, NAME_OPEN, PARAMS_CLOSE, PARAMS_OPEN, TOOL_CLOSE, TOOL_OPEN
 
-KIND_TAGS = {
-    "tool_code": ("<tool_code>", "</tool_code>"),
-    "tool_call": ("<tool_call>", "</tool_call>"),
-    "function": ("<function=…>", "</function>"),
-    "function_calls": ("<function_calls>", "</function_calls>"),
-    "invoke": ("<invoke name=…>", "</invoke>"),
-}
-
-EXAMPLE = '<tool_code>\n<name>TOOL_NAME</name>\n<parameters>\n{"ARGUMENT": "VALUE"}\n</parameters>\n</tool_code>'
+EXAMPLE = (f'{TOOL_OPEN}\n{NAME_OPEN}TOOL_NAME{NAME_CLOSE}\n{PARAMS_OPEN}\n{{"ARGUMENT": "VALUE"}}\n{PARAMS_CLOSE}\n'
+           f"{TOOL_CLOSE}")
 JSON_HOWTO = (
     'Write the arguments as one JSON object with double-quoted keys and strings, e.g. {"command": "ls -la"}; '
     'inside a string write \\" for a quote and \\\\ for a backslash. Long text full of quotes or backslashes can '
@@ -43,6 +37,22 @@ def cut_off(kind: str, where: str, name: str | None = None) -> str:
         f"was run. Write the whole block again and end it with {closer}. If it was long, split the work into "
         "smaller calls."
     )
+
+
+def cut_off_tag(fragment: str) -> str:
+    """The reply ended inside a tag: the model was cut off mid-call (or mid-markup), so it must finish."""
+    return (
+        f"Your reply ended inside the tag {fragment[:60]!r}, so it was cut off before the call was written: "
+        "nothing was run and it was not taken as your answer. Finish what you were writing: write the whole "
+        f"block again, ending it with {TOOL_CLOSE}:\n{EXAMPLE}"
+    )
+
+
+def skipped_calls(names: tuple[str, ...]) -> str:
+    """Calls after an unusable block were not run: a turn's calls run in order, so they must come again."""
+    listed = ", ".join(names)
+    return (f" The {len(names)} call(s) after it ({listed}) were not run either, because a turn's calls run in "
+            "order: fix this one, then write those again.")
 
 
 def example(name: str) -> str:

@@ -11,8 +11,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ..types import ToolCall
 from .blockscan import skip
-from .types import ToolCall
 
 MAX_RUN = 64  # longer runs of backticks or blanks are plain text; this bounds what is ever held back
 

@@ -10,11 +10,18 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
+from .tags import (
+    BLOCK_KINDS,
+    NAME_OPEN,
+    OBSERVATION_TAGS,
+    PARAMS_CLOSE_TAGS,
+    PARAMS_OPEN_TAGS,
+    TOOL_CALL_OPEN,
+    TOOL_OPEN,
+)
+
 WAIT: Final = "\x00wait"
 
-OBSERVATION_TAGS = ("<observation>", "<tool_response>", "<function_results>")
-PARAMS_OPEN_TAGS = ("<parameters>", "<arguments>")
-PARAMS_CLOSE_TAGS = ("</parameters>", "</arguments>")
 CDATA_OPEN = "<![cdata["
 
 #: Scan outcomes.
@@ -83,16 +90,13 @@ class Kind:
     opener: str
     closers: tuple[str, ...]
     expect_json: bool
-    implicit: tuple[str, ...] = ("<tool_code>", *OBSERVATION_TAGS)
+    implicit: tuple[str, ...] = (TOOL_OPEN, *OBSERVATION_TAGS)
 
 
 KINDS = {
-    "tool_code": Kind("tool_code", "<tool_code>", ("</tool_code>",), True),
-    "tool_call": Kind("tool_call", "<tool_call>", ("</tool_call>",), True,
-                      ("<tool_code>", "<tool_call>", *OBSERVATION_TAGS)),
-    "function": Kind("function", "<function=", ("</function>", "</tool_call>"), False),
-    "function_calls": Kind("function_calls", "<function_calls>", ("</function_calls>",), False),
-    "invoke": Kind("invoke", "<invoke", ("</invoke>", "</function_calls>"), False),
+    name: Kind(name, opener, closers, expect_json,
+               (TOOL_OPEN, *((TOOL_CALL_OPEN,) if name == "tool_call" else ()), *OBSERVATION_TAGS))
+    for name, (opener, closers, expect_json) in BLOCK_KINDS.items()
 }
 #: Openers repeated before anything else (a stutter, or a flood of unclosed openers) belong to one block.
 STUTTER = {kind: re.compile(rf"(?:{re.escape(k.opener)}\s*)+", re.IGNORECASE) for kind, k in KINDS.items()}
@@ -113,7 +117,8 @@ class BlockScan:
         self.close_len = 0
         self._top_tags = (*kind.closers, *kind.implicit, *PARAMS_OPEN_TAGS, *PARAMS_CLOSE_TAGS, CDATA_OPEN)
         self._json_tags = (*kind.closers, *kind.implicit, *PARAMS_CLOSE_TAGS)
-        self._done_tags = (*kind.closers, *kind.implicit, *PARAMS_CLOSE_TAGS)
+        # `<name>` after the parameters (models that write the arguments first): the block goes on.
+        self._done_tags = (*kind.closers, *kind.implicit, *PARAMS_CLOSE_TAGS, NAME_OPEN)
 
     def inside_string(self, text: str) -> bool:
         """Whether all of `text` continues the JSON string being scanned (so it cannot end the block)."""
@@ -166,6 +171,8 @@ class BlockScan:
             self.after_cdata, self.mode = self.mode, _CDATA
         elif tag in PARAMS_OPEN_TAGS:
             self.mode, self.after_tick = _EXPECT, False
+        elif tag == NAME_OPEN:
+            self.mode = _TOP
         else:  # a parameters end tag: the arguments are complete
             self.mode = _DONE
         return lt + len(tag), None

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import re
 
+from ..types import ReasoningEvent, TextEvent, ToolCall
 from .blockscan import (
     CLOSED,
     KINDS,
     MORE,
-    OBSERVATION_TAGS,
     WAIT,
     BlockScan,
     TagSet,
@@ -30,40 +30,42 @@ from .blockscan import (
     partial_suffix,
 )
 from .callblock import decode_block
-from .canonical import TOOL_CLOSE, TOOL_OPEN, format_tool_call
-from .corrections import bare_json_error
+from .canonical import format_tool_call
+from .corrections import bare_json_error, cut_off_tag
+from .drift import ToolNames, find_drift, known_tool, looks_like_schema, recover_block, registry, schema_error
 from .fences import MAX_RUN, Fence, Pending, fence_run
-from .types import ToolCall
-from .verdict import (
-    CallParsed,
-    ParsedTurn,
-    ParseEvent,
-    ReasoningDelta,
-    TextDelta,
-    reply_calls,
-    verdict,
+from .parsed import CallParsed, ParsedTurn, ParseEvent
+from .tags import (
+    DRIFT_OPENERS,
+    FINAL_CLOSE,
+    FINAL_OPEN,
+    OBSERVATION_OPEN,
+    OBSERVATION_TAGS,
+    THINK_CLOSES,
+    THINK_NAMES,
+    THINK_OPENS,
+    TOOL_CALL_CLOSE,
+    TOOL_CLOSE,
+    TOOL_OPEN,
 )
+from .verdict import reply_calls, verdict
 
-OBSERVATION_OPEN = "<observation>"
-FINAL_OPEN = "<final_answer>"
-FINAL_CLOSE = "</final_answer>"
-THINK_TAGS = ("think", "thinking")
-
-_THINK_OPENS = ("<think>", "<thinking>")
-_THINK_CLOSES = ("</think>", "</thinking>")
+THINK_TAGS = THINK_NAMES
+_THINK_OPENS = THINK_OPENS
+_THINK_CLOSES = THINK_CLOSES
 #: Other formats a call may drift into, by opener: the block kind, and what must follow the opener for it to be
 #: a call rather than a mention (decided once `_DRIFT_WINDOW` characters, or the end of the reply, are there).
-_DRIFT = {
-    "<tool_call>": ("tool_call",
-                    r"<tool_call>\s{0,64}(?:[{\[<`\"]|[A-Za-z_][\w.:-]{0,63}\s{0,16}(?:<arg_key>|</tool_call>|</arg_value>))"),
-    "<function=": ("function", r"<function=[\w.:-]{1,64}>"),
-    "<function_calls>": ("function_calls", r"<function_calls>\s{0,64}<"),
-    "<invoke": ("invoke", r"<invoke\s+name\s*=\s*[\"'][\w.:-]{1,64}[\"']\s*>"),
+_DRIFT_FULL = {
+    "<tool_call>":
+        r"<tool_call>\s{0,64}(?:[{\[<`\"]|[A-Za-z_][\w.:-]{0,63}\s{0,16}(?:<arg_key>|</tool_call>|</arg_value>))",
+    "<function=": r"<function=[\w.:-]{1,64}>",
+    "<function_calls>": r"<function_calls>\s{0,64}<",
+    "<invoke": r"<invoke\s+name\s*=\s*[\"'][\w.:-]{1,64}[\"']\s*>",
 }
-_DRIFT_RE = {tag: (kind, re.compile(full, re.IGNORECASE)) for tag, (kind, full) in _DRIFT.items()}
+_DRIFT_RE = {tag: (DRIFT_OPENERS[tag], re.compile(full, re.IGNORECASE)) for tag, full in _DRIFT_FULL.items()}
 _DRIFT_WINDOW = 160
-_BLOCK_TAGS = (TOOL_OPEN, *_DRIFT)
-_LONE_CLOSERS = (TOOL_CLOSE, "</tool_call>")
+_BLOCK_TAGS = (TOOL_OPEN, *DRIFT_OPENERS)
+_LONE_CLOSERS = (TOOL_CLOSE, TOOL_CALL_CLOSE)
 _OUTSIDE_TAGS = (*_BLOCK_TAGS, *OBSERVATION_TAGS, *_THINK_OPENS, *_THINK_CLOSES, FINAL_OPEN, *_LONE_CLOSERS)
 _FENCE_TAGS = (*_BLOCK_TAGS, *OBSERVATION_TAGS)
 _OUTSIDE_TAG_SET = TagSet(_OUTSIDE_TAGS)
@@ -76,6 +78,11 @@ _NAME_OPEN = re.compile(r"<name\s*>", re.IGNORECASE)
 _THINK_CLOSE_RE = re.compile(r"</think(?:ing)?>", re.IGNORECASE)
 _FINAL_CLOSE_RE = re.compile(re.escape(FINAL_CLOSE), re.IGNORECASE)
 _MAX_BLOCKS = 100
+#: A tag the reply ended inside: `<tool_co`, `<tool_code name="x`, `</parame`, `<list_d` (no `>` after it).
+_OPEN_TAIL = re.compile(
+    r"(?:^|(?<=[\s>]))<(?P<slash>/)?(?P<word>[A-Za-z_][\w-]{1,63})(?:[\s=][^<>]{0,200})?(?P<closed>>)?\s*\Z")
+_CUT_WORDS = ("tool_code", "tool_call", "function", "function_calls", "invoke", "name", "parameters",
+              "arguments", "parameter", "tool_name", "function-name", "function_name", "function_call", "tool_use")
 #: In a block, text is processed every this many characters even without a `/`: a block that ends without its
 #: end tag (complete parameters, then prose) is still noticed promptly.
 _HIDDEN_STEP = 256
@@ -92,16 +99,35 @@ def parse_block(body: str, *, at_end: bool = False) -> tuple[ToolCall | None, st
 class StreamParser:
     """Feed model text chunk by chunk; get display-safe events; read `result` after `close()`.
 
-    `reasoning_open`: the prompt ended inside `<think>` (the chat template pre-opened it), so the reply starts as
-    reasoning. `coalesce`: visible text is processed once this many characters have arrived, or at once when a
-    chunk holds `>` (every tag ends with it), which keeps token-sized chunks cheap; a call is always emitted by
-    the `feed()` that completes it. Use `coalesce=1` for per-token display, or `flush()` when the network idles.
+    `reasoning_open`: True when the prompt ended inside `<think>` (the chat template pre-opened it), so the reply
+    starts as reasoning; False when it is known not to; None (unknown) holds calls back until the reply shows
+    which (a `<think>` of its own, a lone `</think>`, or the end), because a lone `</think>` makes everything
+    before it reasoning. `tools`: the tool names (or name to argument names) in play, which lets calls drifted
+    into other formats run when their reading is unambiguous (see `drift`); without it they are not read.
+    `coalesce`: visible text is processed once this many characters have arrived, or at once when a
+    chunk holds `>` (every tag ends with it), which keeps token-sized chunks cheap; once calls are not held
+    back (see `reasoning_open`), a call is emitted by the `feed()` that completes it. Use `coalesce=1` for
+    per-token display, or `flush()` when the network idles.
     `multiple_calls=False`: the turn ends where its first call ends (what follows is not part of it, and
     `finished` says the rest of the stream need not be read).
     """
 
-    def __init__(self, *, reasoning_open: bool = False, coalesce: int = 16, multiple_calls: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        reasoning_open: bool | None = None,
+        coalesce: int = 16,
+        multiple_calls: bool = True,
+        tools: ToolNames | None = None,
+    ) -> None:
         self._multiple_calls = multiple_calls
+        self._tools = registry(tools)
+        # Unknown whether the template opened reasoning: a later lone `</think>` would make a call written
+        # before it reasoning, so calls are held (not emitted, the stream not closed early) until that is known.
+        self._hold = reasoning_open is None
+        self._held_raw: list[str] = []
+        self._emitted = 0
+        self._skipped: list[str] = []
         self._coalesce = max(1, coalesce)
         self._threshold = self._coalesce
         self._trigger = ">"
@@ -132,7 +158,7 @@ class StreamParser:
         self._discard_at: int | None = None
         self._ambiguous_example = False
         self._lone_closer: tuple[int, str] | None = None  # (thought piece index, tag) of the first stray end tag
-        self._think_unclosed = reasoning_open
+        self._think_unclosed = bool(reasoning_open)
         self._closed = False
         self.result: ParsedTurn | None = None
         self._steps = (self._step_outside, self._step_think, self._step_block, self._step_final, self._step_discard)
@@ -175,9 +201,15 @@ class StreamParser:
             self._finish_block("")
         if self._fence is not None:
             self._end_fence_content()
+        self._hold = False
         self._recover_missing_opener()
+        self._recover_truncated_tag()
         self._recover_bare_json()
+        self._recover_drift()
         self._flush()
+        for call in self._calls[self._emitted :]:
+            self._events.append(CallParsed(call))
+        self._emitted = len(self._calls)
         self.result = self._verdict()
         return events
 
@@ -211,7 +243,7 @@ class StreamParser:
             self._base += len(new)
             self._thought.append(new)
             self._track_lines(new)
-            return [TextDelta(new)]
+            return [TextEvent(new)]
         if self._state == _BLOCK and not self._buf and self._scan is not None and self._scan.inside_string(new):
             # Inside a JSON string of a block: hidden, and nothing in it can end the block.
             self._base += len(new)
@@ -254,10 +286,10 @@ class StreamParser:
 
     def _flush(self) -> None:
         if self._run_text:
-            self._events.append(TextDelta("".join(self._run_text)))
+            self._events.append(TextEvent("".join(self._run_text)))
             self._run_text = []
         if self._run_reasoning:
-            self._events.append(ReasoningDelta("".join(self._run_reasoning)))
+            self._events.append(ReasoningEvent("".join(self._run_reasoning)))
             self._run_reasoning = []
 
     def _emit_text(self, text: str) -> None:
@@ -439,11 +471,18 @@ class StreamParser:
             self._emit_text(text)
         elif tag in _THINK_OPENS:
             self._state, self._think_unclosed = _THINK, True
+            self._hold = False  # the reply opens its own reasoning: a later </think> closes that one
         elif tag in _THINK_CLOSES:
             # Reasoning the template opened: what was shown so far was thought (already streamed; not retracted).
             self._reasoning.extend(self._thought)
             self._thought.clear()
             self._lone_closer = None
+            if self._hold:
+                # Calls drafted before it were reasoning too: never run. (Calls already emitted, when the
+                # template was known not to open reasoning, stay: streaming is append-only.)
+                self._reasoning.extend(self._held_raw)
+                del self._calls[self._emitted :]
+                self._held_raw, self._errors, self._skipped, self._hold = [], [], [], False
             if self._fence is not None:
                 self._fence.thought_at = None
         else:
@@ -513,6 +552,11 @@ class StreamParser:
     def _finish_block(self, closer: str) -> None:
         body = "".join(self._block_parts)
         call, error = decode_block(body, self._block_kind, at_end=not closer)
+        if call is None and self._tools is not None and closer:
+            # A complete block whose body is another format (a tool tag with attributes, `name` then JSON, …):
+            # read against the registry, or keep the block's own error.
+            call = recover_block(body, self._tools)
+            error = error if call is None else None
         raw = self._block_open + body + closer
         if call is not None:
             call = ToolCall(call.name, call.arguments, raw=raw)
@@ -525,10 +569,20 @@ class StreamParser:
     def _commit(self, call: ToolCall | None, error: str | None) -> None:
         if not self._multiple_calls and self._calls:
             return  # one call per turn: later blocks are not part of it
+        if call is not None and error is None:
+            call, error = self._checked(call)
+        if call is not None and self._errors:
+            # A turn runs in order: after a block that cannot be used, later ones would run out of sequence.
+            self._skipped.append(call.name)
+            return
         if call is not None:
             self._flush()
             self._calls.append(call)
+            if self._hold:
+                self._held_raw.append(call.raw)
+                return
             self._events.append(CallParsed(call))
+            self._emitted = len(self._calls)
             if not self._multiple_calls and not self._closed:
                 # The turn ends where its call ends: the rest is not part of it (and need not be read).
                 self._discard_at = self._base + self._pos
@@ -585,6 +639,48 @@ class StreamParser:
         self._thought[: index + 1] = [before[: name.start()]]
         self._commit(ToolCall(call.name, call.arguments, raw=raw), None)
 
+    def _checked(self, call: ToolCall) -> tuple[ToolCall | None, str | None]:
+        """A decoded call that is still unusable: its parameters are the tool's schema echoed back."""
+        if self._tools is not None and call.name not in self._tools:
+            named = known_tool(call.name, self._tools)  # `List_Dir`, `functions.list_dir`: one tool, unambiguously
+            if named is not None:
+                call = ToolCall(named, call.arguments, raw=call.raw)
+        known = self._tools.get(call.name, frozenset()) if self._tools is not None else frozenset()
+        if looks_like_schema(call.arguments, known):
+            return None, schema_error(call.name, call.arguments, known)
+        return call, None
+
+    def _recover_truncated_tag(self) -> None:
+        """A reply that ends inside a tag (`…<tool_co`) was cut off mid-call: never an answer."""
+        if self._calls or self._errors or self._final is not None or self._state != _OUT or self._inline:
+            return
+        thought = "".join(self._thought)
+        match = _OPEN_TAIL.search(thought, max(0, len(thought) - 300))
+        if match is None:
+            return
+        word = match.group("word").lower()
+        names = (*_CUT_WORDS, *(n.lower() for n in (self._tools or ())))
+        if match.group("closed"):
+            # A whole opening tag that ends the reply: the call it opens was never written.
+            if match.group("slash") or word not in names or word in ("name", "parameter") or \
+                    match.group().rstrip().endswith("/>"):
+                return
+        elif not any(n.startswith(word) for n in names):
+            return
+        self._thought[:] = [thought[: match.start()]]
+        self._errors.append(cut_off_tag(match.group().strip()))
+
+    def _recover_drift(self) -> None:
+        """A call written in another format (tool name as tag, ReAct, sloppy tags): run it if unambiguous."""
+        if self._tools is None or self._calls or self._errors or self._final is not None:
+            return
+        drift = find_drift("".join(self._thought), self._tools)
+        if drift is None:
+            return
+        self._thought[:] = [drift.remaining]
+        for call, error in drift.items:
+            self._commit(call, error)
+
     def _recover_bare_json(self) -> None:
         """A reply that is nothing but calls in JSON (Hermes, OpenAI-shaped, Mistral) runs only if tagged."""
         if self._calls or self._errors or self._final is not None:
@@ -611,12 +707,15 @@ class StreamParser:
             text=joined if self._discard_at is None else joined[: self._discard_at],
             think_unclosed=self._think_unclosed,
             ambiguous_example=self._ambiguous_example,
+            skipped=tuple(self._skipped),
         )
 
 
-def parse_completion(text: str, *, reasoning_open: bool = False) -> ParsedTurn:
+def parse_completion(
+    text: str, *, reasoning_open: bool | None = None, multiple_calls: bool = True, tools: ToolNames | None = None
+) -> ParsedTurn:
     """Parse a whole completion; the same result `StreamParser` gives for any chunking of `text`."""
-    parser = StreamParser(reasoning_open=reasoning_open)
+    parser = StreamParser(reasoning_open=reasoning_open, multiple_calls=multiple_calls, tools=tools)
     parser.feed(text)
     parser.close()
     assert parser.result is not None
@@ -632,9 +731,9 @@ __all__ = [
     "CallParsed",
     "ParseEvent",
     "ParsedTurn",
-    "ReasoningDelta",
+    "ReasoningEvent",
     "StreamParser",
-    "TextDelta",
+    "TextEvent",
     "format_tool_call",
     "parse_block",
     "parse_completion",

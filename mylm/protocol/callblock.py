@@ -13,11 +13,23 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ..types import ToolCall
 from . import markup
 from .blockscan import skip
-from .corrections import EXAMPLE, JSON_HOWTO, KIND_TAGS, BlockError, cut_off, example, prefer_canonical
+from .corrections import EXAMPLE, JSON_HOWTO, BlockError, cut_off, example, prefer_canonical
 from .jsonrepair import JSONRepairError, loads
-from .types import ToolCall
+from .tags import (
+    ARG_KEY_CLOSE,
+    ARG_KEY_OPEN,
+    ARG_VALUE_CLOSE,
+    ARG_VALUE_OPEN,
+    FUNCTION_CALLS_OPEN,
+    FUNCTION_OPEN,
+    INVOKE_OPEN,
+    KIND_TAGS,
+    TOOL_CALL_CLOSE,
+    TOOL_CALL_OPEN,
+)
 
 #: The block kinds the stream parser opens, with their opening and closing tags (for messages).
 PARAMS_TAGS = ("parameters", "arguments")
@@ -25,6 +37,7 @@ PARAMS_TAGS = ("parameters", "arguments")
 _NAME_OPEN = re.compile(r"<name\s*>", re.IGNORECASE)
 _NAME_CLOSE = re.compile(r"</name\s*>", re.IGNORECASE)
 _PARAMS_OPEN = re.compile(r"<(?:parameters|arguments)\s*>", re.IGNORECASE)
+_PARAMS_EMPTY = re.compile(r"<(?:parameters|arguments)\s*/>", re.IGNORECASE)
 _FUNCTION = re.compile(r"<function=([^>\s]{1,128})\s*>")
 _INVOKE = re.compile(r"<invoke\s+name\s*=\s*[\"']([^\"'<>]{1,128})[\"']\s*>")
 _ELEMENT = re.compile(r"<([A-Za-z_][\w.:-]{0,127})\s*>")
@@ -59,20 +72,20 @@ def _decode(body: str, kind: str, at_end: bool) -> tuple[ToolCall, tuple[int, in
         return _qwen(body, i, at_end)
     if kind in ("invoke", "function_calls"):
         return _claude(body, i, at_end, kind)
-    if body.startswith("<tool_call>", i):
+    if body.startswith(TOOL_CALL_OPEN, i):
         start = skip(_TOOL_CALL_OPENERS, body, i)
-        inner_end = body.find("</tool_call>", start)
+        inner_end = body.find(TOOL_CALL_CLOSE, start)
         inner = body[start : inner_end if inner_end >= 0 else len(body)]
         call, span = _decode(inner, "tool_call", at_end and inner_end < 0)
         return call, (span[0] + start, span[1] + start) if span else None
-    if body.startswith("<function=", i):
+    if body.startswith(FUNCTION_OPEN, i):
         return _qwen(body, i, at_end)
-    if body.startswith("<function_calls>", i) or body.startswith("<invoke", i):
+    if body.startswith(FUNCTION_CALLS_OPEN, i) or body.startswith(INVOKE_OPEN, i):
         return _claude(body, i, at_end, kind)
     if body.startswith("{", i) or body.startswith('"', i):
         return _json_call(body, i, at_end, kind)
     glm = _GLM_NAME.match(body, i)
-    if glm is not None and (kind == "tool_call" or "<arg_key>" in body):
+    if glm is not None and (kind == "tool_call" or ARG_KEY_OPEN in body):
         return _glm(body, glm, at_end, kind), None
     name_open = _NAME_OPEN.search(body)
     if name_open is not None:
@@ -110,6 +123,9 @@ def _canonical(body: str, name_open: re.Match[str], at_end: bool, kind: str) -> 
     name = _clean_name(markup.text_value(body[name_open.end() : name_close.start()]), kind)
     after = name_close.end()
     params = _PARAMS_OPEN.search(body, after) or _PARAMS_OPEN.search(body, 0, name_open.start())
+    if params is None and (_PARAMS_EMPTY.match(body, _skip_layout(body, after))
+                           or _PARAMS_EMPTY.search(body, 0, name_open.start())):
+        return ToolCall(name, {}), None  # `<parameters/>`: no arguments
     if params is not None:
         args, span = _params(body, params.end(), at_end, name, kind)
         return ToolCall(name, args), span
@@ -133,6 +149,8 @@ def _canonical(body: str, name_open: re.Match[str], at_end: bool, kind: str) -> 
 
 def _clean_name(raw: str, kind: str) -> str:
     name = raw.strip()
+    if len(name) > 2 and name[0] == name[-1] and name[0] in "\"'`":
+        name = name[1:-1].strip()  # a quoted or back-ticked name: the quotes are not part of it
     if not name:
         raise BlockError(f"The <name></name> in your {KIND_TAGS[kind][0]} block is empty, so nothing was run. "
                          "Put the name of one tool from <tool_definitions> in it.")
@@ -287,8 +305,7 @@ def _json_call(body: str, i: int, at_end: bool, kind: str) -> tuple[ToolCall, tu
     value, end = _load(body, i, at_end, "this tool", kind)
     if isinstance(value, str):
         value = _as_arguments(value, "this tool")
-    if isinstance(value, dict) and isinstance(value.get("function"), Mapping) and "name" not in value:
-        value = {**value["function"], **{k: v for k, v in value.items() if k != "function"}}
+    value = call_object(value) or value
     if not isinstance(value, dict) or not isinstance(value.get("name"), str) or set(value) - _CALL_KEYS:
         raise BlockError(
             f"Your {KIND_TAGS[kind][0]} block holds a JSON object that is not a call of the form "
@@ -298,6 +315,39 @@ def _json_call(body: str, i: int, at_end: bool, kind: str) -> tuple[ToolCall, tu
     name = _clean_name(value["name"], kind)
     args = value.get("arguments", value.get("parameters"))
     return ToolCall(name, _as_arguments(args, name) if args not in (None, {}) else {}), (i, end)
+
+
+#: Other agents' names for a call's parts: LangChain's `action`/`action_input`, `tool`/`tool_input`, …
+_NAME_KEYS = ("name", "action", "tool", "tool_name", "function", "function_name")
+_ARGS_KEYS = ("arguments", "parameters", "action_input", "tool_input", "input", "args", "tool_args", "params")
+
+
+def call_object(value: Any) -> dict[str, Any] | None:
+    """A JSON call in any common shape, as `{"name", "arguments"}` (plus its other keys); None if it is not one.
+
+    Read: `{"name", "arguments"|"parameters"}` (Hermes, Llama, OpenAI's `{"type": "function", …}` and
+    `{"function": {…}}`), LangChain's `{"action", "action_input"}`, `{"tool", "tool_input"}`,
+    `{"tool_name", "parameters"}`, and any of them wrapped as `{"tool_call": {…}}`.
+    """
+    if not isinstance(value, dict):
+        return None
+    if len(value) == 1 and isinstance(next(iter(value.values())), dict) and next(iter(value)) in (
+            "tool_call", "function_call", "tool_use", "call"):
+        value = next(iter(value.values()))
+    function = value.get("function")
+    if isinstance(function, Mapping) and "name" not in value:
+        value = {**function, **{k: v for k, v in value.items() if k != "function"}}
+    names = [k for k in _NAME_KEYS if isinstance(value.get(k), str)]
+    args = [k for k in _ARGS_KEYS if k in value]
+    if not names or len(args) > 1 or set(value) - {*_NAME_KEYS, *_ARGS_KEYS, "id", "type"}:
+        return None
+    if names[0] != "name" and not args:
+        return None  # {"tool": "x"} alone is too little to call a tool; {"name": "x"} keeps its old reading
+    out = {k: v for k, v in value.items() if k not in (*names, *args)}
+    out["name"] = value[names[0]]
+    if args:
+        out["arguments"] = value[args[0]]
+    return out
 
 
 def _qwen(body: str, i: int, at_end: bool) -> tuple[ToolCall, None]:
@@ -319,25 +369,25 @@ def _glm(body: str, name_match: re.Match[str], at_end: bool, kind: str) -> ToolC
     args: dict[str, Any] = {}
     pos = skip(_GLM_STRAY, body, name_match.end())
     while pos < len(body):
-        if not body.startswith("<arg_key>", pos):
+        if not body.startswith(ARG_KEY_OPEN, pos):
             raise BlockError(f"Your call to {name} has {body[pos:pos + 40]!r} where <arg_key> should be. "
                              + prefer_canonical())
-        key_end = body.find("</arg_key>", pos)
-        key = body[pos + 9 : key_end if key_end >= 0 else len(body)]
+        key_end = body.find(ARG_KEY_CLOSE, pos)
+        key = body[pos + len(ARG_KEY_OPEN) : key_end if key_end >= 0 else len(body)]
         if key_end < 0 or "<" in key:
             if at_end:
                 raise BlockError(cut_off(kind, "an argument name", name))
             raise BlockError(f"An <arg_key> in your call to {name} is not closed. " + prefer_canonical())
         pos = skip(_GLM_STRAY, body, key_end)
-        if not body.startswith("<arg_value>", pos):
+        if not body.startswith(ARG_VALUE_OPEN, pos):
             raise BlockError(f"The argument {key.strip()!r} of your call to {name} has no <arg_value>. "
                              + prefer_canonical())
-        value_start = pos + 11
-        value_end = markup.value_end(body, "</arg_value>", value_start)
+        value_start = pos + len(ARG_VALUE_OPEN)
+        value_end = markup.value_end(body, ARG_VALUE_CLOSE, value_start)
         if value_end < 0:
             if at_end:
                 raise BlockError(cut_off(kind, f"the value of {key.strip()!r}", name))
-            following = body.find("<arg_key>", value_start)
+            following = body.find(ARG_KEY_OPEN, value_start)
             value_end = following if following >= 0 else len(body)
         args[key.strip()] = markup.trim_value(markup.text_value(body[value_start:value_end]))
         pos = skip(_GLM_STRAY, body, value_end)
@@ -357,7 +407,9 @@ def _claude(body: str, i: int, at_end: bool, kind: str) -> tuple[ToolCall, None]
     return ToolCall(name, _children(body, invokes[0].end(), at_end, name, kind)), None
 
 
-def _named_element(body: str, element: re.Match[str], at_end: bool, kind: str) -> tuple[ToolCall, tuple[int, int] | None]:
+def _named_element(
+    body: str, element: re.Match[str], at_end: bool, kind: str
+) -> tuple[ToolCall, tuple[int, int] | None]:
     """`<read_file><path>a</path></read_file>`: the tool's name used as the tag (Cline / Roo Code habit)."""
     name = _clean_name(element.group(1), kind)
     close = body.rfind(f"</{name}>")

@@ -7,16 +7,15 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .types import ToolCall
-
-TOOL_OPEN = "<tool_code>"
-TOOL_CLOSE = "</tool_code>"
+from ..types import ToolCall
+from .tags import NAME_CLOSE, NAME_OPEN, PARAMS_CLOSE, PARAMS_OPEN, TOOL_CLOSE, TOOL_OPEN
 
 
 def format_tool_call(call: ToolCall) -> str:
     """Render a call in the canonical form the system prompt teaches (and history records)."""
     name = call.name.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return f"{TOOL_OPEN}\n<name>{name}</name>\n<parameters>\n{canonical_arguments(call.arguments)}\n</parameters>\n{TOOL_CLOSE}"
+    args = canonical_arguments(call.arguments)
+    return f"{TOOL_OPEN}\n{NAME_OPEN}{name}{NAME_CLOSE}\n{PARAMS_OPEN}\n{args}\n{PARAMS_CLOSE}\n{TOOL_CLOSE}"
 
 
 def canonical_arguments(arguments: Mapping[str, Any]) -> str:

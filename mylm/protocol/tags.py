@@ -1,0 +1,135 @@
+"""Every tag string of the protocol and every chat-template special token, in one place.
+
+The parser, the stop list, the canonical form, the corrections and `neutralise` all read these names, so a tag
+recognised on input is also one that is defused in tool output (they drifted apart before:
+`</function_results>` was read as an observation but not defused).
+"""
+
+from __future__ import annotations
+
+import re
+
+# ------------------------------------------------------------------------------------------- the protocol
+
+TOOL_OPEN = "<tool_code>"
+TOOL_CLOSE = "</tool_code>"
+NAME_OPEN = "<name>"
+NAME_CLOSE = "</name>"
+PARAMS_OPEN = "<parameters>"
+PARAMS_CLOSE = "</parameters>"
+OBSERVATION_OPEN = "<observation>"
+OBSERVATION_CLOSE = "</observation>"
+FINAL_OPEN = "<final_answer>"
+FINAL_CLOSE = "</final_answer>"
+
+#: Where a model invents a tool result (ours, Hermes', Claude's): the rest of its reply is discarded.
+OBSERVATION_TAGS = (OBSERVATION_OPEN, "<tool_response>", "<function_results>")
+PARAMS_OPEN_TAGS = (PARAMS_OPEN, "<arguments>")
+PARAMS_CLOSE_TAGS = (PARAMS_CLOSE, "</arguments>")
+THINK_NAMES = ("think", "thinking")
+THINK_OPENS = tuple(f"<{n}>" for n in THINK_NAMES)
+THINK_CLOSES = tuple(f"</{n}>" for n in THINK_NAMES)
+
+# Other formats' call tags, which the parser also reads: Hermes/Qwen, Qwen3-Coder, Claude, GLM.
+TOOL_CALL_OPEN = "<tool_call>"
+TOOL_CALL_CLOSE = "</tool_call>"
+FUNCTION_OPEN = "<function="
+FUNCTION_CLOSE = "</function>"
+FUNCTION_CALLS_OPEN = "<function_calls>"
+FUNCTION_CALLS_CLOSE = "</function_calls>"
+INVOKE_OPEN = "<invoke"
+INVOKE_CLOSE = "</invoke>"
+ARG_KEY_OPEN = "<arg_key>"
+ARG_KEY_CLOSE = "</arg_key>"
+ARG_VALUE_OPEN = "<arg_value>"
+ARG_VALUE_CLOSE = "</arg_value>"
+
+#: Markers only a model writes around a reply that is nothing but calls (`neutralise` breaks them in tool output,
+#: so a reply holding them is the model's own): Mistral, Llama 3.1 and 4, Hermes.
+CALL_MARKERS_BEFORE = ("[TOOL_CALLS]", "<|python_tag|>", "<|python_start|>", TOOL_CALL_OPEN)
+CALL_MARKERS_AFTER = (TOOL_CALL_CLOSE, "<|python_end|>", "<|eom_id|>", "<|eot_id|>")
+
+#: Block openers of the formats a call drifts into, by the block kind they open.
+DRIFT_OPENERS = {
+    TOOL_CALL_OPEN: "tool_call",
+    FUNCTION_OPEN: "function",
+    FUNCTION_CALLS_OPEN: "function_calls",
+    INVOKE_OPEN: "invoke",
+}
+#: Each block kind: its opener, the end tags that close it, and whether JSON may follow the opener at once.
+BLOCK_KINDS = {
+    "tool_code": (TOOL_OPEN, (TOOL_CLOSE,), True),
+    "tool_call": (TOOL_CALL_OPEN, (TOOL_CALL_CLOSE,), True),
+    "function": (FUNCTION_OPEN, (FUNCTION_CLOSE, TOOL_CALL_CLOSE), False),
+    "function_calls": (FUNCTION_CALLS_OPEN, (FUNCTION_CALLS_CLOSE,), False),
+    "invoke": (INVOKE_OPEN, (INVOKE_CLOSE, FUNCTION_CALLS_CLOSE), False),
+}
+#: The opening and closing tags of each block kind, as the corrections name them.
+KIND_TAGS = {
+    "tool_code": (TOOL_OPEN, TOOL_CLOSE),
+    "tool_call": (TOOL_CALL_OPEN, TOOL_CALL_CLOSE),
+    "function": (FUNCTION_OPEN + "…>", FUNCTION_CLOSE),
+    "function_calls": (FUNCTION_CALLS_OPEN, FUNCTION_CALLS_CLOSE),
+    "invoke": (INVOKE_OPEN + " name=…>", INVOKE_CLOSE),
+    "tool_tag": ("<TOOL_NAME>", "</TOOL_NAME>"),
+    "react": ("Action:", "Action Input:"),
+}
+
+#: The stops mylm sends: the end of a call, and the start of an observation the model must not invent.
+DEFAULT_STOPS = (TOOL_CLOSE, OBSERVATION_OPEN)
+
+#: Every element name the protocol (or a format it reads) gives meaning to; defused in tool output so that an
+#: output can neither close its observation nor open a call, whatever the model reads it as.
+PROTOCOL_NAMES = (
+    "observation", "tool_code", "tool_calls", "tool_call", "tool_response", "tool_definitions", "tool",
+    "function_calls", "function_results", "function", "parameters", "parameter", "arguments", "argument", "name",
+    "think", "thinking", "final_answer", "invoke", "arg_key", "arg_value",
+)
+PROTOCOL_TAG = re.compile(r"<(\s*/?\s*(?:" + "|".join(PROTOCOL_NAMES) + r")\b)", re.IGNORECASE)
+
+# ----------------------------------------------------------------------------------- chat-template tokens
+
+#: Special tokens of chat templates that a tokenizer (or a server parsing specials in content) may read as a
+#: real turn boundary. Listed for documentation and tests; `SPECIAL_TOKEN` matches these and their families.
+SPECIAL_TOKENS = (
+    # ChatML (Qwen, Yi, Hermes, …) and Qwen's own
+    "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|im_sep|>", "<tool_call>", "</tool_call>",
+    # Llama 3
+    "<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
+    "<|eom_id|>", "<|python_tag|>", "<|finetune_right_pad_id|>", "<|reserved_special_token_0|>",
+    # Llama 2 and SentencePiece models
+    "<s>", "</s>", "<unk>", "<<SYS>>", "<</SYS>>",
+    # Mistral
+    "[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "[TOOL_RESULTS]",
+    "[/TOOL_RESULTS]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[THINK]", "[/THINK]", "[ARGS]", "[CALL_ID]",
+    # Gemma
+    "<start_of_turn>", "<end_of_turn>", "<bos>", "<eos>", "<pad>", "<start_of_image>", "<end_of_image>",
+    # Phi, GLM, Granite, gpt-oss (harmony)
+    "<|user|>", "<|assistant|>", "<|system|>", "<|end|>", "<|observation|>", "[gMASK]", "<sop>", "<eop>",
+    "<|start_of_role|>", "<|end_of_role|>", "<|start|>", "<|channel|>", "<|message|>", "<|return|>", "<|call|>",
+    # Command-R
+    "<|START_OF_TURN_TOKEN|>", "<|END_OF_TURN_TOKEN|>", "<|USER_TOKEN|>", "<|CHATBOT_TOKEN|>",
+    "<|SYSTEM_TOKEN|>",
+    # DeepSeek (fullwidth bars, U+FF5C, and U+2581 for spaces)
+    "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>",
+    "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁outputs▁begin｜>",
+    # StarCoder / fill-in-the-middle
+    "<fim_prefix>", "<fim_middle>", "<fim_suffix>", "<|fim_prefix|>", "<file_sep>", "<|file_sep|>",
+)
+
+# `<|…|>` and `<｜…｜>` (any bars, any name) are tokens of some template; bracketed upper-case control words are
+# Mistral's; the rest are the angle-bracket words templates reserve. Matching is case-sensitive where the
+# tokens are (`[INST]`, not `[inst]`), case-insensitive for the angle-bracket words.
+_BAR = "[|｜]"
+SPECIAL_TOKEN = re.compile(
+    rf"<\s*{_BAR}[^<>\n]{{0,80}}?{_BAR}\s*>"
+    r"|\[/?(?:INST|TOOL_CALLS|TOOL_RESULTS|TOOL_CONTENT|AVAILABLE_TOOLS|SYSTEM_PROMPT|THINK|ARGS|CALL_ID|IMG"
+    r"|IMG_BREAK|IMG_END|PREFIX|SUFFIX|MIDDLE|gMASK|sMASK|MASK)\]"
+    r"|<</?SYS>>"
+    r"|(?i:</?(?:s|unk|bos|eos|pad|sop|eop|tool_call|tool_response|start_of_turn|end_of_turn|start_of_image|end_of_image"
+    r"|fim_prefix|fim_middle|fim_suffix|fim_pad|file_sep|repo_name|reponame|filename|gh_stars|empty_output"
+    r"|jupyter_start|jupyter_text|jupyter_code|jupyter_output|commit_before|commit_msg|commit_after)>)"
+)
+
+#: Inserted after a special token's first character: the text reads the same, but no tokenizer sees the token.
+DEFUSER = "\u200b"

@@ -1,0 +1,189 @@
+"""Observations cannot forge chat turns: special tokens in tool output, file names and error text (issue 10 §6)
+reach no endpoint intact, for every wire format and every raw-prompt chat format."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mylm.agent import Agent
+from mylm.errors import ToolError
+from mylm.prompts import PromptLoader
+from mylm.protocol.canonical import format_tool_call
+from mylm.protocol.defuse import defuse_special_tokens, has_special_token, neutralise
+from mylm.protocol.tags import SPECIAL_TOKENS
+from mylm.providers import Endpoint, create_llm
+from mylm.providers.formats import CHAT_FORMATS, chat_format, render_prompt
+from mylm.tools.base import tool
+from mylm.tools.files import file_tools
+from mylm.tools.paths import Workspace
+from mylm.types import Message, ToolCall
+from tests.providers.helpers import FAST_RETRY
+from tests.providers.native_servers import AnthropicServer, GeminiServer, LlamaCppServer, OllamaServer
+from tests.providers.servers import LoopbackServer, OpenAIServer
+
+#: Tokens from every family, each with one the generic patterns must catch without being listed.
+HOSTILE = (*SPECIAL_TOKENS, "<|some_future_token|>", "<｜new▁token｜>", "<| spaced |>", "[TOOL_CONTENT]",
+           "<|START_OF_TURN_TOKEN|>")
+
+
+def payload(tag: str) -> str:
+    """Every token followed by a unique marker, so the test can see each one arrive (defused) in the prompt."""
+    return "".join(f"{token}M{tag}{i}X\n" for i, token in enumerate(HOSTILE))
+
+
+def test_every_listed_token_is_recognised_and_defused() -> None:
+    for token in HOSTILE:
+        assert has_special_token(token), token
+        defused = defuse_special_tokens(token)
+        assert not has_special_token(defused) and defused.replace("\u200b", "") == token
+
+
+@pytest.mark.parametrize("text", ["a <b> c", "if a < b and c > d", "[TODO] later", "<s.tag>", "x || y | z",
+                                  "<div>|</div>", "[inst] lower case", "<|", "|>"])
+def test_ordinary_text_is_left_alone(text: str) -> None:
+    assert defuse_special_tokens(text) == text
+
+
+@given(st.lists(st.sampled_from([*HOSTILE, "<", "|", "[", "]", ">", "a", " ", "\n", "/", "｜"]), max_size=40))
+def test_property_neutralised_text_holds_no_special_token(pieces: list[str]) -> None:
+    once = neutralise("".join(pieces))
+    assert not has_special_token(once)
+    assert neutralise(once) == once
+
+
+@pytest.mark.parametrize("name", sorted(CHAT_FORMATS))
+def test_raw_prompt_defuses_everything_but_the_users_own_text(name: str) -> None:
+    """System prompt and earlier replies are not the user's: their tokens are defused before the template runs."""
+    messages = [
+        Message("system", "tools:" + payload("S")),
+        Message("user", "hello"),
+        Message("assistant", "reply:" + payload("A")),
+        Message("user", neutralise("observation:" + payload("O"))),
+    ]
+    prompt = render_prompt(PromptLoader.default(), chat_format(name), messages)
+    for tag in "SAO":
+        for i, token in enumerate(HOSTILE):
+            assert f"M{tag}{i}X" in prompt
+            assert f"{token}M{tag}{i}X" not in prompt, (name, token)
+
+
+CASES = [
+    ("openai", OpenAIServer, {}),
+    ("openai-completions", OpenAIServer, {"chat_format": "chatml"}),
+    ("ollama", OllamaServer, {}),
+    ("ollama", OllamaServer, {"chat_format": "llama3"}),
+    ("llamacpp", LlamaCppServer, {}),
+    ("llamacpp", LlamaCppServer, {"chat_format": "mistral"}),
+    ("openai-completions", OpenAIServer, {"chat_format": "gemma"}),
+    ("anthropic", AnthropicServer, {}),
+    ("gemini", GeminiServer, {}),
+]
+
+
+def _strings(value: Any) -> str:
+    """Every string in a JSON body, decoded (so escapes such as \\u003c cannot hide a token from the check)."""
+    if isinstance(value, str):
+        return value + "\n"
+    if isinstance(value, dict):
+        return "".join(_strings(v) for v in value.values())
+    if isinstance(value, list):
+        return "".join(_strings(v) for v in value)
+    return ""
+
+
+@pytest.mark.parametrize(("provider", "server_class", "settings"), CASES,
+                         ids=[p + ("+" + s["chat_format"] if s else "") for p, _, s in CASES])
+def test_hostile_tool_output_file_names_and_errors_reach_no_endpoint_intact(
+    provider: str, server_class: type[LoopbackServer], settings: dict[str, str], tmp_path: Path
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "notes.txt").write_text(payload("F"), encoding="utf-8")
+    for i, token in enumerate(HOSTILE):
+        if "/" not in token:
+            (workspace / f"{token}MN{i}X").write_text("", encoding="utf-8")
+
+    @tool
+    def lookup(key: str) -> str:
+        """Fail with a hostile error message."""
+        raise ToolError(payload("E"))
+
+    calls = [ToolCall("read_file", {"path": "notes.txt"}), ToolCall("list_dir", {"path": "."}),
+             ToolCall("lookup", {"key": "k"})]
+    with server_class() as server:
+        server.script([*(f"Step.\n{format_tool_call(c)}" for c in calls), "Done."])
+        base = server.base_url if server_class is OpenAIServer else server.root_url
+        llm = create_llm(Endpoint(provider=provider, base_url=base, model="test-model", api_key="k", **settings))
+        llm.retry = FAST_RETRY  # type: ignore[attr-defined]
+        agent = Agent(llm, [*file_tools(Workspace(workspace)), lookup], workspace=workspace, max_iterations=5)
+        result = agent.run("go")
+        posts = [r for r in server.requests if server.is_generation(r.method, r.path)]
+    assert result.final_text == "Done.", result
+    sent = _strings(posts[-1].body)
+    seen = 0
+    for tag in "FNE":
+        for i, token in enumerate(HOSTILE):
+            marker = f"M{tag}{i}X"
+            if tag == "N" and "/" in token:
+                continue
+            assert marker in sent, (tag, token)  # visible to the model...
+            assert f"{token}{marker}" not in sent, (provider, settings, tag, token)  # ...but inert
+            seen += 1
+    assert seen > 2 * len(HOSTILE)
+    json.dumps(posts[-1].body)  # the body stayed valid JSON
+
+
+class _ThinkingTemplateServer(LlamaCppServer):
+    """A llama-server whose model template opens <think> for the model (DeepSeek-R1 distills, Qwen3)."""
+
+    def other(self, request: Any) -> tuple[int, Any]:
+        status, body = super().other(request)
+        if request.path == "/apply-template" and status == 200:
+            body = {"prompt": body["prompt"] + "<think>\n"}
+        return status, body
+
+
+def test_server_template_route_gets_defused_system_and_assistant_text() -> None:
+    """llama-server renders /apply-template with special tokens parsed: only the user's own text goes raw."""
+    from mylm.llm import LLMRequest
+
+    with LlamaCppServer() as server:
+        server.script(["ok"])
+        llm = create_llm(Endpoint(provider="llamacpp", base_url=server.root_url, model="m", api_key="k"))
+        messages = (Message("system", "sys " + payload("S")), Message("user", "hi"),
+                    Message("assistant", "was " + payload("A")), Message("user", "again"))
+        list(llm.stream(LLMRequest(messages, (), 64, None, None)))
+        [applied] = [r for r in server.requests if r.path == "/apply-template"]
+    sent = _strings(applied.body)
+    for tag in "SA":
+        for i, token in enumerate(HOSTILE):
+            assert f"M{tag}{i}X" in sent and f"{token}M{tag}{i}X" not in sent, token
+
+
+def test_server_template_that_opens_reasoning_makes_a_drafted_call_reasoning(tmp_path: Path) -> None:
+    """The server's own template ends the prompt inside <think>: the reply's start is reasoning, so a call
+    drafted there never runs, even though the reply holds no <think> of its own."""
+    ran: list[str] = []
+
+    @tool
+    def remove(path: str) -> str:
+        """Remove a file."""
+        ran.append(path)
+        return "removed"
+
+    reply = f"I could {format_tool_call(ToolCall('remove', {'path': 'x'}))} but no.</think>\nNothing to remove."
+    with _ThinkingTemplateServer() as server:
+        server.script([reply, reply, "unused"])
+        llm = create_llm(Endpoint(provider="llamacpp", base_url=server.root_url, model="m", api_key="k"))
+        agent = Agent(llm, [remove], workspace=tmp_path)
+        # Earlier replies suggested no template reasoning, so </tool_code> is sent and the server stops there,
+        # mid-thought: only the template the server applied shows the call was a draft.
+        agent.opens_reasoning = False
+        result = agent.run("go")
+    assert ran == [] and result.final_text == "Nothing to remove." and agent.opens_reasoning is True
