@@ -2,6 +2,7 @@
 
     MylmError                       exit 1
     ├── ConfigError                 exit 2   bad flags, environment or config file
+    │   └── UnsupportedConstraintError       --constrain grammar where the endpoint cannot sample under one
     ├── TemplateError               exit 2   a prompt template is missing, broken or unsafe
     ├── LLMError                    exit 1   anything that went wrong talking to the model endpoint
     │   ├── EndpointUnreachableError         connection refused, DNS, TLS
