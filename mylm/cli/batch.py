@@ -91,8 +91,9 @@ def batch(ctx: click.Context, /, tasks_file: Path, output: Path, **options: Any)
         if options["save_sessions"] else None
     executor = None
     if options["executor"] == "ray":
-        from ..batch.cluster import RayExecutor
+        from ..batch.cluster import RayExecutor, import_ray
 
+        import_ray()  # before anything is written: say at once that the extra is missing
         executor = RayExecutor(options["concurrency"], address=options["ray_address"] or "auto")
     elif options["ray_address"]:
         raise click.UsageError("--ray-address needs --executor ray")

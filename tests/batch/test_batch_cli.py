@@ -174,3 +174,13 @@ def test_live_line_on_a_terminal(tmp_path: Path, subprocess_env: dict[str, str])
         child.close()
     assert child.exitstatus == 0
     assert "mylm batch" in rest and "ended: final_answer" in rest  # the summary table
+
+
+def test_ray_options_are_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 1)
+    out = str(tmp_path / "out.jsonl")
+    misplaced = invoke(["batch", str(tasks), "-o", out, "--ray-address", "auto"])
+    assert misplaced.exit_code == 2 and "--executor ray" in misplaced.stderr
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if the extra were not installed
+    missing = invoke(["batch", str(tasks), "-o", out, "--executor", "ray"])
+    assert missing.exit_code == 2 and "pip install 'mylm[ray]'" in missing.stderr
