@@ -28,6 +28,7 @@ from ..errors import (
     StreamError,
 )
 from .failures import Place
+from .watchdog import WATCHDOG
 
 #: Caps against a hostile or broken endpoint (THREATS.md T7): total body, one line, one error body.
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
@@ -64,12 +65,10 @@ class CallGuard:
         self.reason: str | None = None
         self._sock: socket.socket | None = None
         self._lock = threading.Lock()
-        self._timer: threading.Timer | None = None
         self._unregister: Callable[[], None] = lambda: None
+        self._unschedule: Callable[[], None] = lambda: None
         if deadline is not None:
-            self._timer = threading.Timer(max(0.0, remaining(deadline)), self.abort, ("deadline",))
-            self._timer.daemon = True
-            self._timer.start()
+            self._unschedule = WATCHDOG.schedule(deadline, lambda: self.abort("deadline"))
         if cancel is not None:
             self._unregister = cancel.on_cancel(lambda: self.abort("cancelled"))
         self._sleeper = cancel
@@ -137,8 +136,7 @@ class CallGuard:
 
     def close(self) -> None:
         """Release the timer and the cancel registration."""
-        if self._timer is not None:
-            self._timer.cancel()
+        self._unschedule()
         self._unregister()
         self.detach()
 
