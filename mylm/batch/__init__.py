@@ -1,4 +1,4 @@
-"""Many runs at once: `run_batch(tasks, agent_factory, concurrency=..., results=...)`, resumable from its file."""
+"""Many runs at once: `run_batch(tasks, agent_factory, concurrency=..., results=...)`, resumable."""
 
 from __future__ import annotations
 

@@ -71,14 +71,16 @@ def import_ray() -> Any:
 class RayExecutor:
     """Runs tasks as Ray tasks: at most `concurrency` in flight, spread over the cluster's nodes.
 
-    Each Ray task asks for no CPU (an agent mostly waits on its model), so `concurrency`, not the cluster's CPU
-    count, decides how many run; `SPREAD` scheduling puts them on every node. The task's `workspace` must exist
-    at the same path on every node (a shared file system), since each task copies it where it runs.
+    Each Ray task asks for no CPU (an agent mostly waits on its model), so `concurrency`, not the cluster's
+    CPU count, decides how many run; `SPREAD` scheduling puts them on every node. The task's `workspace` must
+    exist at the same path on every node (a shared file system), since each task copies it where it runs.
     """
 
     name = "ray"
 
-    def __init__(self, concurrency: int, *, address: str = "auto", init: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, concurrency: int, *, address: str = "auto", init: dict[str, Any] | None = None
+    ) -> None:
         self.concurrency = concurrency
         self.address = address
         self.init = dict(init or {})

@@ -148,7 +148,7 @@ class GatedLLM:
 
 @dataclasses.dataclass(frozen=True)
 class GateRetry(RetryPolicy):
-    """A provider's retry policy that leaves rate limits to the batch's gate (other failures retry as usual)."""
+    """A provider's retry policy leaving rate limits to the batch's gate (other failures retry as usual)."""
 
     def delay(self, error: LLMError, attempt: int, remaining: float) -> float:
         if isinstance(error, RateLimitError) and error.retryable:
@@ -160,4 +160,4 @@ def defer_rate_limits(llm: object) -> None:
     """Make a provider hand 429s to the gate instead of retrying them on its own."""
     policy = getattr(llm, "retry", None)
     if isinstance(policy, RetryPolicy) and not isinstance(policy, GateRetry):
-        setattr(llm, "retry", GateRetry(**{f.name: getattr(policy, f.name) for f in dataclasses.fields(policy)}))
+        llm.retry = GateRetry(**{f.name: getattr(policy, f.name) for f in dataclasses.fields(policy)})

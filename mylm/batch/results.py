@@ -1,4 +1,4 @@
-"""The results file: one JSON line per finished task, each written whole, so a kill never leaves half a record."""
+"""The results file: one JSON line per finished task, written whole, so a kill never leaves half a record."""
 
 from __future__ import annotations
 
@@ -46,7 +46,8 @@ class ResultsFile:
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o644)
         except OSError as error:
-            raise ResultsFileError(f"cannot open the results file {self.path}: {error.strerror or error}") from None
+            reason = error.strerror or error
+            raise ResultsFileError(f"cannot open the results file {self.path}: {reason}") from None
         try:
             self._read_existing(fd)
         except BaseException:
@@ -74,7 +75,7 @@ class ResultsFile:
                 record = json.loads(raw)
             except ValueError:
                 raise ResultsFileError(
-                    f"{self.path} line {number} is not a result line (not JSON); is -o pointing at the right file?"
+                    f"{self.path} line {number} is not a result line (not JSON); is -o the right file?"
                 ) from None
             if not isinstance(record, dict) or not isinstance(record.get("id"), str):
                 raise ResultsFileError(f"{self.path} line {number} is not a result line (no \"id\")")

@@ -11,7 +11,16 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
 
 from ..cancel import CancelToken
 from ..errors import LLMError, MylmError
-from .events import BatchEnd, BatchEvent, BatchStart, BatchStopping, RateLimited, TaskEnd, TaskRetry, TaskStart
+from .events import (
+    BatchEnd,
+    BatchEvent,
+    BatchStart,
+    BatchStopping,
+    RateLimited,
+    TaskEnd,
+    TaskRetry,
+    TaskStart,
+)
 from .gate import GatedLLM, RateGate, defer_rate_limits
 from .progress import Progress
 from .results import FsyncPolicy, ResultsFile
@@ -51,7 +60,7 @@ class TaskJob:
     sessions: SessionSaver | None = None
 
     def __call__(self, task: Task, context: TaskContext) -> dict[str, Any] | None:
-        """Run `task` to its end and return its result line; None if it was cancelled (it runs again on resume).
+        """Run `task` to its end and return its result line; None if it was cancelled (it runs on resume).
 
         A task that ends in an endpoint error runs again, from a fresh workspace, up to `retries` more times.
         """
@@ -168,7 +177,7 @@ class Executor(Protocol):
 
 
 class LocalExecutor:
-    """Threads on this machine: `concurrency` workers take the next task until none is left or the batch stops."""
+    """Threads on this machine: `concurrency` workers take the next task until none is left or it stops."""
 
     name = "local"
 

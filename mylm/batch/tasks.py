@@ -32,7 +32,7 @@ class Task:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, base: Path | None = None, where: str = "task") -> Task:
-        """A task from its JSON object; a relative `workspace` is taken from `base` (the task file's folder)."""
+        """A task from its JSON object; a relative `workspace` is taken from `base` (the task file's)."""
         if not isinstance(data, Mapping):
             raise TaskFileError(f"{where}: a task must be a JSON object, not {type(data).__name__}")
         task_id = data.get("id")

@@ -32,12 +32,14 @@ if TYPE_CHECKING:
 
 @click.command()
 @click.argument("tasks_file", metavar="TASKS.jsonl", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("-o", "--output", required=True, metavar="RESULTS.jsonl", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("-o", "--output", required=True, metavar="RESULTS.jsonl",
+              type=click.Path(dir_okay=False, path_type=Path),
               help="Where result lines go; ids already there are skipped (resume).")
 @endpoint_options
 @click.option("--max-iterations", type=int, metavar="N", help="Model calls allowed per task [10].")
 @click.option("--timeout", type=float, metavar="SECONDS", help="Wall-clock budget for each task [120].")
-@click.option("-y", "--yes", is_flag=True, default=None, help="Run every tool call the policy does not forbid.")
+@click.option("-y", "--yes", is_flag=True, default=None,
+              help="Run every tool call the policy does not forbid.")
 @click.option("-j", "--concurrency", type=click.IntRange(1, 1024), default=4, show_default=True,
               help="Tasks running at once.")
 @click.option("--retries", type=click.IntRange(0, 100), default=1, show_default=True,
@@ -81,7 +83,11 @@ def batch(ctx: click.Context, /, tasks_file: Path, output: Path, **options: Any)
     from .batch_agent import BatchAgentFactory, SessionWriter
     from .runner import SCRIPTED_LLM_ENV
 
+    from ..tools.procs import become_subreaper
+
     settings = settings_from(options)
+    # Adopt orphaned descendants, as `ask` does: a command's double-forked daemon is still found and stopped.
+    become_subreaper()
     redactor = make_redactor(settings)
     configure_logging(options["verbose"], redactor)
     tasks = load_tasks(tasks_file)
@@ -115,14 +121,17 @@ def batch(ctx: click.Context, /, tasks_file: Path, output: Path, **options: Any)
     try:
         with results, _stop_on_signals(cancel):
             summary = run_batch(
-                tasks, factory, concurrency=options["concurrency"], results=results, retries=options["retries"],
+                tasks, factory, concurrency=options["concurrency"], results=results,
+                retries=options["retries"],
                 keep_workspaces=options["keep_workspaces"], workspace_root=options["workspaces_dir"],
                 cancel=cancel, on_event=view.handle, executor=executor, sessions=sessions, progress=progress,
             )
     except KeyboardInterrupt:
         view.abort()
-        click.echo(f"mylm: interrupted at once; every finished result is in {output}; run `{again}` to resume",
-                   err=True)
+        click.echo(
+            f"mylm: interrupted at once; every finished result is in {output}; run `{again}` to resume",
+            err=True,
+        )
         sys.stderr.flush()
         os._exit(EXIT_INTERRUPTED)  # running tasks' threads are abandoned, not waited for
     except BaseException:
@@ -160,7 +169,7 @@ def _check_templates(factory: Any) -> None:
 
 @contextmanager
 def _stop_on_signals(cancel: CancelToken) -> Iterator[None]:
-    """The first Ctrl-C (or SIGTERM) stops the batch cleanly; a second one quits at once (results stay whole)."""
+    """The first Ctrl-C (or SIGTERM) stops the batch cleanly; a second quits at once (results stay whole)."""
 
     def handler(signum: int, frame: Any) -> None:
         if cancel.cancelled:

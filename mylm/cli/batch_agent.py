@@ -21,7 +21,7 @@ _loaders_lock = threading.Lock()
 
 
 def _plain(value: Any) -> Any:
-    """`value` with every mapping a dict and every sequence a list (read-only mapping proxies do not pickle)."""
+    """`value` with every mapping a dict and every sequence a list (mapping proxies do not pickle)."""
     if isinstance(value, Mapping):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -31,8 +31,8 @@ def _plain(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class BatchAgentFactory:
-    """Builds one task's agent: the endpoint, the builtin tools confined to the task's workspace, and an approval
-    hook that never asks (what would ask is refused, and the model is told why) unless `yes`."""
+    """Builds one task's agent: the endpoint, the builtin tools confined to the task's workspace, and an
+    approval hook that never asks (what would ask is refused, and the model is told why) unless `yes`."""
 
     endpoint: dict[str, Any]
     max_iterations: int
@@ -60,7 +60,8 @@ class BatchAgentFactory:
         }
         return cls(
             endpoint=endpoint, max_iterations=settings.max_iterations, timeout=settings.timeout,
-            max_tokens=settings.max_tokens, prompts=settings.prompts, trusted=settings.project_trust is not None,
+            max_tokens=settings.max_tokens, prompts=settings.prompts,
+            trusted=settings.project_trust is not None,
             yes=settings.yes, instructions=settings.instructions, context_budget=context_budget(settings),
             tools=_plain(settings.extra.get("tools", {}) or {}), scripted=scripted,
         )
@@ -82,7 +83,8 @@ class BatchAgentFactory:
             config_dir=user_config_dir(),
         )
         return Agent(
-            self._llm(loader), tools, max_iterations=self.max_iterations, timeout=self.timeout, prompts=loader,
+            self._llm(loader), tools, max_iterations=self.max_iterations, timeout=self.timeout,
+            prompts=loader,
             max_tokens=self.max_tokens, permission=NeverAsk(policy), instructions=self.instructions,
             context_budget=self.context_budget, workspace=workspace,
         )

@@ -1,4 +1,4 @@
-"""How `mylm batch` shows progress: a live line on a terminal (rich), plain lines otherwise, or JSON events."""
+"""How `mylm batch` shows progress: a live line on a terminal (rich), plain lines, or JSON events."""
 
 from __future__ import annotations
 
@@ -56,7 +56,8 @@ class View:
     def task_line(self, event: Any) -> str:
         record = event.record
         reason = record["stop_reason"]
-        line = f"[{self.progress.snapshot().done}/{self.progress.total}] {event.id}: {reason} in {record['wall_s']:.1f}s"
+        done = self.progress.snapshot().done
+        line = f"[{done}/{self.progress.total}] {event.id}: {reason} in {record['wall_s']:.1f}s"
         if record.get("error"):
             line += f": {record['error']}"
         return self.clean(line)
@@ -82,7 +83,7 @@ class PlainView(View):
 
 
 class LiveView(PlainView):
-    """A live progress line at the bottom of the terminal (rich, imported only here), finished tasks above it."""
+    """A live progress line at the foot of the terminal (rich, imported only here), finished tasks above."""
 
     def __init__(self, progress: Progress, err: IO[str], clean: Callable[[str], str]) -> None:
         super().__init__(progress, err, clean)

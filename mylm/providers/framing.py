@@ -19,7 +19,7 @@ class SSEEvent:
 
 
 class LineSplitter:
-    """Splits a byte stream into lines (LF or CRLF), a read at a time; a line longer than `limit` bytes is an error.
+    """Splits a byte stream into lines (LF or CRLF) a read at a time; a line over `limit` bytes is an error.
 
     Lines are split on bytes and each read's complete lines are decoded at once, so a UTF-8 character split
     across reads decodes intact, and invalid bytes become U+FFFD instead of an exception. Working a read at a
@@ -47,7 +47,8 @@ class LineSplitter:
     def check(self) -> None:
         """Raise if the line being gathered is already longer than the limit."""
         if self._overflow:
-            error = StreamError(f"the endpoint sent a line longer than {self.limit // 1024} KiB; stopped reading")
+            kib = self.limit // 1024
+            error = StreamError(f"the endpoint sent a line longer than {kib} KiB; stopped reading")
             error.retryable = False
             raise error
 
@@ -77,7 +78,7 @@ def iter_lines(chunks: Iterable[bytes], *, limit: int = MAX_LINE_BYTES) -> Itera
 
 
 class SSEReader:
-    """Server-sent events from lines: `data:` lines up to a blank line, `event:` names; `:` comment pings skipped.
+    """Server-sent events from lines: `data:` lines up to a blank line, `event:` names; `:` pings skipped.
 
     llama.cpp's older servers send failures as an `error: {...}` line, which the SSE spec ignores; it becomes
     an `error` event here so the failure is not lost.

@@ -26,7 +26,8 @@ class Watchdog:
         entry: _Entry = [when, next(self._order), callback]
         with self._cond:
             heapq.heappush(self._heap, entry)
-            if self._thread is None or not self._thread.is_alive():  # also after a fork: threads do not survive it
+            # Also after a fork: threads do not survive it.
+            if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="mylm-deadlines", daemon=True)
                 self._thread.start()
             if self._heap[0] is entry:

@@ -99,7 +99,12 @@ def members(
 
 
 def _members(
-    table: dict[int, tuple[int, int, str, int]], *, tag: str, group: int | None, root: int | None, since: int | None
+    table: dict[int, tuple[int, int, str, int]],
+    *,
+    tag: str,
+    group: int | None,
+    root: int | None,
+    since: int | None,
 ) -> set[int]:
     me = os.getpid()
     found = descendants(root, table) if root is not None else set()
@@ -108,7 +113,8 @@ def _members(
     for pid, (_, pgid, _, started) in table.items():
         # Only a process started after the command can carry its tag: reading every other process's
         # environment cost ~10 ms a command on a busy machine.
-        if pid not in found and (pgid == group or ((since is None or started >= since) and has_tag(pid, tag))):
+        recent = since is None or started >= since
+        if pid not in found and (pgid == group or (recent and has_tag(pid, tag))):
             found.add(pid)
     found.discard(me)
     return {pid for pid in found if table.get(pid, (0, 0, "Z", 0))[2] not in ("Z", "X")}
@@ -197,7 +203,7 @@ def _nothing_left(command: Command) -> bool:
             with open(f"{_PROC}/self/task/{thread}/children", "rb") as f:
                 children = f.read().split()
         except FileNotFoundError:
-            continue  # the thread ended meanwhile (or the kernel lists no children: then the root check fails)
+            continue  # the thread ended meanwhile
         except OSError:
             return False
         for raw in children:

@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from mylm.batch import ResultsFile, ResultsFileError, Task, TaskFileError, load_tasks, make_workspace, parse_tasks
+from mylm.batch import (
+    ResultsFile,
+    ResultsFileError,
+    Task,
+    TaskFileError,
+    load_tasks,
+    make_workspace,
+    parse_tasks,
+)
 
 
 def test_tasks_parse_with_relative_workspace_and_extra_fields(tmp_path: Path) -> None:
