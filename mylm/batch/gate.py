@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from ..cancel import CancelToken
 from ..errors import CancelledError, LLMError, LLMTimeoutError, RateLimitError
@@ -156,7 +156,7 @@ class GateRetry(RetryPolicy):
         return super().delay(error, attempt, remaining)
 
 
-def defer_rate_limits(llm: object) -> None:
+def defer_rate_limits(llm: Any) -> None:
     """Make a provider hand 429s to the gate instead of retrying them on its own."""
     policy = getattr(llm, "retry", None)
     if isinstance(policy, RetryPolicy) and not isinstance(policy, GateRetry):

@@ -56,7 +56,7 @@ class ResultsFile:
         return fd
 
     def _read_existing(self, fd: int) -> None:
-        chunks = []
+        chunks: list[bytes] = []
         while True:
             data = os.pread(fd, 1 << 20, sum(len(c) for c in chunks))
             if not data:

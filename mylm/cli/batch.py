@@ -185,5 +185,5 @@ def _stop_on_signals(cancel: CancelToken) -> Iterator[None]:
     try:
         yield
     finally:
-        for number, old in previous.items():
-            signal.signal(number, old)
+        for signum, old in previous.items():
+            signal.signal(signum, old)

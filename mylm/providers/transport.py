@@ -214,13 +214,11 @@ class _Session(requests.Session):
 
     def __init__(self) -> None:
         super().__init__()
-        self._environment: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self._environment: dict[tuple[Any, ...], Any] = {}
 
-    def merge_environment_settings(
-        self, url: Any, proxies: Any, stream: Any, verify: Any, cert: Any
-    ) -> dict[str, Any]:
+    def merge_environment_settings(self, url: Any, proxies: Any, stream: Any, verify: Any, cert: Any) -> Any:
         if proxies or cert or verify not in (None, True):
-            return super().merge_environment_settings(url, proxies, stream, verify, cert)  # type: ignore[no-any-return]
+            return super().merge_environment_settings(url, proxies, stream, verify, cert)
         key = (*urlsplit(str(url))[:2], stream, verify)
         if key not in self._environment:
             self._environment[key] = super().merge_environment_settings(url, proxies, stream, verify, cert)
@@ -372,42 +370,6 @@ def iter_body(
             error.retryable = False
             raise error
         yield data
-
-
-#: At most this much of an answer's unread rest is read to keep its connection (cheaper than a new one).
-_KEEP_BYTES = 64 * 1024
-#: How long the rest may take to show up: only what has already arrived is worth reading.
-_KEEP_WAIT = 0.002
-
-
-def release(response: requests.Response, guard: CallGuard) -> None:
-    """Let go of a response whose reading is over (finished, or closed early once a call was complete).
-
-    When the rest of the body is already here (the server finished its turn, only its tail is unread), it is
-    read so that the connection goes back to the pool: the agent's next call then skips a new TCP (and TLS)
-    handshake. A body still streaming (a server ignoring stops) or slow to end is cut off, as before.
-    """
-    raw = response.raw
-    sock = guard.sock
-    if sock is None or guard.reason is not None:
-        response.close()
-        return
-    try:
-        previous = sock.gettimeout()
-        sock.settimeout(_KEEP_WAIT)
-        try:
-            kept = 0
-            while kept <= _KEEP_BYTES:
-                data = raw.read1(_READ_SIZE, decode_content=True)
-                if not data:
-                    raw.release_conn()
-                    return
-                kept += len(data)
-        finally:
-            sock.settimeout(previous)
-    except (OSError, urllib3.exceptions.HTTPError, http.client.HTTPException):
-        pass  # not all there: the connection is closed below
-    response.close()
 
 
 def read_all(response: requests.Response, guard: CallGuard, *, idle: float, limit: int) -> bytes:

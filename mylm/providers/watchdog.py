@@ -6,9 +6,9 @@ import heapq
 import itertools
 import threading
 import time
-from typing import Callable
+from typing import Any, Callable, List
 
-_Entry = list  # [when, sequence, callback or None]; a list so that cancelling can blank the callback in place
+_Entry = List[Any]  # [when, sequence, callback or None]; a list so that cancelling can blank the callback in place
 
 
 class Watchdog:

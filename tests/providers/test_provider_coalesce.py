@@ -9,7 +9,7 @@ from mylm.llm import FinishChunk, ReasoningChunk, TextChunk
 from mylm.providers import Endpoint, create_llm
 from mylm.providers.framing import LineSplitter
 from tests.providers.helpers import request
-from tests.providers.servers import Completion, OpenAIServer, Raw, sse
+from tests.providers.servers import OpenAIServer, Raw, sse
 
 
 def delta(**fields: str) -> bytes:
@@ -54,22 +54,3 @@ def test_an_overlong_line_fails_after_the_lines_before_it() -> None:
         splitter.check()
     assert LineSplitter().feed("é\n".encode()[:1]) == []  # half a character waits for its other half
 
-
-def test_a_turn_closed_early_keeps_its_connection_when_the_rest_has_arrived() -> None:
-    from mylm.turn import stream_turn
-    from tests.providers.helpers import TOOL_CALL
-
-    with OpenAIServer([Completion(TOOL_CALL + "\nand some more text after the call"), "Done."], delay=0,
-                      stop_mode="ignore") as server:
-        connections: list[object] = []
-        accept = server._httpd.process_request
-        server._httpd.process_request = lambda req, addr: (connections.append(addr), accept(req, addr))  # type: ignore[method-assign]
-        llm = create_llm(Endpoint(provider="openai", base_url=server.base_url, model="m"))
-        for _ in range(2):
-            turn = stream_turn(llm, request(), multiple_calls=False, shown=[])
-            while True:
-                try:
-                    next(turn)
-                except StopIteration:
-                    break
-    assert len(server.requests) == 2 and len(connections) == 1
