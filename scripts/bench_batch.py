@@ -1,9 +1,10 @@
 """Benchmark (issue 14): `mylm batch` against a loopback server that answers at 200 tokens/s per stream.
 
-Runs the real command (`python -m mylm batch`) in a child process for each concurrency and reads the child's own
-resource usage (os.wait4): wall time, tasks/min, tokens/s (from the usage in the result lines), mylm's CPU per
-token (the marginal cost: a one-task run, which pays the start-up and the imports, is measured first and subtracted) and peak RSS. Prints the
-speed-up of --concurrency 8 over the same tasks one by one (target >= 4x) and the scaling table.
+Runs the real command (`python -m mylm batch`) in a child process for each concurrency and reads the child's
+own resource usage (os.wait4): wall time, tasks/min, tokens/s (from the usage in the result lines), mylm's CPU
+per token (the marginal cost: a one-task run, which pays the start-up and the imports, is measured first and
+subtracted) and peak RSS. Prints the speed-up of --concurrency 8 over the same tasks one by one (target >= 4x)
+and the scaling table.
 
     python scripts/bench_batch.py [--tokens 100] [--rate 200] [--levels 1,4,16,64]
 """
@@ -33,8 +34,9 @@ def run(base_url: str, folder: Path, tasks: int, concurrency: int) -> dict[str, 
     task_file.write_text("".join(json.dumps({"id": f"t{i}", "prompt": f"Question {i}?"}) + "\n"
                                  for i in range(tasks)))
     out = folder / f"{name}.out.jsonl"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(folder), "XDG_CONFIG_HOME": str(folder / "config"),
-           "XDG_DATA_HOME": str(folder / "data"), "XDG_STATE_HOME": str(folder / "state")}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(folder),
+           "XDG_CONFIG_HOME": str(folder / "config"), "XDG_DATA_HOME": str(folder / "data"),
+           "XDG_STATE_HOME": str(folder / "state")}
     command = [sys.executable, "-m", "mylm", "batch", str(task_file), "-o", str(out), "--base-url", base_url,
                "--provider", "openai", "-m", "bench", "--concurrency", str(concurrency)]
     started = time.perf_counter()
@@ -67,19 +69,21 @@ def main() -> None:
               f"{startup['cpu']:.2f} s CPU")
         one = run(url, folder, args.tasks, 1)
         eight = run(url, folder, args.tasks, 8)
-        print(f"\n{args.tasks} tasks one by one: {one['wall']:.2f} s; with --concurrency 8: {eight['wall']:.2f} s; "
-              f"speed-up {one['wall'] / eight['wall']:.2f}x (target >= 4x; whole commands, start-up included)")
+        print(f"\n{args.tasks} tasks one by one: {one['wall']:.2f} s; "
+              f"with --concurrency 8: {eight['wall']:.2f} s; speed-up {one['wall'] / eight['wall']:.2f}x "
+              "(target >= 4x; whole commands, start-up included)")
         print(f"\n{'concurrency':>11} {'tasks':>6} {'wall s':>7} {'tasks/min':>10} {'tokens/s':>9} "
               f"{'CPU us/token':>13} {'peak RSS MB':>12}")
         for level in (int(x) for x in args.levels.split(",")):
             tasks = max(16, 4 * level)
             got = run(url, folder, tasks, level)
-            print(f"{level:>11} {got['tasks']:>6} {got['wall']:>7.2f} {got['tasks'] * 60 / got['wall']:>10.1f} "
+            print(f"{level:>11} {got['tasks']:>6} {got['wall']:>7.2f} "
+                  f"{got['tasks'] * 60 / got['wall']:>10.1f} "
                   f"{got['tokens'] / got['wall']:>9.0f} "
                   f"{(got['cpu'] - startup['cpu']) / (got['tokens'] - startup['tokens']) * 1e6:>13.1f} "
                   f"{got['rss_mb']:>12.1f}")
-        print("\n(tasks/min and tokens/s over the whole command; CPU per token is the marginal cost: the one-task "
-              "run's CPU and tokens subtracted)")
+        print("\n(tasks/min and tokens/s over the whole command; CPU per token is the marginal cost: "
+              "the one-task run's CPU and tokens subtracted)")
 
 
 if __name__ == "__main__":

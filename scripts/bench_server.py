@@ -22,7 +22,8 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterator
 
-TOKEN_WORDS = ("The ", "answer ", "is ", "in ", "the ", "file, ", "line ", "42. ", "See `", "main.py", "` and ",
+TOKEN_WORDS = ("The ", "answer ", "is ", "in ", "the ", "file, ", "line ", "42. ", "See `", "main.py",
+               "` and ",
                "**the** ", "tests ", "below.\n")
 COMMAND_CALL = ('I will run it.\n<tool_code>\n<name>execute_command</name>\n<parameters>\n'
                 '{{"command": "echo step {n}"}}\n</parameters>\n</tool_code>')
@@ -30,9 +31,9 @@ COMMAND_CALL = ('I will run it.\n<tool_code>\n<name>execute_command</name>\n<par
 
 def event(text: str | None, finish: str | None = None, usage: dict[str, int] | None = None) -> bytes:
     delta: dict[str, Any] = {} if text is None else {"content": text}
-    chunk = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1700000000, "model": "bench",
-             "system_fingerprint": "fp_bench",
-             "choices": [] if usage else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+    chunk = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1700000000,
+             "model": "bench", "system_fingerprint": "fp_bench", "choices": [] if usage else [choice]}
     if usage:
         chunk["usage"] = usage
     return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"

@@ -88,8 +88,8 @@ def bare_stream(base_url: str, session: requests.Session) -> tuple[int, str]:
 
 
 def request() -> LLMRequest:
-    return LLMRequest((Message("system", "You are a bench."), Message("user", "Explain.")), DEFAULT_STOPS, 1 << 20,
-                      time.monotonic() + 600)
+    messages = (Message("system", "You are a bench."), Message("user", "Explain."))
+    return LLMRequest(messages, DEFAULT_STOPS, 1 << 20, time.monotonic() + 600)
 
 
 def mylm_provider(base_url: str) -> int:
@@ -184,7 +184,9 @@ def bare_steps(base_url: str, steps: int) -> None:
                      {"role": "user", "content": f"<observation>{done.stdout}</observation>"}]
 
 
-def bare_stream_whole(base_url: str, session: requests.Session, messages: list[dict[str, str]]) -> tuple[int, str]:
+def bare_stream_whole(
+    base_url: str, session: requests.Session, messages: list[dict[str, str]]
+) -> tuple[int, str]:
     response = session.post(base_url + "/chat/completions", json={"model": "bench", "messages": messages,
                             "stream": True}, stream=True)
     parts = []
@@ -210,11 +212,11 @@ def mylm_steps(base_url: str, steps: int, workspace: Path) -> None:
 def gaps(base_url: str, before: int) -> list[float]:
     """Seconds between each answer's end and the next request, for the requests after `before`."""
     pairs = stats(base_url)[before:]
-    return [nxt[0] - prev[1] for prev, nxt in zip(pairs, pairs[1:])]
+    return [nxt[0] - prev[1] for prev, nxt in zip(pairs, pairs[1:], strict=False)]
 
 
 def between_requests(steps: int, repeats: int) -> None:
-    # As `mylm ask` and `mylm batch` do at start: adopt orphans, so a command's clean-up knows when none is left.
+    # As `mylm ask` and `mylm batch` do: adopt orphans, so a command's clean-up knows when none is left.
     procs.become_subreaper()
     with serve("--mode", "steps", "--steps", str(steps)) as url, tempfile.TemporaryDirectory() as folder:
         results: dict[str, list[float]] = {"bare": [], "mylm": []}
@@ -228,7 +230,8 @@ def between_requests(steps: int, repeats: int) -> None:
         mine = min(results["mylm"][1:])
         print(f"\n{steps}-step run of `echo` commands: time between two requests (median per run, best run)")
         print(f"{'bare client (requests + subprocess.run)':<46} {bare * 1e3:>8.2f} ms {1.0:>6.2f}")
-        print(f"{'mylm agent (policy, tool, observation, printer)':<46} {mine * 1e3:>8.2f} ms {mine / bare:>6.2f}")
+        name = "mylm agent (policy, tool, observation, printer)"
+        print(f"{name:<46} {mine * 1e3:>8.2f} ms {mine / bare:>6.2f}")
 
 
 def main() -> None:

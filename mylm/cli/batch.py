@@ -80,10 +80,9 @@ def batch(ctx: click.Context, /, tasks_file: Path, output: Path, **options: Any)
     from ..batch import Progress, ResultsFile, load_tasks, run_batch
     from ..cancel import CancelToken
     from ..display import for_terminal
+    from ..tools.procs import become_subreaper
     from .batch_agent import BatchAgentFactory, SessionWriter
     from .runner import SCRIPTED_LLM_ENV
-
-    from ..tools.procs import become_subreaper
 
     settings = settings_from(options)
     # Adopt orphaned descendants, as `ask` does: a command's double-forked daemon is still found and stopped.

@@ -59,7 +59,9 @@ class View:
         done = self.progress.snapshot().done
         line = f"[{done}/{self.progress.total}] {event.id}: {reason} in {record['wall_s']:.1f}s"
         if record.get("error"):
-            line += f": {record['error']}"
+            # One line per task: the first line of the error, cut short (the result line has it whole).
+            error = str(record["error"]).strip().splitlines()[0]
+            line += f": {error if len(error) <= 160 else error[:159] + '…'}"
         return self.clean(line)
 
 

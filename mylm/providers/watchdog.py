@@ -8,7 +8,8 @@ import threading
 import time
 from typing import Any, Callable, List
 
-_Entry = List[Any]  # [when, sequence, callback or None]; a list so that cancelling can blank the callback in place
+#: [when, sequence, callback or None]: a list, so that cancelling can blank the callback in place.
+_Entry = List[Any]
 
 
 class Watchdog:

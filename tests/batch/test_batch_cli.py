@@ -1,4 +1,4 @@
-"""`mylm batch` as a real process against a loopback server: progress, refusals, and real kills then resume."""
+"""`mylm batch` as a real process against a loopback server: progress, refusals, real kills, then resume."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ ANSWER = "The task is done, and here is a longer answer so that it streams for a
 
 
 def write_tasks(path: Path, count: int) -> Path:
-    path.write_text("".join(json.dumps({"id": f"t{i:02d}", "prompt": f"do {i}"}) + "\n" for i in range(count)))
+    lines = (json.dumps({"id": f"t{i:02d}", "prompt": f"do {i}"}) + "\n" for i in range(count))
+    path.write_text("".join(lines))
     return path
 
 
@@ -80,7 +81,8 @@ def test_a_killed_batch_keeps_whole_results_and_resumes(
             assert "Traceback" not in stderr
         else:
             assert child.returncode == -signal.SIGKILL
-        again = start([str(tasks), "-o", str(out), *endpoint(server), "-j", "4", "--json"], subprocess_env, tmp_path)
+        again = start([str(tasks), "-o", str(out), *endpoint(server), "-j", "4", "--json"], subprocess_env,
+                      tmp_path)
         begin = next_event(again, "batch_start")
         again.communicate(timeout=WAIT)
     assert again.returncode == 0
@@ -164,8 +166,8 @@ def test_live_line_on_a_terminal(tmp_path: Path, subprocess_env: dict[str, str])
     tasks = write_tasks(tmp_path / "tasks.jsonl", 2)
     env = {**subprocess_env, "TERM": "xterm", "COLUMNS": "200"}
     with OpenAIServer([ANSWER] * 2) as server:
-        child = pexpect.spawn(sys.executable, ["-m", "mylm", "batch", str(tasks), "-o", str(tmp_path / "o.jsonl"),
-                                               *endpoint(server)], env=env, cwd=str(tmp_path), encoding="utf-8",
+        args = ["-m", "mylm", "batch", str(tasks), "-o", str(tmp_path / "o.jsonl"), *endpoint(server)]
+        child = pexpect.spawn(sys.executable, args, env=env, cwd=str(tmp_path), encoding="utf-8",
                               timeout=WAIT, dimensions=(24, 200))
         child.expect("tasks/min")
         child.expect(pexpect.EOF)
@@ -183,3 +185,13 @@ def test_ray_options_are_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setitem(sys.modules, "ray", None)  # as if the extra were not installed
     missing = invoke(["batch", str(tasks), "-o", out, "--executor", "ray"])
     assert missing.exit_code == 2 and "pip install 'mylm[ray]'" in missing.stderr
+
+
+def test_a_failed_task_is_one_progress_line(tmp_path: Path) -> None:
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 1)
+    with OpenAIServer(["", "", ""]) as server:  # three empty replies: the run fails with a multi-line reason
+        result = invoke(["batch", str(tasks), "-o", str(tmp_path / "out.jsonl"), *endpoint(server)])
+    assert result.exit_code == 1
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("[1/1]")]
+    assert "unusable replies" in line and "failed" in line
+    assert "\n" in results(tmp_path / "out.jsonl")[0]["error"]  # the result keeps the whole message

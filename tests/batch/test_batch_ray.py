@@ -18,7 +18,7 @@ from tests.providers.servers import Hang, OpenAIServer
 if os.environ.get("MYLM_REQUIRE_RAY"):
     import ray  # CI installed the extra: a missing Ray is a failure, not a skip
 else:
-    ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'mylm[ray]'); .ci/run installs it")
+    ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'mylm[ray]'; .ci/run does)")
 
 from mylm.batch.cluster import RayExecutor  # noqa: E402
 

@@ -96,7 +96,8 @@ def test_a_429_slows_the_whole_batch_instead_of_failing(tmp_path: Path) -> None:
     limited = HTTPError(429, {"error": {"message": "slow down", "type": "rate_limit_error"}},
                         headers={"retry-after-ms": "50"})
     with OpenAIServer([limited, "A.", "B.", "C."]) as server:
-        summary = run_batch([Task(t, "p") for t in "abc"], factory(server), concurrency=2, on_event=events.append)
+        summary = run_batch([Task(t, "p") for t in "abc"], factory(server), concurrency=2,
+                            on_event=events.append)
     assert summary.failed == 0 and summary.done == 3 and summary.rate_limited == 1
     assert sorted(r["final_text"] for r in summary.records) == ["A.", "B.", "C."]
     (slowed,) = [e for e in events if e.type == "rate_limited"]
@@ -135,7 +136,8 @@ def test_cancel_stops_the_batch_and_writes_no_result_for_cancelled_tasks(tmp_pat
 
 def test_a_missing_workspace_is_that_task_s_error(tmp_path: Path) -> None:
     with OpenAIServer(["B."]) as server:
-        summary = run_batch([Task("a", "p", tmp_path / "nope"), Task("b", "p")], factory(server), concurrency=1)
+        tasks = [Task("a", "p", tmp_path / "nope"), Task("b", "p")]
+        summary = run_batch(tasks, factory(server), concurrency=1)
     by_id = {r["id"]: r for r in summary.records}
     assert by_id["a"]["stop_reason"] == "error" and "not a directory" in by_id["a"]["error"]
     assert by_id["b"]["final_text"] == "B."

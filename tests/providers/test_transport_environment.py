@@ -1,4 +1,4 @@
-"""The HTTP session reads the proxy variables once per host (requests would read the environment per request)."""
+"""The HTTP session reads the proxy variables once per host (requests reads the environment per request)."""
 
 from __future__ import annotations
 
