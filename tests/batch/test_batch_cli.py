@@ -195,3 +195,20 @@ def test_a_failed_task_is_one_progress_line(tmp_path: Path) -> None:
     (line,) = [line for line in result.stderr.splitlines() if line.startswith("[1/1]")]
     assert "unusable replies" in line and "failed" in line
     assert "\n" in results(tmp_path / "out.jsonl")[0]["error"]  # the result keeps the whole message
+
+
+def test_save_sessions_records_each_task_and_names_it_in_the_result(tmp_path: Path) -> None:
+    from tests.cli.cli_support import transcripts
+
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 2)
+    with OpenAIServer(["First.", "Second."]) as server:
+        result = invoke(["batch", str(tasks), "-o", str(tmp_path / "out.jsonl"), "--save-sessions", "-j", "1",
+                         *endpoint(server)])
+    assert result.exit_code == 0, result.output
+    saved = {path.name.removesuffix(".jsonl"): path for path in transcripts()}
+    records = results(tmp_path / "out.jsonl")
+    assert {r["session"] for r in records} == set(saved)
+    for record in records:
+        lines = [json.loads(line) for line in saved[record["session"]].read_text().splitlines()]
+        assert lines[0]["command"] == "batch" and lines[0]["task"] == record["id"]
+        assert lines[-1]["type"] == "run_end" and record["final_text"] in json.dumps(lines)
