@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 COMMANDS: dict[str, tuple[str, str]] = {
     "ask": ("ask:ask", "Ask the agent to do one task; the answer goes to stdout."),
     "chat": ("chat:chat", "Talk with the agent over several turns (Ctrl-C stops a reply)."),
+    "batch": ("batch:batch", "Run every task of a JSONL file, several at once; resumable."),
     "sessions": ("sessions:sessions", "List and show saved conversations."),
     "prompts": ("prompts:prompts", "List, show, edit and locate templates; trust a project's."),
     "memory": ("memory:memory", "List and forget the notes the model saved."),

@@ -74,14 +74,29 @@ def session_tools(settings: Settings) -> Iterator[list[Tool]]:
 def command_sandbox(settings: Settings, memory_path: Path | None = None) -> Sandbox:
     """The sandbox for this run's commands, from the `sandbox` and `sandbox_network` settings; mylm's own
     config and data directories are never readable from it."""
+    return sandbox_for(settings.sandbox, settings.sandbox_network, memory_path)
+
+
+def sandbox_for(setting: str, network: bool, memory_path: Path | None = None) -> Sandbox:
+    """The sandbox for a `sandbox` setting ("auto" or "off") and `sandbox_network`; mylm's own config and data
+    directories are never readable from it."""
     from ..config import config_path
     from ..prompts import user_config_dir
     from ..sandbox import Mode, detect
     from ..sessions import data_dir
 
     private = [user_config_dir(), data_dir(), config_path(), *([memory_path] if memory_path else [])]
-    mode: Mode = "off" if settings.sandbox == "off" else "auto"
-    return detect(mode, network=settings.sandbox_network, private=private)
+    mode: Mode = "off" if setting == "off" else "auto"
+    return detect(mode, network=network, private=private)
+
+
+def warn_about(sandbox: Sandbox) -> None:
+    """Say, once per run, when commands run unconfined (off) or every command will ask (none available)."""
+    if sandbox.backend == "off":
+        warn("the sandbox is off (sandbox = off or --sandbox off): commands run unconfined, with your access")
+    elif not sandbox.confines:
+        warn("no sandbox is available here (no Landlock, no bubblewrap): commands would run unconfined, so "
+             "every command asks")
 
 
 def make_llm(ctx: click.Context, settings: Settings, loader: PromptLoader) -> LLM:
@@ -191,11 +206,7 @@ def make_approver(
 
     section = (settings.extra.get("tools", {}) or {}).get("approval", {}) or {}
     sandbox = command_sandbox(settings)
-    if sandbox.backend == "off":
-        warn("the sandbox is off (sandbox = off or --sandbox off): commands run unconfined, with your access")
-    elif not sandbox.confines:
-        warn("no sandbox is available here (no Landlock, no bubblewrap): commands would run unconfined, so "
-             "every command asks")
+    warn_about(sandbox)
     try:
         policy = ApprovalPolicy.from_config(
             section, workspace=Path.cwd(), yes=settings.yes, config_dir=user_config_dir()

@@ -23,7 +23,7 @@ from ..types import Usage
 from .base import Endpoint, redact_url, strip_route
 from .failures import Failure, Place, RetryPolicy, parse_failure, stream_error, to_error
 from .formats import DEFAULT_CHAT_FORMAT, ChatFormat, chat_format, render_prompt
-from .framing import iter_lines, iter_ndjson, iter_sse
+from .framing import LineSplitter, SSEReader, iter_ndjson
 from .transport import (
     MAX_ERROR_BYTES,
     MAX_RESPONSE_BYTES,
@@ -330,13 +330,35 @@ class HTTPProvider(ABC):
             response.close()
 
     def _decode(self, body: Iterator[bytes], decoder: Decoder) -> Iterator[LLMChunk]:
-        lines = iter_lines(body)
-        items: Iterator[Any] = iter_sse(lines) if self.framing == "sse" else iter_ndjson(lines)
+        """Chunks from the body, a read at a time: the text of all the events one read brought is one chunk.
+
+        A fast server (a batching vLLM, a loopback one) puts hundreds of events in one read; passing them on
+        one by one would cost the parser, the events, redaction and the terminal once per token. A slow server
+        brings one event per read, so each token still shows the moment it arrives.
+        """
+        lines = LineSplitter()
+        sse = SSEReader() if self.framing == "sse" else None
         # End-of-turn markers of the chat format are cut here: the agent knows only its own stops.
         cutter = StopCutter(self.chat_format.stops) if self.chat_format else None
         cap, size = self.endpoint.max_response_chars, 0
-        for item in items:
-            for chunk in decoder.feed(item):
+        ended = False
+        while not ended:
+            data = next(body, None)
+            ended = data is None
+            batch = lines.close() if data is None else lines.feed(data)
+            items: list[Any] = sse.feed(batch) if sse is not None else list(iter_ndjson(batch))
+            if ended and sse is not None:
+                items += sse.close()
+            chunks: list[LLMChunk] = []
+            try:
+                for item in items:
+                    chunks.extend(decoder.feed(item))
+                    if decoder.done:
+                        break
+            except BaseException:
+                yield from _coalesced(chunks)  # what came before a mid-stream error is still the answer's
+                raise
+            for chunk in _coalesced(chunks):
                 if isinstance(chunk, (TextChunk, ReasoningChunk)):
                     size += len(chunk.text)
                     if size > cap:
@@ -352,6 +374,7 @@ class HTTPProvider(ABC):
                     return
             if decoder.done:
                 break
+            lines.check()
         if cutter is not None:
             rest = cutter.flush()
             if rest:
@@ -434,6 +457,29 @@ def _json_document(body: bytes, place: Place) -> Any:
         error = StreamError(f"{place.url} answered with something that is not JSON: {body[:80]!r}")
         error.retryable = False
         raise error from None
+
+
+def _coalesced(chunks: list[LLMChunk]) -> list[LLMChunk]:
+    """Adjacent text chunks joined into one, and adjacent reasoning chunks likewise (order kept)."""
+    if len(chunks) < 2:
+        return chunks
+    out: list[LLMChunk] = []
+    parts: list[str] = []
+    kind: type | None = None
+    for chunk in chunks:
+        if type(chunk) is kind:
+            parts.append(chunk.text)  # type: ignore[union-attr]
+            continue
+        if kind is not None:
+            out.append(kind("".join(parts)))
+        if isinstance(chunk, (TextChunk, ReasoningChunk)):
+            kind, parts = type(chunk), [chunk.text]
+        else:
+            kind, parts = None, []
+            out.append(chunk)
+    if kind is not None:
+        out.append(kind("".join(parts)))
+    return out
 
 
 def text_chunks(text: Any, reasoning: Any = None) -> Iterator[LLMChunk]:

@@ -18,66 +18,115 @@ class SSEEvent:
     data: str
 
 
-def iter_lines(chunks: Iterable[bytes], *, limit: int = MAX_LINE_BYTES) -> Iterator[str]:
-    """Split a byte stream into lines (LF or CRLF); a line longer than `limit` bytes is an error.
+class LineSplitter:
+    """Splits a byte stream into lines (LF or CRLF) a read at a time; a line over `limit` bytes is an error.
 
-    Lines are split on bytes and decoded whole, so a UTF-8 character split across chunks decodes intact, and
-    invalid bytes become U+FFFD instead of an exception. Each chunk is scanned once (no rescanning).
+    Lines are split on bytes and each read's complete lines are decoded at once, so a UTF-8 character split
+    across reads decodes intact, and invalid bytes become U+FFFD instead of an exception. Working a read at a
+    time (not a line at a time) lets a fast server's many events per read be handled as one batch.
     """
-    buffer = bytearray()
-    for chunk in chunks:
-        start = len(buffer)
-        buffer += chunk
-        begin = 0
-        while True:
-            end = buffer.find(b"\n", max(start, begin))
-            if end < 0:
-                break
-            yield _decode(buffer[begin:end])
-            begin = end + 1
-        if begin:
-            del buffer[:begin]
-        if len(buffer) > limit:
-            error = StreamError(f"the endpoint sent a line longer than {limit // 1024} KiB; stopped reading")
+
+    def __init__(self, limit: int = MAX_LINE_BYTES) -> None:
+        self.limit = limit
+        self._rest = b""
+        self._overflow = False
+
+    def feed(self, chunk: bytes) -> list[str]:
+        """The lines completed by `chunk` (call `check()` after handling them)."""
+        self.check()
+        data = self._rest + chunk if self._rest else bytes(chunk)
+        end = data.rfind(b"\n")
+        if end < 0:
+            self._rest = data
+            self._overflow = len(data) > self.limit
+            return []
+        self._rest = data[end + 1 :]
+        self._overflow = len(self._rest) > self.limit
+        return _split(data[:end])
+
+    def check(self) -> None:
+        """Raise if the line being gathered is already longer than the limit."""
+        if self._overflow:
+            kib = self.limit // 1024
+            error = StreamError(f"the endpoint sent a line longer than {kib} KiB; stopped reading")
             error.retryable = False
             raise error
-    if buffer:
-        yield _decode(buffer)
+
+    def close(self) -> list[str]:
+        """The last line, when the stream did not end with a line break."""
+        self.check()
+        rest, self._rest = self._rest, b""
+        return _split(rest) if rest else []
 
 
-def _decode(line: bytes | bytearray) -> str:
-    if line.endswith(b"\r"):
-        line = line[:-1]
-    return line.decode("utf-8", errors="replace")
+def _split(data: bytes) -> list[str]:
+    # A line break is never part of a multi-byte character, so decoding many lines at once equals decoding
+    # each line on its own.
+    text = data.decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    if "\r" in text:
+        lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+    return lines
 
 
-def iter_sse(lines: Iterable[str]) -> Iterator[SSEEvent]:
-    """Server-sent events: `data:` lines up to a blank line, `event:` names; `:` comment pings skipped.
+def iter_lines(chunks: Iterable[bytes], *, limit: int = MAX_LINE_BYTES) -> Iterator[str]:
+    """Split a byte stream into lines (LF or CRLF); a line longer than `limit` bytes is an error."""
+    splitter = LineSplitter(limit)
+    for chunk in chunks:
+        yield from splitter.feed(chunk)
+    yield from splitter.close()
+
+
+class SSEReader:
+    """Server-sent events from lines: `data:` lines up to a blank line, `event:` names; `:` pings skipped.
 
     llama.cpp's older servers send failures as an `error: {...}` line, which the SSE spec ignores; it becomes
     an `error` event here so the failure is not lost.
     """
-    name, data = "", list[str]()
+
+    def __init__(self) -> None:
+        self._name = ""
+        self._data: list[str] = []
+
+    def feed(self, lines: Iterable[str]) -> list[SSEEvent]:
+        """The events completed by `lines`."""
+        events: list[SSEEvent] = []
+        name, data = self._name, self._data
+        for line in lines:
+            if not line:
+                if data:
+                    events.append(SSEEvent(name or "message", "\n".join(data)))
+                    data = []
+                name = ""
+                continue
+            if line.startswith("data:"):  # nearly every line: the fast path
+                data.append(line[6:] if line.startswith("data: ") else line[5:])
+                continue
+            if line[0] == ":":
+                continue
+            field, _, value = line.partition(":")
+            if value.startswith(" "):
+                value = value[1:]
+            if field == "event":
+                name = value
+            elif field == "error":
+                name = "error"
+                data.append(value)
+        self._name, self._data = name, data
+        return events
+
+    def close(self) -> list[SSEEvent]:
+        """The last event, from servers (Gemini) that end the stream without a final blank line."""
+        data, self._data = self._data, []
+        return [SSEEvent(self._name or "message", "\n".join(data))] if data else []
+
+
+def iter_sse(lines: Iterable[str]) -> Iterator[SSEEvent]:
+    """Server-sent events from lines (see `SSEReader`)."""
+    reader = SSEReader()
     for line in lines:
-        if not line:
-            if data:
-                yield SSEEvent(name or "message", "\n".join(data))
-            name, data = "", []
-            continue
-        if line.startswith(":"):
-            continue
-        field, _, value = line.partition(":")
-        if value.startswith(" "):
-            value = value[1:]
-        if field == "data":
-            data.append(value)
-        elif field == "event":
-            name = value
-        elif field == "error":
-            name = "error"
-            data.append(value)
-    if data:  # some servers (Gemini) end the stream without a final blank line
-        yield SSEEvent(name or "message", "\n".join(data))
+        yield from reader.feed((line,))
+    yield from reader.close()
 
 
 def sse_json(event: SSEEvent) -> list[Any]:

@@ -29,6 +29,7 @@ from ..errors import (
     StreamError,
 )
 from .failures import Place
+from .watchdog import WATCHDOG
 
 #: Caps against a hostile or broken endpoint (THREATS.md T7): total body, one line, one error body.
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
@@ -61,12 +62,10 @@ class CallGuard:
         self.reason: str | None = None
         self._sock: socket.socket | None = None
         self._lock = threading.Lock()
-        self._timer: threading.Timer | None = None
         self._unregister: Callable[[], None] = lambda: None
+        self._unschedule: Callable[[], None] = lambda: None
         if deadline is not None:
-            self._timer = threading.Timer(max(0.0, remaining(deadline)), self.abort, ("deadline",))
-            self._timer.daemon = True
-            self._timer.start()
+            self._unschedule = WATCHDOG.schedule(deadline, lambda: self.abort("deadline"))
         if cancel is not None:
             self._unregister = cancel.on_cancel(lambda: self.abort("cancelled"))
         self._sleeper = cancel
@@ -134,8 +133,7 @@ class CallGuard:
 
     def close(self) -> None:
         """Release the timer and the cancel registration."""
-        if self._timer is not None:
-            self._timer.cancel()
+        self._unschedule()
         self._unregister()
         self.detach()
 
@@ -206,9 +204,28 @@ def _no_auth(request: requests.PreparedRequest) -> requests.PreparedRequest:
     return request
 
 
+class _Session(requests.Session):
+    """A session that looks up the proxy and CA-bundle variables once per host, not on every request: requests
+    reads the whole environment each time (~3 ms a request on a busy machine). A process's proxy settings do
+    not change while it runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._environment: dict[tuple[Any, ...], Any] = {}
+
+    def merge_environment_settings(self, url: Any, proxies: Any, stream: Any, verify: Any, cert: Any) -> Any:
+        if proxies or cert or verify not in (None, True):
+            return super().merge_environment_settings(url, proxies, stream, verify, cert)
+        key = (*urlsplit(str(url))[:2], stream, verify)
+        if key not in self._environment:
+            self._environment[key] = super().merge_environment_settings(url, proxies, stream, verify, cert)
+        found = self._environment[key]
+        return {**found, "proxies": dict(found["proxies"])}
+
+
 def new_session() -> requests.Session:
     """A session with guarded connections, no automatic retries and no `.netrc` credentials."""
-    session = requests.Session()
+    session = _Session()
     adapter = _GuardedAdapter(pool_maxsize=4, max_retries=0)
     session.mount("http://", adapter)
     session.mount("https://", adapter)

@@ -95,13 +95,26 @@ def members(
 ) -> set[int]:
     """The live (non-zombie) processes of one command: its group, the tree under `root`, the tagged ones,
     and, when this process is a subreaper, its own descendants started at or after `since`."""
-    table = process_table()
+    return _members(process_table(), tag=tag, group=group, root=root, since=since)
+
+
+def _members(
+    table: dict[int, tuple[int, int, str, int]],
+    *,
+    tag: str,
+    group: int | None,
+    root: int | None,
+    since: int | None,
+) -> set[int]:
     me = os.getpid()
     found = descendants(root, table) if root is not None else set()
     if _subreaper and since is not None:
         found |= {pid for pid in descendants(me, table) if table[pid][3] >= since}
-    for pid, (_, pgid, _, _) in table.items():
-        if pid not in found and (pgid == group or has_tag(pid, tag)):
+    for pid, (_, pgid, _, started) in table.items():
+        # Only a process started after the command can carry its tag: reading every other process's
+        # environment cost ~10 ms a command on a busy machine.
+        recent = since is None or started >= since
+        if pid not in found and (pgid == group or (recent and has_tag(pid, tag))):
             found.add(pid)
     found.discard(me)
     return {pid for pid in found if table.get(pid, (0, 0, "Z", 0))[2] not in ("Z", "X")}
@@ -145,8 +158,16 @@ def stop_all(command: Command, *, grace: float) -> int:
     unless a process survived even SIGKILL for a second (stuck in the kernel), which the caller reports.
     """
     if grace > 0:
+        if _nothing_left(command):
+            return 0
         _signal_group(command.group, signal.SIGTERM)
-        first = command.members()
+        table = process_table()
+        first = _members(table, tag=command.tag, group=command.group, root=command.root, since=command.since)
+        if not first:
+            # The usual end of a command: nothing is left. Nothing new can appear either (only a live process
+            # can start one), so there is nothing to wait for; reap adopted zombies from the same scan.
+            _reap_adopted(command, table)
+            return 0
         _signal(first, signal.SIGTERM)
         # A stopped process only acts on SIGTERM once continued.
         _signal(first, signal.SIGCONT)
@@ -158,6 +179,41 @@ def stop_all(command: Command, *, grace: float) -> int:
     gone = _wait_gone(command, 1.0)
     _reap_adopted(command)
     return 0 if gone else len(command.members())
+
+
+def _nothing_left(command: Command) -> bool:
+    """Whether the command has certainly left nothing behind, known without scanning every process.
+
+    As a subreaper, this process inherits every orphan of its descendants, so whatever a command left running
+    (whatever its group, session or environment) is below one of this process's own children. When the shell
+    has exited and no other child started since the command did, nothing can be left. Only a yes is cheap:
+    on any doubt (no subreaper, no `children` files, a recent child) the caller scans as before.
+    """
+    if not _subreaper or command.root is None or command.since is None:
+        return False
+    root = _stat(command.root)
+    if root is not None and root[2] not in ("Z", "X"):
+        return False
+    try:
+        threads = os.listdir(f"{_PROC}/self/task")
+    except OSError:
+        return False
+    for thread in threads:
+        try:
+            with open(f"{_PROC}/self/task/{thread}/children", "rb") as f:
+                children = f.read().split()
+        except FileNotFoundError:
+            continue  # the thread ended meanwhile
+        except OSError:
+            return False
+        for raw in children:
+            pid = int(raw)
+            if pid == command.root:
+                continue
+            started = start_time(pid)
+            if started is not None and started >= command.since:
+                return False
+    return True
 
 
 def _kill(command: Command) -> None:
@@ -176,12 +232,12 @@ def _wait_gone(command: Command, seconds: float) -> bool:
     return True
 
 
-def _reap_adopted(command: Command) -> None:
+def _reap_adopted(command: Command, table: dict[int, tuple[int, int, str, int]] | None = None) -> None:
     """As a subreaper, reap the zombies of orphans this command left to us (not the shell: Popen owns it)."""
     if not _subreaper or command.since is None:
         return
     me = os.getpid()
-    for pid, (ppid, _, state, started) in process_table().items():
+    for pid, (ppid, _, state, started) in (table if table is not None else process_table()).items():
         if ppid == me and state == "Z" and started >= command.since and pid != command.root:
             try:
                 os.waitpid(pid, os.WNOHANG)

@@ -1,0 +1,165 @@
+"""The agent each batch task gets: built from plain settings, so a cluster worker can build it too."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:
+    from ..agent import Agent
+    from ..batch import Task
+    from ..config import Settings
+    from ..prompts import PromptLoader
+    from ..tools.base import Tool
+    from ..tools.policy import ApprovalPolicy
+    from ..types import Permission, RunResult, ToolCall
+
+_loaders: dict[tuple[str | None, bool], PromptLoader] = {}
+_loaders_lock = threading.Lock()
+
+
+def _plain(value: Any) -> Any:
+    """`value` with every mapping a dict and every sequence a list (mapping proxies do not pickle)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class BatchAgentFactory:
+    """Builds one task's agent: the endpoint, the builtin tools confined to the task's workspace, and an
+    approval hook that never asks (what would ask is refused, and the model is told why) unless `yes`."""
+
+    endpoint: dict[str, Any]
+    max_iterations: int
+    timeout: float
+    max_tokens: int
+    prompts: str | None
+    trusted: bool
+    yes: bool
+    instructions: str
+    context_budget: int | None
+    tools: dict[str, Any] = field(default_factory=dict)
+    #: A MYLM_SCRIPTED_LLM script standing in for the endpoint (a testing aid, as for `ask`).
+    scripted: str | None = None
+    #: The command sandbox ("auto" or "off") and whether approved commands may use the network: the sandbox
+    #: itself is found where the task runs (a Ray node has its own kernel).
+    sandbox: str = "auto"
+    sandbox_network: bool = True
+    constrain: str = "auto"
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, scripted: str | None = None) -> BatchAgentFactory:
+        """The factory for the effective settings."""
+        from .runner import context_budget
+
+        endpoint = {
+            "provider": settings.provider, "base_url": settings.base_url, "model": settings.model,
+            "api_key": settings.api_key, "api_key_source": settings.api_key_source,
+            "chat_format": settings.chat_format, "max_tokens": settings.max_tokens,
+            "options": _plain(settings.options or {}), "max_response_chars": settings.max_response_chars,
+        }
+        return cls(
+            endpoint=endpoint, max_iterations=settings.max_iterations, timeout=settings.timeout,
+            max_tokens=settings.max_tokens, prompts=settings.prompts,
+            trusted=settings.project_trust is not None,
+            yes=settings.yes, instructions=settings.instructions, context_budget=context_budget(settings),
+            tools=_plain(settings.extra.get("tools", {}) or {}), scripted=scripted,
+            sandbox=settings.sandbox, sandbox_network=settings.sandbox_network, constrain=settings.constrain,
+        )
+
+    def __call__(self, task: Task, workspace: Path) -> Agent:
+        from ..agent import Agent
+        from ..prompts import user_config_dir
+        from ..tools import ApprovalPolicy, ToolSettings, builtin_tools
+        from .runner import sandbox_for
+
+        loader = self._loader()
+        configured = ToolSettings.from_config(dict(self.tools))
+        sandbox = sandbox_for(self.sandbox, self.sandbox_network)
+        # No memory tools: notes saved by one task would leak into the others.
+        tools: list[Tool] = builtin_tools(
+            workspace=workspace, memory=False, command_timeout=configured.command_timeout,
+            env_passthrough=configured.env, sandbox=sandbox,
+        )
+        policy = ApprovalPolicy.from_config(
+            dict(self.tools.get("approval", {}) or {}), workspace=workspace, yes=self.yes,
+            config_dir=user_config_dir(),
+        )
+        # Without a sandbox nothing holds a "read" to reading, so no command is auto-approved.
+        policy = replace(policy, command_sandbox=sandbox.confines)
+        return Agent(
+            self._llm(loader), tools, max_iterations=self.max_iterations, timeout=self.timeout,
+            prompts=loader,
+            max_tokens=self.max_tokens, permission=NeverAsk(policy), instructions=self.instructions,
+            context_budget=self.context_budget, workspace=workspace,
+            constrain=self.constrain,  # type: ignore[arg-type]  # validated by the config reader
+        )
+
+    def _loader(self) -> PromptLoader:
+        from ..prompts import PromptLoader
+
+        key = (self.prompts, self.trusted)
+        with _loaders_lock:
+            if key not in _loaders:
+                _loaders[key] = PromptLoader.default(self.prompts, trusted=self.trusted)
+            return _loaders[key]
+
+    def _llm(self, loader: PromptLoader) -> Any:
+        if self.scripted:
+            from .scripted import load_script
+
+            return load_script(Path(self.scripted))
+        from ..providers import Endpoint, create_llm
+
+        return create_llm(Endpoint(**self.endpoint), prompts=loader)
+
+
+@dataclass(frozen=True)
+class NeverAsk:
+    """A permission hook for runs nobody watches: the policy's "ask" becomes a refusal whose reason the model
+    reads; with `--yes` every call the policy does not forbid runs, with write access to the workspace."""
+
+    policy: ApprovalPolicy
+
+    def __call__(self, call: ToolCall, tool: Tool) -> Permission:
+        from ..tools.policy import Approver
+
+        # With nobody to ask, the policy's "ask" is a refusal; under --yes it allows with the grant it decided.
+        return Approver(self.policy)(call, tool)
+
+
+@dataclass(frozen=True)
+class SessionWriter:
+    """Saves each finished task's conversation as a session (`mylm sessions show ID`)."""
+
+    model: str | None
+    base_url: str
+    provider: str | None
+    api_key: str | None = field(default=None, repr=False)
+
+    def __call__(self, task: Task, result: RunResult, workspace: Path) -> str | None:
+        from ..redact import Redactor, public_url, url_secrets
+        from ..sessions import Transcript, private_sessions_dir
+
+        redactor = Redactor.from_environment(extra=[self.api_key, *url_secrets(self.base_url)])
+        header = {"command": "batch", "task": task.id, "cwd": str(workspace), "model": self.model,
+                  "base_url": public_url(self.base_url), "provider": self.provider}
+        try:
+            transcript = Transcript.create(private_sessions_dir(), redactor=redactor, header=header)
+        except OSError:
+            return None
+        with transcript:
+            transcript.messages(result.history if result.compacted else result.history_delta)
+            usage = result.usage
+            transcript.append({
+                "type": "run_end", "stop_reason": result.stop_reason.value,
+                "iterations_used": result.iterations_used,
+                "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens},
+                "error": str(result.error) if result.error is not None else None,
+            })
+        return transcript.id

@@ -1,0 +1,214 @@
+"""`mylm batch` as a real process against a loopback server: progress, refusals, real kills, then resume."""
+
+from __future__ import annotations
+
+import json
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mylm.protocol.parser import format_tool_call
+
+from mylm.types import ToolCall
+from tests.cli.cli_support import invoke
+from tests.providers.servers import OpenAIServer
+
+#: Bounds a wait for the child's output, so a broken test fails instead of hanging.
+WAIT = 60.0
+ANSWER = "The task is done, and here is a longer answer so that it streams for a while."
+
+
+def write_tasks(path: Path, count: int) -> Path:
+    lines = (json.dumps({"id": f"t{i:02d}", "prompt": f"do {i}"}) + "\n" for i in range(count))
+    path.write_text("".join(lines))
+    return path
+
+
+def endpoint(server: OpenAIServer) -> list[str]:
+    return ["--base-url", server.base_url, "--provider", "openai", "-m", "m"]
+
+
+def start(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "mylm", "batch", *args], env=env, cwd=cwd, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def next_event(child: subprocess.Popen[str], kind: str) -> dict[str, Any]:
+    """Read JSON events from the child's stdout until one of `kind` arrives."""
+    assert child.stdout is not None
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([child.stdout], [], [], deadline - time.monotonic())
+        if not ready:
+            break
+        line = child.stdout.readline()
+        if not line:
+            break
+        event = json.loads(line)
+        if event["type"] == kind:
+            return dict(event)
+    raise AssertionError(f"no {kind} event from mylm batch")
+
+
+def results(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGKILL])
+def test_a_killed_batch_keeps_whole_results_and_resumes(
+    signum: int, tmp_path: Path, subprocess_env: dict[str, str]
+) -> None:
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 12)
+    out = tmp_path / "out.jsonl"
+    with OpenAIServer([ANSWER] * 40, delay=0.01) as server:
+        child = start([str(tasks), "-o", str(out), *endpoint(server), "-j", "2", "--json"], subprocess_env,
+                      tmp_path)
+        next_event(child, "task_end")
+        next_event(child, "task_end")
+        child.send_signal(signum)
+        _, stderr = child.communicate(timeout=WAIT)
+        first = results(out)  # every line parses: nothing torn
+        assert 2 <= len(first) < 12 and len({r["id"] for r in first}) == len(first)
+        if signum == signal.SIGINT:
+            assert child.returncode == 130
+            assert "to resume" in stderr and "mylm batch" in stderr
+            assert "Traceback" not in stderr
+        else:
+            assert child.returncode == -signal.SIGKILL
+        again = start([str(tasks), "-o", str(out), *endpoint(server), "-j", "4", "--json"], subprocess_env,
+                      tmp_path)
+        begin = next_event(again, "batch_start")
+        again.communicate(timeout=WAIT)
+    assert again.returncode == 0
+    assert begin["skipped"] == len(first) and begin["total"] == 12 - len(first)
+    final = results(out)
+    assert sorted(r["id"] for r in final) == [f"t{i:02d}" for i in range(12)]
+    assert all(r["final_text"] == ANSWER for r in final)
+
+
+def test_a_torn_last_line_is_cut_and_its_task_runs_again(tmp_path: Path) -> None:
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 2)
+    out = tmp_path / "out.jsonl"
+    out.write_text('{"id": "t00", "final_text": "x", "stop_reason": "final_answer"}\n{"id": "t01", "final_te')
+    with OpenAIServer(["Again."]) as server:
+        result = invoke(["batch", str(tasks), "-o", str(out), *endpoint(server)])
+    assert result.exit_code == 0, result.output
+    assert "torn line" in result.stderr
+    assert [r["id"] for r in results(out)] == ["t00", "t01"]
+
+
+def test_calls_that_would_ask_are_refused_and_the_model_is_told(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id": "w", "prompt": "write it"}\n')
+    write = format_tool_call(ToolCall("write_file", {"path": "a.txt", "content": "x"}))
+    with OpenAIServer([write, "Could not write."]) as server:
+        result = invoke(["batch", str(tasks), "-o", str(tmp_path / "out.jsonl"), *endpoint(server)])
+    assert result.exit_code == 0, result.output
+    observation = server.requests[1].body["messages"][-1]["content"]
+    assert "no one can be asked" in observation
+    (record,) = results(tmp_path / "out.jsonl")
+    assert record["final_text"] == "Could not write."
+
+
+def test_yes_lets_calls_run_in_the_task_workspace(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id": "w", "prompt": "write it"}\n')
+    write = format_tool_call(ToolCall("write_file", {"path": "a.txt", "content": "x"}))
+    with OpenAIServer([write, "Wrote it."]) as server:
+        result = invoke(["batch", str(tasks), "-o", str(tmp_path / "out.jsonl"), "--yes", "--keep-workspaces",
+                         *endpoint(server)])
+    assert result.exit_code == 0, result.output
+    (record,) = results(tmp_path / "out.jsonl")
+    assert (Path(record["workspace"]) / "a.txt").read_text() == "x"
+    assert not (Path.cwd() / "a.txt").exists()
+
+
+def test_plain_progress_and_the_summary_when_not_a_terminal(tmp_path: Path) -> None:
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 3)
+    with OpenAIServer([ANSWER] * 3) as server:
+        result = invoke(["batch", str(tasks), "-o", str(tmp_path / "out.jsonl"), *endpoint(server)])
+    assert result.exit_code == 0
+    assert "[3/3]" in result.stderr and "tasks/min" in result.stderr and "tokens/s" in result.stderr
+    assert "ended: final_answer" in result.stderr and "\x1b[" not in result.stderr
+
+
+def test_failed_tasks_exit_1_and_bad_task_files_exit_2(tmp_path: Path) -> None:
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 1)
+    with OpenAIServer([]) as server:  # every request: 500 "script exhausted"
+        failed = invoke(["batch", str(tasks), "-o", str(tmp_path / "out.jsonl"), "--retries", "0",
+                         *endpoint(server)])
+    assert failed.exit_code == 1
+    (tmp_path / "bad.jsonl").write_text('{"id": "a"}\n')
+    bad = invoke(["batch", str(tmp_path / "bad.jsonl"), "-o", str(tmp_path / "o2.jsonl")])
+    assert bad.exit_code == 2 and "line 1" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_batch_help_does_not_import_rich(subprocess_env: dict[str, str]) -> None:
+    code = (
+        "import sys; from mylm.cli import main; sys.argv = ['mylm', 'batch', '--help']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print('rich' in sys.modules, 'requests' in sys.modules, file=sys.stderr)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=subprocess_env, capture_output=True, text=True,
+                          check=True)
+    assert done.stderr.split() == ["False", "False"] and "--concurrency" in done.stdout
+
+
+def test_live_line_on_a_terminal(tmp_path: Path, subprocess_env: dict[str, str]) -> None:
+    import pexpect
+
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 2)
+    env = {**subprocess_env, "TERM": "xterm", "COLUMNS": "200"}
+    with OpenAIServer([ANSWER] * 2) as server:
+        args = ["-m", "mylm", "batch", str(tasks), "-o", str(tmp_path / "o.jsonl"), *endpoint(server)]
+        child = pexpect.spawn(sys.executable, args, env=env, cwd=str(tmp_path), encoding="utf-8",
+                              timeout=WAIT, dimensions=(24, 200))
+        child.expect("tasks/min")
+        child.expect(pexpect.EOF)
+        rest = child.before
+        child.close()
+    assert child.exitstatus == 0
+    assert "mylm batch" in rest and "ended: final_answer" in rest  # the summary table
+
+
+def test_ray_options_are_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 1)
+    out = str(tmp_path / "out.jsonl")
+    misplaced = invoke(["batch", str(tasks), "-o", out, "--ray-address", "auto"])
+    assert misplaced.exit_code == 2 and "--executor ray" in misplaced.stderr
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if the extra were not installed
+    missing = invoke(["batch", str(tasks), "-o", out, "--executor", "ray"])
+    assert missing.exit_code == 2 and "pip install 'mylm[ray]'" in missing.stderr
+
+
+def test_a_failed_task_is_one_progress_line(tmp_path: Path) -> None:
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 1)
+    with OpenAIServer(["", "", ""]) as server:  # three empty replies: the run fails with a multi-line reason
+        result = invoke(["batch", str(tasks), "-o", str(tmp_path / "out.jsonl"), *endpoint(server)])
+    assert result.exit_code == 1
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("[1/1]")]
+    assert "unusable replies" in line and "failed" in line
+    assert "\n" in results(tmp_path / "out.jsonl")[0]["error"]  # the result keeps the whole message
+
+
+def test_save_sessions_records_each_task_and_names_it_in_the_result(tmp_path: Path) -> None:
+    from tests.cli.cli_support import transcripts
+
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 2)
+    with OpenAIServer(["First.", "Second."]) as server:
+        result = invoke(["batch", str(tasks), "-o", str(tmp_path / "out.jsonl"), "--save-sessions", "-j", "1",
+                         *endpoint(server)])
+    assert result.exit_code == 0, result.output
+    saved = {path.name.removesuffix(".jsonl"): path for path in transcripts()}
+    records = results(tmp_path / "out.jsonl")
+    assert {r["session"] for r in records} == set(saved)
+    for record in records:
+        lines = [json.loads(line) for line in saved[record["session"]].read_text().splitlines()]
+        assert lines[0]["command"] == "batch" and lines[0]["task"] == record["id"]
+        assert lines[-1]["type"] == "run_end" and record["final_text"] in json.dumps(lines)
