@@ -82,9 +82,9 @@ def batch(ctx: click.Context, /, tasks_file: Path, output: Path, **options: Any)
     from ..batch import Progress, ResultsFile, load_tasks, run_batch
     from ..cancel import CancelToken
     from ..display import for_terminal
+    from ..sandbox import protect_process
     from ..tools.procs import become_subreaper
     from .batch_agent import BatchAgentFactory, SessionWriter
-    from ..sandbox import protect_process
     from .runner import SCRIPTED_LLM_ENV, sandbox_for, warn_about
 
     settings = settings_from(options)

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mylm.protocol.parser import format_tool_call
 
+from mylm.protocol.parser import format_tool_call
 from mylm.types import ToolCall
 from tests.cli.cli_support import invoke
 from tests.providers.servers import OpenAIServer

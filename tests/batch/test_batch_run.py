@@ -7,11 +7,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from mylm.protocol.parser import format_tool_call
-
 from mylm import Agent
 from mylm.batch import BatchEvent, RateGate, Task, run_batch
 from mylm.cancel import CancelToken
+from mylm.protocol.parser import format_tool_call
 from mylm.providers import Endpoint, create_llm
 from mylm.tools import builtin_tools
 from mylm.types import Permission, ToolCall
