@@ -296,7 +296,7 @@ def _render_within(template: Any, variables: Mapping[str, Any], seconds: float) 
     """`template.render(**variables)`, stopped by an asynchronous `_Overrun` in this thread after `seconds`.
 
     The watchdog raises the exception into the rendering thread at its next bytecode: template loops are
-    Python loops, so they stop. A pending exception that lost the race with a render finishing is withdrawn.
+    Python loops, so they stop. A pending exception that lost the race with a render finishing is absorbed.
     """
     watch = _watchdog().watch(seconds)
     try:
@@ -318,15 +318,20 @@ class _Watch:
         self.done = self.fired = False
 
     def end(self) -> bool:
-        """Stop timing; True if the render ran out of time (and any exception not yet raised is withdrawn)."""
-        import ctypes
-
+        """Stop timing; True if the render ran out of time (and an exception not yet raised is absorbed here)."""
         with self.dog.lock:
             self.done = True
             self.dog.active.discard(self)
-            if self.fired:
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.target), ctypes.c_void_p())
-        return self.fired
+            fired = self.fired
+        if fired:
+            # Withdrawing a pending exception with SetAsyncExc(NULL) leaves CPython's eval breaker signalled for
+            # good (3.11: every later bytecode checks it, and a trace function then spins): let it arrive here.
+            try:
+                for _ in range(100_000):
+                    pass
+            except _Overrun:
+                pass
+        return fired
 
 
 class _Watchdog:

@@ -65,3 +65,30 @@ def test_hostile_system_template_ends_the_cli_with_one_line(
     )
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("mylm: error: ")
+
+
+AFTER_OVERRUN = """
+import sys, pathlib, tempfile
+from mylm.errors import TemplateError
+from mylm.prompts import PromptLoader
+folder = pathlib.Path(tempfile.mkdtemp())
+(folder / "slow.j2").write_text("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}")
+loader = PromptLoader([folder])
+loader.render_seconds = 0.1
+try:
+    loader.render("slow.j2")
+except TemplateError:
+    pass
+sys.settrace(lambda frame, event, arg: None)
+sum(range(10))
+sys.settrace(None)
+print("traced")
+"""
+
+
+def test_an_overrun_leaves_the_interpreter_sound(subprocess_env: dict[str, str]) -> None:
+    """A stopped render must not leave CPython's eval breaker signalled: a trace function (a debugger, coverage)
+    then spun for ever. In a child process, so a regression fails by its timeout instead of hanging the suite."""
+    done = subprocess.run([sys.executable, "-c", AFTER_OVERRUN], capture_output=True, text=True, timeout=60,
+                          env=subprocess_env)
+    assert done.stdout.strip() == "traced", done.stderr
