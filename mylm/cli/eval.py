@@ -8,7 +8,14 @@ from typing import Any
 
 import click
 
-from .common import configure_logging, endpoint_options, handles_errors, make_redactor, settings_from, verbose_option
+from .common import (
+    configure_logging,
+    endpoint_options,
+    handles_errors,
+    make_redactor,
+    settings_from,
+    verbose_option,
+)
 
 
 @click.command(name="eval")
@@ -17,7 +24,8 @@ from .common import configure_logging, endpoint_options, handles_errors, make_re
               help="Model calls allowed per task.")
 @click.option("--timeout", type=float, metavar="SECONDS", default=300.0, show_default=True,
               help="Wall-clock budget per task.")
-@click.option("--max-tokens", type=int, metavar="N", default=None, help="Output cap per model call [config, 4096].")
+@click.option("--max-tokens", type=int, metavar="N", default=None,
+              help="Output cap per model call [config, 4096].")
 @click.option("--repeat", type=click.IntRange(1, 100), default=1, show_default=True, help="Runs per task.")
 @click.option("--task", "only", multiple=True, metavar="NAME", help="Run only this task (repeatable).")
 @click.option("--suite", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
@@ -47,7 +55,8 @@ def eval_(ctx: click.Context, /, **options: Any) -> None:
     if options["only"]:
         unknown = sorted(set(options["only"]) - {t.name for t in tasks})
         if unknown:
-            raise ConfigError(f"no task named {unknown[0]!r}; the suite has: {', '.join(t.name for t in tasks)}")
+            names = ", ".join(t.name for t in tasks)
+            raise ConfigError(f"no task named {unknown[0]!r}; the suite has: {names}")
         tasks = [t for t in tasks if t.name in options["only"]]
     loader = prompt_loader(settings)
     llm = make_llm(ctx, settings, loader)
@@ -84,7 +93,8 @@ def eval_(ctx: click.Context, /, **options: Any) -> None:
     est = " (estimated: the server sent no token counts)" if total.tokens_estimated else ""
     click.echo(
         f"\ntotal: {total.solved}/{total.runs} tasks solved, {total.valid_turns}/{total.turns} turns "
-        f"protocol-valid, {total.runs_with_tool}/{total.runs} runs called a tool, {total.format_errors} format "
-        f"errors, {total.completion_tokens} output tokens{est}, {total.tokens_per_second:.1f} tokens/s, "
+        f"protocol-valid, {total.runs_with_tool}/{total.runs} runs called a tool, "
+        f"{total.format_errors} format errors, {total.completion_tokens} output tokens{est}, "
+        f"{total.tokens_per_second:.1f} tokens/s, "
         f"{total.seconds:.1f}s (constrain {settings.constrain})"
     )

@@ -6,6 +6,6 @@ from .runner import RecordingLLM, TaskResult, Totals, judge_turn, run_task, tota
 from .suite import Task, default_suite_path, load_suite
 
 __all__ = [
-    "RecordingLLM", "Task", "TaskResult", "Totals", "default_suite_path", "judge_turn", "load_suite", "run_task",
-    "totals",
+    "RecordingLLM", "Task", "TaskResult", "Totals", "default_suite_path", "judge_turn", "load_suite",
+    "run_task", "totals",
 ]

@@ -1,4 +1,4 @@
-"""Run one eval task in a fresh workspace and score it turn by turn: protocol validity, tools, tokens, time."""
+"""Run one eval task in a fresh workspace; score it turn by turn: protocol validity, tools, tokens, time."""
 
 from __future__ import annotations
 
@@ -55,8 +55,8 @@ class RecordingLLM:
 
 
 def judge_turn(text: str, finish: FinishChunk | None, tools: Mapping[str, Tool]) -> tuple[bool, int]:
-    """Whether a turn keeps the protocol (every call names a tool and its arguments pass the tool's schema, or
-    there is a non-empty answer, and the output was not cut by the token limit), and how many calls it made."""
+    """Whether a turn keeps the protocol (every call names a tool and its arguments pass the tool's schema,
+    or there is a non-empty answer, and the output was not cut by the token limit), and its number of calls."""
     from ..parser import parse_completion
 
     parsed = parse_completion(text)
@@ -166,7 +166,7 @@ def run_task(
         error=str(result.error) if result.error is not None else None,
         turn_log=tuple(
             {"text": t.text, "finish": t.finish.reason if t.finish else None, "valid": valid, "calls": calls}
-            for t, (valid, calls) in zip(recorder.turns, judged)
+            for t, (valid, calls) in zip(recorder.turns, judged, strict=True)
         ),
     )
 
