@@ -5,8 +5,9 @@ Enforced: `type` (and type lists), `enum`, `const`, `anyOf`/`oneOf` (as alternat
 `additionalProperties: false` holds whatever it says), `additionalProperties` as a schema when there are no
 `properties`, `items` (and tuple `items`/`prefixItems`), `minItems`/`maxItems`, and
 `minimum >= 0` (no minus sign), `minLength` up to 16. Not enforced, so the tool's own validation still
-reports them: larger `minLength`, `maxLength`, `pattern`, `format`, other numeric bounds, `multipleOf`, `uniqueItems`, `minProperties`,
-`maxProperties`, `not`. Numbers are limited to 19 integer digits and 3 exponent digits.
+reports them: larger `minLength`, `maxLength`, `pattern`, `format`, other numeric bounds, `multipleOf`,
+`uniqueItems`, `minProperties`, `maxProperties`, `not`. Numbers are limited to 19 integer digits and 3
+exponent digits.
 
 Strings never contain a raw `</` (it is written `<\\/`, as mylm's canonical form does), so a parameter value
 can never look like the end of the block.
@@ -113,12 +114,12 @@ class SchemaCompiler:
         return self._primitives[name]
 
     def _string(self, schema: Mapping[str, Any]) -> str:
-        """A string with at least `minLength` characters (up to `_MAX_MIN_LENGTH`; `maxLength` is not enforced)."""
+        """A string of at least `minLength` characters (up to `_MAX_MIN_LENGTH`; `maxLength` not enforced)."""
         low = _count(schema.get("minLength"), 0) or 0
         if low == 0 or low > _MAX_MIN_LENGTH:
             return self.string()
-        body = self.string()  # defines the shared body rule
-        # One piece is at least one decoded character: no \uD800-\uDFFF escape (a surrogate pair is two escapes
+        self.string()  # defines the shared body rule
+        # One piece is at least one decoded character: no \uD800-\uDFFF escape (a surrogate pair: two escapes
         # for one character); a `<` run is taken with the character after it, or ends the string.
         escape = self._primitive(
             "json-escape-bmp",

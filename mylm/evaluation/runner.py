@@ -56,7 +56,7 @@ class RecordingLLM:
 
 def judge_turn(text: str, finish: FinishChunk | None, tools: Mapping[str, Tool]) -> tuple[bool, int]:
     """Whether a turn keeps the protocol (every call names a tool and its arguments pass the tool's schema,
-    or there is a non-empty answer, and the output was not cut by the token limit), and its number of calls."""
+    or there is a non-empty answer, and the output was not cut by the token limit), and its call count."""
     from ..parser import parse_completion
 
     parsed = parse_completion(text)

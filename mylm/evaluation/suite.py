@@ -1,4 +1,4 @@
-"""The eval suite file: tasks (prompt, workspace files, tools, answer checks), found like the prompt templates."""
+"""The eval suite file: tasks (prompt, workspace files, tools, checks), found like the prompt templates."""
 
 from __future__ import annotations
 
@@ -98,4 +98,5 @@ def _task(path: Path, index: int, entry: Any) -> Task:
     file = entry.get("file")
     if not checks and not file:
         raise ConfigError(f"{where} ({name}): needs answer_contains or file to check")
-    return Task(name, prompt, dict(files), tools, checks, file, tuple(str(s) for s in entry.get("file_contains") or ()))
+    file_checks = tuple(str(s) for s in entry.get("file_contains") or ())
+    return Task(name, prompt, dict(files), tools, checks, file, file_checks)
