@@ -4,9 +4,9 @@ Enforced: `type` (and type lists), `enum`, `const`, `anyOf`/`oneOf` (as alternat
 `$ref` (recursion allowed), `properties` in declared order with `required` ones mandatory and no others (so
 `additionalProperties: false` holds whatever it says), `additionalProperties` as a schema when there are no
 `properties`, `items` (and tuple `items`/`prefixItems`), `minItems`/`maxItems`, and
-`minimum >= 0` (no minus sign), `minLength` up to 16. Not enforced, so the tool's own validation still
-reports them: larger `minLength`, `maxLength`, `pattern`, `format`, other numeric bounds, `multipleOf`,
-`uniqueItems`, `minProperties`, `maxProperties`, `not`. Numbers are limited to 19 integer digits and 3
+`minimum >= 0` (no minus sign; no zero for integers with `minimum >= 1`), `minLength` up to 16. Not
+enforced, so the tool's own validation still reports them: larger `minLength`, `maxLength`, `pattern`,
+`format`, other numeric bounds, `multipleOf`, `uniqueItems`, `minProperties`, `maxProperties`, `not`. Numbers are limited to 19 integer digits and 3
 exponent digits.
 
 Strings never contain a raw `</` (it is written `<\\/`, as mylm's canonical form does), so a parameter value
@@ -148,6 +148,10 @@ class SchemaCompiler:
         return self._primitive("json-string", f'"\\"" {body} "\\""')
 
     def _integer(self, schema: Mapping[str, Any]) -> str:
+        low = schema.get("minimum")
+        if isinstance(low, (int, float)) and not isinstance(low, bool) and low >= 1:
+            # `minimum: 1` (a line number, a count) is common: no zero; larger minimums are left to validation
+            return self._primitive("json-posint", '[1-9] [0-9]{0,18}')
         if _non_negative(schema):
             return self._primitive("json-uint", '("0" | [1-9] [0-9]{0,18})')
         return self._primitive("json-int", '"-"? ("0" | [1-9] [0-9]{0,18})')

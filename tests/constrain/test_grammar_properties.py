@@ -203,6 +203,11 @@ def test_grammar_rejects_what_the_schema_forbids() -> None:
         "path": {"type": "string", "minLength": 2}}})]).turn)
     assert accepts(named, call('{"path": "ab"}')) and accepts(named, call('{"path": "a<"}'))
     assert not accepts(named, call('{"path": "a"}')) and not accepts(named, call('{"path": ""}'))
+    counted = parse_gbnf(compile_protocol([ToolSpec("read_file", {"type": "object", "properties": {
+        "offset": {"type": "integer", "minimum": 1}}})]).turn)
+    assert accepts(counted, call('{"offset": 10}')) and not accepts(counted, call('{"offset": 0}'))
+    assert not accepts(rules, "<final_answer>done<end_of_turn></final_answer>")
+    assert accepts(rules, "<final_answer>1 < 2</final_answer>")
     assert not accepts(named, call('{"path": "\\ud83d\\ude00"}'))  # one character, two escapes
 
 
