@@ -6,8 +6,8 @@ Enforced: `type` (and type lists), `enum`, `const`, `anyOf`/`oneOf` (as alternat
 `properties`, `items` (and tuple `items`/`prefixItems`), `minItems`/`maxItems`, and
 `minimum >= 0` (no minus sign; no zero for integers with `minimum >= 1`), `minLength` up to 16. Not
 enforced, so the tool's own validation still reports them: larger `minLength`, `maxLength`, `pattern`,
-`format`, other numeric bounds, `multipleOf`, `uniqueItems`, `minProperties`, `maxProperties`, `not`. Numbers are limited to 19 integer digits and 3
-exponent digits.
+`format`, other numeric bounds, `multipleOf`, `uniqueItems`, `minProperties`, `maxProperties`, `not`.
+Numbers are limited to 19 integer digits and 3 exponent digits.
 
 Strings never contain a raw `</` (it is written `<\\/`, as mylm's canonical form does), so a parameter value
 can never look like the end of the block.
