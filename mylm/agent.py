@@ -200,7 +200,9 @@ class Agent:
         self.multiple_calls = multiple_calls
         self.constrain = constrain
         #: The grammars requests carry (compiled once per agent): every turn, and the summary at the limit.
-        self.constraint, self.answer_constraint = _constraints(self.tools, constrain, multiple_calls)
+        self.constraint, self.answer_constraint = _constraints(
+            self.tools, constrain, multiple_calls, max_tokens, tool_choice
+        )
         self.permission = permission
         self.workspace = workspace or Path.cwd()
         self.max_consecutive_failures = max_consecutive_failures
@@ -673,16 +675,29 @@ class Agent:
 
 
 def _constraints(
-    tools: ToolRegistry, mode: ConstrainMode, multiple_calls: bool
+    tools: ToolRegistry, mode: ConstrainMode, multiple_calls: bool, max_tokens: int, tool_choice: str = "auto"
 ) -> tuple[Constraint | None, Constraint | None]:
-    """The turn and summary constraints for `mode` (`auto`: where the endpoint can; `grammar`: insist)."""
+    """The turn and summary constraints for `mode` (`auto`: where the endpoint can; `grammar`: insist), with
+    `tool_choice` mapped onto the grammar: `none` offers no call, a tool's name only that tool (and
+    `read_output`), `required` and a name leave no answer branch.
+
+    Thought and answer are sized to the output token limit (a token is rarely under two characters), so a
+    model under the grammar closes its answer itself rather than being cut off mid-turn."""
     if mode == "off":
         return None, None
     if mode not in ("auto", "grammar"):
         raise ValueError(f"constrain must be auto, grammar or off, not {mode!r}")
     from .constrain import TRIGGER, ToolSpec, compile_protocol
+    from .constrain.protocol import ANSWER_CHARS, THOUGHT_CHARS
 
-    grammar = compile_protocol([ToolSpec(t.name, t.parameters) for t in tools], multiple_calls=multiple_calls)
+    offered = [t for t in tools if tool_choice in TOOL_CHOICES or t.name in (tool_choice, "read_output")]
+    grammar = compile_protocol(
+        [] if tool_choice == "none" else [ToolSpec(t.name, t.parameters) for t in offered],
+        multiple_calls=multiple_calls,
+        thought_chars=min(THOUGHT_CHARS, max_tokens // 2),
+        answer_chars=min(ANSWER_CHARS, max_tokens),
+        require_call=tool_choice not in ("auto", "none"),
+    )
     required = mode == "grammar"
     return (
         Constraint(grammar.turn, grammar.call, TRIGGER, required),

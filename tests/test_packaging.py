@@ -47,6 +47,8 @@ def test_packaging_wheel_installs_templates_outside_the_checkout(tmp_path: Path)
     names = zipfile.ZipFile(wheel).namelist()
     assert "mylm/_prompts/system.j2" in names and "mylm/_prompts/observation.j2" in names
     assert "mylm/_prompts/tool_required.j2" in names and "mylm/models/known.toml" in names
+    assert "mylm/_evals/suite.toml" in names  # the `mylm eval` suite ships as package data, like the prompts
+    assert {"mylm/constrain/protocol.py", "mylm/evaluation/runner.py", "mylm/providers/registry.py"} <= set(names)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "mylm = mylm.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 

@@ -4,9 +4,10 @@ Enforced: `type` (and type lists), `enum`, `const`, `anyOf`/`oneOf` (as alternat
 `$ref` (recursion allowed), `properties` in declared order with `required` ones mandatory and no others (so
 `additionalProperties: false` holds whatever it says), `additionalProperties` as a schema when there are no
 `properties`, `items` (and tuple `items`/`prefixItems`), `minItems`/`maxItems`, and
-`minimum >= 0` (no minus sign). Not enforced, so the tool's own validation still reports them: `minLength`,
-`maxLength`, `pattern`, `format`, other numeric bounds, `multipleOf`, `uniqueItems`, `minProperties`,
-`maxProperties`, `not`. Numbers are limited to 19 integer digits and 3 exponent digits.
+`minimum >= 0` (no minus sign; no zero for integers with `minimum >= 1`), `minLength` up to 16. Not
+enforced, so the tool's own validation still reports them: larger `minLength`, `maxLength`, `pattern`,
+`format`, other numeric bounds, `multipleOf`, `uniqueItems`, `minProperties`, `maxProperties`, `not`.
+Numbers are limited to 19 integer digits and 3 exponent digits.
 
 Strings never contain a raw `</` (it is written `<\\/`, as mylm's canonical form does), so a parameter value
 can never look like the end of the block.
@@ -24,6 +25,8 @@ from .gbnf import Rules, literal
 WS = '" "?'
 _MAX_DEPTH = 32
 _MAX_REPEAT = 64
+#: Larger `minLength` values are left to the tool's validation (the grammar would grow with them).
+_MAX_MIN_LENGTH = 16
 
 
 class SchemaCompiler:
@@ -68,7 +71,7 @@ class SchemaCompiler:
             parts = [self.value({**schema, "type": k}, f"{hint}-{k}", root, depth + 1) for k in kind]
             return self._choice(hint, [p for p in parts if p is not None])
         if kind == "string":
-            return self.string()
+            return self._string(schema)
         if kind == "integer":
             return self._integer(schema)
         if kind == "number":
@@ -110,6 +113,29 @@ class SchemaCompiler:
             self._primitives[name] = self.rules.add(name, body)
         return self._primitives[name]
 
+    def _string(self, schema: Mapping[str, Any]) -> str:
+        """A string of at least `minLength` characters (up to `_MAX_MIN_LENGTH`; `maxLength` not enforced)."""
+        low = _count(schema.get("minLength"), 0) or 0
+        if low == 0 or low > _MAX_MIN_LENGTH:
+            return self.string()
+        self.string()  # defines the shared body rule
+        # One piece is at least one decoded character: no \uD800-\uDFFF escape (a surrogate pair: two escapes
+        # for one character); a `<` run is taken with the character after it, or ends the string.
+        escape = self._primitive(
+            "json-escape-bmp",
+            '"\\\\" (["\\\\/bfnrt] | "u" ([0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2}))',
+        )
+        piece = self._primitive(
+            "json-piece", f'[^"\\\\<\\x00-\\x1F] | {escape} | "<"+ ([^"\\\\</\\x00-\\x1F] | {escape})'
+        )
+        rest = self._primitive_name("json-string-body")
+        return self.rules.add(
+            f"json-string-min{low}", f'"\\"" {piece}{{{low - 1}}} ({piece} {rest} | "<"+) "\\""'
+        )
+
+    def _primitive_name(self, name: str) -> str:
+        return self._primitives[name]
+
     def string(self) -> str:
         """Any JSON string without a raw `</`."""
         escape = self._primitive("json-escape", '"\\\\" (["\\\\/bfnrt] | "u" [0-9a-fA-F]{4})')
@@ -122,6 +148,10 @@ class SchemaCompiler:
         return self._primitive("json-string", f'"\\"" {body} "\\""')
 
     def _integer(self, schema: Mapping[str, Any]) -> str:
+        low = schema.get("minimum")
+        if isinstance(low, (int, float)) and not isinstance(low, bool) and low >= 1:
+            # `minimum: 1` (a line number, a count) is common: no zero; larger minimums are left to validation
+            return self._primitive("json-posint", '[1-9] [0-9]{0,18}')
         if _non_negative(schema):
             return self._primitive("json-uint", '("0" | [1-9] [0-9]{0,18})')
         return self._primitive("json-int", '"-"? ("0" | [1-9] [0-9]{0,18})')

@@ -23,11 +23,22 @@ FINAL_CLOSE = "</final_answer>"
 #: The text that switches a lazy grammar on (llama-server `grammar_triggers`).
 TRIGGER = TOOL_OPEN
 
-_THOUGHT = "thought ::= [^<`~]*"
+#: How long the thought before a call or an answer may be, in characters, by default: long enough for a plan,
+#: short enough that a small model that would ramble on is brought to choose a call or an answer.
+THOUGHT_CHARS = 400
+#: How long an answer may be, in characters, by default (the agent sizes both to its output token limit, so a
+#: constrained turn ends by itself instead of being cut off mid-answer).
+ANSWER_CHARS = 2000
 #: Characters Python's `str.strip` removes: an answer needs one character that is not among them.
 _SPACE = "\\t\\n\\r\\x0B\\x0C\\x1C-\\x1F\\x85\\xA0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000 "
-_ANSWER_TEXT = f'answer-text ::= [ \\t\\n]* ([^<{_SPACE}] | "<"+ [^</]) ([^<] | "<"+ [^</])* "<"*'
-_PLAIN_ANSWER = f"plain-answer ::= [ \\t\\n]* [^<`~{_SPACE}] [^<`~]*"
+#: The answer: a visible character first, then text in which `<` is never followed by `/`, a letter or `|`, so
+#: neither `</final_answer>` nor a chat format's end-of-turn marker (`<end_of_turn>`, `<|im_end|>`, which a
+#: server cuts as a stop string) can sit inside it; `{n}` pieces.
+_ANSWER_TEXT = (
+    'answer-text ::= [ \\t\\n]{{0,8}} ([^<{space}] | "<" [^</|a-zA-Z<]) '
+    '([^<] | "<" [^</|a-zA-Z<]){{0,{n}}} "<"?'
+)
+_PLAIN_ANSWER = "plain-answer ::= [ \\t\\n]{{0,8}} [^<`~{space}] [^<`~]{{0,{n}}}"
 
 
 @dataclass(frozen=True)
@@ -50,28 +61,46 @@ class ProtocolGrammar:
     answer: str
 
 
-def compile_protocol(tools: Iterable[ToolSpec], *, multiple_calls: bool = False) -> ProtocolGrammar:
+def compile_protocol(
+    tools: Iterable[ToolSpec],
+    *,
+    multiple_calls: bool = False,
+    thought_chars: int = THOUGHT_CHARS,
+    answer_chars: int = ANSWER_CHARS,
+    require_call: bool = False,
+) -> ProtocolGrammar:
     """The grammars for these tools; the same tools always give the same text (cached). Properties keep the
-    order their schema declares, which is the order the grammar asks for them."""
+    order their schema declares, which is the order the grammar asks for them. With `require_call` (tool_choice
+    required, or a tool's name) a turn must call a tool: its grammar has no answer branch."""
     key = tuple((t.name, json.dumps(t.parameters, default=str)) for t in tools)
-    return _compile(key, multiple_calls)
+    return _compile(key, multiple_calls, max(thought_chars, 0), max(answer_chars, 1), require_call)
 
 
 @functools.lru_cache(maxsize=64)
-def _compile(key: tuple[tuple[str, str], ...], multiple_calls: bool) -> ProtocolGrammar:
+def _compile(
+    key: tuple[tuple[str, str], ...], multiple_calls: bool, thought_chars: int, answer_chars: int,
+    require_call: bool = False,
+) -> ProtocolGrammar:
     specs = [ToolSpec(name, json.loads(schema)) for name, schema in key]
+    lines = (
+        f"thought ::= [^<`~]{{0,{thought_chars}}}",
+        _ANSWER_TEXT.format(space=_SPACE, n=answer_chars - 1),
+    )
     return ProtocolGrammar(
-        turn=_grammar(specs, multiple_calls, "turn"),
-        call=_grammar(specs, multiple_calls, "call"),
-        answer=_grammar(specs, multiple_calls, "answer"),
+        turn=_grammar(specs, multiple_calls, "turn", lines, require_call),
+        call=_grammar(specs, multiple_calls, "call", lines),
+        answer=_grammar(
+            specs, multiple_calls, "answer", (*lines, _PLAIN_ANSWER.format(space=_SPACE, n=answer_chars - 1))
+        ),
     )
 
 
-def _grammar(specs: list[ToolSpec], multiple_calls: bool, form: str) -> str:
+def _grammar(
+    specs: list[ToolSpec], multiple_calls: bool, form: str, lines: tuple[str, ...], require_call: bool = False
+) -> str:
     rules = Rules()
     if form == "answer":
         rules.define("final", f'{literal(FINAL_OPEN)} answer-text {literal(FINAL_CLOSE)}')
-        lines = (_THOUGHT, _ANSWER_TEXT, _PLAIN_ANSWER)
         return rules.text("thought final | plain-answer") + "\n".join(lines) + "\n"
     compiler = SchemaCompiler(rules)
     calls = []
@@ -87,6 +116,9 @@ def _grammar(specs: list[ToolSpec], multiple_calls: bool, form: str) -> str:
     block = f'{call} ("\\n" {call})*' if call and multiple_calls else call
     if form == "call":
         return rules.text(block or '""')
-    extra = [f"final ::= {literal(FINAL_OPEN)} answer-text {literal(FINAL_CLOSE)}", _THOUGHT, _ANSWER_TEXT]
-    root = f"thought ({block} | final)" if block else "thought final"
+    extra = [f"final ::= {literal(FINAL_OPEN)} answer-text {literal(FINAL_CLOSE)}", *lines]
+    if block and require_call:
+        root = f"thought {block}"
+    else:
+        root = f"thought ({block} | final)" if block else "thought final"
     return rules.text(root) + "\n".join(extra) + "\n"

@@ -47,3 +47,23 @@ def test_a_tagged_final_answer_ends_the_run_with_its_content() -> None:
 def test_unknown_constrain_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="auto, grammar or off"):
         Agent(ScriptedLLM([]), [shout], constrain="always")  # type: ignore[arg-type]
+
+
+@tool
+def whisper(text: str) -> str:
+    """Return the text in small letters."""
+    return text.lower()
+
+
+def test_tool_choice_maps_onto_the_grammar() -> None:
+    none = Agent(ScriptedLLM([]), [shout, whisper], constrain="grammar", tool_choice="none")
+    named = Agent(ScriptedLLM([]), [shout, whisper], constrain="grammar", tool_choice="whisper")
+    required = Agent(ScriptedLLM([]), [shout, whisper], constrain="grammar", tool_choice="required")
+    free = Agent(ScriptedLLM([]), [shout, whisper], constrain="grammar")
+    assert none.constraint is not None and "<tool_code>" not in none.constraint.grammar
+    assert named.constraint is not None and "<name>whisper</name>" in named.constraint.grammar
+    assert "<name>shout</name>" not in named.constraint.grammar
+    # Required (or a name): the turn has no answer branch; unconstrained choice keeps it.
+    for agent in (named, required):
+        assert agent.constraint is not None and "root ::= thought call" in agent.constraint.grammar
+    assert free.constraint is not None and "root ::= thought (call | final)" in free.constraint.grammar

@@ -110,7 +110,7 @@ def exact_grammar(text: str) -> str:
 class EngineServer:
     """`python -m llama_cpp.server` on 127.0.0.1, started and stopped by the test session."""
 
-    def __init__(self, model: Path) -> None:
+    def __init__(self, model: Path, *, n_ctx: int = 2048, threads: int = 1, extra: tuple[str, ...] = ()) -> None:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
@@ -127,11 +127,12 @@ class EngineServer:
                 "--port",
                 str(self.port),
                 "--n_ctx",
-                "2048",
+                str(n_ctx),
                 "--n_threads",
-                "1",
+                str(threads),
                 "--n_batch",
                 "512",
+                *extra,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

@@ -1,0 +1,214 @@
+"""Run one eval task in a fresh workspace; score it turn by turn: protocol validity, tools, tokens, time."""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..llm import LLM, ConstrainMode, FinishChunk, LLMChunk, LLMRequest, TextChunk
+from ..types import ErrorEvent, StopReason, ToolResultEvent
+from .suite import Task
+
+if TYPE_CHECKING:
+    from ..prompts import PromptLoader
+    from ..tools.base import Tool
+
+#: Where a server does not report token counts, output tokens are estimated at this many characters each.
+CHARS_PER_TOKEN = 4.0
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One model completion as the endpoint sent it."""
+
+    text: str
+    finish: FinishChunk | None
+    seconds: float
+
+
+class RecordingLLM:
+    """Passes requests through to `inner` and keeps every completion's text, finish and duration."""
+
+    def __init__(self, inner: LLM) -> None:
+        self.inner = inner
+        self.turns: list[Turn] = []
+
+    def stream(self, request: LLMRequest) -> Iterator[LLMChunk]:
+        started = time.perf_counter()
+        text: list[str] = []
+        finish: FinishChunk | None = None
+        try:
+            for chunk in self.inner.stream(request):
+                if isinstance(chunk, TextChunk):
+                    text.append(chunk.text)
+                elif isinstance(chunk, FinishChunk):
+                    finish = chunk
+                yield chunk
+        finally:
+            # Also when the agent closes the stream early, once a whole call has arrived.
+            self.turns.append(Turn("".join(text), finish, time.perf_counter() - started))
+
+
+def judge_turn(text: str, finish: FinishChunk | None, tools: Mapping[str, Tool]) -> tuple[bool, int]:
+    """Whether a turn keeps the protocol (every call names a tool and its arguments pass the tool's schema,
+    or there is a non-empty answer, and the output was not cut by the token limit), and its call count."""
+    from ..protocol.parser import parse_completion
+
+    parsed = parse_completion(text)
+    if finish is not None and finish.reason in ("length", "max_tokens", "limit"):
+        return False, len(parsed.tool_calls)
+    if parsed.error is not None:
+        return False, len(parsed.tool_calls)
+    if parsed.tool_calls:
+        for call in parsed.tool_calls:
+            tool_ = tools.get(call.name)
+            if tool_ is None or tool_.validate(call.arguments)[1]:
+                return False, len(parsed.tool_calls)
+        return True, len(parsed.tool_calls)
+    return bool((parsed.final_answer or "").strip()), 0
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """A scored run of one task."""
+
+    task: str
+    repeat: int
+    constrain: str
+    solved: bool
+    stop_reason: str
+    turns: int
+    valid_turns: int
+    called_tool: bool
+    format_errors: int
+    prompt_tokens: int
+    completion_tokens: int
+    #: True when the server sent no token counts and `completion_tokens` is estimated from the text.
+    tokens_estimated: bool
+    generation_seconds: float
+    seconds: float
+    answer: str
+    error: str | None = None
+    turn_log: tuple[dict[str, Any], ...] = field(default=(), repr=False)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.completion_tokens / self.generation_seconds if self.generation_seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["tokens_per_second"] = round(self.tokens_per_second, 2)
+        data["turn_log"] = list(self.turn_log)
+        return data
+
+
+def run_task(
+    llm: LLM,
+    task: Task,
+    *,
+    constrain: ConstrainMode = "auto",
+    max_iterations: int = 4,
+    timeout: float = 300.0,
+    max_tokens: int = 512,
+    prompts: PromptLoader | None = None,
+    repeat: int = 1,
+) -> TaskResult:
+    """Run `task` once in a fresh temporary workspace with the agent, and score it."""
+    from ..agent import Agent
+    from ..tools.files import file_tools
+    from ..tools.paths import Workspace
+
+    started = time.perf_counter()
+    recorder = RecordingLLM(llm)
+    with tempfile.TemporaryDirectory(prefix="mylm-eval-") as tmp:
+        root = Path(tmp).resolve()
+        for rel, content in task.files.items():
+            path = root / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content, encoding="utf-8")
+        tools = [t for t in file_tools(Workspace(root)) if t.name in task.tools]
+        agent = Agent(
+            recorder, tools, max_iterations=max_iterations, timeout=timeout, prompts=prompts,
+            max_tokens=max_tokens, constrain=constrain, workspace=root,
+        )
+        result = agent.run(task.prompt)
+        solved = result.error is None and task.solved(result.final_text, root)
+    callable_tools = {t.name: t for t in agent.tools}
+    judged = [judge_turn(t.text, t.finish, callable_tools) for t in recorder.turns]
+    prompt_tokens = sum(t.finish.usage.prompt_tokens for t in recorder.turns if t.finish and t.finish.usage)
+    counted = [t.finish.usage.completion_tokens for t in recorder.turns if t.finish and t.finish.usage]
+    estimated = not any(counted)
+    completion = sum(counted) if not estimated else sum(
+        math.ceil(len(t.text) / CHARS_PER_TOKEN) for t in recorder.turns
+    )
+    return TaskResult(
+        task=task.name,
+        repeat=repeat,
+        constrain=constrain,
+        solved=solved,
+        stop_reason=result.stop_reason.value if isinstance(result.stop_reason, StopReason) else str(
+            result.stop_reason),
+        turns=len(recorder.turns),
+        valid_turns=sum(1 for valid, _ in judged if valid),
+        called_tool=any(isinstance(e, ToolResultEvent) for e in result.events),
+        format_errors=sum(1 for e in result.events if isinstance(e, ErrorEvent) and e.kind == "format"),
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion,
+        tokens_estimated=estimated,
+        generation_seconds=sum(t.seconds for t in recorder.turns),
+        seconds=time.perf_counter() - started,
+        answer=result.final_text,
+        error=str(result.error) if result.error is not None else None,
+        turn_log=tuple(
+            {"text": t.text, "finish": t.finish.reason if t.finish else None, "valid": valid, "calls": calls}
+            for t, (valid, calls) in zip(recorder.turns, judged, strict=True)
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class Totals:
+    """The scorecard's bottom line over several task runs."""
+
+    runs: int
+    solved: int
+    turns: int
+    valid_turns: int
+    runs_with_tool: int
+    format_errors: int
+    prompt_tokens: int
+    completion_tokens: int
+    tokens_estimated: bool
+    generation_seconds: float
+    seconds: float
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.completion_tokens / self.generation_seconds if self.generation_seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["tokens_per_second"] = round(self.tokens_per_second, 2)
+        return data
+
+
+def totals(results: Sequence[TaskResult]) -> Totals:
+    """Sum the results."""
+    return Totals(
+        runs=len(results),
+        solved=sum(r.solved for r in results),
+        turns=sum(r.turns for r in results),
+        valid_turns=sum(r.valid_turns for r in results),
+        runs_with_tool=sum(r.called_tool for r in results),
+        format_errors=sum(r.format_errors for r in results),
+        prompt_tokens=sum(r.prompt_tokens for r in results),
+        completion_tokens=sum(r.completion_tokens for r in results),
+        tokens_estimated=any(r.tokens_estimated for r in results),
+        generation_seconds=sum(r.generation_seconds for r in results),
+        seconds=sum(r.seconds for r in results),
+    )
