@@ -2,7 +2,9 @@
 
     MylmError                       exit 1
     ├── ConfigError                 exit 2   bad flags, environment or config file
-    │   └── UnsupportedConstraintError       --constrain grammar where the endpoint cannot sample under one
+    │   ├── UnsupportedConstraintError       --constrain grammar where the endpoint cannot sample under one
+    │   ├── TaskFileError                    a line of a `mylm batch` task file is not valid
+    │   └── ResultsFileError                 a `mylm batch` results file cannot be read or written
     ├── TemplateError               exit 2   a prompt template is missing, broken or unsafe
     ├── LLMError                    exit 1   anything that went wrong talking to the model endpoint
     │   ├── EndpointUnreachableError         connection refused, DNS, TLS
@@ -20,6 +22,7 @@
     ├── ToolError                   exit 1   raised by a tool for an expected failure; becomes an observation
     │   └── EscapeError                      a path leads outside the workspace
     ├── SandboxError                exit 1   the kernel refused to build or apply a command's sandbox
+    ├── WorkspaceError              exit 1   a batch task's workspace could not be made
     ├── DownloadError               exit 1   a model could not be fetched or failed its checksum
     ├── RunTimeoutError             exit 4   the run's wall-clock budget is spent
     └── CancelledError              exit 130 the run was cancelled (Ctrl-C or a cancel token)
@@ -151,3 +154,15 @@ class CancelledError(MylmError):
 
 class SandboxError(MylmError):
     """The kernel refused a call while mylm built or applied a command's sandbox; the command did not run."""
+
+
+class TaskFileError(ConfigError):
+    """A task line is not valid; the message names the line."""
+
+
+class ResultsFileError(ConfigError):
+    """The results file cannot be read or written."""
+
+
+class WorkspaceError(MylmError):
+    """A task's workspace could not be made (its source is missing or cannot be copied)."""

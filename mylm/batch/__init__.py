@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..errors import ResultsFileError, TaskFileError, WorkspaceError
 from .events import (
     BatchEnd,
     BatchEvent,
@@ -14,7 +15,7 @@ from .events import (
 )
 from .gate import GatedLLM, RateGate
 from .progress import Progress, Snapshot
-from .results import ResultsFile, ResultsFileError
+from .results import ResultsFile
 from .runner import (
     AgentFactory,
     BatchSummary,
@@ -25,8 +26,8 @@ from .runner import (
     result_record,
     run_batch,
 )
-from .tasks import Task, TaskFileError, load_tasks, parse_tasks
-from .workspaces import WorkspaceError, make_workspace
+from .tasks import Task, load_tasks, parse_tasks
+from .workspaces import make_workspace
 
 __all__ = [
     "AgentFactory", "BatchEnd", "BatchEvent", "BatchStart", "BatchStopping", "BatchSummary", "Executor",

@@ -8,15 +8,11 @@ import threading
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from ..errors import ConfigError
+from ..errors import ResultsFileError
 
 #: When lines reach the disk: after every line (a power cut loses nothing written), only when the file is
 #: closed, or whenever the OS decides. A killed process loses nothing in any mode: the kernel has the lines.
 FsyncPolicy = Literal["line", "close", "never"]
-
-
-class ResultsFileError(ConfigError):
-    """The results file cannot be read or written."""
 
 
 def _line(record: Mapping[str, Any]) -> bytes:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
 
 from ..cancel import CancelToken
-from ..errors import LLMError, MylmError
+from ..errors import LLMError, MylmError, WorkspaceError
 from .events import (
     BatchEnd,
     BatchEvent,
@@ -25,7 +25,7 @@ from .gate import GatedLLM, RateGate, defer_rate_limits
 from .progress import Progress
 from .results import FsyncPolicy, ResultsFile
 from .tasks import Task
-from .workspaces import WorkspaceError, make_workspace, remove_workspace
+from .workspaces import make_workspace, remove_workspace
 
 if TYPE_CHECKING:
     from ..agent import Agent

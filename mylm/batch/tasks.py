@@ -7,15 +7,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ..errors import ConfigError
+from ..errors import TaskFileError
 
 #: The keys a task line may carry; others are kept in `Task.extra` (a data set's own fields, such as an
 #: expected answer) and copied to the result untouched.
 KNOWN_KEYS = frozenset({"id", "prompt", "workspace", "max_iterations", "timeout"})
-
-
-class TaskFileError(ConfigError):
-    """A task line is not valid; the message names the line."""
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..errors import MylmError
-
-
-class WorkspaceError(MylmError):
-    """A task's workspace could not be made (its source is missing or cannot be copied)."""
+from ..errors import WorkspaceError
 
 
 def _slug(task_id: str) -> str:
