@@ -49,6 +49,9 @@ def test_packaging_wheel_installs_templates_outside_the_checkout(tmp_path: Path)
     assert "mylm/_prompts/tool_required.j2" in names and "mylm/models/known.toml" in names
     assert "mylm/_evals/suite.toml" in names  # the `mylm eval` suite ships as package data, like the prompts
     assert {"mylm/constrain/protocol.py", "mylm/evaluation/runner.py", "mylm/providers/registry.py"} <= set(names)
+    # Every package in the tree ships (setup.cfg lists them by hand: a new one missed there broke installs).
+    packages = {str(p.relative_to(REPO_ROOT)) for p in (REPO_ROOT / "mylm").rglob("__init__.py")}
+    assert packages <= set(names), sorted(packages - set(names))
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "mylm = mylm.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
