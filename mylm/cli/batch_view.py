@@ -136,7 +136,7 @@ class JsonView(View):
         self.out.flush()
 
     def close(self, summary: BatchSummary) -> None:
-        pass  # batch_end carries the summary
+        """Nothing more to write: the `batch_end` event already carried the summary."""
 
 
 def _progress_dict(snap: Snapshot) -> dict[str, Any]:
