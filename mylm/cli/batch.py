@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import signal
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,6 +24,7 @@ from .common import (
     verbose_option,
     warn,
 )
+from .signals import handling
 
 if TYPE_CHECKING:
     from ..cancel import CancelToken
@@ -181,14 +181,5 @@ def _stop_on_signals(cancel: CancelToken) -> Iterator[None]:
             raise KeyboardInterrupt
         cancel.cancel()
 
-    previous: dict[int, Any] = {}
-    try:
-        for number in (signal.SIGINT, signal.SIGTERM):
-            previous[number] = signal.signal(number, handler)
-    except ValueError:  # not the main thread (an embedding application): leave its signals alone
-        pass
-    try:
+    with handling(("SIGINT", "SIGTERM"), handler):
         yield
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)

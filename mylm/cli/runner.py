@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -13,6 +12,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Iterator
 import click
 
 from .common import before_log_lines, isatty, same_file, same_terminal, use_color, warn
+from .signals import handling
 
 if TYPE_CHECKING:
     from ..agent import Agent
@@ -412,16 +412,5 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
 @contextmanager
 def _terminate_as_interrupt() -> Iterator[None]:
     """While a turn runs, SIGTERM and SIGHUP stop it like Ctrl-C does, so the partial turn is saved before exit."""
-    previous: dict[int, Any] = {}
-    try:
-        for name in ("SIGTERM", "SIGHUP"):
-            number = getattr(signal, name, None)
-            if number is not None:
-                previous[number] = signal.signal(number, _raise_interrupt)
-    except ValueError:  # not the main thread (an embedding application): leave its signals alone
-        pass
-    try:
+    with handling(("SIGTERM", "SIGHUP"), _raise_interrupt):
         yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
