@@ -543,9 +543,9 @@ class Agent:
             arguments, problems = tool_.validate(call.arguments)
             call = replace(call, arguments=arguments)
             yield ToolCallEvent(call)
-            skip = bool(problems) or self._refused_by_choice(call.name) is not None
-            verdict = Permission.allow() if skip else (yield from self._permit(run, call, tool_))
             refusal = self._refused_by_choice(call.name)
+            skip = bool(problems) or refusal is not None
+            verdict = Permission.allow() if skip else (yield from self._permit(run, call, tool_))
             if refusal is not None:
                 outcome, status = ToolOutcome(refusal, True, 0.0), "denied"
             elif problems:
