@@ -300,7 +300,7 @@ def bench_sandbox(cwd: str) -> None:
     and starting `bash -c true` confined versus unconfined, interleaved so that a busy machine weighs on both.
     (A whole `run_command` adds the process sweep, the same with or without a sandbox, and much noisier.)"""
     from mylm.sandbox import detect
-    from mylm.sandbox.confine import landlock_rules
+    from mylm.sandbox.rulesets import landlock_rules
     from mylm.sandbox.profile import build_profile
     from mylm.tools.shell import child_environment, spawn
 
@@ -316,8 +316,8 @@ def bench_sandbox(cwd: str) -> None:
         with sandbox.launch(grant, cwd, env):  # type: ignore[arg-type]
             pass
 
-    def start(restrict: object) -> None:
-        process = spawn(["/bin/bash", "-c", "true"], restrict, env=env, cwd=cwd)  # type: ignore[arg-type]
+    def start(launch: object) -> None:
+        process = spawn(["/bin/bash", "-c", "true"], launch, env=env, cwd=cwd)  # type: ignore[arg-type]
         process.wait()
 
     setup("read-only")  # warm the per-process caches (the system's layout), as a run's first command does
@@ -327,7 +327,7 @@ def bench_sandbox(cwd: str) -> None:
         with sandbox.launch(grant, cwd, env) as launch:  # type: ignore[arg-type]
             for _ in range(60):
                 plain.append(_median_ms(partial(start, None), 1))
-                confined.append(_median_ms(partial(start, launch.restrict), 1))
+                confined.append(_median_ms(partial(start, launch), 1))
         a, b = statistics.median(plain), statistics.median(confined)
         print(f"  {grant}: set-up {cost:.2f} ms (median of 200); start `bash -c true` {a:.2f} ms unconfined, "
               f"{b:.2f} ms confined ({b / a:.2f}x; median of 60); per-command cost {cost + b - a:.2f} ms")

@@ -5,15 +5,15 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Callable, Iterator, Literal, Mapping, Sequence
 
 from ..types import Grant
 from . import bwrap, caps, landlock, seccomp
-from .profile import Profile, build_profile, split_hidden
+from .profile import build_profile
+from .rulesets import kept_rulesets
+from .thread import ConfinedThread
 
 Mode = Literal["auto", "off"]
 Backend = Literal["landlock", "bubblewrap", "none", "off"]
@@ -28,9 +28,11 @@ class Launch:
 
     prefix: tuple[str, ...] = ()
     #: Confines the calling thread for good: call it on a fresh thread that then starts the command, which
-    #: inherits that thread's confinement (see `mylm.tools.shell.spawn`).
+    #: inherits that thread's confinement (see `mylm.sandbox.thread`).
     restrict: Callable[[], None] | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    #: A thread already confined as this command must be, to start it on (instead of `restrict`).
+    thread: ConfinedThread | None = None
 
 
 @dataclass(frozen=True)
@@ -90,88 +92,26 @@ class Sandbox:
                 assert self.bwrap_program is not None
                 yield Launch(prefix=tuple(bwrap.argv(self.bwrap_program, profile)), env=env)
                 return
-            ruleset = landlock.build_ruleset(
-                self.landlock_abi, _rules(profile, system=False), network=profile.network,
-                opened=[_system_opened(self.landlock_abi, profile)],
-            )
             families: tuple[int, ...] | None = None
             if not profile.network:
                 families = () if grant == "read-only" else seccomp.LOCAL_ONLY
             socket_filter = seccomp.socket_filter(families) if families is not None else None
-            restrict = landlock.restrictor(ruleset, drop_caps=caps.bounding_drop(), seccomp=socket_filter)
-            yield Launch(restrict=restrict, env=env)
+
+            def restrictor(ruleset: int) -> Callable[[], None]:
+                return landlock.restrictor(ruleset, drop_caps=caps.bounding_drop(), seccomp=socket_filter)
+
+            if grant == "read-only":
+                # The same confinement for every read-only command in this workspace: a thread kept for it.
+                with kept_rulesets.read_only_thread(self.landlock_abi, profile, restrictor) as thread:
+                    yield Launch(env=env, thread=thread)
+                return
+            ruleset = kept_rulesets.ruleset(self.landlock_abi, profile)
+            yield Launch(restrict=restrictor(ruleset), env=env)
         finally:
             if ruleset is not None:
                 os.close(ruleset)
             if tmpdir is not None:
                 shutil.rmtree(tmpdir, ignore_errors=True)
-
-
-def landlock_rules(profile: Profile) -> list[landlock.Rule]:
-    """The profile as Landlock rules: reads, writes and devices, hidden paths carved out of every tree."""
-    return [*_rules(profile, system=True), *_rules(profile, system=False)]
-
-
-def _rules(profile: Profile, *, system: bool) -> list[landlock.Rule]:
-    """The system's rules (the same for every command of a run) or the command's own (workspace, TMPDIR)."""
-    write = landlock.fs_rights(6) & ~(landlock.MAKE_CHAR | landlock.MAKE_BLOCK)
-    mine = (profile.workspace, profile.tmpdir)
-    rules: list[landlock.Rule] = []
-    for roots, rights in ((profile.read, landlock.READ), (profile.write, landlock.READ | write)):
-        for root in roots:
-            if (root in mine) == system:
-                continue
-            for path, whole in _split(root, profile.hidden, cached=system) or []:
-                # A directory on the way to a hidden path may only be listed: a right on it would reach below.
-                rules.append(landlock.Rule(path, rights if whole else landlock.READ_DIR, follow=False))
-    if system:
-        rules.append(landlock.Rule("/dev", landlock.READ_DIR))
-        # Not followed: /dev/stdin leads to mylm's own descriptors, which are not the command's to reach.
-        rules += [landlock.Rule(d, landlock.READ_FILE | landlock.READ_DIR, follow=False)
-                  for d in profile.devices_read]
-        rules += [landlock.Rule(d, landlock.WRITE_FILE | landlock.IOCTL_DEV, follow=False)
-                  for d in profile.devices_write]
-    return rules
-
-
-def _split(root: str, hidden: frozenset[str], *, cached: bool) -> list[tuple[str, bool]] | None:
-    return _split_system(root, hidden) if cached else split_hidden(root, hidden)
-
-
-@lru_cache(maxsize=256)
-def _split_system(root: str, hidden: frozenset[str]) -> list[tuple[str, bool]] | None:
-    return split_hidden(root, hidden)
-
-
-_opened_lock = threading.Lock()
-_opened: dict[tuple[object, ...], tuple[tuple[tuple[str, int], ...], landlock.OpenedRules]] = {}
-
-
-def _system_opened(abi: int, profile: Profile) -> landlock.OpenedRules:
-    """The system's rules, opened once and kept while the directories they were split from are unchanged (a
-    file renamed over /etc/resolv.conf changes /etc's modification time, and the rules are opened again)."""
-    key = (abi, profile.grant, profile.read, profile.hidden)
-    with _opened_lock:
-        rules = _rules(profile, system=True)
-        stamps = tuple((r.path, _mtime(r.path)) for r in rules if r.rights == landlock.READ_DIR)
-        found = _opened.get(key)
-        if found is not None and found[0] == stamps:
-            return found[1]
-        # One set at a time (a process has one PATH and HOME): each holds a descriptor per rule.
-        for old in _opened.values():
-            old[1].close()
-        _opened.clear()
-        _split_system.cache_clear()
-        opened = landlock.OpenedRules(abi, _rules(profile, system=True))
-        _opened[key] = (stamps, opened)
-        return opened
-
-
-def _mtime(path: str) -> int:
-    try:
-        return os.stat(path).st_mtime_ns
-    except OSError:
-        return -1
 
 
 def detect(mode: Mode = "auto", *, network: bool = True, private: Sequence[str | os.PathLike[str]] = (),

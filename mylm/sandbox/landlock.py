@@ -7,6 +7,7 @@ import os
 import stat
 import sys
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable, Iterable
 
 from ..errors import SandboxError
@@ -162,6 +163,15 @@ def build_ruleset(
     return fd
 
 
+@lru_cache(maxsize=1)
+def _calls() -> tuple[Callable[..., int], Callable[..., int]]:
+    """prctl (with its argument types) and syscall, from a libc handle of their own."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    prctl = libc.prctl
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    return prctl, libc.syscall
+
+
 def restrictor(
     ruleset: int, *, drop_caps: Callable[[], None] | None = None, seccomp: Callable[[], None] | None = None
 ) -> Callable[[], None]:
@@ -174,10 +184,7 @@ def restrictor(
     command; a helper costs a Python start-up (about 30 ms). A fresh thread that confines itself and then
     starts the command with vfork costs about 2 ms, and runs no Python code in a forked child at all.
     """
-    libc = ctypes.CDLL(None, use_errno=True)
-    prctl = libc.prctl
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    syscall = libc.syscall
+    prctl, syscall = _calls()
     number, fd, zero = ctypes.c_long(_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0)
 
     def restrict() -> None:

@@ -346,6 +346,31 @@ def test_policy_nothing_is_read_only_when_path_reaches_the_workspace(
         assert decision.action == "ask" and "PATH" in decision.reason, path
 
 
+def test_policy_path_check_follows_a_link_retargeted_into_the_workspace(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The answer is kept between commands; a PATH entry whose link (or directory) changes is looked at again."""
+    policy = ApprovalPolicy(workspace=repo)
+    outside = tmp_path / "tools"
+    outside.mkdir()
+    link = tmp_path / "bin-link"
+    link.symlink_to(outside)
+    later = tmp_path / "not-yet"
+    monkeypatch.setenv("PATH", f"/usr/bin:{link}:{later}")
+    assert command(policy, "ls").action == "allow"
+    assert command(policy, "ls").action == "allow"
+    link.unlink()
+    link.symlink_to(repo)
+    decision = command(policy, "ls")
+    assert decision.action == "ask" and str(link) in decision.reason
+    link.unlink()
+    link.symlink_to(outside)
+    assert command(policy, "ls").action == "allow"
+    later.symlink_to(repo / "sub")  # an entry that did not exist, now leading into the workspace
+    decision = command(policy, "ls")
+    assert decision.action == "ask" and str(later) in decision.reason
+
+
 def test_policy_yes_approves_everything_but_refusals(repo: Path) -> None:
     policy = ApprovalPolicy(workspace=repo, yes=True)
     assert all(command(policy, c).action == "allow" for c in ALLOW + ASK + DANGEROUS)

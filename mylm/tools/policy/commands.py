@@ -207,8 +207,41 @@ def _not_read_only(script: Script, ctx: _Context) -> str | None:
 
 def _path_entry_in_reach(workspace: Path | None) -> str | None:
     """A PATH entry that is relative (the empty one is the current directory) or inside the workspace."""
+    entries = os.environ.get("PATH", "")
+    place = None if workspace is None else os.path.abspath(workspace)
+    key = (entries, place)
+    stamps = tuple(_identity(path) for path in [*entries.split(os.pathsep), *([place] if place else [])])
+    known = _in_reach.get(key)
+    if known is not None and known[0] == stamps:
+        return known[1]
+    found = _entry_in_reach(entries, workspace)
+    if len(_in_reach) >= 16:
+        _in_reach.clear()
+    _in_reach[key] = (stamps, found)
+    return found
+
+
+#: (PATH, workspace) → (the identity of each directory, the answer). Resolving every entry costs ~45 lstat()s
+#: a command; one stat() each tells whether the answer can have changed: a directory has one place (no hard
+#: links), so the same identity means the same real path, unless the directory itself was moved, which a
+#: confined command cannot do outside its workspace. A symlink retargeted, a directory made, replaced or
+#: removed all change an identity. An entry that is not there has no identity: its real path is the stamp.
+_in_reach: dict[tuple[str, str | None], tuple[tuple[object, ...], str | None]] = {}
+
+
+def _identity(path: str) -> object:
+    if not path.startswith("/"):
+        return None
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return os.path.realpath(path)
+    return info.st_dev, info.st_ino
+
+
+def _entry_in_reach(entries: str, workspace: Path | None) -> str | None:
     root = os.path.realpath(workspace) if workspace is not None else None
-    for entry in os.environ.get("PATH", "").split(os.pathsep):
+    for entry in entries.split(os.pathsep):
         if not entry.startswith("/"):
             return entry
         real = os.path.realpath(entry)
