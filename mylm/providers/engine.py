@@ -32,6 +32,7 @@ from .transport import (
     iter_body,
     new_session,
     read_all,
+    release,
     send,
 )
 
@@ -289,6 +290,7 @@ class HTTPProvider(ABC):
         response = send(
             self._session, call, guard, connect_timeout=self.endpoint.connect_timeout, read_timeout=idle
         )
+        reusable = False  # read to its end, or closed early by the consumer: the connection may be kept
         try:
             if response.status_code >= 300:
                 body = read_all(response, guard, idle=idle, limit=MAX_ERROR_BYTES)
@@ -325,9 +327,16 @@ class HTTPProvider(ABC):
                         "common cause)"
                     )
             yield decoder.finish()
+            reusable = True
+        except GeneratorExit:
+            reusable = True
+            raise
         finally:
+            if reusable:
+                release(response, guard)
+            else:
+                response.close()
             guard.detach()
-            response.close()
 
     def _decode(self, body: Iterator[bytes], decoder: Decoder) -> Iterator[LLMChunk]:
         """Chunks from the body, a read at a time: the text of all the events one read brought is one chunk.

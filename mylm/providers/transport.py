@@ -158,26 +158,56 @@ def _attach_current(sock: Any) -> None:
         guard.attach(sock)
 
 
-class _GuardedHTTPConnection(HTTPConnection):
+#: Linux only: without it, a kept connection is not kept (see `_quick_acks`).
+_QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)
+
+
+def _quick_acks(sock: Any) -> None:
+    """ACK the answer's packets at once, on a connection that has carried a request before.
+
+    Once a connection has carried a request and an answer, Linux holds back ACKs (up to 40 ms) hoping to send
+    them with the client's next data. A server that leaves Nagle on (Python's http.server, llama.cpp's) then
+    holds each small write of its answer until the previous one is ACKed: every SSE event waits ~40 ms. A
+    fresh connection starts out ACKing at once, which is why each call used to get a new one. TCP_QUICKACK
+    leaves that mode; the client sends nothing more until the answer has ended, so it does not come back.
+    """
+    if _QUICKACK is not None and isinstance(sock, socket.socket):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
+
+
+#: A connection idle longer than this is not reused: servers close idle ones after a few seconds (llama.cpp's
+#: and uvicorn's after 5 s), and one closed just as a request goes out would fail that request.
+_KEEP_IDLE = 2.0
+
+
+class _Guarded:
+    """Hands the socket to the call being sent, and keeps a kept connection's next answer quick to ACK."""
+
+    sock: Any
+    idle_since: float | None = None
+
     def connect(self) -> None:
-        super().connect()
+        super().connect()  # type: ignore[misc]
         _attach_current(self.sock)
 
     def request(self, *args: Any, **kwargs: Any) -> None:
+        idle = time.monotonic() - self.idle_since if self.idle_since is not None else 0.0
+        if self.sock is not None and idle > _KEEP_IDLE:
+            self.close()  # type: ignore[attr-defined]  # http.client connects again when it sends
+        self.idle_since = None
         if self.sock is not None:  # a kept-alive connection: no connect() this time
             _attach_current(self.sock)
-        super().request(*args, **kwargs)
+        super().request(*args, **kwargs)  # type: ignore[misc]
+        _quick_acks(self.sock)
 
 
-class _GuardedHTTPSConnection(HTTPSConnection):
-    def connect(self) -> None:
-        super().connect()
-        _attach_current(self.sock)
+class _GuardedHTTPConnection(_Guarded, HTTPConnection):
+    pass
 
-    def request(self, *args: Any, **kwargs: Any) -> None:
-        if self.sock is not None:
-            _attach_current(self.sock)
-        super().request(*args, **kwargs)
+
+class _GuardedHTTPSConnection(_Guarded, HTTPSConnection):
+    pass
 
 
 class _HTTPPool(urllib3.HTTPConnectionPool):
@@ -367,6 +397,47 @@ def iter_body(
             error.retryable = False
             raise error
         yield data
+
+
+#: At most this much of an answer's unread rest is read to keep its connection (cheaper than a new one).
+_KEEP_BYTES = 64 * 1024
+#: How long the rest may take to show up: only what has already arrived is worth reading.
+_KEEP_WAIT = 0.002
+
+
+def release(response: requests.Response, guard: CallGuard) -> None:
+    """Let go of a response whose reading is over (finished, or closed early once a call was complete).
+
+    When the rest of the body is already here (the server finished its turn, only its tail is unread), it is
+    read so that the connection goes back to the pool: the agent's next call then skips a new TCP (and TLS)
+    handshake, and the server a new connection. A body still streaming (a server ignoring stops) or slow to
+    end is cut off. Only where the client can turn delayed ACKs off for the next answer (`_quick_acks` says
+    why that matters): elsewhere every call has a connection of its own.
+    """
+    sock = guard.sock
+    if not _QUICKACK or sock is None or guard.reason is not None:
+        response.close()
+        return
+    raw = response.raw
+    connection = getattr(raw, "connection", None)  # urllib3 lets go of it once the body has ended
+    try:
+        previous = sock.gettimeout()
+        sock.settimeout(_KEEP_WAIT)
+        try:
+            kept = 0
+            while kept <= _KEEP_BYTES:
+                data = raw.read1(_READ_SIZE, decode_content=True)
+                if not data:
+                    if isinstance(connection, _Guarded):
+                        connection.idle_since = time.monotonic()
+                    raw.release_conn()
+                    return
+                kept += len(data)
+        finally:
+            sock.settimeout(previous)
+    except (OSError, urllib3.exceptions.HTTPError, http.client.HTTPException):
+        pass  # not all there: the connection is closed below
+    response.close()
 
 
 def read_all(response: requests.Response, guard: CallGuard, *, idle: float, limit: int) -> bytes:

@@ -1,4 +1,4 @@
-"""Landlock rules for a profile, and the rulesets (and confined threads) kept while their directories are unchanged."""
+"""Landlock rules for a profile; rulesets and confined threads kept while their directories are unchanged."""
 
 from __future__ import annotations
 

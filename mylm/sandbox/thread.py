@@ -1,4 +1,4 @@
-"""Threads that confine themselves, then start commands for other threads: the command inherits the confinement."""
+"""Threads that confine themselves, then start commands for other threads, which inherit the confinement."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ class ConfinedThread:
             try:
                 done.wait()
             except BaseException:
-                done.wait()  # Ctrl-C: let the function finish, so that the caller's clean-up finds its process
+                done.wait()  # Ctrl-C: let the function finish, so the caller's clean-up finds its process
                 raise
         ok, value = box[0]
         if not ok:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextvars
+import functools
+import os
+import queue
 import threading
 import time
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..cancel import CancelToken, remaining
 from ..errors import CancelledError
@@ -14,6 +18,56 @@ from .base import Tool, ToolContext, ToolOutcome, run_tool
 #: After a cancel, how long a tool may take to notice its token and return what it did (a bound, not a delay:
 #: a cooperative tool returns at once, and its output is kept).
 CANCEL_GRACE = 2.0
+#: Idle worker threads kept for the next tool (a thread per call cost ~0.1 ms); busy ones are not counted.
+_IDLE_WORKERS = 4
+
+
+class _Workers:
+    """Daemon threads that run tools one at a time and wait for the next when done. A tool that overruns keeps
+    its thread busy (it is abandoned, not stopped); the next call then gets another thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[queue.SimpleQueue[Callable[[], None] | None]] = []
+
+    def run(self, work: Callable[[], None], name: str) -> None:
+        """Start `work` on an idle worker, or on a new one."""
+        with self._lock:
+            inbox = self._idle.pop() if self._idle else None
+        if inbox is None:
+            _forget_in_forked_children()
+            inbox = queue.SimpleQueue()
+            threading.Thread(target=self._serve, args=(inbox,), name=name, daemon=True).start()
+        inbox.put(work)
+
+    def _serve(self, inbox: queue.SimpleQueue[Callable[[], None] | None]) -> None:
+        while True:
+            work = inbox.get()
+            if work is None:
+                return
+            # A fresh context each time, as a new thread would have: one tool's context variables are not the
+            # next one's.
+            contextvars.Context().run(work)
+            del work
+            with self._lock:
+                if len(self._idle) >= _IDLE_WORKERS:
+                    return
+                self._idle.append(inbox)
+
+    def forget(self) -> None:
+        """In a forked child: the parent's workers are not there."""
+        self._lock = threading.Lock()
+        self._idle = []
+
+
+_workers = _Workers()
+
+
+@functools.lru_cache(maxsize=1)
+def _forget_in_forked_children() -> None:
+    """Once, when the first worker starts (not at import)."""
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=lambda: _workers.forget())
 
 
 def run_bounded(tool_: Tool, arguments: Mapping[str, Any], context: ToolContext) -> ToolOutcome:
@@ -47,7 +101,7 @@ def run_bounded(tool_: Tool, arguments: Mapping[str, Any], context: ToolContext)
     started = time.monotonic()
     unregister = context.cancel.on_cancel(cancelled) if context.cancel is not None else (lambda: None)
     try:
-        threading.Thread(target=work, name=f"mylm-tool-{tool_.name}", daemon=True).start()
+        _workers.run(work, "mylm-tool")
         while not box:
             left = remaining(context.deadline)
             if left <= 0 or (context.cancel is not None and context.cancel.cancelled):

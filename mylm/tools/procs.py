@@ -6,9 +6,11 @@ import ctypes
 import os
 import signal
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable, Iterator
 
 #: Every command mylm runs carries `MYLM_TOOL_RUN=<random tag>` in its environment. Children inherit it, so a
 #: grandchild that called setsid() (and so left the process group) or was orphaned can still be found.
@@ -36,8 +38,13 @@ def start_time(pid: int) -> int | None:
     return info[3] if info else None
 
 
-def _stat(pid: int) -> tuple[int, int, str, int] | None:
-    """(parent pid, process group, state letter, start time) of `pid`, or None if it is gone or unreadable."""
+#: (parent pid, process group, state letter, start time, session) of one process.
+Info = tuple[int, int, str, int, int]
+
+
+def _stat(pid: int) -> Info | None:
+    """(parent pid, process group, state letter, start time, session) of `pid`, or None if it is gone or
+    unreadable."""
     try:
         with open(f"{_PROC}/{pid}/stat", "rb") as f:
             raw = f.read()
@@ -47,16 +54,18 @@ def _stat(pid: int) -> tuple[int, int, str, int] | None:
     fields = raw[raw.rfind(b")") + 2 :].split()
     if len(fields) < 20:
         return None
-    return int(fields[1]), int(fields[2]), fields[0].decode("ascii", "replace"), int(fields[19])
+    state = fields[0].decode("ascii", "replace")
+    return int(fields[1]), int(fields[2]), state, int(fields[19]), int(fields[3])
 
 
-def process_table() -> dict[int, tuple[int, int, str, int]]:
-    """Every live process: pid → (parent pid, process group, state, start time). Empty without /proc."""
+def process_table() -> dict[int, Info]:
+    """Every live process: pid → (parent pid, process group, state, start time, session). Empty without
+    /proc."""
     try:
         names = os.listdir(_PROC)
     except OSError:
         return {}
-    table: dict[int, tuple[int, int, str, int]] = {}
+    table: dict[int, Info] = {}
     for name in names:
         if name.isdigit():
             info = _stat(int(name))
@@ -65,7 +74,7 @@ def process_table() -> dict[int, tuple[int, int, str, int]]:
     return table
 
 
-def descendants(root: int, table: dict[int, tuple[int, int, str, int]]) -> set[int]:
+def descendants(root: int, table: dict[int, Info]) -> set[int]:
     """The pids below `root` in the parent tree of `table`, whatever their process group or session."""
     children: dict[int, list[int]] = {}
     for pid, (ppid, *_) in table.items():
@@ -82,12 +91,21 @@ def descendants(root: int, table: dict[int, tuple[int, int, str, int]]) -> set[i
 
 def has_tag(pid: int, tag: str) -> bool:
     """Whether process `pid` was started with `MYLM_TOOL_RUN=tag` in its environment."""
+    return tag_of(pid) == tag
+
+
+def tag_of(pid: int) -> str | None:
+    """The `MYLM_TOOL_RUN` tag in process `pid`'s environment, if it has one and it can be read."""
     try:
         with open(f"{_PROC}/{pid}/environ", "rb") as f:
             environ = f.read()
     except OSError:
-        return False
-    return f"{TAG_VARIABLE}={tag}".encode() in environ.split(b"\0")
+        return None
+    prefix = f"{TAG_VARIABLE}=".encode()
+    for entry in environ.split(b"\0"):
+        if entry.startswith(prefix):
+            return entry[len(prefix):].decode("ascii", "replace")
+    return None
 
 
 def members(
@@ -99,7 +117,7 @@ def members(
 
 
 def _members(
-    table: dict[int, tuple[int, int, str, int]],
+    table: dict[int, Info],
     *,
     tag: str,
     group: int | None,
@@ -109,15 +127,67 @@ def _members(
     me = os.getpid()
     found = descendants(root, table) if root is not None else set()
     if _subreaper and since is not None:
-        found |= {pid for pid in descendants(me, table) if table[pid][3] >= since}
-    for pid, (_, pgid, _, started) in table.items():
+        with _running_lock:
+            found |= _adopted(table, tag=tag, since=since)
+    for pid, (_, pgid, _, started, _) in table.items():
         # Only a process started after the command can carry its tag: reading every other process's
         # environment cost ~10 ms a command on a busy machine.
         recent = since is None or started >= since
         if pid not in found and (pgid == group or (recent and has_tag(pid, tag))):
             found.add(pid)
     found.discard(me)
-    return {pid for pid in found if table.get(pid, (0, 0, "Z", 0))[2] not in ("Z", "X")}
+    return {pid for pid in found if table.get(pid, (0, 0, "Z", 0, 0))[2] not in ("Z", "X")}
+
+
+def _adopted(table: dict[int, Info], *, tag: str, since: int) -> set[int]:
+    """This process's descendants started since the command did that may be what it left behind: orphans
+    re-parented here (this process is a subreaper) whatever their group, session or environment.
+
+    Never mylm's own other children (a git the policy runs, an MCP server: they are in mylm's session, which
+    no command can join), nor what belongs to another command still running: its tree, its group, its tag.
+    An orphan that cleared its environment and left its command's session cannot be told apart; it is taken
+    for this command's (it would be stopped at its own command's end anyway)."""
+    mine = os.getsid(0)
+    candidates = {
+        pid for pid in descendants(os.getpid(), table) if table[pid][3] >= since and table[pid][4] != mine
+    }
+    others = running(excluding=tag)
+    if not candidates or not others:
+        return candidates
+    theirs: set[int] = set()
+    for other in others:
+        if other.root is not None:
+            theirs |= {other.root, *descendants(other.root, table)}
+        if other.group is not None:
+            theirs |= {pid for pid in candidates if table[pid][1] == other.group}
+    tags = {other.tag for other in others}
+    return {pid for pid in candidates - theirs if tag_of(pid) not in tags}
+
+
+#: Held while a command starts and registers, and while a clean-up works out what is a command's: until a
+#: command is registered, its fresh shell looks like anything else this process started.
+_running_lock = threading.RLock()
+_running: dict[str, Command] = {}
+
+
+def running(*, excluding: str = "") -> list[Command]:
+    """The commands started and not yet cleaned up, in this process (other than `excluding`)."""
+    with _running_lock:
+        return [command for tag, command in _running.items() if tag != excluding]
+
+
+@contextmanager
+def starting() -> Iterator[Callable[[Command], None]]:
+    """Start a command inside: no other command's clean-up decides what to stop until the function yielded
+    has registered it. From then until `finished(tag)` those clean-ups leave its processes alone."""
+    with _running_lock:
+        yield lambda command: _running.__setitem__(command.tag, command)
+
+
+def finished(tag: str) -> None:
+    """The command tagged `tag` is cleaned up: its processes are nobody's now."""
+    with _running_lock:
+        _running.pop(tag, None)
 
 
 @dataclass(frozen=True)
@@ -232,13 +302,16 @@ def _wait_gone(command: Command, seconds: float) -> bool:
     return True
 
 
-def _reap_adopted(command: Command, table: dict[int, tuple[int, int, str, int]] | None = None) -> None:
-    """As a subreaper, reap the zombies of orphans this command left to us (not the shell: Popen owns it)."""
+def _reap_adopted(command: Command, table: dict[int, Info] | None = None) -> None:
+    """As a subreaper, reap the zombies of orphans this command left to us: not the shell (Popen owns it),
+    not mylm's own children (their Popen would lose their exit status: they are in mylm's session), not
+    another running command's shell."""
     if not _subreaper or command.since is None:
         return
-    me = os.getpid()
-    for pid, (ppid, _, state, started) in (table if table is not None else process_table()).items():
-        if ppid == me and state == "Z" and started >= command.since and pid != command.root:
+    me, mine = os.getpid(), os.getsid(0)
+    roots = {other.root for other in running()} | {command.root}
+    for pid, (ppid, _, state, started, session) in (table if table is not None else process_table()).items():
+        if ppid == me and state == "Z" and started >= command.since and session != mine and pid not in roots:
             try:
                 os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:

@@ -152,19 +152,24 @@ def run_command(
     started = time.monotonic()
     target = procs.Command(tag)
     try:
-        process = spawn(
-            [*prefix, *_shell(), command],
-            launch,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,  # own process group and session: no controlling terminal, no Ctrl-C from ours
-            cwd=cwd,
-            env=child_env,
-        )
+        with procs.starting() as register:
+            process = spawn(
+                [*prefix, *_shell(), command],
+                launch,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,  # own group and session: no controlling terminal, no Ctrl-C from ours
+                cwd=cwd,
+                env=child_env,
+            )
+            since = procs.start_time(process.pid)
+            target = procs.Command(tag, group=process.pid, root=process.pid, since=since)
+            register(target)
     except BaseException:
-        # Ctrl-C inside Popen, after the fork: the child may exist with no handle to it; its tag still finds it.
+        # Ctrl-C inside Popen, after the fork: the child may exist with no handle to it; its tag finds it.
         procs.stop_all(target, grace=0)
+        procs.finished(tag)
         raise
     assert process.stdout is not None and process.stderr is not None
     out = _Capture(limits.head_bytes, limits.tail_bytes)
@@ -178,7 +183,6 @@ def run_command(
     stopped, lingering, graceful = "", False, True
     # Everything after Popen is inside the try: a Ctrl-C at any point still stops the command.
     try:
-        target = procs.Command(tag, group=process.pid, root=process.pid, since=procs.start_time(process.pid))
         pipe = os.pipe()
         wake_r, wake_w = pipe
 
@@ -243,6 +247,7 @@ def run_command(
         unregister()
         survivors = procs.stop_all(target, grace=limits.kill_grace if graceful else 0)
         process.wait()
+        procs.finished(tag)
         if selector is not None:
             selector.close()
         for fd in (*(pipe or ()), *([pidfd] if pidfd is not None else [])):

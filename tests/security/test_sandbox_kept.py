@@ -1,4 +1,4 @@
-"""The confinement kept between read-only commands: never staler, looser or longer-lived than one made afresh."""
+"""The confinement kept between read-only commands: never staler, looser or longer-lived than a fresh one."""
 
 from __future__ import annotations
 
@@ -47,7 +47,9 @@ def test_a_file_made_after_the_first_command_is_readable_and_secrets_stay_hidden
     assert "canary-aws" not in result.stdout and result.exit_code != 0
 
 
-def test_a_workspace_replaced_under_the_same_name_is_the_one_read(isolated_user_state: Path, tmp_path: Path) -> None:
+def test_a_workspace_replaced_under_the_same_name_is_the_one_read(
+    isolated_user_state: Path, tmp_path: Path
+) -> None:
     sandbox = landlock_sandbox()
     workspace = tmp_path / "ws"
     workspace.mkdir()

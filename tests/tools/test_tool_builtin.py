@@ -104,3 +104,30 @@ def test_builtin_import_is_cheap_and_has_no_side_effects(
     assert run_python(probe, workspace).strip() == "[]"
     home = Path(os.environ["HOME"])
     assert [p for p in [*workspace.iterdir(), *home.glob("*/*")]] == []  # nothing created at import
+
+
+def test_tools_run_on_reused_threads_without_each_others_context() -> None:
+    """Tools run on kept worker threads; a context variable one tool sets is not there for the next."""
+    import contextvars
+
+    from mylm.tools import tool
+    from mylm.tools.bounded import run_bounded
+
+    marker: contextvars.ContextVar[str] = contextvars.ContextVar("marker", default="unset")
+    seen: list[str] = []
+
+    @tool()
+    def mark(value: str) -> str:
+        """Record the marker, then set it.
+
+        Args:
+            value: the new marker.
+        """
+        seen.append(marker.get())
+        marker.set(value)
+        return "ok"
+
+    context = ToolContext(workspace=Path("."))
+    for value in ("first", "second", "third"):
+        assert run_bounded(mark, {"value": value}, context).output == "ok"
+    assert seen == ["unset", "unset", "unset"]

@@ -221,10 +221,10 @@ def _path_entry_in_reach(workspace: Path | None) -> str | None:
     return found
 
 
-#: (PATH, workspace) → (the identity of each directory, the answer). Resolving every entry costs ~45 lstat()s
-#: a command; one stat() each tells whether the answer can have changed: a directory has one place (no hard
-#: links), so the same identity means the same real path, unless the directory itself was moved, which a
-#: confined command cannot do outside its workspace. A symlink retargeted, a directory made, replaced or
+#: (PATH, workspace) → (the identity of each directory, the answer). Resolving every entry costs ~45
+#: lstat()s a command; one stat() each tells whether the answer can have changed: a directory has one place
+#: (no hard links), so the same identity means the same real path, unless the directory itself was moved,
+#: which a confined command cannot do outside its workspace. A symlink retargeted, a directory made, replaced or
 #: removed all change an identity. An entry that is not there has no identity: its real path is the stamp.
 _in_reach: dict[tuple[str, str | None], tuple[tuple[object, ...], str | None]] = {}
 
