@@ -42,12 +42,24 @@ def start_time(pid: int) -> int | None:
 Info = tuple[int, int, str, int, int]
 
 
+def read_proc(path: str) -> bytes:
+    """A /proc file's contents, read with bare system calls (open() and its buffered file cost as much again,
+    and a command's clean-up reads several)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        parts = [os.read(fd, 4096)]
+        while parts[-1]:
+            parts.append(os.read(fd, 65536))
+        return b"".join(parts)
+    finally:
+        os.close(fd)
+
+
 def _stat(pid: int) -> Info | None:
     """(parent pid, process group, state letter, start time, session) of `pid`, or None if it is gone or
     unreadable."""
     try:
-        with open(f"{_PROC}/{pid}/stat", "rb") as f:
-            raw = f.read()
+        raw = read_proc(f"{_PROC}/{pid}/stat")
     except OSError:
         return None
     # The command name (field 2) may contain spaces and parentheses; everything after the last ')' is fixed.
@@ -97,8 +109,7 @@ def has_tag(pid: int, tag: str) -> bool:
 def tag_of(pid: int) -> str | None:
     """The `MYLM_TOOL_RUN` tag in process `pid`'s environment, if it has one and it can be read."""
     try:
-        with open(f"{_PROC}/{pid}/environ", "rb") as f:
-            environ = f.read()
+        environ = read_proc(f"{_PROC}/{pid}/environ")
     except OSError:
         return None
     prefix = f"{TAG_VARIABLE}=".encode()
@@ -270,8 +281,7 @@ def _nothing_left(command: Command) -> bool:
         return False
     for thread in threads:
         try:
-            with open(f"{_PROC}/self/task/{thread}/children", "rb") as f:
-                children = f.read().split()
+            children = read_proc(f"{_PROC}/self/task/{thread}/children").split()
         except FileNotFoundError:
             continue  # the thread ended meanwhile
         except OSError:
