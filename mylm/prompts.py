@@ -13,7 +13,7 @@ from .errors import TemplateError
 from .protocol.defuse import neutralise as neutralise  # re-exported: templates and callers use it
 
 if TYPE_CHECKING:
-    from jinja2 import FileSystemLoader
+    from jinja2 import BytecodeCache, FileSystemLoader
     from jinja2.sandbox import SandboxedEnvironment
 
 #: Rendered prompts larger than this are refused: a template bug, or a template trying to exhaust memory.
@@ -121,6 +121,7 @@ class PromptLoader:
             trim_blocks=True,
             lstrip_blocks=True,
             keep_trailing_newline=False,
+            bytecode_cache=_shared_bytecode(),
         )
         self._env.filters["tojson"] = dump_json
         self._env.filters["observation"] = neutralise
@@ -454,6 +455,36 @@ def _contained_loader() -> type[FileSystemLoader]:
             return contents, os.path.normpath(filename), uptodate
 
     return ContainedLoader
+
+
+@functools.lru_cache(maxsize=1)
+def _shared_bytecode() -> BytecodeCache:
+    """Compiled templates kept in memory for every loader in the process: each agent has its own loader (a
+    batch makes one per task), and compiling the templates again cost ~10 ms an agent. Jinja checks each entry
+    against the template's source, so an edited template is compiled afresh; every loader builds the same kind
+    of environment, so code compiled for one is right for all."""
+    import threading
+
+    from jinja2 import BytecodeCache
+    from jinja2.bccache import Bucket
+
+    class InMemory(BytecodeCache):
+        def __init__(self) -> None:
+            self._lock = threading.Lock()
+            self._code: dict[str, bytes] = {}
+
+        def load_bytecode(self, bucket: Bucket) -> None:
+            with self._lock:
+                code = self._code.get(bucket.key)
+            if code is not None:
+                bucket.bytecode_from_string(code)
+
+        def dump_bytecode(self, bucket: Bucket) -> None:
+            code = bucket.bytecode_to_string()
+            with self._lock:
+                self._code[bucket.key] = code
+
+    return InMemory()
 
 
 @functools.lru_cache(maxsize=1)

@@ -53,6 +53,20 @@ def test_prompts_lookup_order_and_single_file_override(tmp_path: Path, monkeypat
     assert "summary.j2" in loader.names()
 
 
+def test_prompts_compiled_templates_are_shared_but_never_stale(tmp_path: Path) -> None:
+    """Loaders share compiled templates (an agent per batch task); a template of the same name elsewhere, or
+    edited since, renders its own text."""
+    first, second = tmp_path / "a", tmp_path / "b"
+    for folder, word in ((first, "alpha"), (second, "beta")):
+        folder.mkdir()
+        (folder / "note.j2").write_text(word + " {{ x }}")
+    assert PromptLoader([first]).render("note.j2", x=1) == "alpha 1"
+    assert PromptLoader([second]).render("note.j2", x=2) == "beta 2"
+    (first / "note.j2").write_text("gamma {{ x }}")
+    assert PromptLoader([first]).render("note.j2", x=3) == "gamma 3"
+    assert PromptLoader([first]).render("note.j2", x=4) == "gamma 4"
+
+
 def test_prompts_missing_variable_is_a_clear_error() -> None:
     with pytest.raises(TemplateError, match="'max_tokens' is undefined"):
         PromptLoader.default().render("truncated.j2")
