@@ -122,6 +122,7 @@ _KEYS: dict[str, _Key] = {
     # No environment variable and no project file: only the user (their config file or a flag) may loosen it.
     "sandbox": _Key((), _sandbox_mode, "auto"),
     "sandbox_network": _Key((), _flag, True),
+    "sandbox_unix_sockets": _Key((), _flag, False),
 }
 
 #: Every setting, in the order `mylm config` shows them.
@@ -165,6 +166,7 @@ class Settings:
     sandbox: str = "auto"
     #: Whether commands the user approved (workspace-write) may use the network.
     sandbox_network: bool = True
+    sandbox_unix_sockets: bool = False
     #: The profile in effect, if any.
     profile: str | None = None
     #: Everything else the config file holds (MCP servers, tools, ...), passed through as read.
@@ -536,8 +538,8 @@ def _apply_project(values: dict[str, Any], sources: dict[str, str], warnings: li
         elif name == "yes" and value is False:
             if sources.get("yes") != "flag":
                 values["yes"], sources["yes"] = False, label
-        elif name == "sandbox_network" and value is False:
-            values["sandbox_network"], sources["sandbox_network"] = False, label  # tightening is fine
+        elif name in ("sandbox_network", "sandbox_unix_sockets") and value is False:
+            values[name], sources[name] = False, label  # tightening is fine
         else:
             warnings.append(
                 f"ignoring {name!r} in {path}: a project's config may only add instructions and lower limits "

@@ -92,7 +92,7 @@ def batch(ctx: click.Context, /, tasks_file: Path, output: Path, **options: Any)
     become_subreaper()
     # Commands must not read this process's environment (API keys) from /proc, as for `ask`.
     protect_process()
-    warn_about(sandbox_for(settings.sandbox, settings.sandbox_network))
+    warn_about(sandbox_for(settings.sandbox, settings.sandbox_network))  # the backend; the rest is per task
     redactor = make_redactor(settings)
     configure_logging(options["verbose"], redactor)
     tasks = load_tasks(tasks_file)

@@ -46,10 +46,11 @@ class BatchAgentFactory:
     tools: dict[str, Any] = field(default_factory=dict)
     #: A MYLM_SCRIPTED_LLM script standing in for the endpoint (a testing aid, as for `ask`).
     scripted: str | None = None
-    #: The command sandbox ("auto" or "off") and whether approved commands may use the network: the sandbox
-    #: itself is found where the task runs (a Ray node has its own kernel).
+    #: The command sandbox ("auto" or "off") and whether approved commands may use the network and UNIX
+    #: sockets: the sandbox itself is found where the task runs (a Ray node has its own kernel).
     sandbox: str = "auto"
     sandbox_network: bool = True
+    sandbox_unix_sockets: bool = False
     constrain: str = "auto"
 
     @classmethod
@@ -69,7 +70,8 @@ class BatchAgentFactory:
             trusted=settings.project_trust is not None,
             yes=settings.yes, instructions=settings.instructions, context_budget=context_budget(settings),
             tools=_plain(settings.extra.get("tools", {}) or {}), scripted=scripted,
-            sandbox=settings.sandbox, sandbox_network=settings.sandbox_network, constrain=settings.constrain,
+            sandbox=settings.sandbox, sandbox_network=settings.sandbox_network,
+            sandbox_unix_sockets=settings.sandbox_unix_sockets, constrain=settings.constrain,
         )
 
     def __call__(self, task: Task, workspace: Path) -> Agent:
@@ -80,7 +82,7 @@ class BatchAgentFactory:
 
         loader = self._loader()
         configured = ToolSettings.from_config(dict(self.tools))
-        sandbox = sandbox_for(self.sandbox, self.sandbox_network)
+        sandbox = sandbox_for(self.sandbox, self.sandbox_network, unix_sockets=self.sandbox_unix_sockets)
         # No memory tools: notes saved by one task would leak into the others.
         tools: list[Tool] = builtin_tools(
             workspace=workspace, memory=False, command_timeout=configured.command_timeout,

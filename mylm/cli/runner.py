@@ -72,14 +72,16 @@ def session_tools(settings: Settings) -> Iterator[list[Tool]]:
 
 
 def command_sandbox(settings: Settings, memory_path: Path | None = None) -> Sandbox:
-    """The sandbox for this run's commands, from the `sandbox` and `sandbox_network` settings; mylm's own
-    config and data directories are never readable from it."""
-    return sandbox_for(settings.sandbox, settings.sandbox_network, memory_path)
+    """The sandbox for this run's commands, from the `sandbox`, `sandbox_network` and `sandbox_unix_sockets`
+    settings; mylm's own config and data directories are never readable from it."""
+    return sandbox_for(settings.sandbox, settings.sandbox_network, memory_path,
+                       unix_sockets=settings.sandbox_unix_sockets)
 
 
-def sandbox_for(setting: str, network: bool, memory_path: Path | None = None) -> Sandbox:
-    """The sandbox for a `sandbox` setting ("auto" or "off") and `sandbox_network`; mylm's own config and data
-    directories are never readable from it."""
+def sandbox_for(setting: str, network: bool, memory_path: Path | None = None, *,
+                unix_sockets: bool = False) -> Sandbox:
+    """The sandbox for a `sandbox` setting ("auto" or "off"), `sandbox_network` and `sandbox_unix_sockets`;
+    mylm's own config and data directories are never readable from it."""
     from ..config import config_path
     from ..prompts import user_config_dir
     from ..sandbox import Mode, detect
@@ -87,7 +89,7 @@ def sandbox_for(setting: str, network: bool, memory_path: Path | None = None) ->
 
     private = [user_config_dir(), data_dir(), config_path(), *([memory_path] if memory_path else [])]
     mode: Mode = "off" if setting == "off" else "auto"
-    return detect(mode, network=network, private=private)
+    return detect(mode, network=network, private=private, unix_sockets=unix_sockets)
 
 
 def warn_about(sandbox: Sandbox) -> None:

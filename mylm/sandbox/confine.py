@@ -46,6 +46,10 @@ class Sandbox:
     #: Directories no command may read even if a granted tree holds them (mylm's config and data).
     private: tuple[str, ...] = ()
     bwrap_program: str | None = None
+    #: Whether workspace-write commands may open UNIX sockets (read-only ones never can). Landlock does not
+    #: cover connecting to a socket file, and one the user can reach (Docker's, the user's D-Bus, which starts
+    #: programs outside any sandbox) would let a command out; socketpair() is allowed either way.
+    unix_sockets: bool = False
 
     @property
     def confines(self) -> bool:
@@ -56,6 +60,7 @@ class Sandbox:
         """One line for `mylm config` and the start of a run."""
         profiles = "auto-approved commands read-only, no network; approved ones write the workspace, network "
         profiles += "on" if self.network else "off"
+        profiles += ", UNIX sockets on" if self.unix_sockets else ", no UNIX sockets"
         if self.backend == "landlock":
             gaps = "" if self.landlock_abi >= 6 else "; signals and abstract sockets not scoped (ABI < 6)"
             return f"landlock ABI {self.landlock_abi}: {profiles}{gaps}"
@@ -72,6 +77,7 @@ class Sandbox:
         if grant == "read-only":
             return f"runs read-only: it may read {workspace} and the system, write nothing, use no network"
         net = "network on" if self.network else "no network"
+        net += ", UNIX sockets on" if self.unix_sockets else ", no UNIX sockets"
         return f"runs with write access to {workspace} and a private TMPDIR only; {net}"
 
     @contextmanager
@@ -92,10 +98,12 @@ class Sandbox:
                 assert self.bwrap_program is not None
                 yield Launch(prefix=tuple(bwrap.argv(self.bwrap_program, profile)), env=env)
                 return
-            families: tuple[int, ...] | None = None
-            if not profile.network:
-                families = () if grant == "read-only" else seccomp.LOCAL_ONLY
-            socket_filter = seccomp.socket_filter(families) if families is not None else None
+            unix = seccomp.UNIX if self.unix_sockets else ()
+            if grant == "read-only":
+                families: tuple[int, ...] = ()
+            else:
+                families = (*seccomp.INTERNET, *unix) if profile.network else unix
+            socket_filter = seccomp.socket_filter(families)
 
             def restrictor(ruleset: int) -> Callable[[], None]:
                 return landlock.restrictor(ruleset, drop_caps=caps.bounding_drop(), seccomp=socket_filter)
@@ -115,17 +123,17 @@ class Sandbox:
 
 
 def detect(mode: Mode = "auto", *, network: bool = True, private: Sequence[str | os.PathLike[str]] = (),
-           environ: Mapping[str, str] | None = None) -> Sandbox:
+           environ: Mapping[str, str] | None = None, unix_sockets: bool = False) -> Sandbox:
     """The best sandbox this system offers (Landlock, else bubblewrap), or none; `off` if the user said so."""
     env = os.environ if environ is None else environ
     kept = tuple(str(p) for p in private)
     if mode == "off":
-        return Sandbox("off", network, private=kept)
+        return Sandbox("off", network, private=kept, unix_sockets=unix_sockets)
     forced = env.get(BACKEND_ENV, "")
     abi = landlock.abi_version() if forced in ("", "landlock") else 0
     if abi >= 1:
-        return Sandbox("landlock", network, landlock_abi=abi, private=kept)
+        return Sandbox("landlock", network, landlock_abi=abi, private=kept, unix_sockets=unix_sockets)
     program = bwrap.find() if forced in ("", "bubblewrap") else None
     if program is not None:
-        return Sandbox("bubblewrap", network, private=kept, bwrap_program=program)
-    return Sandbox("none", network, private=kept)
+        return Sandbox("bubblewrap", network, private=kept, bwrap_program=program, unix_sockets=unix_sockets)
+    return Sandbox("none", network, private=kept, unix_sockets=unix_sockets)

@@ -83,5 +83,9 @@ def socket_filter(allowed_families: tuple[int, ...]) -> Callable[[], None] | Non
     return install
 
 
-#: Families a command may still open when its network is off: local IPC only.
-LOCAL_ONLY = (socket.AF_UNIX,)
+#: Families an approved command with the network on may open: IP, and netlink (glibc's getaddrinfo asks the
+#: kernel for the machine's addresses through it). Not UNIX sockets unless the user allows them (see
+#: `mylm.sandbox.Sandbox.unix_sockets`), nor packet, vsock, Bluetooth or any other family.
+INTERNET = (socket.AF_INET, socket.AF_INET6, socket.AF_NETLINK)
+#: The UNIX socket family: socket(AF_UNIX) connects to local daemons (socketpair() is another call, and stays).
+UNIX = (socket.AF_UNIX,)

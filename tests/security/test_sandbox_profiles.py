@@ -149,6 +149,45 @@ def test_sandbox_landlock_udp_and_unix_sockets_are_blocked_without_network(
         unix.close()
 
 
+UNIX_CONNECT = (
+    "import socket\n"
+    "a, b = socket.socketpair(); a.sendall(b'x'); print('PAIR-' + b.recv(1).decode())\n"
+    "s = socket.socket(socket.AF_UNIX); s.connect('daemon.sock'); print('UNIX-CONNECTED')\n"
+)
+
+
+@pytest.mark.parametrize("network", [True, False])
+def test_sandbox_landlock_approved_commands_reach_no_unix_socket_by_default(
+    isolated_user_state: Path, network: bool, listener: int
+) -> None:
+    """Landlock does not cover connecting to a socket file: a Docker socket or the user's D-Bus (which starts
+    programs outside any sandbox) would let an approved command out. socket(AF_UNIX) is refused unless the user
+    allows it; socketpair() still works, and so does TCP when the network is on."""
+    (isolated_user_state / "probe.py").write_text(UNIX_CONNECT)
+    daemon = socket.socket(socket.AF_UNIX)
+    daemon.bind(str(isolated_user_state / "daemon.sock"))
+    daemon.listen(4)
+    try:
+        closed = run(landlock_sandbox(network=network), "workspace-write", "python3 probe.py", isolated_user_state)
+        allowed = Sandbox("landlock", network, landlock_abi=landlock_sandbox().landlock_abi, unix_sockets=True)
+        opened = run(allowed, "workspace-write", "python3 probe.py", isolated_user_state)
+        tcp = run(landlock_sandbox(network=network), "workspace-write", CONNECT.format(port=listener),
+                  isolated_user_state)
+    finally:
+        daemon.close()
+    assert "PAIR-x" in closed.stdout and "UNIX-CONNECTED" not in closed.stdout, closed.stderr
+    assert "PermissionError" in closed.stderr
+    assert "PAIR-x" in opened.stdout and "UNIX-CONNECTED" in opened.stdout, opened.stderr
+    assert ("CONNECTED" in tcp.stdout) is network
+
+
+def test_sandbox_unix_socket_setting_is_described() -> None:
+    closed = Sandbox("landlock", True, landlock_abi=6)
+    opened = Sandbox("landlock", True, landlock_abi=6, unix_sockets=True)
+    assert "no UNIX sockets" in closed.describe() and "no UNIX sockets" in closed.access("workspace-write", "/w")
+    assert "UNIX sockets on" in opened.describe() and "UNIX sockets on" in opened.access("workspace-write", "/w")
+
+
 def test_sandbox_landlock_cannot_signal_or_inspect_mylm(isolated_user_state: Path) -> None:
     result = run(landlock_sandbox(), "workspace-write",
                  "kill -0 $PPID && echo SIGNALLED; ls -l /proc/$PPID/cwd /proc/$PPID/fd/ 2>&1 | grep -c -- '->'",

@@ -67,6 +67,23 @@ def test_sandbox_settings_a_project_cannot_turn_it_off(isolated_user_state: Path
     assert load_settings(environ={**os.environ, "MYLM_SANDBOX": "off"}).sandbox == "auto"
 
 
+def test_sandbox_unix_sockets_only_the_user_opens_them(isolated_user_state: Path) -> None:
+    from mylm.cli.runner import command_sandbox
+
+    assert load_settings().sandbox_unix_sockets is False
+    assert command_sandbox(load_settings()).unix_sockets is False
+    (isolated_user_state / ".mylm").mkdir()
+    project = isolated_user_state / ".mylm" / "config.toml"
+    project.write_text("sandbox_unix_sockets = true\n")
+    settings = load_settings()
+    assert settings.sandbox_unix_sockets is False
+    assert any("ignoring 'sandbox_unix_sockets'" in w for w in settings.warnings)
+    user_config("sandbox_unix_sockets = true\n")
+    assert command_sandbox(load_settings()).unix_sockets is True
+    project.write_text("sandbox_unix_sockets = false\n")  # a project may close them again
+    assert load_settings().sandbox_unix_sockets is False
+
+
 def test_sandbox_policy_without_a_sandbox_asks_for_every_command(isolated_user_state: Path) -> None:
     tool = shell_tool(isolated_user_state, sandbox=detect("off"))
     ls = ToolCall("execute_command", {"command": "ls"})
