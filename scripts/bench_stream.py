@@ -235,12 +235,12 @@ def between_requests(steps: int, repeats: int) -> None:
                 results[name].append(statistics.median(gaps(url, before)))
         bare, bash, mine = (min(results[name][1:]) for name in ("bare", "bash", "mylm"))
         print(f"\n{steps}-step run of `echo` commands: time between two requests (median per run, best run)")
-        print(f"{'':<52} {'':>11} {'vs sh':>6} {'vs bash':>8}")
-        print(f"{'bare client (requests + subprocess.run, /bin/sh)':<52} {bare * 1e3:>8.2f} ms {1.0:>6.2f}")
-        print(f"{'bare client, the command run by bash -c as mylm does':<52} {bash * 1e3:>8.2f} ms "
+        print(f"{'':<58} {'':>11} {'vs sh':>6} {'vs bash':>8}")
+        print(f"{'bare client (requests + subprocess.run, /bin/sh)':<58} {bare * 1e3:>8.2f} ms {1.0:>6.2f}")
+        print(f"{'bare client, the command run by bash -c as mylm does':<58} {bash * 1e3:>8.2f} ms "
               f"{bash / bare:>6.2f} {1.0:>8.2f}")
         name = "mylm agent (policy, sandboxed tool, observation, printer)"
-        print(f"{name:<52} {mine * 1e3:>8.2f} ms {mine / bare:>6.2f} {mine / bash:>8.2f}")
+        print(f"{name:<58} {mine * 1e3:>8.2f} ms {mine / bare:>6.2f} {mine / bash:>8.2f}")
 
 
 def main() -> None:

@@ -401,8 +401,6 @@ def iter_body(
 
 #: At most this much of an answer's unread rest is read to keep its connection (cheaper than a new one).
 _KEEP_BYTES = 64 * 1024
-#: How long the rest may take to show up: only what has already arrived is worth reading.
-_KEEP_WAIT = 0.002
 
 
 def release(response: requests.Response, guard: CallGuard) -> None:
@@ -410,8 +408,9 @@ def release(response: requests.Response, guard: CallGuard) -> None:
 
     When the rest of the body is already here (the server finished its turn, only its tail is unread), it is
     read so that the connection goes back to the pool: the agent's next call then skips a new TCP (and TLS)
-    handshake, and the server a new connection. A body still streaming (a server ignoring stops) or slow to
-    end is cut off. Only where the client can turn delayed ACKs off for the next answer (`_quick_acks` says
+    handshake, and the server a new connection. A body still streaming (a server ignoring stops) is cut off at
+    once: waiting even 2 ms for a tail cost every early-closed turn those 2 ms, and a model's next token is
+    further away than that. Only where the client can turn delayed ACKs off for the next answer (`_quick_acks` says
     why that matters): elsewhere every call has a connection of its own.
     """
     sock = guard.sock
@@ -422,7 +421,7 @@ def release(response: requests.Response, guard: CallGuard) -> None:
     connection = getattr(raw, "connection", None)  # urllib3 lets go of it once the body has ended
     try:
         previous = sock.gettimeout()
-        sock.settimeout(_KEEP_WAIT)
+        sock.settimeout(0.0)  # only what has arrived: a model still generating is not waited for
         try:
             kept = 0
             while kept <= _KEEP_BYTES:
