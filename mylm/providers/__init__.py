@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from .base import Endpoint
 from .registry import DEFAULT_PROVIDER, PROVIDERS, REGISTRY, infer_provider, provider_class
 
 if TYPE_CHECKING:
     from ..llm import LLM
     from ..prompts import PromptLoader
+    from .base import Endpoint
     from .engine import HTTPProvider
 
 __all__ = [
@@ -38,3 +38,14 @@ def _provider(endpoint: Endpoint, prompts: PromptLoader | None) -> HTTPProvider:
     resolved = endpoint.resolved()
     cls = provider_class(resolved.provider or DEFAULT_PROVIDER)
     return cls(resolved, prompts=prompts)
+
+
+def __getattr__(name: str) -> Any:
+    # `Endpoint` on first use: `mylm ask --help` lists the provider names, and importing the dataclasses behind
+    # Endpoint (mylm.types) cost it ~15 ms.
+    if name == "Endpoint":
+        from .base import Endpoint
+
+        globals()["Endpoint"] = Endpoint
+        return Endpoint
+    raise AttributeError(f"module 'mylm.providers' has no attribute {name!r}")
