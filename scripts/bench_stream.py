@@ -46,6 +46,7 @@ from mylm.providers import (  # noqa: E402
     transport,  # noqa: E402
 )
 from mylm.redact import Redactor  # noqa: E402
+from mylm.sandbox import protect_process  # noqa: E402
 from mylm.protocol.stops import DEFAULT_STOPS  # noqa: E402
 from mylm.tools import builtin_tools, procs  # noqa: E402
 from mylm.tools.policy import ApprovalPolicy, Approver  # noqa: E402
@@ -222,8 +223,10 @@ def gaps(base_url: str, before: int) -> list[float]:
 
 
 def between_requests(steps: int, repeats: int) -> None:
-    # As `mylm ask` and `mylm batch` do: adopt orphans, so a command's clean-up knows when none is left.
+    # As `mylm ask` and `mylm batch` do: adopt orphans, so a command's clean-up knows when none is left, and
+    # make the process non-dumpable (which lets read-only commands start from a kept confined thread).
     procs.become_subreaper()
+    protect_process()
     with serve("--mode", "steps", "--steps", str(steps)) as url, tempfile.TemporaryDirectory() as folder:
         results: dict[str, list[float]] = {"bare": [], "bash": [], "mylm": []}
         for _ in range(repeats + 1):

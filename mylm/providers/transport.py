@@ -185,6 +185,7 @@ class _Guarded:
     """Hands the socket to the call being sent, and keeps a kept connection's next answer quick to ACK."""
 
     sock: Any
+    #: When the connection went back to the pool (set by the pool, see `_Keeping`).
     idle_since: float | None = None
 
     def connect(self) -> None:
@@ -192,14 +193,30 @@ class _Guarded:
         _attach_current(self.sock)
 
     def request(self, *args: Any, **kwargs: Any) -> None:
-        idle = time.monotonic() - self.idle_since if self.idle_since is not None else 0.0
-        if self.sock is not None and idle > _KEEP_IDLE:
-            self.close()  # type: ignore[attr-defined]  # http.client connects again when it sends
-        self.idle_since = None
         if self.sock is not None:  # a kept-alive connection: no connect() this time
             _attach_current(self.sock)
         super().request(*args, **kwargs)  # type: ignore[misc]
         _quick_acks(self.sock)
+
+
+class _Keeping:
+    """A pool that closes a connection idle too long before handing it out: closed there, urllib3 connects it
+    afresh, through a proxy's CONNECT tunnel too (closing it later, inside the request, would skip the
+    tunnel and talk TLS to the proxy itself)."""
+
+    def _get_conn(self, timeout: float | None = None) -> Any:
+        conn = super()._get_conn(timeout)  # type: ignore[misc]
+        since = getattr(conn, "idle_since", None)
+        if since is not None:
+            conn.idle_since = None
+            if time.monotonic() - since > _KEEP_IDLE:
+                conn.close()
+        return conn
+
+    def _put_conn(self, conn: Any) -> None:
+        if isinstance(conn, _Guarded):
+            conn.idle_since = time.monotonic()
+        super()._put_conn(conn)  # type: ignore[misc]
 
 
 class _GuardedHTTPConnection(_Guarded, HTTPConnection):
@@ -210,11 +227,11 @@ class _GuardedHTTPSConnection(_Guarded, HTTPSConnection):
     pass
 
 
-class _HTTPPool(urllib3.HTTPConnectionPool):
+class _HTTPPool(_Keeping, urllib3.HTTPConnectionPool):
     ConnectionCls = _GuardedHTTPConnection
 
 
-class _HTTPSPool(urllib3.HTTPSConnectionPool):
+class _HTTPSPool(_Keeping, urllib3.HTTPSConnectionPool):
     ConnectionCls = _GuardedHTTPSConnection
 
 
@@ -418,7 +435,6 @@ def release(response: requests.Response, guard: CallGuard) -> None:
         response.close()
         return
     raw = response.raw
-    connection = getattr(raw, "connection", None)  # urllib3 lets go of it once the body has ended
     try:
         previous = sock.gettimeout()
         sock.settimeout(0.0)  # only what has arrived: a model still generating is not waited for
@@ -427,15 +443,13 @@ def release(response: requests.Response, guard: CallGuard) -> None:
             while kept <= _KEEP_BYTES:
                 data = raw.read1(_READ_SIZE, decode_content=True)
                 if not data:
-                    if isinstance(connection, _Guarded):
-                        connection.idle_since = time.monotonic()
                     raw.release_conn()
                     return
                 kept += len(data)
         finally:
             sock.settimeout(previous)
-    except (OSError, urllib3.exceptions.HTTPError, http.client.HTTPException):
-        pass  # not all there: the connection is closed below
+    except Exception:  # noqa: BLE001 - a tail not all there (http.client may even fail with TypeError on a
+        pass  # non-blocking read): the connection is closed below, never an error out of the clean-up
     response.close()
 
 

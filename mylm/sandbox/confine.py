@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Literal, Mapping, Sequence
 
 from ..types import Grant
-from . import bwrap, caps, landlock, seccomp
+from . import bwrap, caps, landlock, process, seccomp
 from .profile import build_profile
 from .rulesets import kept_rulesets
 from .thread import ConfinedThread
@@ -60,7 +61,7 @@ class Sandbox:
         """One line for `mylm config` and the start of a run."""
         profiles = "auto-approved commands read-only, no network; approved ones write the workspace, network "
         profiles += "on" if self.network else "off"
-        profiles += ", UNIX sockets on" if self.unix_sockets else ", no UNIX sockets"
+        profiles += self._unix_note()
         if self.backend == "landlock":
             gaps = "" if self.landlock_abi >= 6 else "; signals and abstract sockets not scoped (ABI < 6)"
             return f"landlock ABI {self.landlock_abi}: {profiles}{gaps}"
@@ -77,8 +78,14 @@ class Sandbox:
         if grant == "read-only":
             return f"runs read-only: it may read {workspace} and the system, write nothing, use no network"
         net = "network on" if self.network else "no network"
-        net += ", UNIX sockets on" if self.unix_sockets else ", no UNIX sockets"
-        return f"runs with write access to {workspace} and a private TMPDIR only; {net}"
+        return f"runs with write access to {workspace} and a private TMPDIR only; {net}{self._unix_note()}"
+
+    def _unix_note(self) -> str:
+        """What approved commands may do with UNIX sockets, where the seccomp filter says so (Landlock on a
+        machine mylm has system call numbers for); bubblewrap mounts only the granted trees instead."""
+        if self.backend != "landlock" or not seccomp.supported():
+            return ""
+        return ", UNIX sockets on" if self.unix_sockets else ", no UNIX sockets"
 
     @contextmanager
     def launch(self, grant: Grant, workspace: str | os.PathLike[str],
@@ -103,13 +110,20 @@ class Sandbox:
                 families: tuple[int, ...] = ()
             else:
                 families = (*seccomp.INTERNET, *unix) if profile.network else unix
-            socket_filter = seccomp.socket_filter(families)
 
             def restrictor(ruleset: int) -> Callable[[], None]:
-                return landlock.restrictor(ruleset, drop_caps=caps.bounding_drop(), seccomp=socket_filter)
+                def restrict() -> None:
+                    # Built on the thread that confines itself, whose id is then among those protected.
+                    guard = seccomp.command_filter(families, _protected_ids())
+                    landlock.restrictor(ruleset, drop_caps=caps.bounding_drop(), seccomp=guard)()
 
-            if grant == "read-only":
+                return restrict
+
+            if grant == "read-only" and _non_dumpable():
                 # The same confinement for every read-only command in this workspace: a thread kept for it.
+                # Only in a non-dumpable process: a kept thread shares the commands' Landlock domain, so its
+                # /proc/PID/task/TID files (mylm's environment, memory) are as readable to them as
+                # dumpability lets them be. Elsewhere a thread confines itself per command and ends.
                 with kept_rulesets.read_only_thread(self.landlock_abi, profile, restrictor) as thread:
                     yield Launch(env=env, thread=thread)
                 return
@@ -120,6 +134,22 @@ class Sandbox:
                 os.close(ruleset)
             if tmpdir is not None:
                 shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+#: The most thread ids a command's filter protects (a jump in classic BPF reaches 255 instructions).
+_MAX_PROTECTED = 128
+
+
+def _protected_ids() -> tuple[int, ...]:
+    """mylm's pid and its threads' ids, the calling thread's first: what a command may not signal or inspect."""
+    own = threading.get_native_id()
+    others = [t.native_id for t in threading.enumerate() if t.native_id and t.native_id != own]
+    return (os.getpid(), own, *others[: _MAX_PROTECTED - 2])
+
+
+def _non_dumpable() -> bool:
+    """Whether this process is non-dumpable (`protect_process`, which the CLI calls at start)."""
+    return process.dumpable() is False
 
 
 def detect(mode: Mode = "auto", *, network: bool = True, private: Sequence[str | os.PathLike[str]] = (),

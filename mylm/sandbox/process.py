@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import ctypes
 import sys
+from functools import lru_cache
 
-_PR_SET_DUMPABLE = 4
+_PR_GET_DUMPABLE, _PR_SET_DUMPABLE = 3, 4
 
 
 def protect_process() -> bool:
@@ -13,10 +14,23 @@ def protect_process() -> bool:
     read its /proc/PID/environ or memory nor ptrace it. Process-wide, so the CLI calls it once at start; a
     program embedding mylm decides for itself. Returns whether it is in effect.
 
-    Root (CAP_SYS_PTRACE) is not held back by it; the Landlock sandbox is, since a confined process may not
-    inspect any process outside its own sandbox.
+    Root (CAP_SYS_PTRACE) is not held back by it; a confined command runs without CAP_SYS_PTRACE (see
+    `mylm.sandbox.caps`). It also lets the sandbox keep a confined thread for read-only commands (see
+    `mylm.sandbox.confine`), which would otherwise share their Landlock domain in a process they could inspect.
     """
     if not sys.platform.startswith("linux"):
         return False
     libc = ctypes.CDLL(None, use_errno=True)
     return int(libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
+
+
+def dumpable() -> bool | None:
+    """Whether this process is dumpable (None where that cannot be asked: not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    return int(_libc().prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0)) != 0
+
+
+@lru_cache(maxsize=1)
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)

@@ -66,7 +66,7 @@ class _Watched:
 
     listed: tuple[str, ...]
     roots: tuple[str, ...]
-    stamps: tuple[tuple[int, int], ...]
+    stamps: tuple[tuple[int, int, int], ...]
 
     @classmethod
     def of(cls, rules: list[landlock.Rule], roots: tuple[str, ...] = ()) -> _Watched:
@@ -79,17 +79,18 @@ class _Watched:
         return _stamps(self.listed, self.roots) == self.stamps
 
 
-def _stamps(listed: tuple[str, ...], roots: tuple[str, ...]) -> tuple[tuple[int, int], ...]:
+def _stamps(listed: tuple[str, ...], roots: tuple[str, ...]) -> tuple[tuple[int, int, int], ...]:
     return (*(_stamp(p, contents=True) for p in listed), *(_stamp(p, contents=False) for p in roots))
 
 
-def _stamp(path: str, *, contents: bool) -> tuple[int, int]:
-    """A directory's inode and, when its listing matters, its modification time; (-1, -1) if it is gone."""
+def _stamp(path: str, *, contents: bool) -> tuple[int, int, int]:
+    """A directory's device and inode and, when its listing matters, its modification time; (-1, -1, -1) if
+    it is gone."""
     try:
         info = os.stat(path)
     except OSError:
-        return -1, -1
-    return info.st_ino, info.st_mtime_ns if contents else 0
+        return -1, -1, -1
+    return info.st_dev, info.st_ino, info.st_mtime_ns if contents else 0
 
 
 class _Kept:
@@ -141,8 +142,12 @@ class KeptRulesets:
                     kept = _Kept(self._generation, watched, ConfinedThread(restrictor(fd)))
                 finally:
                     os.close(fd)  # the thread is confined now: the ruleset is not needed again
-                self._keep(key, kept)
-            self._read_only.move_to_end(key)
+                if kept.thread.failed:
+                    kept.retired = True  # its one launch raises the failure; the next one tries again
+                else:
+                    self._keep(key, kept)
+            if not kept.retired:
+                self._read_only.move_to_end(key)
             kept.users += 1
         try:
             yield kept.thread

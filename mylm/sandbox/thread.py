@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import queue
@@ -52,6 +53,7 @@ class ConfinedThread:
     """
 
     def __init__(self, restrict: Callable[[], None], name: str = "mylm-confined") -> None:
+        _reset_in_forked_children()
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._ready = threading.Event()
         self._failure: BaseException | None = None
@@ -90,7 +92,16 @@ class ConfinedThread:
         """End the thread once the functions already handed to it have run."""
         self._jobs.put(None)
 
+    @property
+    def failed(self) -> bool:
+        """Whether the confinement could not be applied (every `run` then raises)."""
+        return self._failure is not None
+
     def _serve(self) -> None:
+        # Python runs here only while a caller holds collection off (`no_collection`): a collection, or a
+        # finalizer dropped by a reference, on this thread would run confined. So the bound method is made
+        # before the thread confines itself, and every reference to a job is dropped before its caller wakes.
+        get = self._jobs.get
         try:
             self._restrict()
         except BaseException as error:  # noqa: BLE001 - reported to every caller instead
@@ -99,17 +110,35 @@ class ConfinedThread:
         finally:
             self._ready.set()
         while True:
-            job = self._jobs.get()
+            job = get()
             if job is None:
                 return
             function, box, done = job
+            del job
             try:
                 box.append((True, function()))
             except BaseException as error:  # noqa: BLE001 - handed to the caller's thread
                 box.append((False, error))
+                del error
             finally:
-                del function
+                del function, box
                 done.set()
+                del done
+
+
+@functools.lru_cache(maxsize=1)
+def _reset_in_forked_children() -> None:
+    """Once, when the first confined thread starts: a child forked while collection was paused for one would
+    otherwise keep it off for good (the thread that would turn it back on is not in the child)."""
+    forget_after_fork(_forget_pauses)
+
+
+def _forget_pauses() -> None:
+    global _gc_pauses, _gc_lock
+    _gc_lock = threading.Lock()
+    if _gc_pauses and _gc_was_enabled:
+        gc.enable()
+    _gc_pauses = 0
 
 
 def run_confined(restrict: Callable[[], None], function: Callable[[], T]) -> T:

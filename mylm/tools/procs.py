@@ -319,10 +319,14 @@ def _reap_adopted(command: Command, table: dict[int, Info] | None = None) -> Non
     if not _subreaper or command.since is None:
         return
     me, mine = os.getpid(), os.getsid(0)
-    roots = {other.root for other in running()} | {command.root}
-    for pid, (ppid, _, state, started, session) in (table if table is not None else process_table()).items():
-        if ppid == me and state == "Z" and started >= command.since and session != mine and pid not in roots:
-            try:
-                os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
+    # Under the lock, with a table scanned after taking it: a command that starts meanwhile is registered
+    # before its shell could show up as a zombie here.
+    with _running_lock:
+        roots = {other.root for other in running()} | {command.root}
+        table = process_table() if table is None else table
+        for pid, (ppid, _, state, started, session) in table.items():
+            if ppid == me and state == "Z" and started >= command.since and session != mine and pid not in roots:
+                try:
+                    os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    pass

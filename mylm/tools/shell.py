@@ -151,6 +151,14 @@ def run_command(
     child_env[procs.TAG_VARIABLE] = tag
     started = time.monotonic()
     target = procs.Command(tag)
+    out = _Capture(limits.head_bytes, limits.tail_bytes)
+    err = _Capture(limits.stderr_bytes, limits.stderr_bytes)
+    cancelled: list[bool] = []
+    pipe: tuple[int, int] | None = None
+    pidfd: int | None = None
+    selector: selectors.BaseSelector | None = None
+    unregister: Callable[[], None] = lambda: None  # noqa: E731
+    stopped, lingering, graceful = "", False, True
     try:
         with procs.starting() as register:
             process = spawn(
@@ -168,19 +176,13 @@ def run_command(
             register(target)
     except BaseException:
         # Ctrl-C inside Popen, after the fork: the child may exist with no handle to it; its tag finds it.
-        procs.stop_all(target, grace=0)
-        procs.finished(tag)
+        try:
+            procs.stop_all(target, grace=0)
+        finally:
+            procs.finished(tag)
         raise
     assert process.stdout is not None and process.stderr is not None
-    out = _Capture(limits.head_bytes, limits.tail_bytes)
-    err = _Capture(limits.stderr_bytes, limits.stderr_bytes)
     streams = {process.stdout.fileno(): out, process.stderr.fileno(): err}
-    cancelled: list[bool] = []
-    pipe: tuple[int, int] | None = None
-    pidfd: int | None = None
-    selector: selectors.BaseSelector | None = None
-    unregister: Callable[[], None] = lambda: None  # noqa: E731
-    stopped, lingering, graceful = "", False, True
     # Everything after Popen is inside the try: a Ctrl-C at any point still stops the command.
     try:
         pipe = os.pipe()
@@ -244,10 +246,14 @@ def run_command(
         graceful = False  # Ctrl-C or a crash in mylm: kill at once, then let the exception go on
         raise
     finally:
-        unregister()
-        survivors = procs.stop_all(target, grace=limits.kill_grace if graceful else 0)
-        process.wait()
-        procs.finished(tag)
+        try:
+            unregister()
+            survivors = procs.stop_all(target, grace=limits.kill_grace if graceful else 0)
+            process.wait()
+        finally:
+            # Even when the clean-up itself is interrupted (a second Ctrl-C): registered, this command's
+            # processes would be spared by every other command's clean-up for good.
+            procs.finished(tag)
         if selector is not None:
             selector.close()
         for fd in (*(pipe or ()), *([pidfd] if pidfd is not None else [])):

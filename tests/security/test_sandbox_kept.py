@@ -7,14 +7,28 @@ import shutil
 import signal
 import threading
 from pathlib import Path
+from typing import Callable, Iterator
 
 import pytest
 from sandbox_support import landlock_sandbox
 
-from mylm.sandbox import Sandbox
+from mylm.sandbox import Sandbox, protect_process
 from mylm.sandbox.rulesets import KEPT_READ_ONLY, kept_rulesets
 from mylm.tools.shell import CommandResult, child_environment, run_command
 from mylm.types import Grant
+
+
+@pytest.fixture(autouse=True)
+def non_dumpable() -> Iterator[None]:
+    """As the CLI runs: a non-dumpable process, where read-only commands start from a kept confined thread."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert protect_process()
+    try:
+        yield
+    finally:
+        libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: as pytest was
 
 
 def run(sandbox: Sandbox, grant: Grant, command: str, workspace: Path) -> CommandResult:
@@ -91,7 +105,7 @@ def test_read_only_commands_in_many_workspaces_at_once(isolated_user_state: Path
         thread.join()
     assert not failures
     kept = kept_rulesets.threads()
-    assert len(kept) <= KEPT_READ_ONLY
+    assert 0 < len(kept) <= KEPT_READ_ONLY
     for thread in kept_threads():
         if thread not in kept:
             thread.join(timeout=10)  # retired: it ends once its last command has started
@@ -189,3 +203,30 @@ def test_a_confinement_that_cannot_be_applied_runs_nothing_on_a_kept_thread() ->
     with pytest.raises(ToolError, match="sandbox could not be applied"):
         thread.run(lambda: ran.append(True))
     assert not ran
+
+
+def test_a_confinement_that_failed_is_not_kept(isolated_user_state: Path, tmp_path: Path) -> None:
+    """A thread whose confinement failed refuses its command, and is not kept for the next one."""
+    from mylm.errors import ToolError
+    from mylm.sandbox.profile import build_profile
+
+    sandbox = landlock_sandbox()
+    profile = build_profile("read-only", isolated_user_state, network=False)
+    calls: list[int] = []
+
+    def restrictor(ruleset: int) -> Callable[[], None]:
+        def restrict() -> None:
+            calls.append(ruleset)
+            if len(calls) == 1:
+                raise OSError(1, "landlock_restrict_self failed")
+
+        return restrict
+
+    for _ in range(2):
+        with kept_rulesets.read_only_thread(sandbox.landlock_abi, profile, restrictor) as thread:
+            if len(calls) == 1:
+                with pytest.raises(ToolError, match="could not be applied"):
+                    thread.run(lambda: None)
+            else:
+                thread.run(lambda: None)
+    assert len(calls) == 2
