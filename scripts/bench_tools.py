@@ -298,12 +298,14 @@ def _median_ms(action: object, runs: int) -> float:
 def bench_sandbox(cwd: str) -> None:
     """What confining a command costs: preparing its sandbox (profile, Landlock ruleset, temporary directory),
     and starting `bash -c true` confined versus unconfined, interleaved so that a busy machine weighs on both.
-    (A whole `run_command` adds the process sweep, the same with or without a sandbox, and much noisier.)"""
-    from mylm.sandbox import detect
+    (A whole `run_command` adds the process sweep, the same with or without a sandbox, and much noisier.)
+    The process is made non-dumpable first, as the CLI does, so read-only commands start from a kept thread."""
+    from mylm.sandbox import detect, protect_process
     from mylm.sandbox.rulesets import landlock_rules
     from mylm.sandbox.profile import build_profile
     from mylm.tools.shell import child_environment, spawn
 
+    protect_process()
     sandbox = detect()
     if not sandbox.confines:
         print(f"sandbox: {sandbox.describe()}; nothing to measure")
