@@ -448,8 +448,10 @@ def release(response: requests.Response, guard: CallGuard) -> None:
                 kept += len(data)
         finally:
             sock.settimeout(previous)
-    except Exception:  # noqa: BLE001 - a tail not all there (http.client may even fail with TypeError on a
-        pass  # non-blocking read): the connection is closed below, never an error out of the clean-up
+    except Exception:  # noqa: BLE001 - never an error out of the clean-up
+        # A tail not all there (http.client may even fail with TypeError on a non-blocking read): the
+        # connection is closed below.
+        pass
     response.close()
 
 
