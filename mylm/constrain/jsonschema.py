@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..protocol.canonical import canonical_arguments
+from ..tools.validation import resolve_ref
 from .gbnf import Rules, literal
 
 #: Optional whitespace between JSON tokens: at most one space, so a model cannot spin on blank output.
@@ -99,7 +100,9 @@ class SchemaCompiler:
         key = (id(root), ref)
         if key in self._refs:
             return self._refs[key]
-        target = _resolve(root, ref)
+        target = resolve_ref(root, ref)
+        if target is None:
+            target = True  # a reference to nowhere (or elsewhere) constrains nothing
         name = self.rules.reserve(f"{hint}-{ref.rsplit('/', 1)[-1]}")
         self._refs[key] = name
         body = self.value(target, name, root, depth + 1)
@@ -289,26 +292,13 @@ def _matches_type(kind: Any, value: Any) -> bool:
     return False
 
 
-def _resolve(root: Any, ref: str) -> Any:
-    if not ref.startswith("#"):
-        return True
-    node = root
-    for token in [t for t in ref[1:].split("/") if t]:
-        token = token.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, Mapping) and token in node:
-            node = node[token]
-        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
-            node = node[int(token)]
-        else:
-            return True
-    return node
-
-
 def _merge_all_of(schema: Mapping[str, Any], root: Any) -> dict[str, Any]:
     merged: dict[str, Any] = {k: v for k, v in schema.items() if k != "allOf"}
     for part in schema.get("allOf") or ():
         while isinstance(part, Mapping) and isinstance(part.get("$ref"), str):
-            part = {**_resolve(root, part["$ref"]), **{k: v for k, v in part.items() if k != "$ref"}}
+            target = resolve_ref(root, part["$ref"])
+            rest = {k: v for k, v in part.items() if k != "$ref"}
+            part = {**target, **rest} if isinstance(target, Mapping) else rest
         if not isinstance(part, Mapping):
             continue
         for key, value in part.items():

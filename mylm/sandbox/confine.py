@@ -119,7 +119,7 @@ class Sandbox:
 
                 return restrict
 
-            if grant == "read-only" and _non_dumpable():
+            if grant == "read-only" and process.dumpable() is False:
                 # The same confinement for every read-only command in this workspace: a thread kept for it.
                 # Only in a non-dumpable process: a kept thread shares the commands' Landlock domain, so its
                 # /proc/PID/task/TID files (mylm's environment, memory) are as readable to them as
@@ -145,11 +145,6 @@ def _protected_ids() -> tuple[int, ...]:
     own = threading.get_native_id()
     others = [t.native_id for t in threading.enumerate() if t.native_id and t.native_id != own]
     return (os.getpid(), own, *others[: _MAX_PROTECTED - 2])
-
-
-def _non_dumpable() -> bool:
-    """Whether this process is non-dumpable (`protect_process`, which the CLI calls at start)."""
-    return process.dumpable() is False
 
 
 def detect(mode: Mode = "auto", *, network: bool = True, private: Sequence[str | os.PathLike[str]] = (),

@@ -97,19 +97,9 @@ class _Validator:
         self.root = root
 
     def resolve(self, ref: str) -> Any:
-        """The schema a local `$ref` (`#`, `#/$defs/Name`, `#/definitions/Name`) points to; `{}` otherwise."""
-        if not ref.startswith("#"):
-            return {}  # remote references are not fetched; the server validates what it receives
-        node: Any = self.root
-        for token in [t for t in ref[1:].split("/") if t]:
-            token = token.replace("~1", "/").replace("~0", "~")
-            if isinstance(node, Mapping) and token in node:
-                node = node[token]
-            elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
-                node = node[int(token)]
-            else:
-                return {}
-        return node
+        """The schema a local `$ref` points to; `{}` (anything) otherwise."""
+        found = resolve_ref(self.root, ref)
+        return {} if found is None else found
 
     def check(self, schema: Any, value: Any, path: str, depth: int) -> tuple[Any, list[str]]:
         where = f"argument '{path}'" if path else "the parameters"
@@ -244,3 +234,20 @@ class _Validator:
                 out[name], sub = self.check(extra, item, full, depth + 1)
                 problems.extend(sub)
         return out, problems
+
+
+def resolve_ref(root: Any, ref: str) -> Any | None:
+    """The node a local `$ref` (`#`, `#/$defs/Name`, `#/definitions/Name`, JSON-pointer escapes) points to in
+    `root`; None when it points nowhere or elsewhere (remote references are not fetched)."""
+    if not ref.startswith("#"):
+        return None
+    node: Any = root
+    for token in [t for t in ref[1:].split("/") if t]:
+        token = token.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, Mapping) and token in node:
+            node = node[token]
+        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+            node = node[int(token)]
+        else:
+            return None
+    return node

@@ -248,3 +248,20 @@ def test_llama_cpp_compiles_the_grammars() -> None:
         for text in (grammar.turn, grammar.call, grammar.answer):
             llama_cpp.LlamaGrammar.from_string(text, verbose=False)
             parse_gbnf(text)
+
+
+def test_references_to_nowhere_constrain_nothing() -> None:
+    """A remote or dangling `$ref` (also inside `allOf`) neither breaks the grammar nor forbids a value; the
+    validator reads it the same way (the two share one resolver)."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "path": {"allOf": [{"$ref": "https://example.com/schema.json"}, {"type": "string"}]},
+            "mode": {"$ref": "#/$defs/missing"},
+        },
+        "required": ["path", "mode"],
+    }
+    grammar = compile_protocol([ToolSpec("read_file", schema)])
+    call = format_tool_call(ToolCall("read_file", {"path": "a.txt", "mode": 3}))
+    assert accepts(parse_gbnf(grammar.turn), call)
+    assert validate(schema, {"path": "a.txt", "mode": 3})[1] == []
