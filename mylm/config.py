@@ -97,6 +97,19 @@ def _sandbox_mode(value: Any) -> str:
     return str(value)
 
 
+def _marker_pairs(value: Any) -> tuple[tuple[str, str], ...]:
+    """`reasoning_markers = [["<reflect>", "</reflect>"]]`: reasoning dialects mylm has not met (see protocol.tags)."""
+    from .protocol.tags import with_markers
+
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise ValueError('must be a list of [open, close] pairs, e.g. [["<reflect>", "</reflect>"]]')
+    pairs = tuple(tuple(pair) for pair in value if isinstance(pair, (list, tuple)))
+    if len(pairs) != len(value):
+        raise ValueError('must be a list of [open, close] pairs, e.g. [["<reflect>", "</reflect>"]]')
+    with_markers(pairs)  # the table's own checks: two non-empty strings each
+    return pairs  # type: ignore[return-value]
+
+
 def _table(value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValueError("must be a table, e.g. { temperature = 0.2 }")
@@ -119,6 +132,7 @@ _KEYS: dict[str, _Key] = {
     "yes": _Key(("MYLM_YES",), _flag, False),
     "instructions": _Key((), _text, ""),
     "options": _Key((), _table, None),
+    "reasoning_markers": _Key((), _marker_pairs, ()),
     # No environment variable and no project file: only the user (their config file or a flag) may loosen it.
     "sandbox": _Key((), _sandbox_mode, "auto"),
     "sandbox_network": _Key((), _flag, True),
@@ -167,6 +181,8 @@ class Settings:
     #: Whether commands the user approved (workspace-write) may use the network.
     sandbox_network: bool = True
     sandbox_unix_sockets: bool = False
+    #: More reasoning dialects (`[open, close]` pairs) for the parser, beyond `protocol.tags.REASONING_DIALECTS`.
+    reasoning_markers: tuple[tuple[str, str], ...] = ()
     #: The profile in effect, if any.
     profile: str | None = None
     #: Everything else the config file holds (MCP servers, tools, ...), passed through as read.

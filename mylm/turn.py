@@ -9,7 +9,8 @@ from .llm import LLM, FinishChunk, LLMRequest, ReasoningChunk, TextChunk
 from .protocol.drift import ToolNames
 from .protocol.parsed import ParsedTurn, ParseEvent
 from .protocol.parser import StreamParser
-from .protocol.tags import TOOL_CLOSE, TOOL_OPEN
+from .protocol.reasoning import template_opens_reasoning
+from .protocol.tags import REASONING_DIALECTS, TOOL_CLOSE, TOOL_OPEN, ReasoningDialect
 from .types import Event, FinishReason, ReasoningEvent, TextEvent, Usage
 
 
@@ -33,6 +34,7 @@ def stream_turn(
     shown: list[str],
     tools: ToolNames | None = None,
     reasoning_open: bool | None = None,
+    reasoning: tuple[ReasoningDialect, ...] = REASONING_DIALECTS,
 ) -> Generator[Event, None, ModelTurn]:
     """Stream one completion as text and reasoning events; return the parsed turn.
 
@@ -53,7 +55,8 @@ def stream_turn(
             if parser is None:
                 rendered = getattr(llm, "opens_reasoning", None)
                 known = rendered if isinstance(rendered, bool) else reasoning_open
-                parser = StreamParser(multiple_calls=multiple_calls, coalesce=1, tools=tools, reasoning_open=known)
+                parser = StreamParser(multiple_calls=multiple_calls, coalesce=1, tools=tools, reasoning_open=known,
+                                      reasoning=reasoning)
             if isinstance(chunk, TextChunk):
                 yield from _relay(parser.feed(chunk.text), shown)
                 if parser.finished:
@@ -69,27 +72,14 @@ def stream_turn(
         if close is not None:
             close()  # release the connection now: the rest of the completion is not needed
     if parser is None:
-        parser = StreamParser(multiple_calls=multiple_calls, coalesce=1, tools=tools, reasoning_open=reasoning_open)
+        parser = StreamParser(multiple_calls=multiple_calls, coalesce=1, tools=tools, reasoning_open=reasoning_open,
+                              reasoning=reasoning)
     yield from _relay(parser.close(), shown)
     parsed = parser.result
     assert parsed is not None
     rendered = getattr(llm, "opens_reasoning", None)
-    opens = rendered if isinstance(rendered, bool) else template_opens_reasoning(parsed, split_reasoning)
+    opens = rendered if isinstance(rendered, bool) else template_opens_reasoning(parsed, split_reasoning, reasoning)
     return ModelTurn(parsed, finish_reason(parsed, server, parser.finished), server.usage if server else None, opens)
-
-
-def template_opens_reasoning(parsed: ParsedTurn, split_reasoning: bool) -> bool | None:
-    """What one reply shows about whether the chat template opens `<think>` for the model (None: nothing)."""
-    text = parsed.text.lower()
-    close = min((i for i in (text.find("</think>"), text.find("</thinking>")) if i >= 0), default=-1)
-    opened = min((i for i in (text.find("<think>"), text.find("<thinking>")) if i >= 0), default=-1)
-    if close >= 0 and (opened < 0 or close < opened):
-        return True
-    if opened >= 0 or split_reasoning:
-        return False
-    if parsed.tool_calls or (parsed.final_answer or "").strip():
-        return False  # a whole, usable reply without any reasoning tag
-    return None
 
 
 def _relay(events: list[ParseEvent], shown: list[str]) -> Generator[Event, None, None]:

@@ -105,8 +105,11 @@ STUTTER = {kind: re.compile(rf"(?:{re.escape(k.opener)}\s*)+", re.IGNORECASE) fo
 class BlockScan:
     """Incremental end-of-block finder for one block body."""
 
-    def __init__(self, kind: Kind) -> None:
+    def __init__(self, kind: Kind, interrupts: tuple[str, ...] = ()) -> None:
+        """`interrupts`: more tags that end the block without being its end (reasoning closers: a block opened
+        while planning, in reasoning the template opened, ends where that reasoning does)."""
         self.kind = kind
+        self._implicit = (*kind.implicit, *interrupts)
         self.mode = _EXPECT if kind.expect_json else _TOP
         self.after_cdata = _TOP
         self.depth = 0
@@ -115,10 +118,14 @@ class BlockScan:
         self.after_tick = False
         self.blank = True  # nothing but layout and repeated openers so far
         self.close_len = 0
-        self._top_tags = (*kind.closers, *kind.implicit, *PARAMS_OPEN_TAGS, *PARAMS_CLOSE_TAGS, CDATA_OPEN)
-        self._json_tags = (*kind.closers, *kind.implicit, *PARAMS_CLOSE_TAGS)
+        implicit = self._implicit
+        self._top_tags = (*kind.closers, *implicit, *PARAMS_OPEN_TAGS, *PARAMS_CLOSE_TAGS, CDATA_OPEN)
+        self._json_tags = (*kind.closers, *(t for t in implicit if t[0] == "<"), *PARAMS_CLOSE_TAGS)
         # `<name>` after the parameters (models that write the arguments first): the block goes on.
-        self._done_tags = (*kind.closers, *kind.implicit, *PARAMS_CLOSE_TAGS, NAME_OPEN)
+        self._done_tags = (*kind.closers, *implicit, *PARAMS_CLOSE_TAGS, NAME_OPEN)
+        heads = sorted({t[0] for t in self._top_tags})
+        self._heads = frozenset(heads)
+        self._top_first = re.compile("[" + "".join(re.escape(h) for h in heads) + "]")
 
     def inside_string(self, text: str) -> bool:
         """Whether all of `text` continues the JSON string being scanned (so it cannot end the block)."""
@@ -138,10 +145,10 @@ class BlockScan:
             if mode == _JSON:
                 pos, outcome = self._json(text, pos, final)
             elif mode == _TOP:
-                lt = text.find("<", pos)
-                if lt < 0:
+                found = self._top_first.search(text, pos)
+                if found is None:
                     return n, MORE
-                pos, outcome = self._tag(text, lt, final, self._top_tags)
+                pos, outcome = self._tag(text, found.start(), final, self._top_tags)
             elif mode == _EXPECT:
                 pos, outcome = self._expect(text, pos, final)
             elif mode == _CDATA:
@@ -165,7 +172,7 @@ class BlockScan:
         if tag in self.kind.closers:
             self.close_len = len(tag)
             return lt, CLOSED
-        if tag in self.kind.implicit:
+        if tag in self._implicit:
             return lt, INTERRUPTED
         if tag == CDATA_OPEN:
             self.after_cdata, self.mode = self.mode, _CDATA
@@ -259,9 +266,11 @@ class BlockScan:
         if c in "{[":  # a second JSON value: keep it in the block, so the decoder can report it
             self.mode, self.depth, self.token_start = _JSON, 1, True
             return pos + 1, None
-        if c != "<":
+        if c not in self._heads:
             return pos, INTERRUPTED
         tag = match_tag(text, pos, self._done_tags, final)
+        if c != "<" and tag is None:
+            return pos, INTERRUPTED
         if tag is WAIT:
             return pos, MORE
         if tag in PARAMS_CLOSE_TAGS:

@@ -35,24 +35,22 @@ from .corrections import bare_json_error, cut_off_tag
 from .drift import ToolNames, find_drift, known_tool, looks_like_schema, recover_block, registry, schema_error
 from .fences import MAX_RUN, Fence, Pending, fence_run
 from .parsed import CallParsed, ParsedTurn, ParseEvent
+from .reasoning import BLOCK_TAGS, LONE_BLOCK_CLOSERS, vocabulary
 from .tags import (
     DRIFT_OPENERS,
     FINAL_CLOSE,
     FINAL_OPEN,
     OBSERVATION_OPEN,
     OBSERVATION_TAGS,
-    THINK_CLOSES,
+    REASONING_DIALECTS,
     THINK_NAMES,
-    THINK_OPENS,
-    TOOL_CALL_CLOSE,
     TOOL_CLOSE,
     TOOL_OPEN,
+    ReasoningDialect,
 )
 from .verdict import reply_calls, verdict
 
 THINK_TAGS = THINK_NAMES
-_THINK_OPENS = THINK_OPENS
-_THINK_CLOSES = THINK_CLOSES
 #: Other formats a call may drift into, by opener: the block kind, and what must follow the opener for it to be
 #: a call rather than a mention (decided once `_DRIFT_WINDOW` characters, or the end of the reply, are there).
 _DRIFT_FULL = {
@@ -64,18 +62,11 @@ _DRIFT_FULL = {
 }
 _DRIFT_RE = {tag: (DRIFT_OPENERS[tag], re.compile(full, re.IGNORECASE)) for tag, full in _DRIFT_FULL.items()}
 _DRIFT_WINDOW = 160
-_BLOCK_TAGS = (TOOL_OPEN, *DRIFT_OPENERS)
-_LONE_CLOSERS = (TOOL_CLOSE, TOOL_CALL_CLOSE)
-_OUTSIDE_TAGS = (*_BLOCK_TAGS, *OBSERVATION_TAGS, *_THINK_OPENS, *_THINK_CLOSES, FINAL_OPEN, *_LONE_CLOSERS)
+_BLOCK_TAGS = BLOCK_TAGS
+_LONE_CLOSERS = LONE_BLOCK_CLOSERS
 _FENCE_TAGS = (*_BLOCK_TAGS, *OBSERVATION_TAGS)
-_OUTSIDE_TAG_SET = TagSet(_OUTSIDE_TAGS)
-# A `<` matters only if a tag can start with it: `<t…`, `<o…`, `<f…`, `<i…` or `</t…` (or it is the last character).
-_SPECIAL = re.compile(r"<(?![^tTfFoOiI/])|[`~\n]")
-_FAST = re.compile(r"`+|<(?![^tTfFoOiI/])|~+")
-_PLAIN = re.compile(r"[^<~]+")
 _TICK_OR_NL = re.compile(r"`+|\n")
 _NAME_OPEN = re.compile(r"<name\s*>", re.IGNORECASE)
-_THINK_CLOSE_RE = re.compile(r"</think(?:ing)?>", re.IGNORECASE)
 _FINAL_CLOSE_RE = re.compile(re.escape(FINAL_CLOSE), re.IGNORECASE)
 _MAX_BLOCKS = 100
 #: A tag the reply ended inside: `<tool_co`, `<tool_code name="x`, `</parame`, `<list_d` (no `>` after it).
@@ -119,7 +110,12 @@ class StreamParser:
         coalesce: int = 16,
         multiple_calls: bool = True,
         tools: ToolNames | None = None,
+        reasoning: tuple[ReasoningDialect, ...] = REASONING_DIALECTS,
     ) -> None:
+        self._vocab = vocab = vocabulary(tuple(reasoning))
+        self._outside_tags = TagSet(vocab.outside)
+        self._think_closes = vocab.closes  # until an opener says which dialect: any closer ends reasoning
+        self._think_close_re = _closer_pattern(self._think_closes)
         self._multiple_calls = multiple_calls
         self._tools = registry(tools)
         # Unknown whether the template opened reasoning: a later lone `</think>` would make a call written
@@ -238,7 +234,7 @@ class StreamParser:
             self._base += self._pos
             self._buf, self._pos = self._buf[self._pos :], 0
         if self._state == _OUT and not self._buf and self._fence is None and not self._long_run and \
-                _PLAIN.fullmatch(new) and "```" not in new and not new.endswith("`"):
+                self._vocab.plain.fullmatch(new) and "```" not in new and not new.endswith("`"):
             # Prose with nothing pending and no tag or fence in sight: only inline code and line starts change.
             self._base += len(new)
             self._thought.append(new)
@@ -330,7 +326,7 @@ class StreamParser:
         n = len(buf)
         pos, inline, line_blank = start, self._inline, self._line_blank
         stop = n
-        for match in _FAST.finditer(buf, start):
+        for match in self._vocab.fast.finditer(buf, start):
             i = match.start()
             if i > pos:
                 nl = buf.rfind("\n", pos, i)
@@ -340,8 +336,8 @@ class StreamParser:
                 elif line_blank and not buf[pos:i].isspace():
                     line_blank = False
             c, run = buf[i], match.end() - i
-            if c == "<":
-                if not inline and _OUTSIDE_TAG_SET.match(buf, i, final) is not None:
+            if c not in "`~":
+                if not inline and self._outside_tags.match(buf, i, final) is not None:
                     stop = i
                     break
             elif line_blank and run >= 3 or run > MAX_RUN or match.end() == n and not final:
@@ -365,14 +361,14 @@ class StreamParser:
         self._inline, self._line_blank = inline, line_blank
         if stop >= n:
             return False
-        if buf[stop] == "<":
+        if buf[stop] not in "`~":
             return self._step_tag(final) or stop > start
         return self._step_run(buf[stop], final) or stop > start
 
     def _step_outside_slow(self, final: bool) -> bool:
         """Inside or just after a code fence: every line start and tag matters."""
         buf, pos = self._buf, self._pos
-        match = _SPECIAL.search(buf, pos)
+        match = self._vocab.special.search(buf, pos)
         end = match.start() if match else len(buf)
         if end > pos:
             self._visible(buf[pos:end])
@@ -385,7 +381,7 @@ class StreamParser:
             self._pos = end + 1
             self._line_blank, self._inline = True, 0
             return True
-        if ch[0] == "<":
+        if ch[0] not in "`~":
             return self._step_tag(final) or self._pos > pos
         return self._step_run(ch, final) or self._pos > pos
 
@@ -427,7 +423,7 @@ class StreamParser:
         if self._inline:
             tag = None
         else:
-            tag = match_tag(buf, pos, _FENCE_TAGS if fence and not fence.closed else _OUTSIDE_TAGS, final)
+            tag = match_tag(buf, pos, _FENCE_TAGS if fence and not fence.closed else self._vocab.outside, final)
             if tag is WAIT:
                 return False
             if tag in _DRIFT_RE:
@@ -436,7 +432,7 @@ class StreamParser:
                 if not _DRIFT_RE[tag][1].match(buf, pos, pos + _DRIFT_WINDOW):
                     tag = None
         if tag is None:
-            self._visible("<")
+            self._visible(buf[pos])
             self._pos = pos + 1
             return True
         text = buf[pos : pos + len(tag)]
@@ -469,20 +465,27 @@ class StreamParser:
             if self._lone_closer is None:
                 self._lone_closer = (len(self._thought), text)
             self._emit_text(text)
-        elif tag in _THINK_OPENS:
+        elif tag in self._vocab.envelope:
+            pass  # harmony's message envelope (`<|start|>assistant`, `<|end|>`): markup, not text
+        elif tag in self._vocab.opens:
             self._state, self._think_unclosed = _THINK, True
+            self._think_closes = self._vocab.closes_of[tag]
+            self._think_close_re = _closer_pattern(self._think_closes)
             self._hold = False  # the reply opens its own reasoning: a later </think> closes that one
-        elif tag in _THINK_CLOSES:
+        elif tag in self._vocab.lone:
             # Reasoning the template opened: what was shown so far was thought (already streamed; not retracted).
             self._reasoning.extend(self._thought)
             self._thought.clear()
             self._lone_closer = None
+            # A block drafted in that reasoning (quoting `<tool_code>` or `<name>` while planning) was reasoning
+            # too: its error is not the turn's, and it does not stop the calls after the closer.
+            self._errors, self._skipped = [], []
             if self._hold:
                 # Calls drafted before it were reasoning too: never run. (Calls already emitted, when the
                 # template was known not to open reasoning, stay: streaming is append-only.)
                 self._reasoning.extend(self._held_raw)
                 del self._calls[self._emitted :]
-                self._held_raw, self._errors, self._skipped, self._hold = [], [], [], False
+                self._held_raw, self._hold = [], False
             if self._fence is not None:
                 self._fence.thought_at = None
         else:
@@ -524,7 +527,7 @@ class StreamParser:
             return
         kind = "tool_code" if tag == TOOL_OPEN else _DRIFT_RE[tag][0]
         keep_opener = kind in ("function", "invoke")  # the opener carries the tool's name
-        self._scan = BlockScan(KINDS[kind])
+        self._scan = BlockScan(KINDS[kind], interrupts=self._vocab.lone)
         self._block_kind, self._block_fenced = kind, fenced
         self._block_open = "" if keep_opener else text
         self._block_parts = []
@@ -594,12 +597,12 @@ class StreamParser:
 
     def _step_think(self, final: bool) -> bool:
         buf, pos = self._buf, self._pos
-        match = _THINK_CLOSE_RE.search(buf, pos)
+        match = self._think_close_re.search(buf, pos)
         if match is not None:
             self._emit_reasoning(buf[pos : match.start()])
             self._pos, self._state, self._think_unclosed = match.end(), _OUT, False
             return True
-        keep = 0 if final else partial_suffix(buf, pos, _THINK_CLOSES)
+        keep = 0 if final else partial_suffix(buf, pos, self._think_closes)
         self._emit_reasoning(buf[pos : len(buf) - keep])
         self._pos = len(buf) - keep
         return False
@@ -711,11 +714,17 @@ class StreamParser:
         )
 
 
+def _closer_pattern(closes: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile("|".join(re.escape(c) for c in sorted(closes, key=len, reverse=True)), re.IGNORECASE)
+
+
 def parse_completion(
-    text: str, *, reasoning_open: bool | None = None, multiple_calls: bool = True, tools: ToolNames | None = None
+    text: str, *, reasoning_open: bool | None = None, multiple_calls: bool = True, tools: ToolNames | None = None,
+    reasoning: tuple[ReasoningDialect, ...] = REASONING_DIALECTS,
 ) -> ParsedTurn:
     """Parse a whole completion; the same result `StreamParser` gives for any chunking of `text`."""
-    parser = StreamParser(reasoning_open=reasoning_open, multiple_calls=multiple_calls, tools=tools)
+    parser = StreamParser(reasoning_open=reasoning_open, multiple_calls=multiple_calls, tools=tools,
+                          reasoning=reasoning)
     parser.feed(text)
     parser.close()
     assert parser.result is not None

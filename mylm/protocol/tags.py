@@ -8,6 +8,8 @@ recognised on input is also one that is defused in tool output (they drifted apa
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 # ------------------------------------------------------------------------------------------- the protocol
 
@@ -26,9 +28,87 @@ FINAL_CLOSE = "</final_answer>"
 OBSERVATION_TAGS = (OBSERVATION_OPEN, "<tool_response>", "<function_results>")
 PARAMS_OPEN_TAGS = (PARAMS_OPEN, "<arguments>")
 PARAMS_CLOSE_TAGS = (PARAMS_CLOSE, "</arguments>")
+
+
+# --------------------------------------------------------------------------------------------- reasoning
+
+
+@dataclass(frozen=True)
+class ReasoningDialect:
+    """One way models mark reasoning: the markers that open it, the markers that close it, and the closers that
+    still mean "what came before was reasoning" when no opener was seen (the chat template wrote the opener).
+
+    Markers are matched case-insensitively. `lone_closes` defaults to `closes`; harmony's `<|end|>` ends every
+    message (Phi-3 writes it after answers), so only its final-channel header counts there.
+    """
+
+    name: str
+    opens: tuple[str, ...]
+    closes: tuple[str, ...]
+    lone_closes: tuple[str, ...] | None = None
+    #: Where this spelling comes from (documentation only).
+    source: str = ""
+
+    @property
+    def lone(self) -> tuple[str, ...]:
+        return self.closes if self.lone_closes is None else self.lone_closes
+
+
+#: Every reasoning dialect mylm knows. The parser (reasoning never runs), the stops (a stop is never sent while
+#: reasoning may be open), the canonical form (tool calls never contain them), `neutralise` (tool output never
+#: holds one intact) and the per-endpoint learning of whether a template opens reasoning all read this table;
+#: `reasoning_markers` in the config adds to it (see `with_markers`).
+REASONING_DIALECTS: tuple[ReasoningDialect, ...] = (
+    ReasoningDialect("think", ("<think>",), ("</think>",), source="DeepSeek-R1, Qwen3, QwQ, GLM, MiniMax-M1"),
+    ReasoningDialect("thinking", ("<thinking>",), ("</thinking>",), source="Claude-style prompts, Granite, Hermes"),
+    ReasoningDialect("seed", ("<seed:think>",), ("</seed:think>",), source="ByteDance Seed-OSS"),
+    ReasoningDialect("minimax", ("<mm:think>",), ("</mm:think>",), source="MiniMax (getkimchi/kimchi#598)"),
+    ReasoningDialect("magistral", ("[THINK]",), ("[/THINK]",), source="Mistral Magistral"),
+    ReasoningDialect("kimi", ("◁think▷",), ("◁/think▷",), source="Moonshot Kimi-VL-Thinking, Kimi-K1.5"),
+    ReasoningDialect("reasoning", ("<reasoning>",), ("</reasoning>",), source="Nemotron, Arcee, prompt-taught"),
+    # gpt-oss: `<|channel|>analysis<|message|>…<|end|>` then `<|start|>assistant<|channel|>final<|message|>…`.
+    ReasoningDialect("harmony", ("<|channel|>analysis<|message|>",), ("<|end|>", "<|channel|>final<|message|>"),
+                     lone_closes=("<|channel|>final<|message|>",), source="OpenAI gpt-oss (harmony)"),
+)
+
+#: Harmony's message envelope outside reasoning: markup, never part of the answer (dropped by the parser).
+ENVELOPE_MARKERS = ("<|start|>assistant", "<|return|>", "<|end|>")
+
+#: The fields in which servers send reasoning split from the content (read by the providers).
+REASONING_FIELDS = ("reasoning_content", "reasoning", "thinking")
+
+
+def with_markers(markers: Iterable[Sequence[str]], base: tuple[ReasoningDialect, ...] = REASONING_DIALECTS
+                 ) -> tuple[ReasoningDialect, ...]:
+    """The table extended by config `reasoning_markers`: pairs `[open, close]` for a model mylm has not met."""
+    extra = []
+    for i, pair in enumerate(markers):
+        if len(pair) != 2 or not all(isinstance(m, str) and m.strip() and len(m) <= 64 for m in pair):
+            raise ValueError("reasoning_markers must be a list of [open, close] string pairs, e.g. "
+                             '[["<reflect>", "</reflect>"]]')
+        extra.append(ReasoningDialect(f"config-{i + 1}", (pair[0],), (pair[1],), source="config"))
+    return (*base, *extra)
+
+
+def reasoning_opens(dialects: tuple[ReasoningDialect, ...] = REASONING_DIALECTS) -> tuple[str, ...]:
+    """Every opening marker (lower case)."""
+    return tuple(dict.fromkeys(m.lower() for d in dialects for m in d.opens))
+
+
+def reasoning_closes(dialects: tuple[ReasoningDialect, ...] = REASONING_DIALECTS) -> tuple[str, ...]:
+    """Every closing marker (lower case)."""
+    return tuple(dict.fromkeys(m.lower() for d in dialects for m in d.closes))
+
+
+def lone_closes(dialects: tuple[ReasoningDialect, ...] = REASONING_DIALECTS) -> tuple[str, ...]:
+    """The closers that, with no opener before them, make the text before them reasoning (lower case)."""
+    return tuple(dict.fromkeys(m.lower() for d in dialects for m in d.lone))
+
+
 THINK_NAMES = ("think", "thinking")
-THINK_OPENS = tuple(f"<{n}>" for n in THINK_NAMES)
-THINK_CLOSES = tuple(f"</{n}>" for n in THINK_NAMES)
+#: Every opening and closing reasoning marker of the built-in table (lower case).
+THINK_OPENS = reasoning_opens()
+THINK_CLOSES = reasoning_closes()
 
 # Other formats' call tags, which the parser also reads: Hermes/Qwen, Qwen3-Coder, Claude, GLM.
 TOOL_CALL_OPEN = "<tool_call>"
