@@ -437,6 +437,9 @@ def _python_call(src: str, kind: str) -> ToolCall:
         node = ast.parse(src.strip().rstrip(";").strip(), mode="eval").body
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         node = None
+    if isinstance(node, ast.Call) and _dotted(node.func) == "print" and len(node.args) == 1 and not node.keywords \
+            and isinstance(node.args[0], ast.Call):
+        node = node.args[0]  # Gemma's documented `print(default_api.list_dir(path="."))`
     name = _dotted(node.func) if isinstance(node, ast.Call) else None
     if not isinstance(node, ast.Call) or name is None or node.args or any(k.arg is None for k in node.keywords):
         raise BlockError(

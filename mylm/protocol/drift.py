@@ -459,7 +459,7 @@ def _known(name: str, tools: Registry) -> str | None:
     name = name.strip().strip("\"'`")
     if name in tools:
         return name
-    if "." in name and name.rsplit(".", 1)[0].lower() in ("functions", "function", "tools", "tool"):
+    if "." in name and name.rsplit(".", 1)[0].lower() in ("functions", "function", "tools", "tool", "default_api"):
         return _known(name.rsplit(".", 1)[1], tools)  # OpenAI-style `functions.list_dir`
     folded = [t for t in tools if t.lower() == name.lower()]
     return folded[0] if len(folded) == 1 else None

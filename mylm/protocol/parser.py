@@ -31,9 +31,11 @@ from .blockscan import (
 )
 from .callblock import decode_block
 from .canonical import format_tool_call
-from .corrections import bare_json_error, cut_off_tag
+from . import markup
+from .corrections import bare_json_error, cut_off_tag, dtd_refused
 from .drift import ToolNames, find_drift, known_tool, looks_like_schema, recover_block, registry, schema_error
 from .fences import MAX_RUN, Fence, Pending, fence_run
+from .normalise import normalise_markup
 from .parsed import CallParsed, ParsedTurn, ParseEvent
 from .reasoning import BLOCK_TAGS, LONE_BLOCK_CLOSERS, vocabulary
 from .tags import (
@@ -155,6 +157,7 @@ class StreamParser:
         self._ambiguous_example = False
         self._lone_closer: tuple[int, str] | None = None  # (thought piece index, tag) of the first stray end tag
         self._think_unclosed = bool(reasoning_open)
+        self._respelled = False  # this parser reads a reply already rewritten to the plain spelling
         self._closed = False
         self.result: ParsedTurn | None = None
         self._steps = (self._step_outside, self._step_think, self._step_block, self._step_final, self._step_discard)
@@ -200,6 +203,7 @@ class StreamParser:
         self._hold = False
         self._recover_missing_opener()
         self._recover_truncated_tag()
+        self._recover_spelling()
         self._recover_bare_json()
         self._recover_drift()
         self._flush()
@@ -574,6 +578,10 @@ class StreamParser:
             return  # one call per turn: later blocks are not part of it
         if call is not None and error is None:
             call, error = self._checked(call)
+        if call is not None and markup.dtd_positions("".join(self._thought)):
+            # `<!DOCTYPE …[<!ENTITY …>]>` before the block: its author expects the entities expanded, and mylm
+            # never expands any; running the block with them literal would run something else. Refuse.
+            call, error = None, dtd_refused()
         if call is not None and self._errors:
             # A turn runs in order: after a block that cannot be used, later ones would run out of sequence.
             self._skipped.append(call.name)
@@ -683,6 +691,29 @@ class StreamParser:
         self._thought[:] = [drift.remaining]
         for call, error in drift.items:
             self._commit(call, error)
+
+    def _recover_spelling(self) -> None:
+        """Call markup in another spelling (`＜tool_code＞`, `&lt;tool_code&gt;`, a fence labelled `tool_code`, a
+        registered tool called Python-style): read the reply rewritten to the plain spelling (see `normalise`)."""
+        if self._respelled or self._calls or self._errors or self._final is not None:
+            return
+        thought = "".join(self._thought)
+        plain = normalise_markup(thought, self._tools)
+        if plain == thought:
+            return
+        parser = StreamParser(reasoning_open=False, multiple_calls=self._multiple_calls, tools=self._tools,
+                              reasoning=self._vocab.dialects)
+        parser._respelled = True
+        parser.feed(plain)
+        parser.close()
+        turn = parser.result
+        assert turn is not None
+        if turn.tool_calls:
+            self._thought[:] = [turn.thought]
+            for call in turn.tool_calls:
+                self._commit(call, None)
+        elif turn.error is not None:
+            self._errors.append(turn.error)
 
     def _recover_bare_json(self) -> None:
         """A reply that is nothing but calls in JSON (Hermes, OpenAI-shaped, Mistral) runs only if tagged."""

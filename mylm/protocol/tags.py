@@ -125,8 +125,8 @@ ARG_VALUE_OPEN = "<arg_value>"
 ARG_VALUE_CLOSE = "</arg_value>"
 
 #: Markers only a model writes around a reply that is nothing but calls (`neutralise` breaks them in tool output,
-#: so a reply holding them is the model's own): Mistral, Llama 3.1 and 4, Hermes.
-CALL_MARKERS_BEFORE = ("[TOOL_CALLS]", "<|python_tag|>", "<|python_start|>", TOOL_CALL_OPEN)
+#: so a reply holding them is the model's own): Mistral, Llama 3.1 and 4, Hermes, Phi-4-mini's `functools[…]`.
+CALL_MARKERS_BEFORE = ("[TOOL_CALLS]", "<|python_tag|>", "<|python_start|>", TOOL_CALL_OPEN, "functools")
 CALL_MARKERS_AFTER = (TOOL_CALL_CLOSE, "<|python_end|>", "<|eom_id|>", "<|eot_id|>")
 
 #: Block openers of the formats a call drifts into, by the block kind they open.
@@ -197,18 +197,40 @@ SPECIAL_TOKENS = (
     "<fim_prefix>", "<fim_middle>", "<fim_suffix>", "<|fim_prefix|>", "<file_sep>", "<|file_sep|>",
 )
 
-# `<|…|>` and `<｜…｜>` (any bars, any name) are tokens of some template; bracketed upper-case control words are
-# Mistral's; the rest are the angle-bracket words templates reserve. Matching is case-sensitive where the
-# tokens are (`[INST]`, not `[inst]`), case-insensitive for the angle-bracket words.
+# Special tokens are recognised by SHAPE, so a family mylm has never seen is caught too; the shapes are ones
+# ordinary prose, code and logs do not take (`[TODO]`, `[INFO]`, `<b>`, `a < b`, `x || y` are left alone):
+# - bars inside angle or square brackets, on one side or both, ASCII or fullwidth: `<|im_start|>`,
+#   `<｜User｜>`, Gemma 4's `<|turn>`/`<turn|>`, EXAONE's `[|assistant|]`;
+# - dunder words in angle brackets: llama.cpp's media marker `<__media__>`;
+# - a word ending in a number in angle brackets: Baichuan's `<reserved_106>`, Nemotron's `<extra_id_1>`,
+#   `<SPECIAL_12>`, Llama's `<|reserved_special_token_0|>`;
+# - namespaced control words with no attributes: Seed-OSS `<seed:bos>`, `<seed:think>`, MiniMax `<mm:think>`,
+#   `<minimax:tool_call>` (XML such as `<xs:element name=…>` has attributes or other local names);
+# - square-bracketed upper-case control words with a slash or an underscore (`[/INST]`, `[TOOL_CALLS]`,
+#   `[SYSTEM_PROMPT]`) and the few bare ones of Mistral, BERT-style and GLM vocabularies (`[INST]`, `[BOS]`);
+# - MiniMax-01's `]~!b[`, `]~b]`, `[e~[` and Falcon's `>>ABSTRACT<<`;
+# - the angle-bracket words templates reserve (`<s>`, `<unk>`, `<start_of_turn>`, MiniCPM's `<用户>`, `<AI>`).
+# Matching is case-sensitive where the tokens are (`[INST]`, not `[inst]`), case-insensitive for angle words.
 _BAR = "[|｜]"
+_CONTROL_WORDS = ("think|bos|eos|pad|unk|eot|sep|tool_call|tool_calls|tool_response|tool_output|function_call"
+                  "|cot_budget_reflect|turn|role|call|response")
 SPECIAL_TOKEN = re.compile(
     rf"<\s*{_BAR}[^<>\n]{{0,80}}?{_BAR}\s*>"
-    r"|\[/?(?:INST|TOOL_CALLS|TOOL_RESULTS|TOOL_CONTENT|AVAILABLE_TOOLS|SYSTEM_PROMPT|THINK|ARGS|CALL_ID|IMG"
-    r"|IMG_BREAK|IMG_END|PREFIX|SUFFIX|MIDDLE|gMASK|sMASK|MASK)\]"
+    rf"|<{_BAR}[A-Za-z_][\w.▁-]{{0,60}}>|<[A-Za-z_][\w.▁-]{{0,60}}{_BAR}>"
+    rf"|\[\s*{_BAR}[^\[\]\n]{{1,60}}?{_BAR}\s*\]"
+    r"|</?__[A-Za-z0-9_]{1,40}__>"
+    r"|</?[A-Za-z]+(?:_[A-Za-z]+)*_[0-9]{1,6}>"
+    rf"|(?i:</?[a-z]{{1,12}}:(?:{_CONTROL_WORDS})>)"
+    r"|\[/[A-Za-z][A-Za-z_]{1,30}\]|\[[A-Z]+(?:_[A-Z]+)+\]"
+    r"|\[(?:INST|THINK|ARGS|CALL_ID|IMG|BOS|EOS|PAD|UNK|CLS|SEP|MASK|PREFIX|SUFFIX|MIDDLE|gMASK|sMASK)\]"
+    r"|\]~!?[a-z]{1,2}[\[\]]|\[[a-z]{1,2}~\["
+    r"|>>[A-Z]{3,20}<<"
     r"|<</?SYS>>"
-    r"|(?i:</?(?:s|unk|bos|eos|pad|sop|eop|tool_call|tool_response|start_of_turn|end_of_turn|start_of_image|end_of_image"
-    r"|fim_prefix|fim_middle|fim_suffix|fim_pad|file_sep|repo_name|reponame|filename|gh_stars|empty_output"
-    r"|jupyter_start|jupyter_text|jupyter_code|jupyter_output|commit_before|commit_msg|commit_after)>)"
+    r"|<(?:用户|AI)>"
+    r"|(?i:</?(?:s|unk|bos|eos|pad|sop|eop|tool_call|tool_response|start_of_turn|end_of_turn|start_of_image"
+    r"|end_of_image|beginning_of_sentence|end_of_sentence|fim_prefix|fim_middle|fim_suffix|fim_pad|file_sep"
+    r"|repo_name|reponame|filename|gh_stars|empty_output|jupyter_start|jupyter_text|jupyter_code|jupyter_output"
+    r"|commit_before|commit_msg|commit_after)>)"
 )
 
 #: Inserted after a special token's first character: the text reads the same, but no tokenizer sees the token.
