@@ -23,6 +23,7 @@ from .callblock import decode_block
 from .canonical import format_tool_call
 from .corrections import EXAMPLE, example
 from .jsonrepair import JSONRepairError, loads
+from .structure import INVENTED, quoted_lines
 from .tags import NAME_CLOSE, NAME_OPEN, TOOL_CLOSE, TOOL_OPEN
 
 #: What `tools=` accepts: tool names, or a mapping of tool name to its argument names.
@@ -84,10 +85,19 @@ def _code_mask(text: str) -> str:
     """`text` with code fences and inline code blanked out (same length), so examples are not read as calls."""
     for pattern in (_FENCE_SPAN, _INLINE_SPAN):
         text = pattern.sub(lambda m: _NOT_NEWLINE.sub(" ", m.group()), text)
+    if ">" in text or "    " in text or "\t" in text:
+        spans = quoted_lines(text)  # blockquotes and indented code: quoted or shown, never run
+        if spans:
+            parts, last = [], 0
+            for start, end in spans:
+                parts += [text[last:start], " " * (end - start)]
+                last = end
+            text = "".join(parts) + text[last:]
     return text
 
 
 _NOT_NEWLINE = re.compile(r"[^\n]")
+_INVENTED_LINE = re.compile(r"(?m)^" + INVENTED.pattern, re.IGNORECASE)
 _TRIGGER = re.compile(r"<\s*/?\s*[A-Za-z_]|^[ \t*]*Action|\[/?TOOL_CALLS?\]|<[|｜]|to=", re.MULTILINE)
 
 
@@ -106,6 +116,11 @@ def find_drift(text: str, tools: Registry) -> Drift | None:
             return None
         tag = leftover.group().strip()
         return Drift(((None, _malformed(tag, tools)),), text)
+    invented = _INVENTED_LINE.search(masked, spans[0][1])
+    if invented is not None:
+        # After a call, a result the model wrote itself (`Observation:`, `Result:`…): what follows rests on it.
+        spans = [span for span in spans if span[0] < invented.start()]
+        text = text[: invented.start()]
     remaining: list[str] = []
     items: list[tuple[ToolCall | None, str | None]] = []
     last = 0

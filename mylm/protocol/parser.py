@@ -36,6 +36,7 @@ from .corrections import bare_json_error, cut_off_tag, dtd_refused
 from .drift import ToolNames, find_drift, known_tool, looks_like_schema, recover_block, registry, schema_error
 from .fences import MAX_RUN, Fence, Pending, fence_run
 from .normalise import normalise_markup
+from .structure import INVENTED, OUTPUT_LABELS, PLAIN, LineContext, may_be_invented
 from .parsed import CallParsed, ParsedTurn, ParseEvent
 from .reasoning import BLOCK_TAGS, LONE_BLOCK_CLOSERS, vocabulary
 from .tags import (
@@ -158,6 +159,10 @@ class StreamParser:
         self._lone_closer: tuple[int, str] | None = None  # (thought piece index, tag) of the first stray end tag
         self._think_unclosed = bool(reasoning_open)
         self._respelled = False  # this parser reads a reply already rewritten to the plain spelling
+        self._ctx = LineContext()
+        # After a call, every line start is checked for an invented result (`Observation:`, `Result:`, …).
+        self._watch = False
+        self._line_start = False
         self._closed = False
         self.result: ParsedTurn | None = None
         self._steps = (self._step_outside, self._step_think, self._step_block, self._step_final, self._step_discard)
@@ -238,7 +243,7 @@ class StreamParser:
             self._base += self._pos
             self._buf, self._pos = self._buf[self._pos :], 0
         if self._state == _OUT and not self._buf and self._fence is None and not self._long_run and \
-                self._vocab.plain.fullmatch(new) and "```" not in new and not new.endswith("`"):
+                not self._watch and self._vocab.plain.fullmatch(new) and "```" not in new and not new.endswith("`"):
             # Prose with nothing pending and no tag or fence in sight: only inline code and line starts change.
             self._base += len(new)
             self._thought.append(new)
@@ -322,7 +327,7 @@ class StreamParser:
     # ------------------------------------------------------------------------------------------- outside
 
     def _step_outside(self, final: bool) -> bool:
-        if self._fence is not None or self._long_run:
+        if self._fence is not None or self._long_run or self._watch:
             return self._step_outside_slow(final)
         # Prose outside any fence: one pass tracks inline code and line starts, and stops only where a decision
         # is needed (a tag, a possible fence line), so a long answer becomes one slice of text.
@@ -370,7 +375,16 @@ class StreamParser:
         return self._step_run(buf[stop], final) or stop > start
 
     def _step_outside_slow(self, final: bool) -> bool:
-        """Inside or just after a code fence: every line start and tag matters."""
+        """Inside or just after a code fence, or after a call: every line start and tag matters."""
+        if self._watch and self._line_start and self._fence is None:
+            invented = self._invented(final)
+            if invented is None:
+                return False
+            self._line_start = False
+            if invented:
+                self._discard_at = self._base + self._pos
+                self._state = _DISCARD
+                return True
         buf, pos = self._buf, self._pos
         match = self._vocab.special.search(buf, pos)
         end = match.start() if match else len(buf)
@@ -383,8 +397,9 @@ class StreamParser:
         if ch == "\n":
             self._visible("\n")
             self._pos = end + 1
-            self._line_blank, self._inline = True, 0
+            self._line_blank, self._inline, self._line_start = True, 0, True
             return True
+        self._line_start = False
         if ch[0] not in "`~":
             return self._step_tag(final) or self._pos > pos
         return self._step_run(ch, final) or self._pos > pos
@@ -409,6 +424,11 @@ class StreamParser:
             if not fence.had_block:
                 self._fence = None
         elif action == "open":
+            if self._watch and fence is None and buf[pos:end].strip(" \t`~").lower() in OUTPUT_LABELS:
+                # A fenced "output" block after a call: a result the model made up. The rest is discarded.
+                self._discard_at = self._base + pos
+                self._state = _DISCARD
+                return True
             if fence is not None:
                 self._content_in_fence()
             self._emit_text(buf[pos:end])
@@ -440,6 +460,12 @@ class StreamParser:
             self._pos = pos + 1
             return True
         text = buf[pos : pos + len(tag)]
+        if (fence is None or fence.closed) and tag not in self._vocab.lone and tag not in self._vocab.envelope \
+                and self._ctx.of(self._thought) != PLAIN:
+            # In a blockquote or an indented code block: quoted or shown, never run (see `structure`).
+            self._visible(text)
+            self._pos = pos + len(text)
+            return True
         if tag in _BLOCK_TAGS:
             if fence is not None and not fence.closed:
                 fence.had_block = True
@@ -480,6 +506,7 @@ class StreamParser:
             # Reasoning the template opened: what was shown so far was thought (already streamed; not retracted).
             self._reasoning.extend(self._thought)
             self._thought.clear()
+            self._ctx = LineContext()
             self._lone_closer = None
             # A block drafted in that reasoning (quoting `<tool_code>` or `<name>` while planning) was reasoning
             # too: its error is not the turn's, and it does not stop the calls after the closer.
@@ -589,6 +616,7 @@ class StreamParser:
         if call is not None:
             self._flush()
             self._calls.append(call)
+            self._watch = True
             if self._hold:
                 self._held_raw.append(call.raw)
                 return
@@ -602,6 +630,17 @@ class StreamParser:
             self._errors.append(error)
 
     # ------------------------------------------------------------------------------------ think, final, rest
+
+    def _invented(self, final: bool) -> bool | None:
+        """At a line start after a call: whether the line invents a result (None: more text must decide)."""
+        buf, pos = self._buf, self._pos
+        nl = buf.find("\n", pos, pos + 80)
+        line = buf[pos : nl if nl >= 0 else pos + 80]
+        if INVENTED.match(line):
+            return True
+        if nl < 0 and not final and len(buf) - pos < 80 and may_be_invented(line):
+            return None
+        return False
 
     def _step_think(self, final: bool) -> bool:
         buf, pos = self._buf, self._pos
