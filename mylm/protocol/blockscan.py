@@ -33,6 +33,13 @@ _DQ_BODY = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*', re.DOTALL)
 _SQ_BODY = re.compile(r"[^'\\]*(?:\\.[^'\\]*)*", re.DOTALL)
 _DONE_SKIP = re.compile(r"(?:\s|`|~|\]\]>)*")
 _MANGLED_CLOSER = re.compile(r"</[A-Za-z_][\w:.-]{0,30}\s*>?")
+#: An element tag in a block's markup: `<path>`, `</path>`, `<parameter=path>`, `<parameter name="path">`.
+_ELEMENT_TAG = re.compile(r"<(?P<slash>/)?\s*(?:parameter=(?P<eq>[^>\s]{1,128})|(?P<name>[A-Za-z_][\w.:-]{0,127}))"
+                          r"(?:\s+[^<>]{0,200})?/?>")
+_NOT_ARGUMENTS = frozenset({"name", "parameters", "arguments", "tool_code", "tool_call", "function", "invoke",
+                            "function_calls"})
+#: How far past a literal end tag inside an argument element the scanner looks for the element's end.
+_MAX_AHEAD = 1 << 20
 
 
 def skip(pattern: re.Pattern[str], text: str, pos: int) -> int:
@@ -118,6 +125,11 @@ class BlockScan:
         self.after_tick = False
         self.blank = True  # nothing but layout and repeated openers so far
         self.close_len = 0
+        #: The argument element open in the markup (`content` after `<content>`), if any.
+        self.element: str | None = None
+        self._cand: int | None = None  # where an end tag met inside that element starts, while undecided
+        self._cand_len = 0
+        self._ahead = 0
         implicit = self._implicit
         self._top_tags = (*kind.closers, *implicit, *PARAMS_OPEN_TAGS, *PARAMS_CLOSE_TAGS, CDATA_OPEN)
         self._json_tags = (*kind.closers, *(t for t in implicit if t[0] == "<"), *PARAMS_CLOSE_TAGS)
@@ -139,8 +151,26 @@ class BlockScan:
         CLOSED: an end tag of `close_len` characters starts at the position. INTERRUPTED: the block ended without
         its end tag (another block or an observation starts there, or the parameters ended and prose follows).
         """
+        if self._cand is not None:
+            # An end tag inside an open argument element was met: it is resumed where the look-ahead stopped.
+            self._cand, pos = pos, pos + self._ahead
+        pos, outcome = self._scan(text, pos, final)
+        cand = self._cand
+        if cand is None:
+            return pos, outcome
+        if outcome == MORE and not final and pos - cand <= _MAX_AHEAD:
+            self._ahead = pos - cand
+            return cand, MORE
+        # The element never closed (the reply ended, another block began, or it ran on too long): the end tag
+        # was the block's end after all.
+        self._cand, self.element, self.close_len = None, None, self._cand_len
+        return cand, CLOSED
+
+    def _scan(self, text: str, pos: int, final: bool) -> tuple[int, int]:
         n = len(text)
         while pos < n:
+            if self._cand is not None and pos - self._cand > _MAX_AHEAD:
+                return pos, MORE
             mode = self.mode
             if mode == _JSON:
                 pos, outcome = self._json(text, pos, final)
@@ -168,8 +198,13 @@ class BlockScan:
         if tag is WAIT:
             return lt, MORE
         if tag is None:
-            return lt + 1, None
+            return self._element(text, lt), None
         if tag in self.kind.closers:
+            if self.element is not None and self.mode == _TOP:
+                # Inside `<content>…`: a literal end tag may be content. Look on for `</content>` to decide.
+                if self._cand is None:
+                    self._cand, self._cand_len = lt, len(tag)
+                return lt + len(tag), None
             self.close_len = len(tag)
             return lt, CLOSED
         if tag in self._implicit:
@@ -180,9 +215,22 @@ class BlockScan:
             self.mode, self.after_tick = _EXPECT, False
         elif tag == NAME_OPEN:
             self.mode = _TOP
-        else:  # a parameters end tag: the arguments are complete
-            self.mode = _DONE
+        else:  # a parameters end tag: the arguments are complete (an end tag met before it was content)
+            self.mode, self.element, self._cand = _DONE, None, None
         return lt + len(tag), None
+
+    def _element(self, text: str, lt: int) -> int:
+        """An argument element opening or closing in the markup: followed, so an end tag inside it is data."""
+        match = _ELEMENT_TAG.match(text, lt)
+        if match is None or self.mode != _TOP:
+            return lt + 1
+        name = "parameter" if match.group("eq") else match.group("name").lower()
+        if match.group("slash"):
+            if name == self.element:
+                self.element, self._cand = None, None
+        elif self.element is None and name not in _NOT_ARGUMENTS and not match.group().endswith("/>"):
+            self.element = name
+        return match.end()
 
     def _expect(self, text: str, pos: int, final: bool) -> tuple[int, int | None]:
         """Before the arguments: skip blanks and a code fence line; JSON starts at `{`, `[` or `"`."""

@@ -123,3 +123,9 @@ def dtd_refused() -> str:
     return ("Your reply declares a DTD or an entity (<!DOCTYPE …> / <!ENTITY …>) before its tool call. mylm never "
             "expands entities, so nothing was run. Write every argument value literally in the block, with no "
             "declarations before it.")
+
+
+def several_calls_error(count: int) -> str:
+    """One block with several name/parameters pairs, in a turn that may make one call."""
+    return (f"Your {TOOL_OPEN} block holds {count} calls (a <name> and <parameters> pair each), and a turn makes one "
+            f"call here, so nothing was run. Write one call per reply, in its own block:\n" + EXAMPLE)

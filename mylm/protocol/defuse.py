@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-
 import unicodedata
 
 from .normalise import CALL_LABELS, CONFUSABLE_TAG, ESCAPED_TAG

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 
 from ..types import ReasoningEvent, TextEvent, ToolCall
+from . import markup
 from .blockscan import (
     CLOSED,
     KINDS,
@@ -29,16 +30,15 @@ from .blockscan import (
     match_tag,
     partial_suffix,
 )
-from .callblock import decode_block
+from .callblock import decode_block, decode_calls
 from .canonical import format_tool_call
-from . import markup
-from .corrections import bare_json_error, cut_off_tag, dtd_refused
+from .corrections import bare_json_error, cut_off_tag, dtd_refused, several_calls_error
 from .drift import ToolNames, find_drift, known_tool, looks_like_schema, recover_block, registry, schema_error
 from .fences import MAX_RUN, Fence, Pending, fence_run
 from .normalise import normalise_markup
-from .structure import INVENTED, OUTPUT_LABELS, PLAIN, LineContext, may_be_invented
 from .parsed import CallParsed, ParsedTurn, ParseEvent
 from .reasoning import BLOCK_TAGS, LONE_BLOCK_CLOSERS, vocabulary
+from .structure import INVENTED, OUTPUT_LABELS, PLAIN, LineContext, may_be_invented
 from .tags import (
     DRIFT_OPENERS,
     FINAL_CLOSE,
@@ -585,7 +585,11 @@ class StreamParser:
 
     def _finish_block(self, closer: str) -> None:
         body = "".join(self._block_parts)
-        call, error = decode_block(body, self._block_kind, at_end=not closer)
+        calls, error = decode_calls(body, self._block_kind, at_end=not closer)
+        if len(calls) > 1:
+            self._finish_several(calls, self._block_open + body + closer)
+            return
+        call = calls[0] if calls else None
         if call is None and self._tools is not None and closer:
             # A complete block whose body is another format (a tool tag with attributes, `name` then JSON, …):
             # read against the registry, or keep the block's own error.
@@ -599,6 +603,20 @@ class StreamParser:
             self._fence.held.append(Pending(call, error, raw))
         else:
             self._commit(call, error)
+
+    def _finish_several(self, calls: tuple[ToolCall, ...], raw: str) -> None:
+        """One block holding several name/parameters pairs: each is a call when a turn may make several, else
+        the block is a correction (silently running one of them would drop the others)."""
+        self._state, self._scan, self._block_parts, self._line_blank = _OUT, None, [], True
+        if self._multiple_calls:
+            items = [Pending(ToolCall(c.name, c.arguments, raw=format_tool_call(c)), None, raw) for c in calls]
+        else:
+            items = [Pending(None, several_calls_error(len(calls)), raw)]
+        for item in items:
+            if self._block_fenced and self._fence is not None:
+                self._fence.held.append(item)
+            else:
+                self._commit(item.call, item.error)
 
     def _commit(self, call: ToolCall | None, error: str | None) -> None:
         if not self._multiple_calls and self._calls:

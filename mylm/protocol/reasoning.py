@@ -12,6 +12,7 @@ from functools import lru_cache
 
 from .parsed import ParsedTurn
 from .tags import (
+    DRIFT_OPENERS,
     ENVELOPE_MARKERS,
     FINAL_OPEN,
     OBSERVATION_TAGS,
@@ -19,7 +20,6 @@ from .tags import (
     TOOL_CALL_CLOSE,
     TOOL_CLOSE,
     TOOL_OPEN,
-    DRIFT_OPENERS,
     ReasoningDialect,
     lone_closes,
     reasoning_closes,

@@ -17,8 +17,8 @@ from ..errors import (
     UnsupportedConstraintError,
 )
 from ..llm import Constraint, FinishChunk, LLMChunk, LLMRequest, ReasoningChunk, TextChunk
-from ..protocol.stops import StopCutter
 from ..protocol.reasoning import prompt_opens_reasoning
+from ..protocol.stops import StopCutter
 from ..types import Usage
 from .base import Endpoint, redact_url, strip_route
 from .failures import Failure, Place, RetryPolicy, parse_failure, stream_error, to_error
