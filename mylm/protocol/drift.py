@@ -66,7 +66,7 @@ _ARGS_OPEN = re.compile(r"\s*<\s*(?P<tag>parameters|arguments|args|input|action_
 _REACT = re.compile(
     r"(?im)^[ \t*]*Action[ \t*]*:[ \t*]*[\"'`]?(?P<name>[A-Za-z_][\w.:-]{0,127})[\"'`]?[ \t*]*$"
     r"(?:\s*^[ \t*]*Action[ _]Input[ \t*]*:[ \t*]*(?P<input>.*?))?"
-    r"(?=^[ \t*]*(?:Observation|Thought|Action|Final[ _]Answer)[ \t*]*:|\Z)",
+    r"(?=^[ \t*]*(?:Observation|Result|Output|Tool[ _](?:output|result)|Thought|Action|Final[ _]Answer)[ \t*]*:|\Z)",
     re.DOTALL)
 _ELEMENT_OPEN = r"<\s*(?P<tag>{names})(?P<attrs>\s[^<>]{{0,200}})?>"
 #: Tags that only a call uses, left outside every block (and outside code): a call that went wrong, when the tag

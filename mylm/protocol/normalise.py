@@ -35,7 +35,8 @@ CONFUSABLE_TAG = re.compile(
     rf"[<{OPEN_BRACKETS}][ \t　]*[/／]?[ \t　]*[A-Za-zＡ-Ｚａ-ｚ_＿][\w\-.:＿＝=|｜]{{0,63}}"
     rf"(?:[ \t　][^<>{OPEN_BRACKETS}{CLOSE_BRACKETS}\n]{{0,200}})?[>{CLOSE_BRACKETS}]")
 #: A tag written with entities for its brackets: `&lt;tool_code&gt;`, `&#60;/name&#62;`.
-ESCAPED_TAG = re.compile(rf"{_LT}\s*/?\s*[A-Za-z_][\w\-.:=|]{{0,63}}(?:\s[^<>&\n]{{0,200}})?{_GT}")
+ESCAPED_TAG = re.compile(rf"{_LT}\s*/?\s*[A-Za-z_][\w\-.:=|]{{0,63}}"
+                         rf"(?:\s(?:[^<>&\n]|&(?:quot|apos|amp|#[0-9]{{1,7}}|#[xX][0-9a-fA-F]{{1,6}});){{0,200}})?/?{_GT}")
 #: Info strings of a fence that means "this is a call".
 CALL_LABELS = ("tool_code", "tool_call", "tool_calls", "tool", "tools", "function_call", "function_calls",
                "functions", "tool_use", "call", "action")
