@@ -178,6 +178,12 @@ OWN_FORMS: dict[str, Form] = {
 }
 
 
+def _stream_checked(text: str, cuts: list[int]) -> ParsedTurn:
+    turn = _stream(text, cuts)
+    assert turn == parse_completion(text, tools=TOOLS)  # however it was chunked
+    return turn
+
+
 def _check(turn: ParsedTurn, name: str, args: dict[str, str], what: object) -> None:
     assert turn.final_answer is None, what
     if turn.error is None:
@@ -192,9 +198,7 @@ def test_property_a_call_in_any_spelling_is_run_exactly_or_corrected(
 ) -> None:
     name, args = call
     text = _lead(before) + SPELLINGS[spelling](FORMS[form](name, args)) + "\n" + after
-    turn = _stream(text, cuts)
-    assert turn == parse_completion(text, tools=TOOLS)
-    _check(turn, name, args, (spelling, form, text))
+    _check(_stream_checked(text, cuts), name, args, (spelling, form, text))
 
 
 @SETTINGS
@@ -207,9 +211,7 @@ def test_property_a_call_in_a_form_of_its_own_spelling_is_run_exactly_or_correct
     written = OWN_FORMS[form](name, args).replace("{label}", label)
     solo = form in ("phi functools",)  # a marker form: the whole reply is the calls
     text = written if solo else _lead(before) + written + "\n" + after
-    turn = _stream(text, cuts)
-    assert turn == parse_completion(text, tools=TOOLS)
-    _check(turn, name, args, (form, label, text))
+    _check(_stream_checked(text, cuts), name, args, (form, label, text))
 
 
 @SETTINGS
