@@ -36,6 +36,7 @@ _MANGLED_CLOSER = re.compile(r"</[A-Za-z_][\w:.-]{0,30}\s*>?")
 #: An element tag in a block's markup: `<path>`, `</path>`, `<parameter=path>`, `<parameter name="path">`.
 _ELEMENT_TAG = re.compile(r"<(?P<slash>/)?\s*(?:parameter=(?P<eq>[^>\s]{1,128})|(?P<name>[A-Za-z_][\w.:-]{0,127}))"
                           r"(?:\s+[^<>]{0,200})?/?>")
+_TAG_START = re.compile(r"<(?:/\s*)?(?:[A-Za-z_][^<>]*)?\Z")
 _NOT_ARGUMENTS = frozenset({"name", "parameters", "arguments", "tool_code", "tool_call", "function", "invoke",
                             "function_calls"})
 #: How far past a literal end tag inside an argument element the scanner looks for the element's end.
@@ -198,7 +199,8 @@ class BlockScan:
         if tag is WAIT:
             return lt, MORE
         if tag is None:
-            return self._element(text, lt), None
+            end = self._element(text, lt, final)
+            return (lt, MORE) if end is None else (end, None)
         if tag in self.kind.closers:
             if self.element is not None and self.mode == _TOP:
                 # Inside `<content>…`: a literal end tag may be content. Look on for `</content>` to decide.
@@ -215,14 +217,21 @@ class BlockScan:
             self.mode, self.after_tick = _EXPECT, False
         elif tag == NAME_OPEN:
             self.mode = _TOP
-        else:  # a parameters end tag: the arguments are complete (an end tag met before it was content)
-            self.mode, self.element, self._cand = _DONE, None, None
+        elif self.element is not None and self.mode == _TOP:
+            pass  # `</parameters>` inside `<content>…`: content (if the element never closes, the block end decides)
+        else:  # a parameters end tag: the arguments are complete
+            self.mode = _DONE
         return lt + len(tag), None
 
-    def _element(self, text: str, lt: int) -> int:
-        """An argument element opening or closing in the markup: followed, so an end tag inside it is data."""
+    def _element(self, text: str, lt: int, final: bool) -> int | None:
+        """An argument element opening or closing in the markup: followed, so an end tag inside it is data.
+        None: the tag is not complete yet (more text decides)."""
+        if self.mode != _TOP:
+            return lt + 1
         match = _ELEMENT_TAG.match(text, lt)
-        if match is None or self.mode != _TOP:
+        if match is None:
+            if not final and text.find(">", lt) < 0 and len(text) - lt < 256 and _TAG_START.match(text, lt):
+                return None
             return lt + 1
         name = "parameter" if match.group("eq") else match.group("name").lower()
         if match.group("slash"):
