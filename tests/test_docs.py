@@ -29,3 +29,25 @@ def test_docs_python_example(where: str, code: str, tmp_path: Path) -> None:
     if any(marker in code for marker in _NEEDS_ENDPOINT):
         return
     exec(compiled, {"__name__": "__docs__"})  # noqa: S102 - our own documentation
+
+
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_docs_readme_links_resolve() -> None:
+    # mkdocs --strict checks the links inside docs/; the README lives outside the site, so it is checked here.
+    readme = REPO_ROOT / "README.md"
+    for target in _LINK.findall(readme.read_text()):
+        if target.startswith(("http://", "https://")):
+            continue
+        path, _, anchor = target.partition("#")
+        page = (readme.parent / path) if path else readme
+        assert page.exists(), f"README links to {target}, which does not exist"
+        if anchor:
+            headings = re.findall(r"^#+ (.*)$", page.read_text(), re.MULTILINE)
+            assert anchor in {_slug(h) for h in headings}, f"README links to {target}: no such heading"
