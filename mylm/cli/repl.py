@@ -169,7 +169,8 @@ def enable_line_editing(redactor: Redactor) -> None:
         import readline
     except ImportError:  # Windows without pyreadline: plain input still works
         return
-    from ..sessions import data_dir, private_dir
+    from ..paths import data_dir
+    from ..sessions import private_dir
 
     try:
         path = private_dir(data_dir()) / "chat_history"

@@ -83,11 +83,10 @@ def sandbox_for(setting: str, network: bool, memory_path: Path | None = None, *,
     """The sandbox for a `sandbox` setting ("auto" or "off"), `sandbox_network` and `sandbox_unix_sockets`;
     mylm's own config and data directories are never readable from it."""
     from ..config import config_path
-    from ..prompts import user_config_dir
+    from ..paths import config_dir, data_dir
     from ..sandbox import Mode, detect
-    from ..sessions import data_dir
 
-    private = [user_config_dir(), data_dir(), config_path(), *([memory_path] if memory_path else [])]
+    private = [config_dir(), data_dir(), config_path(), *([memory_path] if memory_path else [])]
     mode: Mode = "off" if setting == "off" else "auto"
     return detect(mode, network=network, private=private, unix_sockets=unix_sockets)
 
@@ -202,7 +201,7 @@ def make_approver(
     terminal injected through click's obj) when the policy says to ask."""
     from ..config import config_path, section_error
     from ..errors import ConfigError
-    from ..prompts import user_config_dir
+    from ..paths import config_dir
     from ..tools import ApprovalPolicy
     from .approve import Approver, open_terminal
 
@@ -211,7 +210,7 @@ def make_approver(
     warn_about(sandbox)
     try:
         policy = ApprovalPolicy.from_config(
-            section, workspace=Path.cwd(), yes=settings.yes, config_dir=user_config_dir()
+            section, workspace=Path.cwd(), yes=settings.yes, config_dir=config_dir()
         )
     except ConfigError as error:
         raise section_error(config_path(), "tools.approval", error) from None
