@@ -23,7 +23,7 @@ from .errors import (
 from .llm import LLM, ConstrainMode, Constraint, LLMRequest, alternating
 from .prompts import PromptLoader, dump_json, tool_view
 from .protocol.canonical import format_tool_call
-from .protocol.defuse import neutralise
+from .protocol.defuse import defuse_special_tokens, neutralise
 from .protocol.parsed import ParsedTurn
 from .protocol.stops import DEFAULT_STOPS, OBSERVATION_STOP, TOOL_STOP
 from .tools.base import Tool, ToolContext, ToolOutcome
@@ -220,7 +220,7 @@ class Agent:
             tools=tool_view(advertised),
             multiple_calls=multiple_calls,
             final_answer_tag=constrain != "off",
-            instructions=clean_text(instructions)[0],
+            instructions=defuse_special_tokens(clean_text(instructions)[0]),  # project data: no turn forging
             platform=platform.system() or "unknown",
             cwd=clean_text(str(self.workspace))[0],
             tool_choice=tool_choice,
