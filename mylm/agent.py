@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import logging
-import platform
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Generator, Iterable, Literal, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Generator, Iterable, Literal, Sequence
 
 from .cancel import CancelToken, hook_deadline
-from .context import Compactor, TokenEstimator
+from .constrain.select import TOOL_CHOICES
+from .context import Compactor
+from .corrections import Corrections
 from .decoding import clean_text
 from .errors import (
     CancelledError,
@@ -20,17 +21,16 @@ from .errors import (
     RunTimeoutError,
     UnusableRepliesError,
 )
-from .llm import LLM, ConstrainMode, Constraint, LLMRequest, alternating
+from .llm import LLM, ConstrainMode, Constraint
 from .outputs import OutputCache, cut_middle
-from .prompts import PromptLoader, dump_json, tool_view
+from .prompts import PromptLoader
 from .protocol.canonical import format_tool_call
 from .protocol.defuse import neutralise
 from .protocol.parsed import ParsedTurn
-from .protocol.stops import DEFAULT_STOPS, OBSERVATION_STOP, TOOL_STOP
+from .step import Meter, ModelStep, StepConfig, StepOutcome, Steps, ToolChoice
 from .tools.base import Tool, ToolContext, ToolOutcome
 from .tools.bounded import run_bounded
 from .tools.registry import ToolRegistry
-from .turn import ModelTurn, cut_mid_thought, stream_turn
 from .types import (
     ContinueEvent,
     ErrorEvent,
@@ -47,8 +47,6 @@ from .types import (
     ToolCall,
     ToolCallEvent,
     ToolResultEvent,
-    Usage,
-    UsageEvent,
 )
 
 if TYPE_CHECKING:
@@ -63,13 +61,6 @@ PermissionHook = Callable[[ToolCall, Tool], Permission]
 #: Called with the model's final answer and the conversation so far; a message it returns sends the model back
 #: to work (it is added as a user message), None lets the answer stand.
 BeforeFinishHook = Callable[[str, Sequence[Message]], "str | None"]
-#: `auto`, `none`, `required`, or the name of the one tool the model must call.
-ToolChoice = str
-TOOL_CHOICES = ("auto", "none", "required")
-
-T = TypeVar("T")
-#: A step of the loop: yields events as they happen, returns its outcome.
-Steps = Generator[Event, None, T]
 
 #: The answer given when the iteration limit is hit and even the summary call fails (seed 003 §6).
 FALLBACK_ANSWER = "I could not finish the task within the allowed number of steps."
@@ -85,22 +76,19 @@ class _Run:
     messages: list[Message]
     cancel: CancelToken
     deadline: float
-    #: Stop strings still sent to the server (dropped if they cut the model's reasoning).
-    stops: tuple[str, ...]
+    #: The corrections sent so far, so a repeated mistake gets a different, more concrete one.
+    corrections: Corrections
     prompt: str = ""
     added: list[Message] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
-    usage: Usage = Usage()
+    #: Every completion requested (loop turns, the retry without stops, compaction, the summary) and its cost.
+    meter: Meter = field(default_factory=Meter)
     iteration: int = 0
-    #: Every completion requested: loop turns, the retry without stops, compaction and the summary call.
-    model_calls: int = 0
     failures: int = 0
     compacted: bool = False
     #: The calls of the current turn, and how many could not even be tried (unknown tool, invalid arguments).
     turn_calls: int = 0
     invalid_calls: int = 0
-    #: The correction sent last, so a repeated mistake gets a different, more concrete one.
-    last_problem: str = ""
 
     def add(self, message: Message) -> None:
         self.messages.append(message)
@@ -171,43 +159,33 @@ class Agent:
             raise ValueError("max_iterations must be at least 1")
         if timeout <= 0:
             raise ValueError("timeout must be positive")
-        self.llm = llm
         self.outputs = OutputCache() if output_cache else None
         self.tools = ToolRegistry(tools)
-        advertised = list(self.tools)
-        if tool_choice not in TOOL_CHOICES and tool_choice not in self.tools:
-            known = ", ".join(t.name for t in advertised) or "none"
-            raise ValueError(
-                f"tool_choice must be auto, none, required or a tool's name; {tool_choice!r} is none of them "
-                f"(tools: {known})"
-            )
+        listed = list(self.tools)
         self.tool_choice = tool_choice
         self.before_finish = before_finish
         #: With no tools at all, a call cannot be corrected into something useful: it ends the run.
-        self._no_tools = not advertised
-        if tool_choice == "none":
-            advertised = []
-        elif tool_choice not in TOOL_CHOICES:
-            advertised = [t for t in advertised if t.name == tool_choice]
+        self._no_tools = not listed
+        unlisted: list[Tool] = []
         if self.outputs is not None and "read_output" not in self.tools:
             # Callable, but not listed in the system prompt: the observation that cuts an output says exactly
             # how to call it, and every listed tool costs tokens on every call.
-            self.tools.add(self.outputs.tool())
+            unlisted.append(self.outputs.tool())
         self.max_iterations = max_iterations
         self.timeout = timeout
         self.prompts = prompts or PromptLoader.default()
         self.max_tokens = max_tokens
         self.multiple_calls = multiple_calls
         self.constrain = constrain
-        #: The grammars requests carry (compiled once per agent): every turn, and the summary at the limit.
-        self.constraint, self.answer_constraint = _constraints(
-            self.tools, constrain, multiple_calls, max_tokens, tool_choice
-        )
+        config = StepConfig(max_tokens, multiple_calls, constrain, tool_choice, stop_strings)
+        self.step = ModelStep(llm, listed, config, prompts=self.prompts, unlisted=unlisted)
+        for tool_ in unlisted:
+            self.tools.add(tool_)
         self.permission = permission
         self.workspace = workspace or Path.cwd()
         self.max_consecutive_failures = max_consecutive_failures
         self.max_observation_chars = max_observation_chars
-        self.estimator = TokenEstimator()
+        self.estimator = self.step.estimator
         self.compactor = (
             Compactor(llm, self.prompts, self.estimator, budget=context_budget, threshold=compaction_threshold,
                       keep_recent=keep_recent_messages, max_tokens=max_tokens)
@@ -215,33 +193,42 @@ class Agent:
         )
         self._clock = clock
         # One system prompt for the agent's life: no timestamps or counters, so server prompt caches hit.
-        self.system_prompt = self.prompts.render(
-            "system.j2",
-            tools=tool_view(advertised),
-            multiple_calls=multiple_calls,
-            final_answer_tag=constrain != "off",
-            instructions=clean_text(instructions)[0],
-            platform=platform.system() or "unknown",
-            cwd=clean_text(str(self.workspace))[0],
-            tool_choice=tool_choice,
-        )
+        self.system_prompt = self.step.system_prompt(instructions=instructions, cwd=str(self.workspace))
         self.prompts.check(self._templates())
-        # Without several calls per turn, the end of the first call can stop generation at the server. Models
-        # whose API refuses stop strings get none: the parser still ends the turn at the call.
-        self.stops: tuple[str, ...] = DEFAULT_STOPS if not multiple_calls else (OBSERVATION_STOP,)
-        if not stop_strings:
-            self.stops = ()
-        #: Whether this endpoint's chat template opens `<think>` for the model, as its replies have shown so far
-        #: (None: not known yet, so the parser holds calls until a reply shows it; see docs/parser.md).
-        self.opens_reasoning: bool | None = None
+
+    @property
+    def llm(self) -> LLM:
+        """The model endpoint every turn goes to (replaceable, e.g. by a wrapper that rate-limits it)."""
+        return self.step.llm
+
+    @llm.setter
+    def llm(self, llm: LLM) -> None:
+        self.step.llm = llm
+
+    @property
+    def constraint(self) -> Constraint | None:
+        """The grammar every turn is sampled under (None: unconstrained)."""
+        return self.step.constraint
+
+    @property
+    def answer_constraint(self) -> Constraint | None:
+        """The grammar of the summary turn at the iteration limit (None: unconstrained)."""
+        return self.step.answer_constraint
+
+    @property
+    def opens_reasoning(self) -> bool | None:
+        """Whether the endpoint's chat template opens `<think>`, as its replies have shown (None: not known)."""
+        return self.step.opens_reasoning
+
+    @opens_reasoning.setter
+    def opens_reasoning(self, value: bool | None) -> None:
+        self.step.opens_reasoning = value
 
     def _templates(self) -> list[str]:
         """Every template a run can render: checked before the first request, so a broken one is reported
         before any tool has run."""
-        names = ["observation.j2", "tool_error.j2", "denied.j2", "format_error.j2", "truncated.j2",
-                 "unrun_block.j2", "summary.j2"]
-        if self.tool_choice not in ("auto", "none"):
-            names.append("tool_required.j2")
+        names = ["observation.j2", "tool_error.j2", "denied.j2", "unrun_block.j2", "summary.j2",
+                 *self.step.templates()]
         if self.compactor is not None:
             names += ["compaction.j2", "compacted.j2"]
         return names
@@ -257,7 +244,7 @@ class Agent:
         # which no request encoder accepts: they become U+FFFD here, once, instead of failing every request.
         history = [Message(m.role, clean_text(m.content)[0]) for m in history]
         prompt = clean_text(prompt)[0] if prompt is not None else None
-        run = _Run(history, token, self._clock() + self.timeout, self.stops, prompt or "")
+        run = _Run(history, token, self._clock() + self.timeout, self.step.corrections(), prompt or "")
         if prompt is not None:
             run.add(Message("user", prompt))
         return AgentStream(self._recorded(run), token)
@@ -320,11 +307,11 @@ class Agent:
             final_text=text,
             stop_reason=reason,
             iterations_used=run.iteration,
-            model_calls=run.model_calls,
+            model_calls=run.meter.calls,
             timed_out=reason is StopReason.TIMEOUT,
             history_delta=tuple(run.added),
             events=tuple(run.events),
-            usage=run.usage,
+            usage=run.meter.usage,
             error=error,
             history=tuple(run.messages),
             compacted=run.compacted,
@@ -337,16 +324,13 @@ class Agent:
             run.iteration = iteration
             logger.info("Agentic iteration %d/%d", iteration, self.max_iterations)
             yield IterationStartEvent(iteration, self.max_iterations)
-            turn = yield from self._model_turn(run, self._messages(run))
+            outcome = yield from self._model_turn(run, self._messages(run))
+            turn = outcome.turn
             logger.info("Model turn ended: %s", turn.finish.value)
-            problem = _unusable(turn.parsed)
-            if problem is not None:
-                yield from self._reject_turn(run, turn, problem)
+            if not outcome.usable:
+                yield from self._reject_turn(run, outcome)
                 continue
             if not turn.parsed.tool_calls:
-                if self.tool_choice not in ("auto", "none"):
-                    yield from self._require_call(run, turn)
-                    continue
                 run.failures = 0
                 logger.info("Final response received (no tool calls)")
                 run.add(Message("assistant", turn.parsed.thought or turn.parsed.text.strip()))
@@ -374,20 +358,11 @@ class Agent:
             run.failures = run.failures + 1 if run.invalid_calls == run.turn_calls > 0 else 0
             if run.failures >= self.max_consecutive_failures:
                 raise MylmError(f"the model gave {run.failures} unusable replies in a row; last problem: "
-                                f"{run.last_problem}")
+                                f"{run.corrections.last}")
         logger.warning("Max agentic iterations reached without final response")
         answer = yield from self._summarise(run)
         yield FinalResponseEvent(answer, StopReason.MAX_ITERATIONS)
         return answer, StopReason.MAX_ITERATIONS
-
-    def _require_call(self, run: _Run, turn: ModelTurn) -> Steps[None]:
-        """tool_choice `required` or a tool's name: a reply without a call is corrected, not taken as the
-        answer."""
-        run.add(Message("assistant", turn.parsed.text.strip() or "(empty reply)"))
-        tool_name = None if self.tool_choice == "required" else self.tool_choice
-        which = f"a call of {tool_name}" if tool_name else "a tool call"
-        yield ErrorEvent(f"the reply had no tool call; {which} is required (tool_choice)", "tool_choice")
-        run.add(Message("user", self.prompts.render("tool_required.j2", tool=tool_name)))
 
     def _sent_back(self, run: _Run, answer: str) -> Steps[bool]:
         """Ask the `before_finish` hook about the answer; True when it sent the model back to work."""
@@ -419,85 +394,35 @@ class Agent:
 
     # ----------------------------------------------------------------------------------- model turns
 
-    def _model_turn(
-        self, run: _Run, messages: tuple[Message, ...], *, summary: bool = False
-    ) -> Steps[ModelTurn]:
-        """One completion; redone once without stop strings if a server stop cut the model's reasoning."""
-        constraint = self.answer_constraint if summary else self.constraint
-        turn = yield from self._complete(run, messages, constraint)
-        if run.stops and cut_mid_thought(turn):
-            # Models draft calls inside <think>; a server honouring our stops then ends the turn mid-thought.
-            # Ask again without stops for the rest of the run: the parser still ends the turn at a real call.
-            logger.warning("The endpoint stopped inside the model's reasoning; retrying without stop strings")
-            yield ErrorEvent("the reply stopped inside the reasoning; asking again without stop strings", "retry")
-            run.stops = ()
-            turn = yield from self._complete(run, messages, constraint)
-        return turn
+    def _model_turn(self, run: _Run, messages: tuple[Message, ...], *, summary: bool = False) -> Steps[StepOutcome]:
+        """One completion through the step; what the user saw of one cut short stays in the conversation."""
+        try:
+            return (yield from self.step.turn(
+                messages, deadline=self._deadline(run), cancel=run.cancel, corrections=run.corrections,
+                meter=run.meter, answer_only=summary,
+            ))
+        except BaseException:
+            partial, run.meter.partial = run.meter.partial, ""
+            if partial.strip():
+                run.add(Message("assistant", partial.rstrip() + "\n[interrupted]"))
+            raise
 
     def _deadline(self, run: _Run) -> float:
         """The run's deadline on the clock HTTP reads and tools compare against (the run's clock may be a fake)."""
         return time.monotonic() + (run.deadline - self._clock())
 
-    def _request(
-        self,
-        run: _Run,
-        messages: Sequence[Message],
-        stops: tuple[str, ...],
-        constraint: Constraint | None = None,
-    ) -> LLMRequest:
-        """The request for `messages`, with roles alternating as strict chat templates require."""
-        return LLMRequest(
-            alternating(messages), stops, self.max_tokens, self._deadline(run), run.cancel, constraint
-        )
-
-    def _complete(
-        self, run: _Run, messages: tuple[Message, ...], constraint: Constraint | None = None
-    ) -> Steps[ModelTurn]:
-        stops = run.stops
-        if self.opens_reasoning is not False:
-            # Unless replies have shown that the template does not open <think>, a call may be a draft that a later
-            # lone </think> turns into reasoning: let the model go on past it (docs/parser.md, "Reasoning").
-            stops = tuple(s for s in stops if s != TOOL_STOP)
-        request = self._request(run, messages, stops, constraint)
-        run.model_calls += 1
-        shown: list[str] = []
-        try:
-            turn: ModelTurn = yield from stream_turn(
-                self.llm, request, multiple_calls=self.multiple_calls, shown=shown, tools=self._tool_names(),
-                reasoning_open=self.opens_reasoning,
-            )
-        except BaseException:
-            # Keep what the user already saw: the conversation so far is never lost.
-            if "".join(shown).strip():
-                run.add(Message("assistant", "".join(shown).rstrip() + "\n[interrupted]"))
-            raise
-        if turn.opens_reasoning is not None:
-            self.opens_reasoning = turn.opens_reasoning
-        if turn.usage is not None:
-            run.usage = run.usage + turn.usage
-            if turn.usage.prompt_tokens:
-                self.estimator.calibrate(messages, turn.usage.prompt_tokens)
-            yield UsageEvent(turn.usage, run.usage)
-        return turn
-
-    def _tool_names(self) -> dict[str, tuple[str, ...]]:
-        """The tools in play and their argument names: the parser reads drifted calls against them."""
-        return {t.name: tuple(dict(t.parameters).get("properties") or ()) for t in self.tools}
-
-    def _reject_turn(self, run: _Run, turn: ModelTurn, message: str) -> Steps[None]:
+    def _reject_turn(self, run: _Run, outcome: StepOutcome) -> Steps[None]:
         """Record an unusable turn and tell the model exactly what to fix (or give up after repeated failures)."""
-        run.add(Message("assistant", turn.parsed.text.strip() or "(empty reply)"))
-        run.failures += 1
-        yield ErrorEvent(message, "format")
-        if run.failures >= self.max_consecutive_failures:
-            raise UnusableRepliesError(
-                f"the model gave {run.failures} unusable replies in a row; last problem: {message}"
-            )
-        if turn.finish is FinishReason.MAX_TOKENS:
-            observation = self.prompts.render("truncated.j2", max_tokens=self.max_tokens)
-        else:
-            observation = self.prompts.render("format_error.j2", message=neutralise(_escalated(run, message)))
-        run.add(Message("user", observation))
+        assert outcome.problem is not None and outcome.correction is not None
+        run.add(outcome.reply)
+        yield ErrorEvent(outcome.problem, outcome.kind)
+        if outcome.kind == "format":
+            run.failures += 1
+            if run.failures >= self.max_consecutive_failures:
+                raise UnusableRepliesError(
+                    f"the model gave {run.failures} unusable replies in a row; last problem: {outcome.problem}"
+                )
+        run.add(Message("user", outcome.correction))
 
     # ------------------------------------------------------------------------------------------ tools
 
@@ -537,19 +462,19 @@ class Agent:
         status: Literal["completed", "error", "denied"] = "error"
         if tool_ is None:
             yield ToolCallEvent(call)
-            outcome = ToolOutcome(_escalated(run, self.tools.unknown_tool_message(call.name)), True, 0.0)
+            outcome = ToolOutcome(run.corrections.escalated(self.tools.unknown_tool_message(call.name)), True, 0.0)
             run.invalid_calls += 1
         else:
             arguments, problems = tool_.validate(call.arguments)
             call = replace(call, arguments=arguments)
             yield ToolCallEvent(call)
-            refusal = self._refused_by_choice(call.name)
+            refusal = self._refused_by_choice(run, call.name)
             skip = bool(problems) or refusal is not None
             verdict = Permission.allow() if skip else (yield from self._permit(run, call, tool_))
             if refusal is not None:
                 outcome, status = ToolOutcome(refusal, True, 0.0), "denied"
             elif problems:
-                outcome = ToolOutcome(_escalated(run, _invalid_arguments(tool_, problems), tool_), True, 0.0)
+                outcome = ToolOutcome(run.corrections.invalid_arguments(tool_, problems), True, 0.0)
                 run.invalid_calls += 1
             elif not verdict.allowed:
                 outcome, status = ToolOutcome(verdict.reason or "the user refused it", True, 0.0), "denied"
@@ -576,12 +501,11 @@ class Agent:
         yield from self._report(call, outcome, status, observations)
         return outcome
 
-    def _refused_by_choice(self, name: str) -> str | None:
+    def _refused_by_choice(self, run: _Run, name: str) -> str | None:
         """Why tool_choice forbids calling `name`, or None."""
-        if self.tool_choice == "none":
-            return "tools are turned off for this run (tool_choice none): answer without calling any tool"
-        if self.tool_choice not in TOOL_CHOICES and name not in (self.tool_choice, "read_output"):
-            return f"only {self.tool_choice} may be called in this run (tool_choice)"
+        choice = self.tool_choice
+        if choice == "none" or (choice not in TOOL_CHOICES and name not in (choice, "read_output")):
+            return run.corrections.refused_by_choice(name, choice)
         return None
 
     def _permit(self, run: _Run, call: ToolCall, tool_: Tool) -> Steps[Permission]:
@@ -638,15 +562,15 @@ class Agent:
         except (CancelledError, LLMTimeoutError, KeyboardInterrupt):
             raise
         except MylmError as error:
-            run.model_calls += 1
+            run.meter.calls += 1
             logger.warning("Compaction failed: %s", error)
             yield ErrorEvent(f"could not compact the conversation: {error}", "compaction")
             return
         if outcome is None:
             return
-        run.model_calls += 1
+        run.meter.calls += 1
         if outcome.usage is not None:
-            run.usage = run.usage + outcome.usage
+            run.meter.usage = run.meter.usage + outcome.usage
         run.messages[:] = outcome.messages
         run.compacted = True
         yield outcome.event
@@ -659,7 +583,7 @@ class Agent:
         # is an answer to a request the history shows.
         run.add(request)
         try:
-            turn = yield from self._model_turn(run, self._messages(run), summary=True)
+            turn = (yield from self._model_turn(run, self._messages(run), summary=True)).turn
         except (CancelledError, RunTimeoutError, KeyboardInterrupt):
             raise
         except MylmError as error:
@@ -673,71 +597,3 @@ class Agent:
         run.add(Message("assistant", answer))
         return answer
 
-
-def _constraints(
-    tools: ToolRegistry, mode: ConstrainMode, multiple_calls: bool, max_tokens: int, tool_choice: str = "auto"
-) -> tuple[Constraint | None, Constraint | None]:
-    """The turn and summary constraints for `mode` (`auto`: where the endpoint can; `grammar`: insist), with
-    `tool_choice` mapped onto the grammar: `none` offers no call, a tool's name only that tool (and
-    `read_output`), `required` and a name leave no answer branch.
-
-    Thought and answer are sized to the output token limit (a token is rarely under two characters), so a
-    model under the grammar closes its answer itself rather than being cut off mid-turn."""
-    if mode == "off":
-        return None, None
-    if mode not in ("auto", "grammar"):
-        raise ValueError(f"constrain must be auto, grammar or off, not {mode!r}")
-    from .constrain import TRIGGER, ToolSpec, compile_protocol
-    from .constrain.protocol import ANSWER_CHARS, THOUGHT_CHARS
-
-    offered = [t for t in tools if tool_choice in TOOL_CHOICES or t.name in (tool_choice, "read_output")]
-    grammar = compile_protocol(
-        [] if tool_choice == "none" else [ToolSpec(t.name, t.parameters) for t in offered],
-        multiple_calls=multiple_calls,
-        thought_chars=min(THOUGHT_CHARS, max_tokens // 2),
-        answer_chars=min(ANSWER_CHARS, max_tokens),
-        require_call=tool_choice not in ("auto", "none"),
-    )
-    required = mode == "grammar"
-    return (
-        Constraint(grammar.turn, grammar.call, TRIGGER, required),
-        Constraint(grammar.answer, required=required),
-    )
-
-
-def _unusable(parsed: ParsedTurn) -> str | None:
-    """Why a turn can be neither run nor taken as the answer, or None if it can."""
-    if parsed.error is not None:
-        return parsed.error
-    if parsed.tool_calls or (parsed.final_answer or "").strip():
-        return None
-    if parsed.unclosed_reasoning:
-        return (
-            "Your reply ended inside <think> with neither a tool call nor an answer. Close your reasoning "
-            "with </think>, then write one <tool_code> block or your answer."
-        )
-    return "Your reply was empty. Write one <tool_code> block to use a tool, or write your answer."
-
-
-def _escalated(run: _Run, message: str, tool_: Tool | None = None) -> str:
-    """The correction for `message`; when it repeats the last one (which evidently did not help), a different one:
-    a ready-made block to copy, with the tool's real argument names."""
-    repeated = message == run.last_problem
-    run.last_problem = message
-    if not repeated:
-        return message
-    if tool_ is not None:
-        names = list(dict(tool_.parameters).get("required") or dict(tool_.parameters).get("properties") or ())
-        arguments = {str(n): "VALUE" for n in names}
-        block = format_tool_call(ToolCall(tool_.name, arguments))
-        return (f"{message}\nThis is the same mistake as in your previous call, so that correction did not help. "
-                "Do not copy the schema. Copy this block exactly and replace each VALUE with the value you "
-                f"mean:\n{block}")
-    return (f"{message}\nThis is the same problem as in your previous reply. Reply with nothing but one block "
-            "in exactly this form (or, to answer, with plain text and no tags):\n"
-            + format_tool_call(ToolCall("TOOL_NAME", {"ARGUMENT": "VALUE"})))
-
-
-def _invalid_arguments(tool_: Tool, problems: list[str]) -> str:
-    listed = "; ".join(problems)
-    return f"invalid arguments: {listed}. The parameters schema is {dump_json(dict(tool_.parameters))}"
