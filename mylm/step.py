@@ -225,6 +225,7 @@ class ModelStep:
             yield ErrorEvent("the reply stopped inside the reasoning; asking again without stop strings", "retry")
             self.stops = ()
             turn = yield from self._complete(messages, deadline, cancel, constraint, meter)
+        logger.info("Model turn ended: %s", turn.finish.value)
         if answer_only:
             return StepOutcome(turn)
         return self.judge(turn, corrections or self.corrections())
