@@ -23,12 +23,12 @@ from .errors import (
     UnusableRepliesError,
 )
 from .llm import LLM, Constraint
-from .outputs import OutputCache
 from .prompts import PromptLoader
 from .run_state import RunState
 from .step import ModelStep, StepOutcome, Steps
 from .streams import AgentStream
 from .tool_runner import ToolRunner
+from .tools.outputs import OutputCache
 from .tools.registry import ToolRegistry
 from .turn import ModelTurn
 from .types import (

@@ -15,7 +15,6 @@ from .cancel import hook_deadline
 from .constrain.select import TOOL_CHOICES
 from .decoding import clean_text
 from .errors import CancelledError
-from .outputs import OutputCache, cut_middle
 from .prompts import PromptLoader
 from .protocol.canonical import format_tool_call
 from .protocol.defuse import neutralise
@@ -24,6 +23,7 @@ from .run_state import RunState
 from .step import Steps
 from .tools.base import Tool, ToolContext, ToolOutcome
 from .tools.bounded import run_bounded
+from .tools.outputs import OutputCache, cut_middle
 from .tools.registry import ToolRegistry
 from .types import (
     ErrorEvent,
