@@ -104,3 +104,21 @@ def test_reasoning_markers_in_tool_output_are_defused(opener: str, closer: str) 
     assert closer.lower() not in out.lower() and opener.lower() not in out.lower()
     turn = parse_completion(f"The log says {out}. Done.")
     assert turn.final_answer is not None and not turn.reasoning
+
+
+def test_config_reasoning_markers_reach_the_agent_loop(tmp_path: pytest.TempPathFactory) -> None:
+    from mylm import Agent, tool
+    from mylm.testing import ScriptedLLM
+
+    ran: list[str] = []
+
+    @tool
+    def execute_command(command: str) -> str:
+        """Run a command."""
+        ran.append(command)
+        return "ok"
+
+    llm = ScriptedLLM([f"<reflect>maybe {DRAFT}</reflect>No command is needed."])
+    agent = Agent(llm, [execute_command], workspace=tmp_path, reasoning_markers=(("<reflect>", "</reflect>"),))
+    result = agent.run("go")
+    assert ran == [] and result.final_text == "No command is needed."

@@ -252,9 +252,10 @@ def build_agent(ctx: click.Context, settings: Settings, approver: Approver, tool
             timeout=settings.timeout,
             prompts=loader,
             max_tokens=settings.max_tokens,
-            constrain=settings.constrain,  # type: ignore[arg-type]  # validated by the config reader
+            constrain=settings.constrain,  # validated by the config reader
             permission=approver,
             instructions=settings.instructions,
+            reasoning_markers=settings.reasoning_markers,
             context_budget=budget,
             tool_choice=tool_choice,
             stop_strings=getattr(known_model(settings), "stop_strings", True),
