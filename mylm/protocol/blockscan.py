@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Final
 
 from .tags import (
@@ -110,6 +111,13 @@ KINDS = {
 STUTTER = {kind: re.compile(rf"(?:{re.escape(k.opener)}\s*)+", re.IGNORECASE) for kind, k in KINDS.items()}
 
 
+@lru_cache(maxsize=64)
+def _heads(tags: tuple[str, ...]) -> tuple[frozenset[str], re.Pattern[str]]:
+    """The first characters of `tags`, as a set and as a pattern (computed once per tag set)."""
+    heads = sorted({t[0] for t in tags})
+    return frozenset(heads), re.compile("[" + "".join(re.escape(h) for h in heads) + "]")
+
+
 class BlockScan:
     """Incremental end-of-block finder for one block body."""
 
@@ -136,9 +144,7 @@ class BlockScan:
         self._json_tags = (*kind.closers, *(t for t in implicit if t[0] == "<"), *PARAMS_CLOSE_TAGS)
         # `<name>` after the parameters (models that write the arguments first): the block goes on.
         self._done_tags = (*kind.closers, *implicit, *PARAMS_CLOSE_TAGS, NAME_OPEN)
-        heads = sorted({t[0] for t in self._top_tags})
-        self._heads = frozenset(heads)
-        self._top_first = re.compile("[" + "".join(re.escape(h) for h in heads) + "]")
+        self._heads, self._top_first = _heads(self._top_tags)
 
     def inside_string(self, text: str) -> bool:
         """Whether all of `text` continues the JSON string being scanned (so it cannot end the block)."""

@@ -93,8 +93,20 @@ def decode_calls(body: str, kind: str = "tool_code", *, at_end: bool = False) ->
 _PARAMS_CLOSE_RE = re.compile(r"\s*</(?:parameters|arguments)\s*>", re.IGNORECASE)
 
 
+def _two_names(body: str) -> bool:
+    found = 0
+    for spelling in ("<name", "<Name", "<NAME"):
+        i = body.find(spelling)
+        while i >= 0 and found < 2:
+            found += 1
+            i = body.find(spelling, i + 1)
+    return found >= 2
+
+
 def _second_pair(body: str) -> int | None:
     """Where a second `<name>` pair starts, after the first pair's parameters end; None if there is none."""
+    if not _two_names(body):
+        return None  # the common case, decided by plain `find` (no regex over a large argument)
     first = _NAME_OPEN.search(body)
     if first is None or _NAME_OPEN.search(body, first.end()) is None:
         return None

@@ -85,7 +85,7 @@ def _code_mask(text: str) -> str:
     """`text` with code fences and inline code blanked out (same length), so examples are not read as calls."""
     for pattern in (_FENCE_SPAN, _INLINE_SPAN):
         text = pattern.sub(lambda m: _NOT_NEWLINE.sub(" ", m.group()), text)
-    if ">" in text or "    " in text or "\t" in text:
+    if _MAYBE_QUOTED.search(text):
         spans = quoted_lines(text)  # blockquotes and indented code: quoted or shown, never run
         if spans:
             parts, last = [], 0
@@ -97,6 +97,7 @@ def _code_mask(text: str) -> str:
 
 
 _NOT_NEWLINE = re.compile(r"[^\n]")
+_MAYBE_QUOTED = re.compile(r"^(?: {0,3}>| {4}|\t)", re.MULTILINE)
 _INVENTED_LINE = re.compile(r"(?m)^" + INVENTED.pattern, re.IGNORECASE)
 _TRIGGER = re.compile(r"<\s*/?\s*[A-Za-z_]|^[ \t*]*Action|\[/?TOOL_CALLS?\]|<[|｜]|to=", re.MULTILINE)
 

@@ -22,6 +22,7 @@ import ast
 import re
 import unicodedata
 from collections.abc import Mapping
+from functools import lru_cache
 
 from .markup import decode_entities
 
@@ -44,7 +45,7 @@ _LABELLED_FENCE = re.compile(
     r"(?ms)^[ \t]{0,3}(?P<fence>`{3,}|~{3,})[ \t]*(?P<label>" + "|".join(CALL_LABELS)
     + r")[ \t]*\n(?P<body>.*?)^[ \t]{0,3}(?P=fence)[ \t]*$", )
 _INLINE_OR_FENCE = re.compile(r"(?ms)^[ \t]{0,3}(`{3,}|~{3,})[^\n]*\n.*?(?:^[ \t]{0,3}\1[ \t]*$|\Z)|(`+)[^`\n]+?\2")
-_CALL_LINE = re.compile(r"(?m)^[ \t]*(?:print\()?(?:[A-Za-z_]\w*\.)?(?P<name>[A-Za-z_]\w{0,127})\(")
+_CALL_LINE = re.compile(r"[ \t]{0,3}(?:print\()?(?:[A-Za-z_]\w*\.)?(?P<name>[A-Za-z_]\w{0,127})\(")
 _MAX = 1_000_000
 
 
@@ -92,12 +93,16 @@ def _call_lines(text: str, tools: Mapping[str, object]) -> str:
     """Lines that are nothing but a Python-style call of a registered tool, outside code, as blocks."""
     if "(" not in text:
         return text
-    code = [(m.start(), m.end()) for m in _INLINE_OR_FENCE.finditer(text)]
+    code: list[tuple[int, int]] | None = None  # found only once a registered name starts a line (rare)
     parts: list[str] = []
     last = 0
-    for match in _CALL_LINE.finditer(text):
-        if match.start() < last or match.group("name") not in tools:
+    for found in _names_called(frozenset(tools)).finditer(text):
+        line = text.rfind("\n", 0, found.start()) + 1
+        match = _CALL_LINE.match(text, line)
+        if match is None or match.end("name") != found.end() - 1 or match.start() < last:
             continue
+        if code is None:
+            code = [(m.start(), m.end()) for m in _INLINE_OR_FENCE.finditer(text)]
         if any(a <= match.start() < b for a, b in code) or "<tool_code>" in text[max(0, match.start() - 40):
                                                                                 match.start()]:
             continue
@@ -107,6 +112,12 @@ def _call_lines(text: str, tools: Mapping[str, object]) -> str:
         parts += [text[last : match.start()], "<tool_code>\n", text[match.start() : end].strip(), "\n</tool_code>"]
         last = end
     return text if not parts else "".join(parts) + text[last:]
+
+
+@lru_cache(maxsize=32)
+def _names_called(names: frozenset[str]) -> re.Pattern[str]:
+    """`name(` for any of the registered tool names (searched instead of trying every line)."""
+    return re.compile(r"\b(?:" + "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True)) + r")\(")
 
 
 def _call_end(text: str, start: int, max_lines: int = 60) -> int | None:

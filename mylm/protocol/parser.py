@@ -17,6 +17,7 @@ Decisions, in the order a careful reader makes them:
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from ..types import ReasoningEvent, TextEvent, ToolCall
 from . import markup
@@ -116,7 +117,7 @@ class StreamParser:
         reasoning: tuple[ReasoningDialect, ...] = REASONING_DIALECTS,
     ) -> None:
         self._vocab = vocab = vocabulary(tuple(reasoning))
-        self._outside_tags = TagSet(vocab.outside)
+        self._outside_tags = vocab.outside_set
         self._think_closes = vocab.closes  # until an opener says which dialect: any closer ends reasoning
         self._think_close_re = _closer_pattern(self._think_closes)
         self._multiple_calls = multiple_calls
@@ -376,8 +377,8 @@ class StreamParser:
 
     def _step_outside_slow(self, final: bool) -> bool:
         """Inside or just after a code fence, or after a call: every line start and tag matters."""
-        if self._watch and self._line_start and self._fence is None:
-            invented = self._invented(final)
+        if self._line_start:  # set only after a call (see `_watch`)
+            invented = self._invented(final) if self._fence is None else False
             if invented is None:
                 return False
             self._line_start = False
@@ -397,9 +398,8 @@ class StreamParser:
         if ch == "\n":
             self._visible("\n")
             self._pos = end + 1
-            self._line_blank, self._inline, self._line_start = True, 0, True
+            self._line_blank, self._inline, self._line_start = True, 0, self._watch
             return True
-        self._line_start = False
         if ch[0] not in "`~":
             return self._step_tag(final) or self._pos > pos
         return self._step_run(ch, final) or self._pos > pos
@@ -802,6 +802,7 @@ class StreamParser:
         )
 
 
+@lru_cache(maxsize=64)
 def _closer_pattern(closes: tuple[str, ...]) -> re.Pattern[str]:
     return re.compile("|".join(re.escape(c) for c in sorted(closes, key=len, reverse=True)), re.IGNORECASE)
 

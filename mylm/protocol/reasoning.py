@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from .blockscan import TagSet
 from .parsed import ParsedTurn
 from .tags import (
     DRIFT_OPENERS,
@@ -52,6 +53,8 @@ class Vocabulary:
     plain: re.Pattern[str]
     #: Characters a tag can start with inside a block's markup.
     first: re.Pattern[str]
+    #: The outside tags as a matcher (built once per table: parsers are created per reply).
+    outside_set: TagSet
 
 
 @lru_cache(maxsize=16)
@@ -76,6 +79,7 @@ def vocabulary(dialects: tuple[ReasoningDialect, ...] = REASONING_DIALECTS) -> V
         special=re.compile("[`~\n]|" + "|".join(alternatives)),
         plain=re.compile(f"[^~{heads}]+"),
         first=re.compile(f"[{heads}]"),
+        outside_set=TagSet(outside),
     )
 
 
