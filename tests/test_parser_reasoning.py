@@ -122,3 +122,13 @@ def test_config_reasoning_markers_reach_the_agent_loop(tmp_path: pytest.TempPath
     agent = Agent(llm, [execute_command], workspace=tmp_path, reasoning_markers=(("<reflect>", "</reflect>"),))
     result = agent.run("go")
     assert ran == [] and result.final_text == "No command is needed."
+
+
+@pytest.mark.parametrize(("opener", "closer"), PAIRS, ids=[d.name for d in REASONING_DIALECTS])
+def test_canonical_form_never_writes_a_reasoning_marker(opener: str, closer: str) -> None:
+    """History is re-read by chat templates that split on reasoning markers: arguments never hold one intact,
+    and still parse back exactly."""
+    args = {"content": f"a {opener}b{closer} c"}
+    block = format_tool_call(ToolCall("write", args))
+    assert opener.lower() not in block.lower() and closer.lower() not in block.lower()
+    assert parse_completion(block).tool_calls[0].arguments == args
