@@ -104,11 +104,10 @@ def _marker_pairs(value: Any) -> tuple[tuple[str, str], ...]:
 
     if isinstance(value, str) or not isinstance(value, (list, tuple)):
         raise ValueError('must be a list of [open, close] pairs, e.g. [["<reflect>", "</reflect>"]]')
-    pairs = tuple(tuple(pair) for pair in value if isinstance(pair, (list, tuple)))
-    if len(pairs) != len(value):
+    if not all(isinstance(pair, (list, tuple)) for pair in value):
         raise ValueError('must be a list of [open, close] pairs, e.g. [["<reflect>", "</reflect>"]]')
-    with_markers(pairs)  # the table's own checks: two non-empty strings each
-    return pairs  # type: ignore[return-value]
+    with_markers(value)  # the table's own checks: two non-empty strings each
+    return tuple((str(pair[0]), str(pair[1])) for pair in value)
 
 
 def _table(value: Any) -> dict[str, Any]:

@@ -27,7 +27,6 @@ from .blockscan import (
     MORE,
     WAIT,
     BlockScan,
-    TagSet,
     match_tag,
     partial_suffix,
 )

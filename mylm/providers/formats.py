@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import MappingProxyType
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from ..errors import ConfigError

@@ -16,9 +16,9 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Mapping
 
 from ..errors import CancelledError, ConfigError, ContextOverflowError, LLMError, LLMTimeoutError
