@@ -142,3 +142,10 @@ def test_dtd_before_a_block_refuses_it(dtd: str) -> None:
     turn = parse(f"{dtd}\n{block}")
     assert not turn.tool_calls and "DTD" in (turn.error or "")
     assert names(parse(f"<!DOCTYPE html>\n{LIST}")) == ["list_dir"]  # a plain HTML doctype declares nothing
+
+
+@pytest.mark.parametrize("info", ["xml", 'xml title="call"', "{.xml}", "tool_code extra words", " "])
+def test_markdown_fence_of_any_info_string_is_a_wrapper_or_an_example(info: str) -> None:
+    assert names(parse(f"```{info}\n{LIST}\n```")) == ["list_dir"]
+    example = parse(f"For example:\n```{info}\n{LIST}\n```\nwould list the files.")
+    assert not example.tool_calls and example.final_answer is not None
