@@ -134,6 +134,8 @@ class BlockScan:
         self.after_tick = False
         self.blank = True  # nothing but layout and repeated openers so far
         self.close_len = 0
+        #: `<name>` tags met after complete parameters (a second pair, or a name written after its arguments).
+        self.names_after_params = 0
         #: The argument element open in the markup (`content` after `<content>`), if any.
         self.element: str | None = None
         self._cand: int | None = None  # where an end tag met inside that element starts, while undecided
@@ -223,6 +225,7 @@ class BlockScan:
             self.mode, self.after_tick = _EXPECT, False
         elif tag == NAME_OPEN:
             self.mode = _TOP
+            self.names_after_params += 1  # maybe the block holds a second name/parameters pair
         elif self.element is not None and self.mode == _TOP:
             pass  # `</parameters>` inside `<content>…`: content (if the element never closes, the block end decides)
         else:  # a parameters end tag: the arguments are complete

@@ -66,12 +66,16 @@ def decode_block(body: str, kind: str = "tool_code", *, at_end: bool = False) ->
     return call, None
 
 
-def decode_calls(body: str, kind: str = "tool_code", *, at_end: bool = False) -> tuple[tuple[ToolCall, ...], str | None]:
+def decode_calls(body: str, kind: str = "tool_code", *, at_end: bool = False, several: bool = True
+                 ) -> tuple[tuple[ToolCall, ...], str | None]:
     """Decode a block body that may hold several `<name>`/`<parameters>` pairs: `(calls, None)` or `((), error)`.
 
     Each pair is one call, in order; a pair that cannot be used makes the whole block a correction (nothing in
     a block runs out of sequence). A `<name>` inside a JSON string or an argument value is data, not a pair.
     """
+    if not several:  # the scanner saw no `<name>` after complete parameters: one call at most
+        call, error = decode_block(body, kind, at_end=at_end)
+        return ((call,) if call is not None else ()), error
     pieces: list[str] = []
     rest = body
     while len(pieces) < 100:

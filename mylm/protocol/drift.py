@@ -85,7 +85,7 @@ def _code_mask(text: str) -> str:
     """`text` with code fences and inline code blanked out (same length), so examples are not read as calls."""
     for pattern in (_FENCE_SPAN, _INLINE_SPAN):
         text = pattern.sub(lambda m: _NOT_NEWLINE.sub(" ", m.group()), text)
-    if _MAYBE_QUOTED.search(text):
+    if (">" in text or "    " in text or "\t" in text) and _MAYBE_QUOTED.search(text):
         spans = quoted_lines(text)  # blockquotes and indented code: quoted or shown, never run
         if spans:
             parts, last = [], 0
@@ -117,7 +117,9 @@ def find_drift(text: str, tools: Registry) -> Drift | None:
             return None
         tag = leftover.group().strip()
         return Drift(((None, _malformed(tag, tools)),), text)
-    invented = _INVENTED_LINE.search(masked, spans[0][1])
+    lower = masked.lower()
+    invented = _INVENTED_LINE.search(masked, spans[0][1]) if any(
+        word in lower for word in ("observation", "result", "output")) else None
     if invented is not None:
         # After a call, a result the model wrote itself (`Observation:`, `Result:`…): what follows rests on it.
         spans = [span for span in spans if span[0] < invented.start()]

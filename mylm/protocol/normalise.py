@@ -22,7 +22,6 @@ import ast
 import re
 import unicodedata
 from collections.abc import Mapping
-from functools import lru_cache
 
 from .markup import decode_entities
 
@@ -44,8 +43,12 @@ CALL_LABELS = ("tool_code", "tool_call", "tool_calls", "tool", "tools", "functio
 _LABELLED_FENCE = re.compile(
     r"(?ms)^[ \t]{0,3}(?P<fence>`{3,}|~{3,})[ \t]*(?P<label>" + "|".join(CALL_LABELS)
     + r")[ \t]*\n(?P<body>.*?)^[ \t]{0,3}(?P=fence)[ \t]*$", )
+#: A fence labelled as a call, backticks or tildes (two patterns: a literal prefix keeps the search fast).
+_ANY_LABEL = tuple(re.compile(re.escape(run) + rf"{run[0]}*[ \t]*(?:" + "|".join(CALL_LABELS) + r")[ \t]*\n")
+                   for run in ("```", "~~~"))
 _INLINE_OR_FENCE = re.compile(r"(?ms)^[ \t]{0,3}(`{3,}|~{3,})[^\n]*\n.*?(?:^[ \t]{0,3}\1[ \t]*$|\Z)|(`+)[^`\n]+?\2")
 _CALL_LINE = re.compile(r"[ \t]{0,3}(?:print\()?(?:[A-Za-z_]\w*\.)?(?P<name>[A-Za-z_]\w{0,127})\(")
+_WIDE = re.compile("[\uff01-\uff5e]")  # fullwidth ASCII forms
 _MAX = 1_000_000
 
 
@@ -58,7 +61,7 @@ def normalise_markup(text: str, tools: Mapping[str, object] | None = None) -> st
         out = CONFUSABLE_TAG.sub(lambda m: unicodedata.normalize("NFKC", m.group()), out)
     if "&" in out:
         out = _unescape_tags(out)
-    if "``" in out or "~~" in out:
+    if any(p.search(out) for p in _ANY_LABEL):  # a cheap look for a labelled fence before the line-anchored rewrite
         out = _LABELLED_FENCE.sub(_fence_as_block, out)
     if tools:
         out = _call_lines(out, tools)
@@ -66,7 +69,7 @@ def normalise_markup(text: str, tools: Mapping[str, object] | None = None) -> st
 
 
 def _has_wide_letters_in_tags(text: str) -> bool:
-    return "<" in text and any("\uff01" <= c <= "\uff5e" for c in text)
+    return "<" in text and _WIDE.search(text) is not None
 
 
 def _unescape_tags(text: str) -> str:
@@ -96,10 +99,10 @@ def _call_lines(text: str, tools: Mapping[str, object]) -> str:
     code: list[tuple[int, int]] | None = None  # found only once a registered name starts a line (rare)
     parts: list[str] = []
     last = 0
-    for found in _names_called(frozenset(tools)).finditer(text):
-        line = text.rfind("\n", 0, found.start()) + 1
+    for start in _names_called(text, tools):
+        line = text.rfind("\n", 0, start) + 1
         match = _CALL_LINE.match(text, line)
-        if match is None or match.end("name") != found.end() - 1 or match.start() < last:
+        if match is None or match.start("name") != start or match.start() < last:
             continue
         if code is None:
             code = [(m.start(), m.end()) for m in _INLINE_OR_FENCE.finditer(text)]
@@ -114,10 +117,17 @@ def _call_lines(text: str, tools: Mapping[str, object]) -> str:
     return text if not parts else "".join(parts) + text[last:]
 
 
-@lru_cache(maxsize=32)
-def _names_called(names: frozenset[str]) -> re.Pattern[str]:
-    """`name(` for any of the registered tool names (searched instead of trying every line)."""
-    return re.compile(r"\b(?:" + "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True)) + r")\(")
+def _names_called(text: str, tools: Mapping[str, object]) -> list[int]:
+    """Where a registered tool's name is followed by `(`, in order (plain `find`: no regex over every line)."""
+    found: list[int] = []
+    for name in tools:
+        needle = name + "("
+        i = text.find(needle)
+        while i >= 0 and len(found) < 1000:
+            if i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_"):
+                found.append(i)
+            i = text.find(needle, i + 1)
+    return sorted(found)
 
 
 def _call_end(text: str, start: int, max_lines: int = 60) -> int | None:

@@ -160,6 +160,7 @@ class StreamParser:
         self._think_unclosed = bool(reasoning_open)
         self._respelled = False  # this parser reads a reply already rewritten to the plain spelling
         self._ctx = LineContext()
+        self._dtd_at, self._dtd_tail, self._dtd_seen = 0, "", False
         # After a call, every line start is checked for an invented result (`Observation:`, `Result:`, …).
         self._watch = False
         self._line_start = False
@@ -584,7 +585,8 @@ class StreamParser:
 
     def _finish_block(self, closer: str) -> None:
         body = "".join(self._block_parts)
-        calls, error = decode_calls(body, self._block_kind, at_end=not closer)
+        several = self._scan is not None and self._scan.names_after_params > 0
+        calls, error = decode_calls(body, self._block_kind, at_end=not closer, several=several)
         if len(calls) > 1:
             self._finish_several(calls, self._block_open + body + closer)
             return
@@ -602,6 +604,18 @@ class StreamParser:
             self._fence.held.append(Pending(call, error, raw))
         else:
             self._commit(call, error)
+
+    def _dtd_before(self) -> bool:
+        """Whether the text shown so far declares a DTD or an entity (checked once per piece of text, with an
+        overlap for a declaration split between pieces)."""
+        pieces = self._thought
+        if len(pieces) < self._dtd_at:
+            self._dtd_at, self._dtd_tail, self._dtd_seen = 0, "", False  # the thought was rewritten (reasoning, recovery): read it again
+        if not self._dtd_seen and len(pieces) > self._dtd_at:
+            text = self._dtd_tail + "".join(pieces[self._dtd_at :])
+            self._dtd_seen = bool(markup.dtd_positions(text))
+            self._dtd_at, self._dtd_tail = len(pieces), text[-80:]
+        return self._dtd_seen
 
     def _finish_several(self, calls: tuple[ToolCall, ...], raw: str) -> None:
         """One block holding several name/parameters pairs: each is a call when a turn may make several, else
@@ -622,7 +636,7 @@ class StreamParser:
             return  # one call per turn: later blocks are not part of it
         if call is not None and error is None:
             call, error = self._checked(call)
-        if call is not None and markup.dtd_positions("".join(self._thought)):
+        if call is not None and self._dtd_before():
             # `<!DOCTYPE …[<!ENTITY …>]>` before the block: its author expects the entities expanded, and mylm
             # never expands any; running the block with them literal would run something else. Refuse.
             call, error = None, dtd_refused()
