@@ -149,3 +149,12 @@ def test_markdown_fence_of_any_info_string_is_a_wrapper_or_an_example(info: str)
     assert names(parse(f"```{info}\n{LIST}\n```")) == ["list_dir"]
     example = parse(f"For example:\n```{info}\n{LIST}\n```\nwould list the files.")
     assert not example.tool_calls and example.final_answer is not None
+
+
+def test_invented_result_after_a_wrapper_fence_keeps_the_call() -> None:
+    """A result line after a fence that holds nothing but a block ends the turn like `<observation>` does: the
+    fence was a wrapper, its call runs, and what follows is discarded."""
+    turn = parse(f"```xml\n{LIST}\n```\nObservation: a.txt\nNow:\n{READ}")
+    assert names(turn) == ["list_dir"]
+    example = parse(f"```xml\n{LIST}\n```\nThat is how you would list files.")
+    assert not example.tool_calls

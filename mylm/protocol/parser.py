@@ -377,12 +377,16 @@ class StreamParser:
 
     def _step_outside_slow(self, final: bool) -> bool:
         """Inside or just after a code fence, or after a call: every line start and tag matters."""
-        if self._line_start:  # set only after a call (see `_watch`)
-            invented = self._invented(final) if self._fence is None else False
+        if self._line_start:  # set only after a call, or after a fence holding blocks (see `_watch`)
+            fence = self._fence
+            pending = fence is not None and fence.closed
+            invented = self._invented(final) if fence is None or pending else False
             if invented is None:
                 return False
             self._line_start = False
             if invented:
+                if pending:
+                    self._end_fence_content()  # a result after the fence: it was a wrapper, as before `<observation>`
                 self._discard_at = self._base + self._pos
                 self._state = _DISCARD
                 return True
@@ -398,7 +402,9 @@ class StreamParser:
         if ch == "\n":
             self._visible("\n")
             self._pos = end + 1
-            self._line_blank, self._inline, self._line_start = True, 0, self._watch
+            fence = self._fence
+            self._line_blank, self._inline = True, 0
+            self._line_start = self._watch or (fence is not None and fence.closed and fence.had_block)
             return True
         if ch[0] not in "`~":
             return self._step_tag(final) or self._pos > pos
