@@ -178,12 +178,12 @@ class BlockScan:
     def _scan(self, text: str, pos: int, final: bool) -> tuple[int, int]:
         n = len(text)
         while pos < n:
-            if self._cand is not None and pos - self._cand > _MAX_AHEAD:
-                return pos, MORE
             mode = self.mode
             if mode == _JSON:
                 pos, outcome = self._json(text, pos, final)
             elif mode == _TOP:
+                if self._cand is not None and pos - self._cand > _MAX_AHEAD:
+                    return pos, MORE  # looked far enough past an end tag inside an argument element
                 found = self._top_first.search(text, pos)
                 if found is None:
                     return n, MORE
