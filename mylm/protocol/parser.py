@@ -37,7 +37,7 @@ from .drift import ToolNames, find_drift, known_tool, looks_like_schema, recover
 from .fences import MAX_RUN, Fence, Pending, fence_run
 from .normalise import normalise_markup
 from .parsed import CallParsed, ParsedTurn, ParseEvent
-from .reasoning import BLOCK_TAGS, LONE_BLOCK_CLOSERS, vocabulary
+from .reasoning import BLOCK_TAGS, LONE_BLOCK_CLOSERS, Vocabulary, vocabulary
 from .structure import INVENTED, OUTPUT_LABELS, PLAIN, LineContext, may_be_invented
 from .tags import (
     DRIFT_OPENERS,
@@ -115,7 +115,9 @@ class StreamParser:
         tools: ToolNames | None = None,
         reasoning: tuple[ReasoningDialect, ...] = REASONING_DIALECTS,
     ) -> None:
-        self._vocab = vocab = vocabulary(tuple(reasoning))
+        # The default table is the common case: no hashing of the table per reply.
+        default = reasoning is REASONING_DIALECTS
+        self._vocab = vocab = _default_vocabulary() if default else vocabulary(tuple(reasoning))
         self._outside_tags = vocab.outside_set
         self._think_closes = vocab.closes  # until an opener says which dialect: any closer ends reasoning
         self._think_close_re = _closer_pattern(self._think_closes)
@@ -619,7 +621,7 @@ class StreamParser:
             self._dtd_at, self._dtd_tail, self._dtd_seen = 0, "", False  # the thought was rewritten (reasoning, recovery): read it again
         if not self._dtd_seen and len(pieces) > self._dtd_at:
             text = self._dtd_tail + "".join(pieces[self._dtd_at :])
-            self._dtd_seen = bool(markup.dtd_positions(text))
+            self._dtd_seen = "<!" in text and bool(markup.dtd_positions(text))
             self._dtd_at, self._dtd_tail = len(pieces), text[-80:]
         return self._dtd_seen
 
@@ -819,6 +821,11 @@ class StreamParser:
             ambiguous_example=self._ambiguous_example,
             skipped=tuple(self._skipped),
         )
+
+
+@lru_cache(maxsize=1)
+def _default_vocabulary() -> Vocabulary:
+    return vocabulary(REASONING_DIALECTS)
 
 
 @lru_cache(maxsize=64)

@@ -82,6 +82,9 @@ def with_markers(markers: Iterable[Sequence[str]], base: tuple[ReasoningDialect,
                  ) -> tuple[ReasoningDialect, ...]:
     """The table extended by config `reasoning_markers`: pairs `[open, close]` for a model mylm has not met."""
     extra = []
+    markers = list(markers)
+    if not markers:
+        return base  # the same table (so the parser's default path applies)
     for i, pair in enumerate(markers):
         if len(pair) != 2 or not all(isinstance(m, str) and m.strip() and len(m) <= 64 for m in pair):
             raise ValueError("reasoning_markers must be a list of [open, close] string pairs, e.g. "
