@@ -22,7 +22,9 @@ from ..tools.environment import NEUTRAL_SETTINGS, child_environment, neutral_env
 
 # NEUTRAL_SETTINGS and neutralised live with the command environment (mylm.tools.environment), which the shell
 # tool builds; they are named here too because they are half of what this module promises (see above).
-__all__ = ["GIT_TIMEOUT", "HARMLESS_KEYS", "NEUTRAL_SETTINGS", "neutral_env", "neutralised", "repository_problem"]
+__all__ = [
+    "GIT_TIMEOUT", "HARMLESS_KEYS", "NEUTRAL_SETTINGS", "neutral_env", "neutralised", "repository_problem",
+]
 
 #: Repository settings that change nothing a read-only command runs or reads (`*` is a subsection). Not
 #: extensions.partialClone or remote.*.promisor: a partial clone fetches missing objects from reads.
