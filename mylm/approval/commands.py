@@ -173,9 +173,6 @@ def _not_read_only(script: Script, line: PlainLine, ctx: _Context) -> str | None
         return "it runs a subshell ('(...)')"
     if script.heredoc:
         return "it uses a here-document"
-    path = _path_entry_in_reach(ctx.workspace)
-    if path is not None:
-        return f"PATH holds {path!r}, so a program from the workspace could run instead"
     # Every directory the shell may be in: a `cd` skipped by `&&`/`||`, or run in a pipeline's subshell,
     # leaves it where it was.
     cwds = ["."]
@@ -202,6 +199,10 @@ def _not_read_only(script: Script, line: PlainLine, ctx: _Context) -> str | None
             problem = program_problem(words, ctx.workspace, where, deadline=ctx.deadline)
             if problem:
                 return problem if words is argv else f"{problem} (bash expands it to: {_shown(words)})"
+            for cwd in where:
+                problem = _program_in_reach(argv[0].text, ctx.workspace, cwd)
+                if problem:
+                    return problem
             if argv[0].text == "cd":
                 targets += [t for t in cd_targets(ctx.workspace, where, words[1].text) if t not in targets]
         if argv[0].text == "cd":
@@ -267,48 +268,35 @@ def _shown(words: list[Word], limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _path_entry_in_reach(workspace: Path | None) -> str | None:
-    """A PATH entry that is relative (the empty one is the current directory) or inside the workspace."""
-    entries = os.environ.get("PATH", "")
-    place = None if workspace is None else os.path.abspath(workspace)
-    key = (entries, place)
-    stamps = tuple(_identity(path) for path in [*entries.split(os.pathsep), *([place] if place else [])])
-    known = _in_reach.get(key)
-    if known is not None and known[0] == stamps:
-        return known[1]
-    found = _entry_in_reach(entries, workspace)
-    if len(_in_reach) >= 16:
-        _in_reach.clear()
-    _in_reach[key] = (stamps, found)
-    return found
+#: Builtins of bash among the read-only programs: bash runs them without searching PATH.
+_BUILTINS = frozenset({"cd", "echo", "printf", "test", "[", "true", "false", "command", "pwd", "type"})
 
 
-#: (PATH, workspace) → (the identity of each directory, the answer). Resolving every entry costs ~45
-#: lstat()s a command; one stat() each tells whether the answer can have changed: a directory has one place
-#: (no hard links), so the same identity means the same real path, unless the directory itself was moved,
-#: which a confined command cannot do outside its workspace. A symlink retargeted, a directory made, replaced or
-#: removed all change an identity. An entry that is not there has no identity: its real path is the stamp.
-_in_reach: dict[tuple[str, str | None], tuple[tuple[object, ...], str | None]] = {}
+def _program_in_reach(name: str, workspace: Path | None, cwd: str) -> str | None:
+    """Why running `name` from the workspace-relative `cwd` would run a program inside the workspace, or None.
 
-
-def _identity(path: str) -> object:
-    if not path.startswith("/"):
+    A program the model can rewrite is no longer the one the allowlist describes: a `.venv/bin/ls` planted
+    by an earlier approved command would read `.env` under an auto-approved `ls`. So each program is looked up
+    as bash will (the first executable file of that name along PATH; an empty or relative entry is the
+    command's directory) and asks only when it is found inside the workspace. A virtual environment on PATH
+    holds `python` and `pip`, not `find` or `wc`, so `find . -name '*.py' | wc -l` still runs unasked. The
+    answer cannot go stale before the command runs: nothing auto-approved can write (its grant is read-only,
+    enforced by the kernel), so the program found is the program that runs; a command the user approves
+    runs with whatever PATH finds, which the question then covers."""
+    if workspace is None or name in _BUILTINS or "/" in name:
         return None
-    try:
-        info = os.stat(path)
-    except (OSError, ValueError):
-        return os.path.realpath(path)
-    return info.st_dev, info.st_ino
-
-
-def _entry_in_reach(entries: str, workspace: Path | None) -> str | None:
-    root = os.path.realpath(workspace) if workspace is not None else None
-    for entry in entries.split(os.pathsep):
-        if not entry.startswith("/"):
-            return entry
-        real = os.path.realpath(entry)
-        if root is not None and (real == root or real.startswith(root.rstrip("/") + "/")):
-            return entry
+    root = os.path.realpath(workspace)
+    for entry in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        base = entry if entry.startswith("/") else os.path.join(workspace, cwd, entry or ".")
+        found = os.path.join(base, name)
+        if not (os.path.isfile(found) and os.access(found, os.X_OK)):
+            continue
+        for path in (os.path.abspath(found), os.path.realpath(found)):
+            if path == root or path.startswith(root.rstrip(os.sep) + os.sep):
+                shown, held = os.path.relpath(path, root), entry or "."
+                return (f"'{name}' would run {shown}, a program inside the workspace (PATH holds {held!r}), "
+                        "which could have been rewritten since it was installed")
+        return None
     return None
 
 
