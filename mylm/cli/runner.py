@@ -65,9 +65,12 @@ def session_tools(settings: Settings) -> Iterator[list[Tool]]:
     if not servers:
         yield tools
         return
+    import time
+
     from ..tools import open_mcp_servers
 
-    with open_mcp_servers(servers) as mcp:
+    # A server that never answers `initialize` must not hold a `--timeout 8` run for its startup_timeout.
+    with open_mcp_servers(servers, deadline=time.monotonic() + settings.timeout) as mcp:
         yield [*tools, *mcp.tools]
 
 
