@@ -435,7 +435,16 @@ class HTTPProvider(ABC):
                     response.status_code, body, response.headers, secret=self.endpoint.api_key
                 )
                 raise to_error(failure, self.place)
-            return self.parse_models(_json_document(body, self.place))
+            document = _json_document(body, self.place)
+            try:
+                return self.parse_models(document)
+            except (TypeError, AttributeError, KeyError, ValueError):
+                # `{"data": 5}`: JSON, but not a list of models; each parser assumes the documented shape.
+                error = StreamError(
+                    f"{self.place.url} answered the model list with JSON of another shape: {body[:80]!r}"
+                )
+                error.retryable = False
+                raise error from None
         finally:
             guard.close()
 

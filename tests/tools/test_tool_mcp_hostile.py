@@ -53,5 +53,5 @@ def test_mcp_results_reach_the_model_redacted() -> None:
     with open_mcp_servers(config("leaky"), deadline=time.monotonic() + 60) as servers:
         outcome = run_tool(servers.tools[0], {}, ToolContext())
     assert not outcome.is_error
-    assert "PRIVATE KEY" not in outcome.output and "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ" not in outcome.output
+    assert "PRIVATE KEY" not in outcome.output and "b3BlbnNzaC1rZXktdjEAAAAA" not in outcome.output
     assert "hunter2pass" not in outcome.output and "smtp_password: [REDACTED]" in outcome.output
