@@ -77,7 +77,7 @@ class BatchAgentFactory:
     def __call__(self, task: Task, workspace: Path) -> Agent:
         from ..agent import Agent
         from ..approval import ApprovalPolicy
-        from ..prompts import user_config_dir
+        from ..paths import config_dir
         from ..tools import ToolSettings, builtin_tools
         from .runner import sandbox_for
 
@@ -91,7 +91,7 @@ class BatchAgentFactory:
         )
         policy = ApprovalPolicy.from_config(
             dict(self.tools.get("approval", {}) or {}), workspace=workspace, yes=self.yes,
-            config_dir=user_config_dir(),
+            config_dir=config_dir(),
         )
         # Without a sandbox nothing holds a "read" to reading, so no command is auto-approved.
         policy = replace(policy, command_sandbox=sandbox.confines)
@@ -100,7 +100,7 @@ class BatchAgentFactory:
             prompts=loader,
             max_tokens=self.max_tokens, permission=NeverAsk(policy), instructions=self.instructions,
             context_budget=self.context_budget, workspace=workspace,
-            constrain=self.constrain,  # type: ignore[arg-type]  # validated by the config reader
+            constrain=self.constrain,  # validated by the config reader
         )
 
     def _loader(self) -> PromptLoader:
