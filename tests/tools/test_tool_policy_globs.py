@@ -205,3 +205,11 @@ def test_expand_caps_the_words(workspace: Path) -> None:
         (workspace / f"f{i}").write_text("")
     with pytest.raises(Unexpandable, match="over the"):
         expand([["ls", "f*"]], workspace)
+
+
+def test_a_glob_program_name_asks_even_when_commands_are_approved(workspace: Path) -> None:
+    (workspace / "rm").write_text("")
+    (workspace / "keep.txt").write_text("k\n")
+    policy = ApprovalPolicy(workspace=workspace, approve_commands=True)
+    decision = decide(ToolCall("execute_command", {"command": "r? -f keep.txt"}), shell_tool(workspace), policy)
+    assert decision.action == "ask" and "glob" in decision.reason
