@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 if TYPE_CHECKING:
     from ..agent import Agent
+    from ..approval import ApprovalPolicy
     from ..batch import Task
     from ..config import Settings
     from ..prompts import PromptLoader
     from ..tools.base import Tool
-    from ..tools.policy import ApprovalPolicy
     from ..types import Permission, RunResult, ToolCall
 
 _loaders: dict[tuple[str | None, bool], PromptLoader] = {}
@@ -76,8 +76,9 @@ class BatchAgentFactory:
 
     def __call__(self, task: Task, workspace: Path) -> Agent:
         from ..agent import Agent
+        from ..approval import ApprovalPolicy
         from ..paths import config_dir
-        from ..tools import ApprovalPolicy, ToolSettings, builtin_tools
+        from ..tools import ToolSettings, builtin_tools
         from .runner import sandbox_for
 
         loader = self._loader()
@@ -129,7 +130,7 @@ class NeverAsk:
     policy: ApprovalPolicy
 
     def __call__(self, call: ToolCall, tool: Tool) -> Permission:
-        from ..tools.policy import Approver
+        from ..approval import Approver
 
         # With nobody to ask, the policy's "ask" is a refusal; under --yes it allows with the grant it decided.
         return Approver(self.policy)(call, tool)

@@ -199,10 +199,10 @@ def make_approver(
 ) -> Approver:
     """The permission hook: the approval policy from flags and user config, asking on the terminal (or on the
     terminal injected through click's obj) when the policy says to ask."""
+    from ..approval import ApprovalPolicy
     from ..config import config_path, section_error
     from ..errors import ConfigError
     from ..paths import config_dir
-    from ..tools import ApprovalPolicy
     from .approve import Approver, open_terminal
 
     section = (settings.extra.get("tools", {}) or {}).get("approval", {}) or {}
