@@ -8,6 +8,7 @@ data, as a plugin list is, and each names only modules of its own package."""
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,8 +38,6 @@ ALLOWED_UPWARD: Mapping[tuple[str, str], str] = {}
 PENDING_CYCLES: tuple[frozenset[str], ...] = (
     # `loop` cuts it (AgentStream.to_async / aio's wrapper of it).
     frozenset({"mylm.agent", "mylm.aio"}),
-    # `policy` cuts it when the policy moves to mylm/approval/ (child_environment, neutralised).
-    frozenset({"mylm.tools.policy.gitrepo", "mylm.tools.shell"}),
 )
 
 
@@ -239,7 +238,8 @@ def test_layering_architecture_page_draws_the_same_layers() -> None:
     page = (REPO_ROOT / "docs" / "architecture.md").read_text()
     for name, members in LAYERS:
         shown = ", ".join(m for m in members if not m.startswith("_"))
-        assert f"{name}: {shown}" in page, f"docs/architecture.md does not show the layer '{name}: {shown}'"
+        line = re.compile(rf"^{re.escape(f'{name}: {shown}')}(\s|$)", re.MULTILINE)
+        assert line.search(page), f"docs/architecture.md does not show the layer '{name}: {shown}'"
 
 
 @pytest.mark.parametrize("name", [m for _, members in LAYERS for m in members if m not in ("__init__", "__main__")])
