@@ -4,7 +4,6 @@ marked, with its reason, as one that can only be compiled; every TOML block pars
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 

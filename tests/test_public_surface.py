@@ -103,7 +103,8 @@ def test_public_surface_root_exports_come_from_one_table() -> None:
 def test_public_surface_names_the_docs_use_are_exported_where_they_say() -> None:
     # Issue 23 found these presented as public by the docs, but importable only from where the docs did not say.
     from mylm import TextEvent, ToolCallEvent, builtin_tools, create_llm
-    from mylm.providers import Endpoint, create_llm as providers_create_llm
+    from mylm.providers import Endpoint
+    from mylm.providers import create_llm as providers_create_llm
     from mylm.testing import ScriptedLLM
 
     assert create_llm is providers_create_llm and mylm.Endpoint is Endpoint
