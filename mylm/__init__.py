@@ -12,7 +12,8 @@ from ._version import __version__ as __version__
 _EXPORTS: dict[str, str] = {
     # The agent and its results.
     "Agent": "mylm.agent",
-    "AgentStream": "mylm.agent",
+    "AgentConfig": "mylm.agent_config",
+    "AgentStream": "mylm.streams",
     "RunResult": "mylm.types",
     "StopReason": "mylm.types",
     "Message": "mylm.types",
@@ -53,7 +54,7 @@ __all__ = list(_EXPORTS)
 
 if TYPE_CHECKING:  # the same names for type checkers, which cannot follow __getattr__ (a test keeps them equal)
     from .agent import Agent as Agent
-    from .agent import AgentStream as AgentStream
+    from .agent_config import AgentConfig as AgentConfig
     from .cancel import CancelToken as CancelToken
     from .errors import MylmError as MylmError
     from .llm import LLM as LLM
@@ -61,6 +62,7 @@ if TYPE_CHECKING:  # the same names for type checkers, which cannot follow __get
     from .prompts import PromptLoader as PromptLoader
     from .providers import create_llm as create_llm
     from .providers.base import Endpoint as Endpoint
+    from .streams import AgentStream as AgentStream
     from .tools.base import TaskComplete as TaskComplete
     from .tools.base import Tool as Tool
     from .tools.base import ToolContext as ToolContext

@@ -37,14 +37,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 #: Imports against the order that are kept on purpose, each (importer, imported module) exactly, with why.
 ALLOWED_UPWARD: Mapping[tuple[str, str], str] = {}
 
-#: Cycles other branches are cutting (issue 23): tolerated while they exist, never required to. Each is the
-#: exact set of modules in the cycle, so a new module joining one still fails.
-PENDING_CYCLES: tuple[frozenset[str], ...] = (
-    # `loop` cuts it (AgentStream.to_async / aio's wrapper of it).
-    frozenset({"mylm.agent", "mylm.aio"}),
-)
-
-
 @dataclass(frozen=True)
 class Import:
     """One import statement's edge: `importer` (a module) needs `imported` (a module of the same package)."""
@@ -190,7 +182,7 @@ def test_layering_imports_go_down_only() -> None:
 
 
 def test_layering_no_import_cycles() -> None:
-    found = [sorted(c) for c in cycles(MYLM) if c not in PENDING_CYCLES]
+    found = [sorted(c) for c in cycles(MYLM)]
     assert not found, f"modules that import each other (function-level and TYPE_CHECKING imports count): {found}"
 
 
