@@ -150,3 +150,13 @@ Text with `code`.
 | `Elsewhere` | under another heading |
 """
     assert documented(page) == {"mylm.demo": {"run", "Thing"}}
+
+
+def test_public_surface_every_event_type_is_exported() -> None:
+    # A new event is public the moment the loop emits it: add it to _EXPORTS and to docs/api.md's `mylm` table.
+    from typing import get_args
+
+    from mylm.types import Event
+
+    missing = {event.__name__ for event in get_args(Event)} - set(mylm.__all__)
+    assert not missing, f"events not exported from mylm (add them to mylm/__init__.py's _EXPORTS): {missing}"
