@@ -159,4 +159,7 @@ def test_public_surface_every_event_type_is_exported() -> None:
     from mylm.types import Event
 
     missing = {event.__name__ for event in get_args(Event)} - set(mylm.__all__)
-    assert not missing, f"events not exported from mylm (add them to mylm/__init__.py's _EXPORTS): {missing}"
+    assert not missing, (
+        f"events not exported from mylm: {missing}; add each to _EXPORTS and the TYPE_CHECKING block of "
+        "mylm/__init__.py, and a row to the `mylm` table of docs/api.md"
+    )
