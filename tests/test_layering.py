@@ -37,6 +37,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 #: Imports against the order that are kept on purpose, each (importer, imported module) exactly, with why.
 ALLOWED_UPWARD: Mapping[tuple[str, str], str] = {}
 
+
 @dataclass(frozen=True)
 class Import:
     """One import statement's edge: `importer` (a module) needs `imported` (a module of the same package)."""
@@ -192,6 +193,15 @@ def test_layering_scanner_sees_every_kind_of_import() -> None:
     assert ("mylm.agent", "mylm.errors") in edges  # module level, relative
     assert ("mylm.cli.runner", "mylm.sandbox") in edges  # inside a function
     assert ("mylm", "mylm.agent") in edges  # under TYPE_CHECKING
+
+
+def test_layering_tables_imported_on_use_stay_in_their_package() -> None:
+    # The scan reads them as data (see the module docstring); this keeps that true.
+    from mylm.providers import REGISTRY
+
+    assert all(target.startswith("mylm.providers.") for target in REGISTRY.values())
+    cli = (REPO_ROOT / "mylm" / "cli" / "__init__.py").read_text()
+    assert "import_module(f\"{__name__}.{module}\")" in cli  # commands are modules of mylm.cli only
 
 
 # --------------------------------------------------------------------------- the checks catch what they should
