@@ -53,7 +53,7 @@ def test_docs_marks_sit_on_python_blocks() -> None:
     # A mark above anything but a Python fence (a typo, a block moved away) would silently mean nothing.
     for doc in DOCS:
         text = doc.read_text()
-        for mark in re.finditer(r"<!-- docs-test:[^\n]*-->", text):
+        for mark in re.finditer(r"^<!-- docs-test:[^\n]*-->$", text, re.MULTILINE):  # a line of its own
             after = text[mark.end() :].lstrip("\n")
             assert re.match(r"```(python|py)\b", after), f"{doc.name}: {mark.group()} is not above a Python block"
 
