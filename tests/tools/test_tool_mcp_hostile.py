@@ -55,3 +55,4 @@ def test_mcp_results_reach_the_model_redacted() -> None:
     assert not outcome.is_error
     assert "PRIVATE KEY" not in outcome.output and "b3BlbnNzaC1rZXktdjEAAAAA" not in outcome.output
     assert "hunter2pass" not in outcome.output and "smtp_password: [REDACTED]" in outcome.output
+
