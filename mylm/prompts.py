@@ -266,6 +266,11 @@ SAMPLES: dict[str, tuple[dict[str, Any], ...]] = {
     "invalid_arguments.j2": ({"tool": "example", "problems": ["a problem", "another"], "schema": '{"type":"object"}'},),
     "tool_choice_refused.j2": ({"tool": "example", "tool_choice": "none"}, {"tool": "example", "tool_choice": "other"}),
     "repeated_call.j2": ({"tool": "example"},),
+    "unknown_tool.j2": (
+        {"name": "exmaple", "tools": ["example"], "suggestion": "example"},
+        {"name": "other", "tools": ["example"], "suggestion": None},
+        {"name": "example", "tools": [], "suggestion": None},
+    ),
     "compaction.j2": ({"task": "the task"}, {"task": ""}),
     "compacted.j2": ({"task": "the task", "summary": "a summary"}, {"task": "", "summary": "a summary"}),
 }

@@ -106,7 +106,8 @@ class ToolRunner:
         valid = ran = False
         if tool_ is None:
             yield ToolCallEvent(call)
-            outcome = ToolOutcome(run.corrections.escalated(self.tools.unknown_tool_message(call.name)), True, 0.0)
+            names = [t.name for t in self.tools]
+            outcome = ToolOutcome(run.corrections.unknown_tool(call.name, names), True, 0.0)
         else:
             arguments, problems = tool_.validate(call.arguments)
             call = replace(call, arguments=arguments)
