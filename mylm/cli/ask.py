@@ -99,14 +99,14 @@ def ask(ctx: click.Context, /, prompt: tuple[str, ...], **options: Any) -> None:
         recorder = Recorder.start(command="ask", settings=settings, redactor=redactor, resume=resume,
                                   save=not options["no_save"], title=title)
         recorder.prompt(text)
-        try:
-            turn = run_turn(agent, text, history, printer.handle)
-        finally:
-            printer.finish()
+        turn = run_turn(agent, text, history, printer.handle, finish=printer.finish)
     recorder.turn(turn)
     recorder.close()
     if turn.output_error is not None:
-        raise turn.output_error
+        from .root import OutputError
+
+        saved = "the conversation is saved: `mylm ask --continue` resumes it" if recorder.id else ""
+        raise OutputError(turn.output_error, saved=saved)
     result = turn.result
     if options["as_json"]:
         printer.emit(_summary(result, recorder.id))  # type: ignore[union-attr]

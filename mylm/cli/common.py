@@ -58,7 +58,8 @@ def say_replaced(where: str) -> None:
 
 
 def handles_errors(command: F) -> F:
-    """Turn mylm's errors and Ctrl-C into one readable line and a distinct exit code, never a traceback."""
+    """Turn mylm's errors and Ctrl-C into one readable line and a distinct exit code, never a traceback (output
+    that cannot be written is the CLI root's to report: root.py)."""
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -71,21 +72,8 @@ def handles_errors(command: F) -> F:
         except KeyboardInterrupt:
             click.echo("mylm: interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
-        except BrokenPipeError:
-            # The reader went away (`mylm ask ... | head`): not an error worth a message.
-            _silence_stdout()
-            sys.exit(EXIT_ERROR)
 
     return wrapper  # type: ignore[return-value]
-
-
-def _silence_stdout() -> None:
-    # Python flushes stdout at exit; with the reader gone that raises again, so point it at /dev/null.
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):
-        pass
 
 
 def _complete_profile(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:

@@ -96,14 +96,14 @@ def _answer(state: ChatState, text: str) -> None:
 
     printer = state.printer_factory()
     state.recorder.prompt(text)
-    try:
-        turn = run_turn(state.agent, text, state.history, printer.handle)
-    finally:
-        printer.finish()
+    turn = run_turn(state.agent, text, state.history, printer.handle, finish=printer.finish)
     state.recorder.turn(turn)
     state.history = turn.history
     if turn.output_error is not None:
-        raise turn.output_error
+        from .root import OutputError
+
+        saved = "the conversation is saved: `mylm chat --continue` resumes it" if state.recorder.id else ""
+        raise OutputError(turn.output_error, saved=saved)
     result = turn.result
     if result.stop_reason is StopReason.CANCELLED:
         # The first Ctrl-C stopped the reply; one more at the prompt leaves.

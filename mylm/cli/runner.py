@@ -353,9 +353,11 @@ class Turn:
 
 
 def run_turn(
-    agent: Agent, prompt: str, history: tuple[Message, ...], handle: Callable[[Event], None]
+    agent: Agent, prompt: str, history: tuple[Message, ...], handle: Callable[[Event], None], *,
+    finish: Callable[[], None] | None = None,
 ) -> Turn:
-    """Run one prompt, passing each event to `handle`; Ctrl-C or SIGTERM stops it and keeps the partial turn.
+    """Run one prompt, passing each event to `handle` (then calling `finish`, which ends the printer's open line);
+    Ctrl-C or SIGTERM stops it and keeps the partial turn.
 
     Ctrl-C usually lands inside the agent, which ends the run as cancelled. When it lands in our own code (while an
     event is printed), the run is cancelled through its stream and drained, so the partial turn is kept either way.
@@ -368,21 +370,28 @@ def run_turn(
     interrupts = 0
     output_error: OSError | None = None
     with _terminate_as_interrupt():
-        while True:
+        try:
+            while True:
+                try:
+                    for event in stream:
+                        if output_error is None:
+                            handle(event)
+                    break
+                except KeyboardInterrupt:
+                    interrupts += 1
+                    if interrupts >= 3:
+                        raise
+                    stream.cancel()
+                except OSError as error:
+                    # Nobody can see the rest: stop the run, but still return it so the caller can save it.
+                    output_error = error
+                    stream.cancel()
+        finally:
             try:
-                for event in stream:
-                    if output_error is None:
-                        handle(event)
-                break
-            except KeyboardInterrupt:
-                interrupts += 1
-                if interrupts >= 3:
-                    raise
-                stream.cancel()
+                if finish is not None:
+                    finish()
             except OSError as error:
-                # Nobody can see the rest: stop the run, but still return it so the caller can save it.
-                output_error = error
-                stream.cancel()
+                output_error = output_error or error
     result = stream.result
     assert result is not None
     added = list(result.history_delta)
