@@ -81,11 +81,13 @@ def session_to_resume(continue_last: bool, session_id: str | None) -> Session | 
 
 
 def inherit_model(options: dict[str, Any], resume: Session | None) -> dict[str, Any]:
-    """Without `-m`, a resumed session keeps talking to the profile (or model) it was started with."""
-    if resume is None or options.get("model") or options.get("base_url"):
+    """Unless flags name another, a resumed session keeps talking to the endpoint, provider, model and chat format
+    (or the profile) it was made with."""
+    if resume is None:
         return options
-    chosen = resume.header.get("profile") or resume.header.get("model")
-    return {**options, "model": chosen} if isinstance(chosen, str) and chosen else options
+    from .endpoint import resumed_options
+
+    return resumed_options(options, resume.header)
 
 
 class Recorder:
@@ -113,19 +115,23 @@ class Recorder:
         """Open the resumed session for appending, or create a new one (unless `save` is off)."""
         if not save:
             return cls(None)
-        from ..redact import public_url
         from ..sessions import Transcript, private_sessions_dir
+        from .endpoint import HEADER_KEY, endpoint_in_use
 
         try:
             if resume is not None:
                 return cls(Transcript.open(resume.path, redactor=redactor))
+            # The endpoint really in use (the in-process model, not the Ollama URL that was not used), with
+            # the URL's user, password and query never saved.
+            in_use = endpoint_in_use(settings)
             header = {
                 "command": command,
                 "cwd": os.getcwd(),
-                "model": settings.model,
+                "model": in_use.model,
                 "profile": settings.profile,
-                "base_url": public_url(settings.base_url),  # never the URL's user, password or query
-                "provider": settings.provider,
+                "base_url": in_use.base_url or None,
+                "provider": in_use.provider,
+                HEADER_KEY: in_use.header(),
                 **({"title": " ".join(title.split())[:200]} if title else {}),
             }
             return cls(Transcript.create(private_sessions_dir(), redactor=redactor, header=header))

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ..prompts import PromptLoader
     from ..redact import Redactor
     from ..sandbox import Sandbox
+    from ..tools import ApprovalPolicy, ToolSettings
     from ..tools.base import Tool
     from ..types import Event, Message, RunResult
     from .approve import Approver
@@ -39,20 +40,14 @@ def session_tools(settings: Settings) -> Iterator[list[Tool]]:
     and those servers live until the block ends.
     """
     from ..sandbox import protect_process
-    from ..tools import ToolSettings, builtin_tools
+    from ..tools import builtin_tools
     from ..tools.procs import become_subreaper
 
     # Adopt orphaned descendants, so a command's double-forked daemon is still found and stopped (T4).
     become_subreaper()
     # Commands must not read this process's environment (API keys, DATABASE_URL) from /proc (issue 10).
     protect_process()
-    from ..config import config_path, section_error
-    from ..errors import ConfigError
-
-    try:
-        configured = ToolSettings.from_config(dict(settings.extra.get("tools", {}) or {}))
-    except ConfigError as error:
-        raise section_error(config_path(), "tools", error) from None
+    configured = tool_settings(settings)
     tools = builtin_tools(
         workspace=Path.cwd(),
         memory_path=configured.memory_path,
@@ -69,6 +64,34 @@ def session_tools(settings: Settings) -> Iterator[list[Tool]]:
 
     with open_mcp_servers(servers) as mcp:
         yield [*tools, *mcp.tools]
+
+
+def tool_settings(settings: Settings) -> ToolSettings:
+    """The `[tools]` table of the config file, checked (a malformed one is a ConfigError naming its line)."""
+    from ..config import config_path, section_error
+    from ..errors import ConfigError
+    from ..tools import ToolSettings
+
+    try:
+        return ToolSettings.from_config(dict(settings.extra.get("tools", {}) or {}))
+    except ConfigError as error:
+        raise section_error(config_path(), "tools", error) from None
+
+
+def approval_policy(settings: Settings) -> ApprovalPolicy:
+    """The approval policy from `--yes` and the `[tools.approval]` table (a malformed one is a ConfigError)."""
+    from ..config import config_path, section_error
+    from ..errors import ConfigError
+    from ..prompts import user_config_dir
+    from ..tools import ApprovalPolicy
+
+    section = (settings.extra.get("tools", {}) or {}).get("approval", {}) or {}
+    try:
+        return ApprovalPolicy.from_config(
+            section, workspace=Path.cwd(), yes=settings.yes, config_dir=user_config_dir()
+        )
+    except ConfigError as error:
+        raise section_error(config_path(), "tools.approval", error) from None
 
 
 def command_sandbox(settings: Settings, memory_path: Path | None = None) -> Sandbox:
@@ -200,22 +223,11 @@ def make_approver(
 ) -> Approver:
     """The permission hook: the approval policy from flags and user config, asking on the terminal (or on the
     terminal injected through click's obj) when the policy says to ask."""
-    from ..config import config_path, section_error
-    from ..errors import ConfigError
-    from ..prompts import user_config_dir
-    from ..tools import ApprovalPolicy
     from .approve import Approver, open_terminal
 
-    section = (settings.extra.get("tools", {}) or {}).get("approval", {}) or {}
     sandbox = command_sandbox(settings)
     warn_about(sandbox)
-    try:
-        policy = ApprovalPolicy.from_config(
-            section, workspace=Path.cwd(), yes=settings.yes, config_dir=user_config_dir()
-        )
-    except ConfigError as error:
-        raise section_error(config_path(), "tools.approval", error) from None
-    policy = replace(policy, command_sandbox=sandbox.confines)
+    policy = replace(approval_policy(settings), command_sandbox=sandbox.confines)
     terminal_factory = (ctx.obj or {}).get("terminal", open_terminal)
     return Approver(
         policy=policy,

@@ -257,8 +257,10 @@ def test_cli_config_shows_values_and_sources_never_the_key(monkeypatch: pytest.M
     monkeypatch.setenv("WORK_KEY", "sk-test-CANARY-0123456789abcdef")
     result = invoke(["config", "-m", "work"])
     assert result.exit_code == 0 and "CANARY" not in result.stdout
-    assert f"config file     {path}" in result.stdout and "profile         work" in result.stdout
-    rows = {line.split()[0]: line for line in result.stdout.splitlines()[4:]}
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["config", "file", str(path)] and lines[2].split()[:2] == ["profile", "work"]
+    assert lines[3].split(None, 1) == ["endpoint", "big at http://work/v1 (openai)"]
+    rows = {line.split()[0]: line for line in lines[5:]}
     assert "http://work/v1" in rows["base_url"] and f"profile work ({path})" in rows["base_url"]
     assert "(set)" in rows["api_key"] and "env WORK_KEY" in rows["api_key"]
     assert f"config {path}" in rows["timeout"] and "default" in rows["max_iterations"]
@@ -277,7 +279,7 @@ def test_cli_base_url_credentials_are_never_shown_or_saved(monkeypatch: pytest.M
     error = EndpointUnreachableError(f"cannot reach the endpoint at {URL_WITH_SECRETS}")
     asked = invoke(["ask", "x"], ScriptedLLM([error]))
     chatted = invoke(["chat"], ScriptedLLM(["y"]), stdin="hi\n")
-    assert "at https://[REDACTED]@llm.example/v1?[REDACTED]." in chatted.stderr
+    assert "at https://[REDACTED]@llm.example/v1?[REDACTED] (openai)." in chatted.stderr
     saved = "".join(p.read_text() for p in transcripts())
     assert json.loads(transcripts()[0].read_text().splitlines()[0])["base_url"].startswith("https://[REDACTED]@")
     for where in (shown, asked.stderr, chatted.stdout, chatted.stderr, saved):

@@ -305,3 +305,14 @@ def test_files_tools_turn_failures_into_error_observations(workspace: Path) -> N
     assert tools["write_file"].validate({"path": "a"})[1] == [
         "missing required argument 'content' (The complete new content of the file.)"
     ]
+
+
+@pytest.mark.parametrize("path", ["", " ", "\t\n", ".", "./", ".//", "./.", " ./ ", "sub/..", "sub/../."])
+def test_files_empty_and_dot_like_paths_name_the_workspace(tree: Path, path: str) -> None:
+    # Issue 20: a small model listing "" to look around was refused, and looped on it.
+    tools = {t.name: t for t in file_tools(Workspace(tree))}
+    listed = run_tool(tools["list_dir"], {"path": path}, ToolContext(workspace=tree))
+    assert not listed.is_error and listed.output == list_entries(Workspace(tree), ".")
+    assert Workspace(tree).relative(path) == "."
+    read = run_tool(tools["read_file"], {"path": path}, ToolContext(workspace=tree))
+    assert read.is_error and read.output.endswith("is a directory; use list_dir to see what it contains")
