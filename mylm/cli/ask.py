@@ -33,6 +33,8 @@ def run_options(command: Any) -> Any:
     options = [
         click.option("--max-iterations", type=int, metavar="N", help="Model calls allowed before a summary answer [10]."),
         click.option("--timeout", type=float, metavar="SECONDS", help="Wall-clock budget for each run [120]."),
+        click.option("--max-tokens", type=int, metavar="N",
+                     help="Output cap for each model call [4096] [env: MYLM_MAX_TOKENS]."),
         click.option("-y", "--yes", is_flag=True, default=None, help="Run every tool call without asking."),
         click.option(
             "--sandbox", type=click.Choice(["auto", "off"]), default=None,
@@ -136,7 +138,7 @@ def _report_ending(result: RunResult, session: str | None, redactor: Redactor, m
     elif reason == "max_tokens":
         click.echo(
             f"mylm: warning: the answer was cut off at the output limit of {max_tokens} tokens; raise it "
-            "with max_tokens in the config file (or MYLM_MAX_TOKENS)",
+            "with --max-tokens (or max_tokens in the config file, or MYLM_MAX_TOKENS)",
             err=True,
         )
 

@@ -138,7 +138,7 @@ def settings_from(options: dict[str, Any]) -> Settings:
 
     names = (
         "base_url", "model", "api_key", "provider", "chat_format", "constrain", "max_iterations", "timeout",
-        "yes", "sandbox",
+        "max_tokens", "yes", "sandbox",
     )
     flags = {name: options.get(name) for name in names}
     flags["prompts"] = options.get("prompts_dir")
@@ -154,6 +154,14 @@ def settings_from(options: dict[str, Any]) -> Settings:
         for name in texts if isinstance(getattr(settings, name), str)
     }
     return dataclasses.replace(settings, **cleaned)
+
+
+def prompts_origin(settings: Settings) -> str:
+    """How the template lists label the `prompts` setting's directory: by where it was set."""
+    source = settings.sources.get("prompts", "flag")
+    if source.startswith("env"):
+        return "$MYLM_PROMPTS"
+    return "--prompts" if source == "flag" else "config"
 
 
 #: The redactor built from this command's settings, so that `fail` also knows the key and the URL's credentials.

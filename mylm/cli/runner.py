@@ -11,7 +11,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Iterator
 
 import click
 
-from .common import before_log_lines, isatty, same_file, same_terminal, use_color, warn
+from .common import before_log_lines, isatty, prompts_origin, same_file, same_terminal, use_color, warn
 from .signals import handling
 
 if TYPE_CHECKING:
@@ -283,7 +283,8 @@ def prompt_loader(settings: Settings) -> PromptLoader:
     not trusted, and in use when it is (they decide what the model is told, so the user should never forget)."""
     from ..prompts import PromptLoader
 
-    loader = PromptLoader.default(settings.prompts, trusted=settings.project_trust is not None)
+    loader = PromptLoader.default(settings.prompts, trusted=settings.project_trust is not None,
+                                  origin=prompts_origin(settings))
     for _, directory in loader.ignored:
         warn(
             f"ignoring the templates in {directory}: this project is not trusted "
