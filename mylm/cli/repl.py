@@ -92,19 +92,19 @@ def _typed_text() -> bool:
 def _answer(state: ChatState, text: str) -> None:
     from ..display import for_terminal
     from ..types import StopReason
-    from .runner import run_turn
+    from .runner import run_exchange
 
     printer = state.printer_factory()
     state.recorder.prompt(text)
-    turn = run_turn(state.agent, text, state.history, printer.handle, finish=printer.finish)
-    state.recorder.turn(turn)
-    state.history = turn.history
-    if turn.output_error is not None:
+    exchange = run_exchange(state.agent, text, state.history, printer.handle, finish=printer.finish)
+    state.recorder.exchange(exchange)
+    state.history = exchange.history
+    if exchange.output_error is not None:
         from .root import OutputError
 
         saved = "the conversation is saved: `mylm chat --continue` resumes it" if state.recorder.id else ""
-        raise OutputError(turn.output_error, saved=saved)
-    result = turn.result
+        raise OutputError(exchange.output_error, saved=saved)
+    result = exchange.result
     if result.stop_reason is StopReason.CANCELLED:
         # The first Ctrl-C stopped the reply; one more at the prompt leaves.
         state.interrupts = 1
@@ -169,7 +169,8 @@ def enable_line_editing(redactor: Redactor) -> None:
         import readline
     except ImportError:  # Windows without pyreadline: plain input still works
         return
-    from ..sessions import data_dir, private_dir
+    from ..paths import data_dir
+    from ..sessions import private_dir
 
     try:
         path = private_dir(data_dir()) / "chat_history"

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_support import FakeTerminal, call, invoke, sessions_dir, transcripts
+from cli_support import FakeTerminal, call, finish, invoke, sessions_dir, spawn, transcripts
 
 from mylm.errors import EndpointUnreachableError
 from mylm.prompts import packaged_prompts_dir
@@ -355,17 +355,20 @@ def test_cli_prompts_list_show_path() -> None:
     assert invoke(["prompts", "edit", "../../etc/passwd", "--no-editor"]).exit_code == 2
 
 
-def test_cli_prompts_edit_copies_the_default_first_and_never_touches_the_install(tmp_path: Path) -> None:
+def test_cli_prompts_edit_copies_the_default_first_and_never_touches_the_install(
+    tmp_path: Path, subprocess_env: dict[str, str]
+) -> None:
     installed = packaged_prompts_dir() / "summary.j2"
     before = installed.read_text()
     editor = tmp_path / "editor.sh"
     editor.write_text('#!/bin/sh\necho "{# edited #}" >> "$1"\n')
     editor.chmod(0o755)
-    result = invoke(["prompts", "edit", "summary"], env={"EDITOR": str(editor)})
-    assert result.exit_code == 0, result.stderr
+    # In a terminal, as an editor needs one.
+    output, status = finish(spawn(["prompts", "edit", "summary"], dict(subprocess_env, EDITOR=str(editor))))
+    assert status == 0, output
     copy = Path(os.environ["XDG_CONFIG_HOME"]) / "mylm" / "prompts" / "summary.j2"
     assert copy.read_text() == before + "{# edited #}\n" and installed.read_text() == before
-    assert "Copied the default" in result.stderr
+    assert "Copied the default" in output
     again = invoke(["prompts", "edit", "summary", "--no-editor"])
     assert again.stdout.strip() == str(copy) and "Editing your copy" in again.stderr
     assert "user" in invoke(["prompts", "show", "summary"]).stderr

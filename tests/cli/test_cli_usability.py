@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_support import call, invoke, transcripts, write_script
+from cli_support import call, finish, invoke, spawn, transcripts, write_script
 
 from mylm.errors import RunTimeoutError
 from mylm.sessions import load
@@ -139,14 +139,17 @@ def test_bad_approval_value_names_file_and_line(tmp_path: Path) -> None:
     assert f"config file {config}, line 5: [tools.approval] allow_commands" in result.stderr
 
 
-def test_prompts_edit_checks_the_copy_and_reset_restores_the_default(tmp_path: Path) -> None:
+def test_prompts_edit_checks_the_copy_and_reset_restores_the_default(
+    tmp_path: Path, subprocess_env: dict[str, str]
+) -> None:
     editor = tmp_path / "editor"
     editor.write_text("#!/bin/sh\nprintf '<observation>\\n{{ nope }}\\n</observation>\\n' > \"$1\"\n")
     editor.chmod(editor.stat().st_mode | stat.S_IXUSR)
-    result = invoke(["prompts", "edit", "observation"], env={"EDITOR": str(editor)})
-    assert result.exit_code == 2
-    assert "observation.j2:2: 'nope' is undefined" in result.stderr
-    assert "mylm prompts reset observation.j2" in result.stderr
+    # In a terminal, as an editor needs one.
+    output, status = finish(spawn(["prompts", "edit", "observation"], dict(subprocess_env, EDITOR=str(editor))))
+    assert status == 2
+    assert "observation.j2:2: 'nope' is undefined" in output
+    assert "mylm prompts reset observation.j2" in output
     copy = Path(os.environ["XDG_CONFIG_HOME"]) / "mylm" / "prompts" / "observation.j2"
     assert copy.is_file()
     reset = invoke(["prompts", "reset", "observation"])
@@ -155,6 +158,20 @@ def test_prompts_edit_checks_the_copy_and_reset_restores_the_default(tmp_path: P
 
 
 # ------------------------------------------------------------------------------------ 5: cut-off answers
+
+
+def test_prompts_edit_without_a_terminal_starts_no_editor(tmp_path: Path, subprocess_env: dict[str, str]) -> None:
+    # Issue 20: vim started into a pipe. The copy is still made, and the line says where it is.
+    marker = tmp_path / "editor-ran"
+    editor = tmp_path / "editor"
+    editor.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    editor.chmod(editor.stat().st_mode | stat.S_IXUSR)
+    done = _run(["prompts", "edit", "system"], dict(subprocess_env, EDITOR=str(editor)), stdin=subprocess.DEVNULL)
+    copy = Path(os.environ["XDG_CONFIG_HOME"]) / "mylm" / "prompts" / "system.j2"
+    assert done.returncode == 1 and not marker.exists() and copy.is_file()
+    assert done.stderr.decode().splitlines()[-1] == (
+        f"mylm: error: no terminal to run the editor in; edit {copy} yourself (--no-editor only prints the path)"
+    )
 
 
 def test_cut_off_answer_is_said_on_stderr_and_in_json() -> None:
@@ -223,18 +240,19 @@ def test_session_with_piped_stdin_is_titled_with_the_prompt() -> None:
     assert "summarise this" in invoke(["sessions", "list"]).stdout
 
 
-def test_readme_lists_every_builtin_tool() -> None:
+def test_docs_list_every_builtin_tool() -> None:
     from mylm.cli.runner import model_tools
     from mylm.tools import builtin_tools
     from tests.support import REPO_ROOT
 
     names = [t.name for t in model_tools(builtin_tools(workspace=Path.cwd()))]
-    readme = (REPO_ROOT / "README.md").read_text()
+    tools_page = (REPO_ROOT / "docs" / "tools.md").read_text()
     words = {7: "seven", 8: "eight", 9: "nine"}
-    assert f"mylm gives the model {words[len(names)]} builtin tools" in readme
+    assert f"mylm gives the model {words[len(names)]} builtin tools" in tools_page
     for name in names:
-        assert f"| `{name}` |" in readme
-    assert "compressed bodies are refused" not in readme
+        assert f"| `{name}` |" in tools_page
+    pages = [REPO_ROOT / "README.md", *(REPO_ROOT / "docs").glob("*.md")]
+    assert not any("compressed bodies are refused" in page.read_text() for page in pages)
 
 
 # ------------------------------------------------------------------------------------ 12: --tool-choice
