@@ -22,6 +22,7 @@ from .types import (
     ToolCallEvent,
     ToolResultEvent,
 )
+from .words import counted
 
 # Escape sequences a terminal would execute: CSI, OSC (ended by BEL or ST), DCS/SOS/PM/APC, 8-bit CSI,
 # and any other two-byte ESC sequence.
@@ -124,7 +125,7 @@ def summarise_output(output: str, *, lines: int = 6, width: int = 160) -> str:
     rows = output.rstrip("\n").splitlines() or [""]
     shown = [r if len(r) <= width else r[: width - 1] + "…" for r in rows[:lines]]
     if len(rows) > lines:
-        shown.append(f"… {len(rows) - lines} more lines (-v shows all)")
+        shown.append(f"… {counted(len(rows) - lines, 'more line')} (-v shows all)")
     return "\n".join(shown)
 
 

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from ..words import counted
 from .common import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -134,7 +135,7 @@ def _report_ending(result: RunResult, session: str | None, redactor: Redactor, m
         resume = " (the conversation is saved: `mylm ask --continue` resumes it)" if session else ""
         click.echo(f"mylm: interrupted{resume}", err=True)
     elif reason == "max_iterations":
-        click.echo(f"mylm: stopped after {result.iterations_used} iterations (--max-iterations)", err=True)
+        click.echo(f"mylm: stopped after {counted(result.iterations_used, 'iteration')} (--max-iterations)", err=True)
     elif reason == "max_tokens":
         click.echo(
             f"mylm: warning: the answer was cut off at the output limit of {max_tokens} tokens; raise it "

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from ..words import counted
 from .ask import run_options
 from .common import (
     configure_logging,
@@ -70,7 +71,7 @@ def chat(ctx: click.Context, /, **options: Any) -> None:
             where = f"profile {settings.profile}: {where}"
         click.echo(for_terminal(f"mylm chat with {where}. /help for commands, Ctrl-D to leave."), err=True)
         if resume is not None:
-            click.echo(f"Resumed session {resume.id} ({len(resume.history)} messages).", err=True)
+            click.echo(f"Resumed session {resume.id} ({counted(len(resume.history), 'message')}).", err=True)
         try:
             code = repl(state, prompt="> " if interactive else "")
         finally:

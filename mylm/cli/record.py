@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from ..words import counted
 from .common import warn
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ def session_to_resume(continue_last: bool, session_id: str | None) -> Session | 
         return None
     session = load(path)
     if session.skipped:
-        warn(f"session {session.id}: skipped {session.skipped} unreadable line(s)")
+        warn(f"session {session.id}: skipped {counted(session.skipped, 'unreadable line')}")
     started = session.header.get("cwd")
     if isinstance(started, str) and os.path.realpath(started) != os.path.realpath(os.getcwd()):
         warn(

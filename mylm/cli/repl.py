@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
+from ..words import counted
 from .common import EXIT_INTERRUPTED, EXIT_OK, from_outside
 
 if TYPE_CHECKING:
@@ -112,7 +113,7 @@ def _answer(state: ChatState, text: str) -> None:
     elif result.error is not None:
         click.echo(f"mylm: error: {for_terminal(state.redactor.redact(str(result.error)))}", err=True)
     elif result.stop_reason is StopReason.MAX_ITERATIONS:
-        click.echo(f"mylm: stopped after {result.iterations_used} iterations (--max-iterations)", err=True)
+        click.echo(f"mylm: stopped after {counted(result.iterations_used, 'iteration')} (--max-iterations)", err=True)
 
 
 def _command(state: ChatState, line: str) -> None:
@@ -160,7 +161,7 @@ def _save(state: ChatState, target: str) -> None:
         return
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(text)
-    click.echo(f"Wrote {len(state.history)} messages to {target}.", err=True)
+    click.echo(f"Wrote {counted(len(state.history), 'message')} to {target}.", err=True)
 
 
 def enable_line_editing(redactor: Redactor) -> None:

@@ -254,7 +254,7 @@ def test_shell_tool_validates_its_arguments(workspace: Path) -> None:
     ]
     assert tool_.validate({"command": "ls", "timeout": 0})[1] == ["argument 'timeout' must be > 0, got 0"]
     assert tool_.validate({"command": ""})[1] == [
-        "argument 'command' must be at least 1 character(s) long, got \"\""
+        "argument 'command' must be at least 1 character long, got \"\""
     ]
     assert tool_.validate({"cmd": "ls"})[1][1].endswith("did you mean 'command'?")
     assert tool_.validate({"command": "ls", "timeout": "5"}) == ({"command": "ls", "timeout": 5}, [])
