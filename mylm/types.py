@@ -284,6 +284,13 @@ class RunResult:
     #: and summary calls (HTTP retries inside one call are not counted).
     model_calls: int = 0
 
+    def reported_usage(self) -> dict[str, int] | None:
+        """The run's token counts as saved and printed, or None when the endpoint reported none (0/0 would be a
+        false count)."""
+        if not any(isinstance(event, UsageEvent) for event in self.events):
+            return None
+        return {"prompt_tokens": self.usage.prompt_tokens, "completion_tokens": self.usage.completion_tokens}
+
     @property
     def ok(self) -> bool:
         """True when the run ended with an answer: the model's (maybe cut off) or a done tool's."""

@@ -22,7 +22,7 @@ from .common import (
     settings_from,
     verbose_option,
 )
-from .record import Recorder, inherit_model, resume_option, session_to_resume, usage_record
+from .record import Recorder, inherit_model, resume_option, session_to_resume
 
 if TYPE_CHECKING:
     from ..redact import Redactor
@@ -152,7 +152,7 @@ def _summary(result: RunResult, session: str | None) -> dict[str, Any]:
         "timed_out": result.timed_out,
         "final_text": result.final_text,
         "model_calls": result.model_calls,
-        "usage": usage_record(result),
+        "usage": result.reported_usage(),
         "error": str(result.error) if result.error is not None else None,
         "session": session,
     }

@@ -107,6 +107,7 @@ def batch(ctx: click.Context, /, tasks_file: Path, output: Path, **options: Any)
 
         import_ray()  # before anything is written: say at once that the extra is missing
         executor = RayExecutor(options["concurrency"], address=options["ray_address"] or "auto")
+        executor.connect()  # what Ray prints while it starts comes before the progress line, not inside it
     elif options["ray_address"]:
         raise click.UsageError("--ray-address needs --executor ray")
 

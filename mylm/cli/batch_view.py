@@ -115,7 +115,7 @@ class LiveView(PlainView):
         self._live.stop()
         from rich.table import Table
 
-        table = Table(title="mylm batch", show_header=True, header_style="bold")
+        table = Table(title="mylm batch", show_header=False)  # the rows name themselves: no empty header row
         table.add_column("")
         table.add_column("", justify="right")
         for name, value in summary_rows(summary):

@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     from ..config import Settings
     from ..redact import Redactor
     from ..sessions import Session, Transcript
-    from ..types import RunResult
     from .runner import Exchange
 
 
@@ -160,7 +159,7 @@ class Recorder:
                 "type": "run_end",
                 "stop_reason": result.stop_reason.value,
                 "iterations_used": result.iterations_used,
-                "usage": usage_record(result),
+                "usage": result.reported_usage(),
                 "error": str(result.error) if result.error is not None else None,
             })
 
@@ -185,12 +184,3 @@ class Recorder:
             self.transcript.close()
             self.transcript = None
 
-
-def usage_record(result: RunResult) -> dict[str, int] | None:
-    """The run's token counts, or None when the endpoint reported none (0/0 would be a false count)."""
-    from ..types import UsageEvent
-
-    if not any(isinstance(event, UsageEvent) for event in result.events):
-        return None
-    usage = result.usage
-    return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}
