@@ -16,6 +16,7 @@ import pytest
 from mylm.protocol.parser import format_tool_call
 from mylm.types import ToolCall
 from tests.cli.cli_support import invoke
+from tests.support import default_sigint
 from tests.providers.servers import OpenAIServer
 
 #: Bounds a wait for the child's output, so a broken test fails instead of hanging.
@@ -35,7 +36,7 @@ def endpoint(server: OpenAIServer) -> list[str]:
 
 def start(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "mylm", "batch", *args], env=env, cwd=cwd, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=default_sigint)
 
 
 def next_event(child: subprocess.Popen[str], kind: str) -> dict[str, Any]:
@@ -168,7 +169,7 @@ def test_live_line_on_a_terminal(tmp_path: Path, subprocess_env: dict[str, str])
     with OpenAIServer([ANSWER] * 2) as server:
         args = ["-m", "mylm", "batch", str(tasks), "-o", str(tmp_path / "o.jsonl"), *endpoint(server)]
         child = pexpect.spawn(sys.executable, args, env=env, cwd=str(tmp_path), encoding="utf-8",
-                              timeout=WAIT, dimensions=(24, 200))
+                              timeout=WAIT, dimensions=(24, 200), preexec_fn=default_sigint)
         child.expect("tasks/min")
         child.expect(pexpect.EOF)
         rest = child.before

@@ -17,6 +17,7 @@ from mylm.protocol.parser import parse_completion
 from mylm.tools.validation import validate
 from mylm.types import ToolCall
 from tests.constrain.gbnf_support import accepts, parse_gbnf, sample
+from tests.support import engine_missing
 
 NAMES = st.sampled_from(["path", "n", "mode", "a b", "é", 'q"x', "items", "x-y"])
 SCALARS = st.one_of(
@@ -237,7 +238,7 @@ def test_compiling_is_deterministic_and_cached() -> None:
 
 def test_llama_cpp_compiles_the_grammars() -> None:
     """The engine's own GBNF parser reads every grammar mylm sends (built-in tools, several call modes)."""
-    llama_cpp = pytest.importorskip("llama_cpp", reason="the real inference engine is not installed")
+    llama_cpp = pytest.importorskip("llama_cpp", reason=engine_missing(needs=()) or "llama_cpp cannot be imported")
     specs = _builtin_specs()
     nested = ToolSpec("deep", {"type": "object", "properties": {
         "xs": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 3},
