@@ -135,7 +135,10 @@ def _report_ending(result: RunResult, session: str | None, redactor: Redactor, m
         resume = " (the conversation is saved: `mylm ask --continue` resumes it)" if session else ""
         click.echo(f"mylm: interrupted{resume}", err=True)
     elif reason == "max_iterations":
-        click.echo(f"mylm: stopped after {counted(result.iterations_used, 'iteration')} (--max-iterations)", err=True)
+        used = counted(result.iterations_used, "iteration")
+        click.echo(f"mylm: stopped after {used} (--max-iterations)", err=True)
+    elif reason == "repeated_call":
+        click.echo(f"mylm: stopped: {for_terminal(redactor.redact(str(result.error)))}", err=True)
     elif reason == "max_tokens":
         click.echo(
             f"mylm: warning: the answer was cut off at the output limit of {max_tokens} tokens; raise it "

@@ -101,12 +101,13 @@ def config(as_json: bool, **options: Any) -> None:
         return
     exists = "" if user_file.exists() else "  (not found)"
     project = PROJECT_CONFIG.resolve()
-    shown = [(name, "-" if value is None or value == "" else _short(value), source) for name, value, source in rows]
+    shown = [(name, "-" if value in (None, "") else _short(value), source) for name, value, source in rows]
     width = max(len(name) for name in [*SETTING_NAMES, "config file", "project file", "endpoint", "commands"])
     values = max(len(value) for _, value, _ in shown)
     click.echo(for_terminal(f"{'config file':<{width}}  {user_file}{exists}"))
     click.echo(for_terminal(f"{'project file':<{width}}  {project}{'' if project.exists() else '  (not found)'}"))
-    click.echo(for_terminal(f"{'profile':<{width}}  {settings.profile or '-'}  (profiles: {', '.join(profiles) or 'none'})"))
+    listed = ", ".join(profiles) or "none"
+    click.echo(for_terminal(f"{'profile':<{width}}  {settings.profile or '-'}  (profiles: {listed})"))
     click.echo(for_terminal(f"{'endpoint':<{width}}  {in_use.describe()}\n"))
     for name, value, source in shown:
         click.echo(for_terminal(f"{name:<{width}}  {value:<{values}}  {source}"))

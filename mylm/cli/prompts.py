@@ -135,7 +135,9 @@ def edit(name: str, no_editor: bool) -> None:
         from ..errors import MylmError
 
         # An editor such as vim would draw its screen into the pipe and wait for keys that never come.
-        raise MylmError(f"no terminal to run the editor in; edit {target} yourself (--no-editor only prints the path)")
+        raise MylmError(
+            f"no terminal to run the editor in; edit {target} yourself (--no-editor only prints the path)"
+        )
     try:
         click.edit(filename=str(target))
     except click.ClickException as error:
