@@ -303,7 +303,12 @@ class EventPrinter:
         self._end_line()
         output = self.redactor.redact(event.output)
         body = output if self.verbose else summarise_output(output)
-        header = "  refused" if status == "denied" else f"  {'error' if event.is_error else 'done'} in {event.duration:.2f}s"
+        if status == "denied":
+            header = "  refused"
+        elif status == "interrupted":
+            header = f"  interrupted after {event.duration:.2f}s"
+        else:
+            header = f"  {'error' if event.is_error else 'done'} in {event.duration:.2f}s"
         text = "\n".join("  │ " + line for line in for_terminal(body).splitlines())
         paint = self.style.red if event.is_error else self.style.dim
         self._write(self.err, paint(header) + "\n" + (self.style.dim(text) + "\n" if text else ""))

@@ -195,7 +195,8 @@ class StepCompleteEvent(_Event):
 
     type: ClassVar[str] = "step_complete"
     step_id: str
-    status: Literal["completed", "error", "denied"]
+    #: `interrupted`: Ctrl-C (or a cancel) stopped the tool before it finished.
+    status: Literal["completed", "error", "denied", "interrupted"]
 
 
 @dataclass(frozen=True)
