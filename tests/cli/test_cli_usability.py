@@ -264,3 +264,40 @@ def test_tool_choice_flag() -> None:
     assert "<tool_definitions>" not in llm.requests[0].messages[0].content
     bad = invoke(["ask", "--tool-choice", "nope", "x"], ScriptedLLM(["y"]))
     assert bad.exit_code == 2 and "--tool-choice" in bad.stderr and "execute_command" in bad.stderr
+
+
+# ------------------------------------------------------------------------- issue 20: the smaller points
+
+
+@pytest.mark.parametrize("table, key", [
+    ('[tools.approval]\nallow_commands = "ls"\n', "[tools.approval] allow_commands"),
+    ("[tools.approval]\nno_such_key = true\n", "[tools.approval] has unknown key(s) no_such_key"),
+    ('[tools]\ncommand_timeout = "long"\n', "[tools] command_timeout"),
+])
+def test_config_rejects_the_tool_tables_ask_rejects(tmp_path: Path, table: str, key: str) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text('model = "m"\n\n' + table)
+    for args in (["config"], ["config", "--json"], ["ask", "x"]):
+        result = invoke(args, ScriptedLLM(["y"]), env={"MYLM_CONFIG": str(config)})
+        assert result.exit_code == 2, (args, result.stdout)
+        assert result.stderr.startswith(f"mylm: error: config file {config}, line 4: {key}"), result.stderr
+
+
+def test_ask_max_tokens_flag_reaches_the_request() -> None:
+    llm = ScriptedLLM(["ok"])
+    assert invoke(["ask", "--max-tokens", "77", "x"], llm).exit_code == 0
+    assert llm.requests[0].max_tokens == 77
+    bad = invoke(["ask", "--max-tokens", "0", "x"], ScriptedLLM(["ok"]))
+    assert bad.exit_code == 2 and bad.stderr.startswith("mylm: error: max-tokens from flag: 0")
+
+
+def test_prompts_list_labels_the_directory_by_where_it_was_set(tmp_path: Path) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "system.j2").write_text((Path(__file__).parents[2] / "prompts" / "system.j2").read_text())
+    by_env = invoke(["prompts", "list"], env={"MYLM_PROMPTS": str(mine)}).stdout
+    assert [line.split()[1] for line in by_env.splitlines() if line.startswith("system.j2")] == ["$MYLM_PROMPTS"]
+    by_flag = invoke(["prompts", "list", "--prompts", str(mine)]).stdout
+    assert [line.split()[1] for line in by_flag.splitlines() if line.startswith("system.j2")] == ["--prompts"]
+    paths = invoke(["prompts", "path"], env={"MYLM_PROMPTS": str(mine)}).stdout.splitlines()
+    assert paths[0].split() == ["$MYLM_PROMPTS", str(mine)] and sum(str(mine) in line for line in paths) == 1
