@@ -12,6 +12,7 @@ def test_handling_leaves_an_ignored_signal_ignored() -> None:
         raise AssertionError("not to be called")
 
     previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as `nohup` starts a program
+    term = signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         with handling(("SIGHUP", "SIGTERM"), handler):
             assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
@@ -20,3 +21,4 @@ def test_handling_leaves_an_ignored_signal_ignored() -> None:
         assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     finally:
         signal.signal(signal.SIGHUP, previous)
+        signal.signal(signal.SIGTERM, term)
