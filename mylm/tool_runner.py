@@ -38,7 +38,7 @@ from .types import (
 
 logger = logging.getLogger("mylm.agent")
 
-Status = Literal["completed", "error", "denied"]
+Status = Literal["completed", "error", "denied", "interrupted"]
 #: What the model is told about a tool the user interrupted.
 TOOL_INTERRUPTED = "interrupted by the user before it finished; it may have done part of its work"
 
@@ -174,7 +174,7 @@ class ToolRunner:
         except (CancelledError, KeyboardInterrupt):
             # Record that it was cut short, so the model (and a resumed chat) knows, then stop.
             interrupted = ToolOutcome(TOOL_INTERRUPTED, True, time.monotonic() - started)
-            yield from self._report(call, interrupted, "error", observations)
+            yield from self._report(call, interrupted, "interrupted", observations)
             raise
 
     def _report(

@@ -46,6 +46,26 @@ class LazyGroup(click.Group):
         command: click.Command = getattr(importlib.import_module(f"{__name__}.{module}"), name)
         return command
 
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        """Run as click does, but end as mylm does: one line and an exit code per failure (see root.py)."""
+        if not kwargs.get("standalone_mode", True) or len(args) > 3:
+            return super().main(*args, **kwargs)
+        from .root import run_command
+
+        run_command(lambda: super(LazyGroup, self).main(*args, **{**kwargs, "standalone_mode": False}))
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        from .root import output_errors
+
+        with output_errors():  # `mylm --help > /dev/full` writes the help here
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from .root import output_errors
+
+        with output_errors():
+            return super().invoke(ctx)
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):
             formatter.write_dl([(name, summary) for name, (_, summary) in COMMANDS.items()])

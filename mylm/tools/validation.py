@@ -16,6 +16,7 @@ import re
 from typing import Any, Mapping
 
 from ..jsonref import resolve_ref
+from ..words import counted
 
 _MAX_DEPTH = 64
 
@@ -172,9 +173,9 @@ class _Validator:
         if isinstance(value, str):
             low, high, pattern = schema.get("minLength"), schema.get("maxLength"), schema.get("pattern")
             if low is not None and len(value) < low:
-                problems.append(f"{where} must be at least {low} character(s) long, got {_describe(value)}")
+                problems.append(f"{where} must be at least {counted(low, 'character')} long, got {_describe(value)}")
             if high is not None and len(value) > high:
-                problems.append(f"{where} must be at most {high} characters long, got {len(value)}")
+                problems.append(f"{where} must be at most {counted(high, 'character')} long, got {len(value)}")
             try:
                 if pattern is not None and not re.search(pattern, value):
                     problems.append(f"{where} must match the pattern {pattern!r}, got {_describe(value)}")
@@ -190,9 +191,9 @@ class _Validator:
                     problems.append(f"{where} must be {word} {bound}, got {value}")
         if isinstance(value, list):
             if "minItems" in schema and len(value) < schema["minItems"]:
-                problems.append(f"{where} must have at least {schema['minItems']} item(s), got {len(value)}")
+                problems.append(f"{where} must have at least {counted(schema['minItems'], 'item')}, got {len(value)}")
             if "maxItems" in schema and len(value) > schema["maxItems"]:
-                problems.append(f"{where} must have at most {schema['maxItems']} items, got {len(value)}")
+                problems.append(f"{where} must have at most {counted(schema['maxItems'], 'item')}, got {len(value)}")
         return problems
 
     def _check_items(

@@ -558,7 +558,7 @@ def test_policy_prompt_shows_hidden_characters(repo: Path) -> None:
         policy,
     )
     assert (
-        edit.details == "- x = 1<U+202E>\n+ x = 2" and edit.summary == "edit a.py: replace 1 line(s) with 1"
+        edit.details == "- x = 1<U+202E>\n+ x = 2" and edit.summary == "edit a.py: replace 1 line with 1"
     )
     write = decide(
         ToolCall("write_file", {"path": "README.md", "content": "a\nb\n"}),
