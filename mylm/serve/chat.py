@@ -9,6 +9,7 @@ from typing import Any, AsyncIterator
 from ..types import Usage
 from .http import sse
 from .wire import (
+    said,
     CallIn,
     CallOut,
     ChatMessage,
@@ -159,7 +160,7 @@ def _call(index: int, call: CallOut) -> dict[str, Any]:
 
 def answer(request: ChatRequest, items: list[Out], body: dict[str, Any]) -> dict[str, Any]:
     """The whole answer, for a request that is not streamed."""
-    content = "".join(i.text for i in items if isinstance(i, TextOut))
+    content = said(items)
     reasoning = "".join(i.text for i in items if isinstance(i, ReasoningOut))
     calls = [i for i in items if isinstance(i, CallOut)]
     finish = next((i for i in items if isinstance(i, Finished)), Finished("stop"))

@@ -220,7 +220,8 @@ class Core:
                     call_id = stable_id("call_", seed, str(attempt), str(index))
                     yield CallOut(call_id, call.name, json.dumps(call.arguments, ensure_ascii=False))
                 cut = turn.finish is FinishReason.MAX_TOKENS
-                yield Finished("tool_calls" if calls else ("length" if cut else "stop"), usage)
+                settled = turn.parsed.thought if calls else (turn.parsed.final_answer or turn.parsed.thought)
+                yield Finished("tool_calls" if calls else ("length" if cut else "stop"), usage, settled)
                 return
             logger.info("Unusable reply (attempt %d): %s", attempt + 1, problem)
             if attempt == self.settings.max_corrections:
@@ -234,7 +235,7 @@ class Core:
         if answer and not sent.strip():
             yield TextOut(answer)
         cut = turn.finish is FinishReason.MAX_TOKENS
-        yield Finished("length" if cut else "stop", usage)
+        yield Finished("length" if cut else "stop", usage, answer)
 
     def _judge(self, turn: ModelTurn, request: ChatRequest,
                tools: dict[str, FunctionTool]) -> tuple[list[ToolCall], str | None]:

@@ -9,6 +9,7 @@ from typing import Any, AsyncIterator
 from ..types import Usage
 from .http import sse
 from .wire import (
+    said,
     CallIn,
     CallOut,
     ChatMessage,
@@ -188,9 +189,9 @@ def answer(request: ChatRequest, items: list[Out], body: dict[str, Any]) -> dict
     reasoning = "".join(i.text for i in items if isinstance(i, ReasoningOut))
     if reasoning:
         content.append({"type": "thinking", "thinking": reasoning, "signature": ""})
-    said = "".join(i.text for i in items if isinstance(i, TextOut))
-    if said:
-        content.append({"type": "text", "text": said})
+    words = said(items)
+    if words:
+        content.append({"type": "text", "text": words})
     for item in items:
         if isinstance(item, CallOut):
             content.append({"type": "tool_use", "id": _tool_id(item), "name": item.name,

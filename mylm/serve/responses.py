@@ -12,6 +12,7 @@ from ..types import Usage
 from .chat import content_text, error_body
 from .http import sse
 from .wire import (
+    said,
     CallIn,
     CallOut,
     ChatMessage,
@@ -150,8 +151,8 @@ def _response(request: ChatRequest, body: dict[str, Any], rid: str, status: str)
     }
 
 
-def _message_item(mid: str, said: str, status: str = "completed") -> dict[str, Any]:
-    content = [{"type": "output_text", "text": said, "annotations": []}] if status == "completed" else []
+def _message_item(mid: str, words: str, status: str = "completed") -> dict[str, Any]:
+    content = [{"type": "output_text", "text": words, "annotations": []}] if status == "completed" else []
     return {"type": "message", "id": mid, "status": status, "role": "assistant", "content": content}
 
 
@@ -178,9 +179,9 @@ def answer(request: ChatRequest, items: list[Out], body: dict[str, Any]) -> dict
     thought = "".join(i.text for i in items if isinstance(i, ReasoningOut))
     if thought:
         output.append(_reasoning_item(f"rs_{uuid.uuid4().hex}", thought))
-    said = "".join(i.text for i in items if isinstance(i, TextOut))
-    if said:
-        output.append(_message_item(f"msg_{uuid.uuid4().hex}", said))
+    words = said(items)
+    if words:
+        output.append(_message_item(f"msg_{uuid.uuid4().hex}", words))
     output.extend(_call_item(i, i.arguments) for i in items if isinstance(i, CallOut))
     finish = next((i for i in items if isinstance(i, Finished)), Finished("stop"))
     status, incomplete = _ending(finish)

@@ -109,9 +109,21 @@ class Finished:
 
     reason: Finish
     usage: Usage | None = None
+    #: The reply's text as the parser settled it (the thought before the calls, or the answer), for a reply that
+    #: is not streamed; None: the text items as they came. Streamed text is append-only, so it may still hold
+    #: what only turned out later not to be text (a fence around a call).
+    text: str | None = None
 
 
 Out = Union[TextOut, ReasoningOut, CallOut, Finished]
+
+
+def said(items: list[Out]) -> str:
+    """The text of a whole reply: as the parser settled it, else as it streamed."""
+    finish = next((i for i in items if isinstance(i, Finished)), None)
+    if finish is not None and finish.text is not None:
+        return finish.text
+    return "".join(i.text for i in items if isinstance(i, TextOut))
 
 
 # ------------------------------------------------------------------------------------------ checking JSON
