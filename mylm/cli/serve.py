@@ -98,7 +98,10 @@ def serve(ctx: click.Context, /, **options: Any) -> None:
                "(Ctrl-C stops)", err=True)
     from ..serve.server import run
 
-    run(app, sock)
+    try:
+        run(app, sock)
+    except KeyboardInterrupt:
+        pass  # uvicorn drained the requests in flight, then re-raised the signal it caught: a clean stop
     click.echo("mylm serve: stopped", err=True)
     ctx.exit(EXIT_OK)
 
