@@ -28,7 +28,7 @@ from ..errors import (
     RateLimitError,
 )
 from . import chat, messages, models, responses
-from .bridge import collected, produced
+from .bridge import produced
 from .core import Core
 from .http import EventStream, json_response, read_body, unless_disconnected
 from .wire import Out, RequestError, load_json
@@ -217,6 +217,9 @@ async def _prepend(first: Out, rest: AsyncIterator[Out]) -> AsyncIterator[Out]:
 def create_app(core: Core, config: ServeConfig, redact: Callable[[str], str] = lambda s: s) -> Starlette:
     """The ASGI application serving `core`."""
     server = Server(core, config, redact)
+    pool = getattr(core.llm, "pool", None)
+    if callable(pool):
+        pool(config.max_concurrency)  # one upstream connection pool, as large as the requests served at once
     routes = [
         Route("/health", server.health, methods=["GET"]),
         Route("/v1/models", server.list_models, methods=["GET"]),
@@ -232,4 +235,4 @@ def create_app(core: Core, config: ServeConfig, redact: Callable[[str], str] = l
     return app
 
 
-__all__ = ["DEFAULT_MAX_BODY", "ServeConfig", "Server", "collected", "create_app"]
+__all__ = ["DEFAULT_MAX_BODY", "ServeConfig", "Server", "create_app"]

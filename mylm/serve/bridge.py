@@ -73,7 +73,3 @@ async def produced(produce: Callable[[CancelToken], Iterator[T]], *, name: str =
     finally:
         cancel.cancel()
 
-
-async def collected(produce: Callable[[CancelToken], Iterator[T]]) -> list[T]:
-    """Every item `produce` yields (for a reply that is not streamed)."""
-    return [item async for item in produced(produce)]

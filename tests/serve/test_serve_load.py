@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 import openai
+import pytest
 
 from tests.providers.servers import Completion, Hang, OpenAIServer
 from tests.serve.support import WEATHER, call
@@ -44,7 +45,9 @@ def test_a_client_leaving_before_the_answer_cancels_the_upstream_call(upstream: 
     assert health["status"] == "ok" and health["active_requests"] == 0
 
 
-def test_many_streaming_clients_at_once_each_get_their_own_answer(upstream: OpenAIServer, served: str) -> None:
+def test_many_streaming_clients_at_once_each_get_their_own_answer(
+    upstream: OpenAIServer, served: str, caplog: pytest.LogCaptureFixture
+) -> None:
     clients = 24
     upstream.script([call("get_weather", json.dumps({"city": f"city{i}"})) for i in range(clients)])
     api = openai.OpenAI(base_url=served + "/v1", api_key="x", max_retries=0, timeout=60)
@@ -62,3 +65,5 @@ def test_many_streaming_clients_at_once_each_get_their_own_answer(upstream: Open
     # The scripted replies are handed out in arrival order, so which client got which city is not fixed; every
     # reply reached exactly one client, whole.
     assert sorted(cities) == sorted(f"city{i}" for i in range(clients))
+    # One upstream pool sized for the requests served at once: no connection was opened only to be thrown away.
+    assert not [r for r in caplog.records if "pool is full" in r.getMessage()]
