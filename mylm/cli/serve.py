@@ -42,6 +42,8 @@ KEY_ENV = "MYLM_SERVE_KEY"
               help="Wall-clock budget of one request upstream, corrections included [the timeout setting].")
 @click.option("--max-body", type=click.IntRange(1024, None), default=16 * 1024 * 1024, metavar="BYTES",
               help="Largest request body accepted; larger ones get a 413 [16 MiB].")
+@click.option("--max-concurrency", type=click.IntRange(1, 4096), default=128, show_default=True,
+              help="Requests served upstream at once (and the upstream connections kept); more wait their turn.")
 @verbose_option
 @click.pass_context
 @handles_errors
@@ -123,5 +125,6 @@ def build_app(llm: Any, loader: Any, settings: Any, key: str | None, options: di
         ))
     except ValueError as error:
         raise ConfigError(str(error)) from None
-    config = ServeConfig(model=settings.model or "mylm", client_key=key, max_body=options["max_body"])
+    config = ServeConfig(model=settings.model or "mylm", client_key=key, max_body=options["max_body"],
+                         max_concurrency=options["max_concurrency"])
     return create_app(core, config, redact)

@@ -133,8 +133,11 @@ def _blocks_text(value: Any, param: str) -> str:
 def _message(value: Any, param: str) -> list[ChatMessage]:
     message = obj(value, param)
     role = message.get("role")
+    if role == "system":
+        # Claude Code sends system text inside the messages as well: it joins the system prompt's.
+        return [ChatMessage("system", _blocks_text(message.get("content"), f"{param}.content"))]
     if role not in ("user", "assistant"):
-        raise RequestError(f"{param}.role must be user or assistant, not {role!r}", param=f"{param}.role")
+        raise RequestError(f"{param}.role must be user, assistant or system, not {role!r}", param=f"{param}.role")
     content = message.get("content")
     if isinstance(content, str):
         return [ChatMessage(role, text(content, f"{param}.content"))]

@@ -118,7 +118,8 @@ MALFORMED: list[tuple[str, Any, int]] = [
     (CHAT, chat(parallel_tool_calls="no"), 400),
     (CHAT, chat(messages=[{"role": "user", "content": "x" * 70_000}]), 413),
     (MESSAGES, {"model": "m", "messages": USER}, 400),
-    (MESSAGES, anthropic(messages=[{"role": "system", "content": "x"}]), 400),
+    (MESSAGES, anthropic(messages=[{"role": "tool", "content": "x"}]), 400),
+    (MESSAGES, anthropic(messages=[{"role": "system", "content": [{"type": "image", "source": {}}]}]), 400),
     (MESSAGES, anthropic(messages=[{"role": "user", "content": [
         {"type": "tool_use", "id": "t", "name": "f", "input": {}}]}]), 400),
     (MESSAGES, anthropic(messages=[{"role": "user", "content": [

@@ -90,3 +90,13 @@ def test_errors_come_in_anthropics_shape(upstream: OpenAIServer, served: str) ->
     with pytest.raises(anthropic.BadRequestError):
         client(served).messages.create(model="m", max_tokens=256, messages=[
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "never", "content": "x"}]}])
+
+
+def test_system_messages_inside_messages_join_the_system_prompt(upstream: OpenAIServer, served: str) -> None:
+    # Claude Code sends some of its system text as messages with the role "system".
+    upstream.script(["Hello."])
+    messages: list[Any] = [*QUESTION, {"role": "system", "content": [{"type": "text", "text": "Mind the cwd."}]}]
+    reply = client(served).messages.create(model="m", max_tokens=64, messages=messages, tools=[WEATHER])
+    assert reply.content[0].text == "Hello."  # type: ignore[union-attr]
+    sent = upstream.requests[0].body["messages"]
+    assert "Mind the cwd." in sent[0]["content"] and all(m["role"] != "system" for m in sent[1:])
