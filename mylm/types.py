@@ -63,6 +63,8 @@ class StopReason(str, Enum):
     MAX_TOKENS = "max_tokens"
     DONE_TOOL = "done_tool"
     MAX_ITERATIONS = "max_iterations"
+    #: The model kept making the same call and getting the same result (`RepeatedCallError` says which).
+    REPEATED_CALL = "repeated_call"
     TIMEOUT = "timeout"
     CANCELLED = "cancelled"
     ERROR = "error"

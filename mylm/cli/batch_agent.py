@@ -100,7 +100,7 @@ class BatchAgentFactory:
             prompts=loader,
             max_tokens=self.max_tokens, permission=NeverAsk(policy), instructions=self.instructions,
             context_budget=self.context_budget, workspace=workspace,
-            constrain=self.constrain,  # type: ignore[arg-type]  # validated by the config reader
+            constrain=self.constrain,  # validated by the config reader
         )
 
     def _loader(self) -> PromptLoader:
