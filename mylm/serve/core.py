@@ -1,38 +1,38 @@
 """The core every route shares: a client's conversation in mylm's text protocol, the upstream's reply read back
 as native tool calls, and unusable replies corrected upstream before the client sees them.
 
-The conversation is rendered the way the agent records its own: the tools through mylm's templates (prompts/,
-so users customise them the same way), earlier calls as canonical `<tool_code>` blocks and tool results as
+Each request is one model step (`mylm.step.ModelStep`, the agent's own): the tools rendered through mylm's
+templates (prompts/, so users customise them the same way), the grammar chosen from their schemas and the
+`tool_choice`, the reply parsed with their names and judged, and the correction picked. The conversation is
+rendered the way the agent records its own: earlier calls as canonical `<tool_code>` blocks and tool results as
 user-role `<observation>` messages. Rendering is a pure function of the request, so each request of a
 conversation is a byte-stable extension of the last and the upstream's prompt cache keeps hitting.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
-import platform
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Generator, Iterator
 
 from ..cancel import CancelToken
-from ..llm import LLM, ConstrainMode, Constraint, FinishChunk, LLMRequest, ReasoningChunk, TextChunk, alternating
-from ..prompts import PromptLoader, dump_json, tool_view
+from ..llm import LLM, ConstrainMode, FinishChunk, LLMRequest, ReasoningChunk, TextChunk, alternating
+from ..prompts import PromptLoader
 from ..protocol.canonical import format_tool_call
 from ..protocol.defuse import neutralise
-from ..protocol.stops import DEFAULT_STOPS, OBSERVATION_STOP
-from ..tools.validation import validate
-from ..turn import ModelTurn, stream_turn
-from ..types import FinishReason, Message, ReasoningEvent, TextEvent, ToolCall, Usage
-from .wire import CallOut, ChatMessage, ChatRequest, Finished, FunctionTool, Out, ReasoningOut, TextOut
+from ..step import Meter, ModelStep, StepConfig, StepOutcome, ToolDefinition
+from ..types import FinishReason, Message, ReasoningEvent, TextEvent, ToolCall, UsageEvent
+from .wire import CallOut, ChatMessage, ChatRequest, Finished, Out, ReasoningOut, RequestError, TextOut
 
 logger = logging.getLogger("mylm.serve")
 
-#: The templates the core renders; checked when the server starts, so a broken one is reported before a request.
-TEMPLATES = ("system.j2", "observation.j2", "tool_error.j2", "format_error.j2", "truncated.j2", "tool_required.j2")
+#: The templates the core renders itself (the step checks its own); checked when the server starts.
+TEMPLATES = ("system.j2", "observation.j2", "tool_error.j2", "denied.j2", "tool_required.j2")
 
 
 @dataclass(frozen=True)
@@ -56,33 +56,56 @@ class Core:
         self.llm = llm
         self.prompts = prompts
         self.settings = settings
-        #: What replies have shown about the upstream's chat template opening `<think>` (None: not known yet).
+        #: What replies have shown about the upstream (shared by every request's step): whether its chat template
+        #: opens `<think>` (None: not known yet), and whether its stop strings cut the model's reasoning.
         self.opens_reasoning: bool | None = None
-        self._grammars: dict[tuple[Any, ...], Constraint | None] = {}
+        self.stopless = False
+        #: Rendered system prompts by tools, choice and instructions: the same request renders the same bytes.
+        self._systems: dict[tuple[Any, ...], str] = {}
         self._lock = threading.Lock()
-        prompts.check(list(TEMPLATES))
+        prompts.check([*TEMPLATES, *ModelStep(llm, [], prompts=prompts).templates()])
 
     # ------------------------------------------------------------------------------------------ rendering
 
-    def render(self, request: ChatRequest) -> tuple[Message, ...]:
-        """The messages sent upstream for `request`: the same request always gives the same bytes."""
+    def step(self, request: ChatRequest) -> ModelStep:
+        """The model step for `request`'s tools and choices, with what earlier replies taught about the upstream."""
+        tools = [ToolDefinition(t.name, t.description, t.parameters) for t in request.tools]
+        config = StepConfig(
+            max_tokens=request.max_tokens or self.settings.max_tokens, multiple_calls=request.parallel,
+            constrain=self.settings.constrain, tool_choice=request.tool_choice,
+            stop_strings=self.settings.stop_strings and not self.stopless,
+        )
+        try:
+            step = ModelStep(self.llm, tools, config, prompts=self.prompts)
+        except (ValueError, TypeError, RecursionError) as error:
+            # A schema the grammar compiler cannot take: parse and validate only (or refuse, if insisted on).
+            if config.constrain == "grammar":
+                raise RequestError(f"the tools' schemas cannot be compiled into a grammar: {error}",
+                                   param="tools") from None
+            logger.warning("No grammar for this request's tools (%s: %s)", type(error).__name__, error)
+            step = ModelStep(self.llm, tools, dataclasses.replace(config, constrain="off"), prompts=self.prompts)
+        step.opens_reasoning = self.opens_reasoning
+        step.stops = (*step.stops, *(s for s in request.stop if s not in step.stops))
+        return step
+
+    def render(self, request: ChatRequest, step: ModelStep | None = None) -> tuple[Message, ...]:
+        """The messages sent upstream for `request` (with tools, through its `step`'s system prompt)."""
         instructions = "\n\n".join(m.content for m in request.messages if m.role == "system" and m.content)
         turns = self._turns(request)
-        if not self._emulated(request):
+        if step is None:
             system = (Message("system", instructions),) if instructions else ()
             return alternating((*system, *turns))
-        system = self.prompts.render(
-            "system.j2",
-            tools=tool_view(request.tools if request.tool_choice in ("auto", "required")
-                            else [t for t in request.tools if t.name == request.tool_choice]),
-            multiple_calls=request.parallel,
-            final_answer_tag=self.settings.constrain != "off",
-            instructions=instructions,
-            platform=platform.system() or "unknown",
-            cwd="",
-            tool_choice=request.tool_choice,
-        )
-        return alternating((Message("system", system), *turns))
+        key = (json.dumps([[t.name, t.description, t.parameters] for t in request.tools], default=str),
+               request.tool_choice, request.parallel, step.config.constrain, instructions)
+        with self._lock:
+            system_prompt = self._systems.get(key)
+        if system_prompt is None:
+            system_prompt = step.system_prompt(instructions=instructions)
+            with self._lock:
+                if len(self._systems) > 256:
+                    self._systems.clear()
+                self._systems[key] = system_prompt
+        return alternating((Message("system", system_prompt), *turns))
 
     def _turns(self, request: ChatRequest) -> list[Message]:
         names = {call.id: call.name for m in request.messages for call in m.calls}
@@ -117,55 +140,21 @@ class Core:
         return self.prompts.render("observation.j2", tool=tool, output=output, cut=0, handle=None)
 
     @staticmethod
-    def _emulated(request: ChatRequest) -> bool:
+    def emulated(request: ChatRequest) -> bool:
         """Whether mylm's protocol is in play: the request offers tools the model may call."""
         return bool(request.tools) and request.tool_choice != "none"
-
-    def constraint(self, request: ChatRequest) -> Constraint | None:
-        """The grammar for the request's tools and `tool_choice` (compiled once per tool set)."""
-        mode = self.settings.constrain
-        if mode == "off" or not self._emulated(request):
-            return None
-        max_tokens = request.max_tokens or self.settings.max_tokens
-        tools = json.dumps([[t.name, t.parameters] for t in request.tools], sort_keys=True, default=str)
-        key = (tools, request.tool_choice, request.parallel, max_tokens)
-        with self._lock:
-            if key in self._grammars:
-                return self._grammars[key]
-        from ..constrain import TRIGGER, ToolSpec, compile_protocol
-        from ..constrain.protocol import ANSWER_CHARS, THOUGHT_CHARS
-
-        choice = request.tool_choice
-        offered = [t for t in request.tools if choice in ("auto", "required") or t.name == choice]
-        try:
-            grammar = compile_protocol(
-                [ToolSpec(t.name, t.parameters) for t in offered],
-                multiple_calls=request.parallel,
-                thought_chars=min(THOUGHT_CHARS, max_tokens // 2),
-                answer_chars=min(ANSWER_CHARS, max_tokens),
-                require_call=choice != "auto",
-            )
-            constraint: Constraint | None = Constraint(grammar.turn, grammar.call, TRIGGER, mode == "grammar")
-        except Exception as error:  # noqa: BLE001 - a schema the compiler cannot take: parse and validate only
-            logger.warning("No grammar for this request's tools (%s: %s)", type(error).__name__, error)
-            constraint = None
-        with self._lock:
-            if len(self._grammars) > 256:
-                self._grammars.clear()
-            self._grammars[key] = constraint
-        return constraint
 
     # ------------------------------------------------------------------------------------------- serving
 
     def run(self, request: ChatRequest, cancel: CancelToken) -> Iterator[Out]:
         """The reply to `request`, as it becomes known: text and reasoning as they stream, each call once it is
         complete and valid, then `Finished`. Raises `LLMError`s from the upstream and `CancelledError`."""
-        messages = list(self.render(request))
         deadline = time.monotonic() + self.settings.timeout
-        if not self._emulated(request):
-            yield from self._plain(request, tuple(messages), deadline, cancel)
+        if not self.emulated(request):
+            yield from self._plain(request, self.render(request), deadline, cancel)
             return
-        yield from self._emulate(request, messages, deadline, cancel)
+        step = self.step(request)
+        yield from self._emulate(request, step, list(self.render(request, step)), deadline, cancel)
 
     def _plain(self, request: ChatRequest, messages: tuple[Message, ...], deadline: float,
                cancel: CancelToken) -> Iterator[Out]:
@@ -192,100 +181,61 @@ class Core:
         yield Finished("length" if reason in ("length", "max_tokens", "limit") else "stop",
                        finish.usage if finish else None)
 
-    def _emulate(self, request: ChatRequest, messages: list[Message], deadline: float,
+    def _emulate(self, request: ChatRequest, step: ModelStep, messages: list[Message], deadline: float,
                  cancel: CancelToken) -> Iterator[Out]:
-        tools = {t.name: t for t in request.tools}
-        names = {t.name: tuple(dict(t.parameters).get("properties") or ()) for t in request.tools}
-        stops = (DEFAULT_STOPS if not request.parallel else (OBSERVATION_STOP,)) if self.settings.stop_strings else ()
-        stops = (*stops, *(s for s in request.stop if s not in stops))
-        constraint = self.constraint(request)
         seed = stable_id("", *(f"{m.role}\x01{m.content}" for m in messages))
-        usage: Usage | None = None
-        turn: ModelTurn | None = None
-        shown: list[str] = []
+        corrections = step.corrections()
+        meter = Meter()
+        counted = [False]
+        outcome: StepOutcome | None = None
         for attempt in range(self.settings.max_corrections + 1):
-            upstream = LLMRequest(alternating(messages), stop=stops, max_tokens=request.max_tokens,
-                                  deadline=deadline, cancel=cancel, constraint=constraint)
-            shown = []
-            turn = yield from _relay(stream_turn(self.llm, upstream, multiple_calls=request.parallel,
-                                                 shown=shown, tools=names, reasoning_open=self.opens_reasoning))
-            if turn.opens_reasoning is not None:
-                self.opens_reasoning = turn.opens_reasoning
-            if turn.usage is not None:
-                usage = turn.usage if usage is None else usage + turn.usage
-            calls, problem = self._judge(turn, request, tools)
-            if problem is None:
-                for index, call in enumerate(calls):
-                    # Stable: the same conversation gives the same ids, so a retried request is answered alike.
-                    call_id = stable_id("call_", seed, str(attempt), str(index))
-                    yield CallOut(call_id, call.name, json.dumps(call.arguments, ensure_ascii=False))
-                cut = turn.finish is FinishReason.MAX_TOKENS
-                settled = turn.parsed.thought if calls else (turn.parsed.final_answer or turn.parsed.thought)
-                yield Finished("tool_calls" if calls else ("length" if cut else "stop"), usage, settled)
-                return
-            logger.info("Unusable reply (attempt %d): %s", attempt + 1, problem)
+            stops = step.stops
+            outcome = yield from _relay(step.turn(messages, deadline=deadline, cancel=cancel,
+                                                  corrections=corrections, meter=meter), counted)
+            self.opens_reasoning = step.opens_reasoning
+            if stops and not step.stops:
+                self.stopless = True  # the step learnt that this upstream's stops cut the model's reasoning
+            usage = meter.usage if counted[0] else None
+            parsed = outcome.turn.parsed
+            correction = outcome.correction
+            if outcome.usable:
+                calls: list[ToolCall] = []
+                observations: list[str] = []
+                for call in (parsed.tool_calls if request.parallel else parsed.tool_calls[:1]):
+                    checked, observation = step.check_call(call, corrections)
+                    calls.append(checked)
+                    if observation is not None:
+                        observations.append(observation)
+                if not observations:
+                    for index, call in enumerate(calls):
+                        # Stable: the same conversation gives the same ids, so a retried request is answered alike.
+                        call_id = stable_id("call_", seed, str(attempt), str(index))
+                        yield CallOut(call_id, call.name, json.dumps(call.arguments, ensure_ascii=False))
+                    cut = outcome.turn.finish is FinishReason.MAX_TOKENS
+                    settled = parsed.thought if calls else (parsed.final_answer or parsed.thought)
+                    yield Finished("tool_calls" if calls else ("length" if cut else "stop"), usage, settled)
+                    return
+                correction = "\n".join(observations)
+            logger.info("Unusable reply (attempt %d): %s", attempt + 1, outcome.problem or correction)
             if attempt == self.settings.max_corrections:
                 break
-            messages.append(Message("assistant", turn.parsed.text.strip() or "(empty reply)"))
-            messages.append(Message("user", self._correction(turn, request, problem)))
+            messages += [outcome.reply, Message("user", correction or "")]
         # Out of corrections: the text the reply had, never a half call.
-        assert turn is not None
-        sent = "".join(shown)
-        answer = turn.parsed.final_answer or turn.parsed.thought
-        if answer and not sent.strip():
-            yield TextOut(answer)
-        cut = turn.finish is FinishReason.MAX_TOKENS
-        yield Finished("length" if cut else "stop", usage, answer)
-
-    def _judge(self, turn: ModelTurn, request: ChatRequest,
-               tools: dict[str, FunctionTool]) -> tuple[list[ToolCall], str | None]:
-        """The turn's calls checked against their tools' schemas, or what makes the turn unusable."""
-        parsed = turn.parsed
-        if parsed.error is not None:
-            return [], parsed.error
-        calls = list(parsed.tool_calls if request.parallel else parsed.tool_calls[:1])
-        if not calls:
-            if request.tool_choice not in ("auto", "none"):
-                return [], "required"
-            if (parsed.final_answer or "").strip():
-                return [], None
-            if turn.finish is FinishReason.MAX_TOKENS:
-                return [], "truncated"
-            if parsed.unclosed_reasoning:
-                return [], ("Your reply ended inside <think> with neither a tool call nor an answer. Close your "
-                            "reasoning with </think>, then write one <tool_code> block or your answer.")
-            return [], "Your reply was empty. Write one <tool_code> block to use a tool, or write your answer."
-        checked: list[ToolCall] = []
-        for call in calls:
-            tool = tools.get(call.name)
-            if tool is None or (request.tool_choice not in ("auto", "required") and call.name != request.tool_choice):
-                allowed = [request.tool_choice] if request.tool_choice in tools else list(tools)
-                return [], (f"There is no tool named '{call.name}' you may call here. The tools you may call "
-                            f"are: {', '.join(allowed)}.")
-            arguments, problems = validate(dict(tool.parameters), dict(call.arguments))
-            if problems:
-                return [], (f"The call to {call.name} has invalid arguments: {'; '.join(problems)}. The "
-                            f"parameters schema is {dump_json(dict(tool.parameters))}")
-            checked.append(ToolCall(call.name, arguments))
-        return checked, None
-
-    def _correction(self, turn: ModelTurn, request: ChatRequest, problem: str) -> str:
-        if problem == "truncated":
-            return self.prompts.render("truncated.j2", max_tokens=request.max_tokens or self.settings.max_tokens)
-        if problem == "required":
-            named = request.tool_choice if request.tool_choice != "required" else None
-            return self.prompts.render("tool_required.j2", tool=named)
-        return self.prompts.render("format_error.j2", message=neutralise(problem))
+        assert outcome is not None
+        answer = outcome.turn.parsed.final_answer or outcome.turn.parsed.thought
+        cut = outcome.turn.finish is FinishReason.MAX_TOKENS
+        yield Finished("length" if cut else "stop", meter.usage if counted[0] else None, answer)
 
 
-def _relay(turn: Generator[Any, None, ModelTurn]) -> Generator[Out, None, ModelTurn]:
-    """The turn's text and reasoning events as the server's `Out` items; returns the parsed turn."""
+def _relay(steps: Generator[Any, None, StepOutcome], counted: list[bool]) -> Generator[Out, None, StepOutcome]:
+    """The step's text and reasoning events as the server's `Out` items; returns its outcome. `counted[0]` is
+    set once the upstream has reported usage."""
     try:
         while True:
             try:
-                event = next(turn)
+                event = next(steps)
             except StopIteration as stop:
-                result: ModelTurn = stop.value
+                result: StepOutcome = stop.value
                 return result
             if isinstance(event, TextEvent):
                 if event.text:
@@ -293,8 +243,10 @@ def _relay(turn: Generator[Any, None, ModelTurn]) -> Generator[Out, None, ModelT
             elif isinstance(event, ReasoningEvent):
                 if event.text:
                     yield ReasoningOut(event.text)
+            elif isinstance(event, UsageEvent):
+                counted[0] = True
     finally:
-        turn.close()  # a client gone mid-reply: the upstream stream is released now, not when collected
+        steps.close()  # a client gone mid-reply: the upstream stream is released now, not when collected
 
 
 def stable_id(prefix: str, *parts: str) -> str:
