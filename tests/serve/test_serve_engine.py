@@ -47,8 +47,9 @@ def _need(model: str) -> Path:
 
 def _serve(endpoint: Endpoint) -> Background:
     loader = PromptLoader.default()
+    # Generous: two shared cores under a full test run make a 270M model take minutes over a tool list.
     core = Core(create_llm(endpoint, prompts=loader), loader,
-                CoreSettings(constrain="grammar", max_corrections=1, max_tokens=96, timeout=900))
+                CoreSettings(constrain="grammar", max_corrections=1, max_tokens=96, timeout=1800))
     return Background(create_app(core, ServeConfig(model="small")))
 
 
@@ -71,7 +72,7 @@ def _valid(arguments: Any) -> dict[str, Any]:
 
 
 def test_openai_sdk_gets_schema_valid_calls_streaming_and_not(smollm: str) -> None:
-    api = openai.OpenAI(base_url=smollm + "/v1", api_key="x", max_retries=0, timeout=600)
+    api = openai.OpenAI(base_url=smollm + "/v1", api_key="x", max_retries=0, timeout=1800)
     tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city.",
                                                "parameters": PARAMETERS}}]
     reply = api.chat.completions.create(model="small", messages=QUESTION, tools=tools, tool_choice="required",
@@ -90,7 +91,7 @@ def test_openai_sdk_gets_schema_valid_calls_streaming_and_not(smollm: str) -> No
 
 
 def test_anthropic_sdk_gets_a_schema_valid_tool_use(smollm: str) -> None:
-    api = anthropic.Anthropic(base_url=smollm, api_key="x", max_retries=0, timeout=600)
+    api = anthropic.Anthropic(base_url=smollm, api_key="x", max_retries=0, timeout=1800)
     tools = [{"name": "get_weather", "description": "Weather in a city.", "input_schema": PARAMETERS}]
     message = api.messages.create(model="small", max_tokens=96, messages=QUESTION, tools=tools,
                                   tool_choice={"type": "any"})
@@ -99,22 +100,26 @@ def test_anthropic_sdk_gets_a_schema_valid_tool_use(smollm: str) -> None:
     assert all(_valid(block.input) for block in uses)  # type: ignore[union-attr]
 
 
-def test_local_provider_and_a_raw_completion_model_under_the_grammar() -> None:
+def test_local_provider_under_the_grammar() -> None:
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": PARAMETERS}}]
     local = Endpoint(provider="local", model=str(_need(SMOLLM)), options={"temperature": 0.0, "seed": 7})
     with _serve(local) as url:
-        api = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=600)
+        api = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=1800)
         reply = api.chat.completions.create(model="small", messages=QUESTION, tools=tools, tool_choice="required",
                                             max_tokens=96)
         assert all(_valid(c.function.arguments) for c in reply.choices[0].message.tool_calls or [])
         assert reply.choices[0].message.tool_calls
+
+
+def test_a_base_model_through_raw_completions_and_a_chat_format_under_the_grammar() -> None:
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": PARAMETERS}}]
     server = EngineServer(_need(GEMMA), n_ctx=4096, threads=2)
     try:
         server.wait_ready(timeout=180)
         raw = Endpoint(provider="openai-completions", base_url=server.base_url, model="gemma3",
                        chat_format="gemma", options={"temperature": 0.0, "seed": 7})
         with _serve(raw) as url:
-            api = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=600)
+            api = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=1800)
             reply = api.chat.completions.create(model="small", messages=QUESTION, tools=tools,
                                                 tool_choice="required", max_tokens=96)
             calls = reply.choices[0].message.tool_calls or []
