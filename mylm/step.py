@@ -44,8 +44,8 @@ from .corrections import TEMPLATES, Corrections
 from .decoding import clean_text
 from .llm import LLM, Constraint, LLMRequest, alternating
 from .prompts import PromptLoader, tool_view
-from .protocol.stops import DEFAULT_STOPS, OBSERVATION_STOP, TOOL_STOP
 from .protocol.defuse import neutralise
+from .protocol.stops import DEFAULT_STOPS, OBSERVATION_STOP, TOOL_STOP
 from .turn import ModelTurn, cut_mid_thought, stream_turn
 from .types import ErrorEvent, Event, Message, ToolCall, Usage, UsageEvent
 

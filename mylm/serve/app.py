@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -119,7 +120,9 @@ class Server:
         if not parsed.stream:
             try:
                 found = await unless_disconnected(request, collected_from(items))
-            except BaseException as error:
+            except asyncio.CancelledError:
+                raise
+            except BaseException as error:  # noqa: BLE001 - every failure is answered in the API's shape
                 raise self._failure(error) from None
             if found is None:
                 return Response(status_code=499)  # the client went away; nobody reads this
@@ -130,7 +133,10 @@ class Server:
             first = await unless_disconnected(request, items.__anext__())
         except StopAsyncIteration:
             first = None
-        except BaseException as error:
+        except asyncio.CancelledError:
+            await items.aclose()
+            raise
+        except BaseException as error:  # noqa: BLE001 - every failure is answered in the API's shape
             await items.aclose()
             raise self._failure(error) from None
         if first is None:
@@ -138,7 +144,7 @@ class Server:
             return Response(status_code=499)
         return EventStream(self._guarded(api, api.events(parsed, _prepend(first, items), body)))
 
-    async def _items(self, parsed: Any) -> AsyncIterator[Out]:
+    async def _items(self, parsed: Any) -> AsyncGenerator[Out, None]:
         async with self._slots:
             self.active += 1
             try:
@@ -154,7 +160,7 @@ class Server:
                 yield event
         except (asyncio.CancelledError, GeneratorExit):
             raise
-        except BaseException as error:
+        except BaseException as error:  # noqa: BLE001 - every failure is answered in the API's shape
             yield api.stream_error(self._failure(error))
         finally:
             await events.aclose()  # type: ignore[attr-defined]
@@ -197,21 +203,21 @@ class Server:
         return json_response(api.error_body(error), status=error.status)
 
 
-async def collected_from(items: AsyncIterator[Out]) -> list[Out]:
+async def collected_from(items: AsyncGenerator[Out, None]) -> list[Out]:
     """Every item of `items` (closed even when cancelled, so its upstream call is cancelled too)."""
     try:
         return [item async for item in items]
     finally:
-        await items.aclose()  # type: ignore[attr-defined]
+        await items.aclose()
 
 
-async def _prepend(first: Out, rest: AsyncIterator[Out]) -> AsyncIterator[Out]:
+async def _prepend(first: Out, rest: AsyncGenerator[Out, None]) -> AsyncGenerator[Out, None]:
     try:
         yield first
         async for item in rest:
             yield item
     finally:
-        await rest.aclose()  # type: ignore[attr-defined]
+        await rest.aclose()
 
 
 def create_app(core: Core, config: ServeConfig, redact: Callable[[str], str] = lambda s: s) -> Starlette:

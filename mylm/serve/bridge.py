@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from typing import AsyncIterator, Callable, Iterator, TypeVar
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import TypeVar
 
 from ..cancel import CancelToken
 

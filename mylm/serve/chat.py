@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from ..types import Usage
 from .http import sse
 from .wire import (
-    said,
     CallIn,
     CallOut,
     ChatMessage,
@@ -29,6 +29,7 @@ from .wire import (
     flag,
     number,
     obj,
+    said,
     schema,
     stops,
     text,

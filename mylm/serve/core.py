@@ -17,8 +17,9 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
-from typing import Any, Generator, Iterator
+from typing import Any
 
 from ..cancel import CancelToken
 from ..llm import LLM, ConstrainMode, FinishChunk, LLMRequest, ReasoningChunk, TextChunk, alternating

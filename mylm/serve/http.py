@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -30,7 +31,7 @@ def sse(document: Any, event: str | None = None) -> bytes:
     """One server-sent event carrying `document` as JSON (or a literal string such as `[DONE]`)."""
     data = document if isinstance(document, str) else dumps(document).decode("utf-8")
     head = f"event: {event}\n" if event else ""
-    return f"{head}data: {data}\n\n".encode("utf-8")
+    return f"{head}data: {data}\n\n".encode()
 
 
 async def read_body(request: Request, limit: int, timeout: float) -> bytes:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from ..types import Usage
 from .http import sse
 from .wire import (
-    said,
     CallIn,
     CallOut,
     ChatMessage,
@@ -28,6 +28,7 @@ from .wire import (
     flag,
     number,
     obj,
+    said,
     schema,
     stops,
     text,
@@ -233,8 +234,8 @@ async def events(request: ChatRequest, items: AsyncIterator[Out], body: dict[str
                 yield stop_block()
             index += 1
             open_kind = None
-            block = {"type": "tool_use", "id": _tool_id(item), "name": item.name, "input": {}}
-            yield sse({"type": "content_block_start", "index": index, "content_block": block},
+            tool_block = {"type": "tool_use", "id": _tool_id(item), "name": item.name, "input": {}}
+            yield sse({"type": "content_block_start", "index": index, "content_block": tool_block},
                       "content_block_start")
             delta = {"type": "input_json_delta", "partial_json": item.arguments}
             yield sse({"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta")

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from ..types import Usage
 from .chat import content_text, error_body
 from .http import sse
 from .wire import (
-    said,
     CallIn,
     CallOut,
     ChatMessage,
@@ -32,6 +32,7 @@ from .wire import (
     flag,
     number,
     obj,
+    said,
     schema,
     text,
     tool_name,

@@ -24,7 +24,7 @@ def is_loopback(host: str) -> bool:
         found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError):
         return False
-    addresses = {info[4][0] for info in found}
+    addresses = {str(info[4][0]) for info in found}
     return bool(addresses) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses)
 
 
@@ -52,10 +52,12 @@ def server_for(app: Any, sock: socket.socket, *, drain: float = DRAIN_SECONDS) -
         log_level="warning",
         access_log=False,
         lifespan="off",
-        timeout_graceful_shutdown=drain,
+        timeout_graceful_shutdown=max(1, round(drain)),
         h11_max_incomplete_event_size=MAX_HEAD_BYTES,
         # uvicorn's own server header names uvicorn; a client needs neither.
         server_header=False,
+        # The client address is the socket's: no X-Forwarded-For is believed (nothing here depends on it).
+        proxy_headers=False,
         date_header=True,
     )
     return uvicorn.Server(config)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping, Union
+from typing import Any, Literal
 
 from ..decoding import clean_text
 from ..errors import MylmError
@@ -115,7 +116,7 @@ class Finished:
     text: str | None = None
 
 
-Out = Union[TextOut, ReasoningOut, CallOut, Finished]
+Out = TextOut | ReasoningOut | CallOut | Finished
 
 
 def said(items: list[Out]) -> str:

@@ -4,7 +4,8 @@ tools the scripted model calls."""
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from mylm.prompts import PromptLoader
 from mylm.providers import Endpoint, create_llm

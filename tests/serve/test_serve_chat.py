@@ -85,8 +85,8 @@ def test_call_ids_are_stable_for_the_same_conversation(upstream: OpenAIServer, s
 
 @pytest.mark.parametrize("reply", [
     # A call inside a markdown fence.
-    'I will check.\n```xml\n<tool_code>\n<name>get_weather</name>\n<parameters>\n{"city": "Paris"}\n'
-    '</parameters>\n</tool_code>\n```',
+    ('I will check.\n```xml\n<tool_code>\n<name>get_weather</name>\n<parameters>\n{"city": "Paris"}\n'
+     '</parameters>\n</tool_code>\n```'),
     # Qwen-style XML arguments.
     "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>",
     # The tool's name as a tag, arguments as child tags.
@@ -129,7 +129,7 @@ def test_server_split_reasoning_is_passed_on(upstream: OpenAIServer, served: str
     upstream.script([Completion("The answer is 4.", reasoning="2 + 2 is 4")])
     reply = client(served).chat.completions.create(model="m", messages=QUESTION, tools=[WEATHER])
     message = reply.choices[0].message
-    assert message.content == "The answer is 4." and getattr(message, "reasoning_content") == "2 + 2 is 4"
+    assert message.content == "The answer is 4." and message.reasoning_content == "2 + 2 is 4"
 
 
 @pytest.mark.parametrize("bad, told", [

@@ -7,7 +7,7 @@ import re
 import signal
 import subprocess
 import sys
-from typing import Iterator
+from collections.abc import Iterator
 
 import openai
 import pytest
@@ -40,7 +40,7 @@ def upstream() -> Iterator[OpenAIServer]:
 def test_a_non_loopback_host_needs_a_client_key(subprocess_env: dict[str, str]) -> None:
     done = subprocess.run([sys.executable, "-m", "mylm", "serve", "--host", "0.0.0.0", "--port", "0",
                            "--base-url", "http://127.0.0.1:9/v1"], env=subprocess_env, capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=60, check=False)
     assert done.returncode == 2 and "--client-key" in done.stderr and "Traceback" not in done.stderr
 
 
@@ -78,7 +78,7 @@ def test_a_busy_port_is_one_line(subprocess_env: dict[str, str]) -> None:
     try:
         done = subprocess.run([sys.executable, "-m", "mylm", "serve", "--port", port, "--base-url",
                                "http://127.0.0.1:9/v1"], env=subprocess_env, capture_output=True, text=True,
-                              timeout=60)
+                              timeout=60, check=False)
         assert done.returncode == 1 and "cannot listen" in done.stderr and "Traceback" not in done.stderr
     finally:
         process.send_signal(signal.SIGINT)
@@ -91,5 +91,5 @@ def test_help_stays_light(subprocess_env: dict[str, str]) -> None:
             "r = CliRunner().invoke(mylm.cli.cli, ['--help']); "
             "print(json.dumps(['uvicorn' in sys.modules, 'starlette' in sys.modules, 'serve' in r.output]))")
     done = subprocess.run([sys.executable, "-c", "import json; " + code], env=subprocess_env, capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=60, check=False)
     assert json.loads(done.stdout) == [False, False, True]

@@ -6,7 +6,8 @@ from __future__ import annotations
 import http.client
 import json
 import socket
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest

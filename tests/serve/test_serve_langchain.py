@@ -13,8 +13,8 @@ from tests.providers.servers import OpenAIServer
 from tests.serve.support import call
 
 langchain_openai = pytest.importorskip("langchain_openai")
-from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage  # noqa: E402
-from langchain_core.tools import tool  # noqa: E402
+from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool
 
 
 @pytest.mark.parametrize("streaming", [False, True])
