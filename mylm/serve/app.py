@@ -23,6 +23,7 @@ from starlette.routing import Route
 from ..errors import (
     CancelledError,
     ContextOverflowError,
+    HTTPStatusError,
     LLMError,
     LLMTimeoutError,
     MylmError,
@@ -176,6 +177,9 @@ class Server:
             return RequestError(f"upstream: {message}", status=429, kind="rate_limit_error")
         if isinstance(error, ContextOverflowError):
             return RequestError(f"upstream: {message}", status=400, code="context_length_exceeded")
+        if isinstance(error, HTTPStatusError) and error.status in (400, 413, 422):
+            # The upstream refused what the client asked for (a limit, a field): the client's to fix.
+            return RequestError(f"upstream: {message}", status=400)
         if isinstance(error, LLMTimeoutError):
             return RequestError(f"upstream: {message}", status=504, kind="timeout")
         if isinstance(error, (LLMError, MylmError)):

@@ -19,6 +19,10 @@ Finish = Literal["stop", "length", "tool_calls"]
 #: At most this many tools per request: a tool list is rendered into every prompt.
 MAX_TOOLS = 512
 MAX_NAME = 128
+#: The largest token limit accepted (beyond any model's context).
+MAX_COUNT = 10_000_000
+#: How deeply a tool's schema may nest: deeper ones are refused before anything recurses through them.
+MAX_SCHEMA_DEPTH = 48
 
 
 class RequestError(MylmError):
@@ -202,8 +206,8 @@ def count(value: Any, param: str) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise RequestError(f"{param} must be an integer, not {type_name(value)}", param=param)
-    if value < 1:
-        raise RequestError(f"{param} must be at least 1, not {value}", param=param)
+    if not 1 <= value <= MAX_COUNT:
+        raise RequestError(f"{param} must be between 1 and {MAX_COUNT:,}, not {value}", param=param)
     return value
 
 
@@ -247,6 +251,8 @@ def schema(value: Any, param: str) -> dict[str, Any]:
     if value is None:
         return {"type": "object", "properties": {}}
     found = obj(value, param)
+    if _depth(found, MAX_SCHEMA_DEPTH) > MAX_SCHEMA_DEPTH:
+        raise RequestError(f"{param} nests more than {MAX_SCHEMA_DEPTH} levels deep", param=param)
     kind = found.get("type", "object")
     if kind != "object":
         raise RequestError(f"{param} must describe an object (type \"object\"), not {kind!r}", param=param)
@@ -254,6 +260,19 @@ def schema(value: Any, param: str) -> dict[str, Any]:
     if not isinstance(properties, dict):
         raise RequestError(f"{param}.properties must be an object", param=f"{param}.properties")
     return found
+
+
+def _depth(value: Any, limit: int) -> int:
+    """How deeply `value` nests, counted up to just past `limit` (iteratively: no recursion to exhaust)."""
+    deepest, pending = 0, [(value, 1)]
+    while pending:
+        item, level = pending.pop()
+        deepest = max(deepest, level)
+        if level > limit:
+            return level
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        pending.extend((child, level + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest
 
 
 def checked_tools(tools: list[FunctionTool], param: str) -> tuple[FunctionTool, ...]:

@@ -21,6 +21,16 @@ ISSUED = {"role": "assistant", "tool_calls": [
     {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]}
 
 
+def _deep(levels: int) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
+
+
+DEEP = _deep(300)
+
+
 def chat(**fields: Any) -> dict[str, Any]:
     return {"model": "m", "messages": USER, **fields}
 
@@ -101,6 +111,8 @@ MALFORMED: list[tuple[str, Any, int]] = [
     (CHAT, chat(tools=[{"type": "function", "function": {"name": "f", "parameters": "x"}}]), 400),
     (CHAT, chat(tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}]), 400),
     (CHAT, chat(tools=[WEATHER, WEATHER]), 400),
+    (CHAT, chat(tools=[{"type": "function", "function": {"name": "f", "parameters": DEEP}}]), 400),
+    (CHAT, chat(max_tokens=10**30), 400),
     (CHAT, chat(tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "other"}}), 400),
     (CHAT, chat(tools=[WEATHER], tool_choice="sometimes"), 400),
     (CHAT, chat(tool_choice="required"), 400),
@@ -219,6 +231,7 @@ def test_client_key_is_required_in_each_apis_shape(upstream: OpenAIServer) -> No
     (HTTPError(503, {"error": {"message": "overloaded"}}, {"x-should-retry": "false"}), 502),
     (HTTPError(429, {"error": {"message": "slow down", "code": "insufficient_quota"}}), 429),
     (HTTPError(401, {"error": {"message": "bad key upstream-secret-key"}}), 502),
+    (HTTPError(400, {"error": {"message": "max_tokens is too large for this model"}}), 400),
     (Raw([b"this is not SSE at all\n", b"\x00\xff garbage"], content_type="text/event-stream"), 502),
     (Raw([b"data: {\"choices\": [{\"delta\": {\"content\": \"par"], then="close"), 502),
     (Raw([b"<html>502 Bad Gateway</html>"], status=502, content_type="text/html",
