@@ -78,7 +78,7 @@ class Core:
         )
         try:
             step = ModelStep(self.llm, tools, config, prompts=self.prompts)
-        except (ValueError, TypeError, RecursionError) as error:
+        except Exception as error:  # noqa: BLE001 - any schema the grammar compiler cannot take
             # A schema the grammar compiler cannot take: parse and validate only (or refuse, if insisted on).
             if config.constrain == "grammar":
                 raise RequestError(f"the tools' schemas cannot be compiled into a grammar: {error}",
@@ -203,7 +203,11 @@ class Core:
                 calls: list[ToolCall] = []
                 observations: list[str] = []
                 for call in (parsed.tool_calls if request.parallel else parsed.tool_calls[:1]):
-                    checked, observation = step.check_call(call, corrections)
+                    try:
+                        checked, observation = step.check_call(call, corrections)
+                    except (TypeError, ValueError, AttributeError, KeyError) as error:
+                        raise RequestError(f"the parameters schema of {call.name} cannot be checked against "
+                                           f"({type(error).__name__}: {error})", param="tools") from None
                     calls.append(checked)
                     if observation is not None:
                         observations.append(observation)

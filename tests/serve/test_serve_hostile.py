@@ -250,6 +250,16 @@ def test_upstream_failures_are_errors_in_the_apis_shape(
     assert post(served, CHAT, chat())[0] == 200
 
 
+def test_a_schema_that_cannot_be_checked_is_a_400(upstream: OpenAIServer, served: str) -> None:
+    broken = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"enum": 5}}, "required": 5}}}
+    upstream.script(['<tool_code>\n<name>f</name>\n<parameters>\n{"a": 5}\n</parameters>\n</tool_code>'])
+    for path, document in ((CHAT, chat(tools=[broken])),):
+        assert_shape(path, *post(served, path, document), 400)
+    upstream.script(["still serving"])
+    assert post(served, CHAT, chat())[0] == 200
+
+
 def test_an_upstream_that_is_down_is_a_502() -> None:
     with socket.socket() as spare:
         spare.bind(("127.0.0.1", 0))
