@@ -15,6 +15,8 @@ import operator
 import re
 from typing import Any, Mapping
 
+from ..jsonref import resolve_ref
+
 _MAX_DEPTH = 64
 
 
@@ -234,20 +236,3 @@ class _Validator:
                 out[name], sub = self.check(extra, item, full, depth + 1)
                 problems.extend(sub)
         return out, problems
-
-
-def resolve_ref(root: Any, ref: str) -> Any | None:
-    """The node a local `$ref` (`#`, `#/$defs/Name`, `#/definitions/Name`, JSON-pointer escapes) points to in
-    `root`; None when it points nowhere or elsewhere (remote references are not fetched)."""
-    if not ref.startswith("#"):
-        return None
-    node: Any = root
-    for token in [t for t in ref[1:].split("/") if t]:
-        token = token.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, Mapping) and token in node:
-            node = node[token]
-        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
-            node = node[int(token)]
-        else:
-            return None
-    return node
