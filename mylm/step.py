@@ -276,6 +276,30 @@ class ModelStep:
             return StepOutcome(turn, problem, correction, "call")
         return StepOutcome(turn, calls=tuple(checked))
 
+    def check_call(self, call: ToolCall, corrections: Corrections) -> tuple[ToolCall, str | None]:
+        """For a caller that runs no tools itself (`mylm serve` hands calls to its client): `call` with its
+        arguments validated against its tool's schema (and coerced where the schema says how), and, when it cannot
+        be run as it is, the observation telling the model why: an unknown tool, one the tool choice refuses, or
+        arguments that break the schema (escalated like every correction when the same mistake comes again)."""
+        # Imported here: the tools package is heavy, and only a caller without tools of its own needs it.
+        from .tools.registry import unknown_tool_message
+        from .tools.validation import validate
+
+        tools = {t.name: t for t in (*self.tools, *self.unlisted)}
+        tool = tools.get(call.name)
+        if tool is None:
+            message = corrections.escalated(unknown_tool_message(call.name, list(tools)))
+            return call, self.prompts.render("tool_error.j2", tool=call.name, message=neutralise(message))
+        choice = self.config.tool_choice
+        if tool not in self.unlisted and (choice == "none" or (choice not in TOOL_CHOICES and call.name != choice)):
+            reason = corrections.refused_by_choice(call.name, choice)
+            return call, self.prompts.render("denied.j2", tool=call.name, reason=neutralise(reason))
+        arguments, problems = validate(dict(tool.parameters), dict(call.arguments))
+        if problems:
+            message = corrections.invalid_arguments(tool, problems)
+            return call, self.prompts.render("tool_error.j2", tool=call.name, message=neutralise(message))
+        return replace(call, arguments=arguments), None
+
     def _complete(
         self,
         messages: Sequence[Message],

@@ -147,6 +147,12 @@ class HTTPProvider(ABC):
         if self.raw_prompt:
             self.chat_format = chat_format(self.endpoint.chat_format or DEFAULT_CHAT_FORMAT)
 
+    def pool(self, size: int) -> None:
+        """Keep up to `size` connections to the server for reuse (`mylm serve` relays many calls at once; the
+        default suits one agent's calls in turn)."""
+        self._session.close()
+        self._session = new_session(pool_maxsize=size)
+
     @classmethod
     def claims(cls, base_url: str) -> bool:
         """Whether `base_url` unambiguously belongs to this provider (to infer the provider from a URL)."""
