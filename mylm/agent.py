@@ -39,6 +39,7 @@ from .types import (
     FinishReason,
     IterationStartEvent,
     Message,
+    ModelCallEvent,
     Permission,
     RunResult,
     StepCompleteEvent,
@@ -461,6 +462,7 @@ class Agent:
         request = self._request(run, messages, stops, constraint)
         run.model_calls += 1
         shown: list[str] = []
+        started = time.monotonic()
         try:
             turn: ModelTurn = yield from stream_turn(
                 self.llm, request, multiple_calls=self.multiple_calls, shown=shown, tools=self._tool_names(),
@@ -478,6 +480,8 @@ class Agent:
             if turn.usage.prompt_tokens:
                 self.estimator.calibrate(messages, turn.usage.prompt_tokens)
             yield UsageEvent(turn.usage, run.usage)
+        first = turn.first_chunk - started if turn.first_chunk is not None else None
+        yield ModelCallEvent(run.iteration, turn.finish, time.monotonic() - started, first, turn.usage)
         return turn
 
     def _tool_names(self) -> dict[str, tuple[str, ...]]:

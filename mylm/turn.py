@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Generator
 
@@ -23,6 +24,8 @@ class ModelTurn:
     #: What this turn showed about the chat template: it opens reasoning (a lone `</think>`), it does not (the
     #: reply opened its own, or the server split reasoning out, or a whole reply had none), or None (unknown).
     opens_reasoning: bool | None = None
+    #: When the first chunk of the reply arrived (`time.monotonic()`), or None if none did.
+    first_chunk: float | None = None
 
 
 def stream_turn(
@@ -47,10 +50,12 @@ def stream_turn(
     server: FinishChunk | None = None
     parser: StreamParser | None = None
     split_reasoning = False
+    first: float | None = None
     stream = iter(llm.stream(request))
     try:
         for chunk in stream:
             if parser is None:
+                first = time.monotonic()
                 rendered = getattr(llm, "opens_reasoning", None)
                 known = rendered if isinstance(rendered, bool) else reasoning_open
                 parser = StreamParser(multiple_calls=multiple_calls, coalesce=1, tools=tools, reasoning_open=known)
@@ -75,7 +80,8 @@ def stream_turn(
     assert parsed is not None
     rendered = getattr(llm, "opens_reasoning", None)
     opens = rendered if isinstance(rendered, bool) else template_opens_reasoning(parsed, split_reasoning)
-    return ModelTurn(parsed, finish_reason(parsed, server, parser.finished), server.usage if server else None, opens)
+    finish = finish_reason(parsed, server, parser.finished)
+    return ModelTurn(parsed, finish, server.usage if server else None, opens, first)
 
 
 def template_opens_reasoning(parsed: ParsedTurn, split_reasoning: bool) -> bool | None:

@@ -206,6 +206,21 @@ class UsageEvent(_Event):
 
 
 @dataclass(frozen=True)
+class ModelCallEvent(_Event):
+    """A loop turn's model call has ended (traces draw one span per call from it).
+
+    `duration` runs from the request to the end of the reply; `time_to_first_token` to its first chunk (None
+    when nothing came back); `usage` is None when the endpoint reported none."""
+
+    type: ClassVar[str] = "model_call"
+    iteration: int
+    finish_reason: FinishReason
+    duration: float
+    time_to_first_token: float | None
+    usage: Usage | None
+
+
+@dataclass(frozen=True)
 class ErrorEvent(_Event):
     """Something went wrong; `fatal` errors end the run, the others are fed back to the model."""
 
@@ -253,6 +268,7 @@ Event = Union[
     ToolResultEvent,
     StepCompleteEvent,
     UsageEvent,
+    ModelCallEvent,
     ErrorEvent,
     CompactionEvent,
     ContinueEvent,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import os
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
@@ -22,10 +23,11 @@ from .common import (
     verbose_option,
 )
 from .record import Recorder, inherit_model, resume_option, session_to_resume
+from .tracing import otel_option
 
 if TYPE_CHECKING:
     from ..redact import Redactor
-    from ..types import RunResult
+    from ..types import Event, RunResult
 
 
 def run_options(command: Any) -> Any:
@@ -57,6 +59,7 @@ def run_options(command: Any) -> Any:
 @resume_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per event per line on stdout.")
 @click.option("--no-stream", is_flag=True, help="Show each reply once it is complete instead of as it arrives.")
+@otel_option
 @verbose_option
 @click.pass_context
 @handles_errors
@@ -77,7 +80,8 @@ def ask(ctx: click.Context, /, prompt: tuple[str, ...], **options: Any) -> None:
 
     Exit codes: 0 answer, 1 error, 2 usage, 3 iteration limit, 4 timeout, 130 interrupted.
     """
-    from .runner import build_agent, make_approver, make_printer, run_turn, session_tools
+    from .runner import build_agent, command_sandbox, make_approver, make_printer, run_turn, session_tools
+    from .tracing import open_telemetry, trace_run
 
     words = tuple(from_outside(word, "the prompt") for word in prompt)
     piped = read_piped_stdin()
@@ -89,8 +93,12 @@ def ask(ctx: click.Context, /, prompt: tuple[str, ...], **options: Any) -> None:
     redactor = make_redactor(settings)
     configure_logging(options["verbose"], redactor)
     history = resume.history if resume is not None else ()
+    telemetry = open_telemetry(settings, redactor, options["otel_endpoint"])
     with session_tools(settings) as tools:
         agent = build_agent(ctx, settings, make_approver(ctx, settings, redactor), tools)
+        trace = None if telemetry is None else trace_run(
+            telemetry, settings, command="ask", prompt=text, workspace=os.getcwd(),
+            sandbox=command_sandbox(settings).backend, agent=agent)
         printer = make_printer(
             redactor, as_json=options["as_json"], verbose=options["verbose"] > 0, stream=not options["no_stream"]
         )
@@ -99,10 +107,17 @@ def ask(ctx: click.Context, /, prompt: tuple[str, ...], **options: Any) -> None:
         recorder = Recorder.start(command="ask", settings=settings, redactor=redactor, resume=resume,
                                   save=not options["no_save"], title=title)
         recorder.prompt(text)
+        handle = printer.handle if trace is None else _observed(printer.handle, trace)
+        ended: list[RunResult] = []
         try:
-            turn = run_turn(agent, text, history, printer.handle)
+            turn = run_turn(agent, text, history, handle)
+            ended.append(turn.result)
         finally:
             printer.finish()
+            if telemetry is not None:
+                if trace is not None:
+                    trace.end(ended[0] if ended else None)
+                telemetry.shutdown()
     recorder.turn(turn)
     recorder.close()
     if turn.output_error is not None:
@@ -112,6 +127,16 @@ def ask(ctx: click.Context, /, prompt: tuple[str, ...], **options: Any) -> None:
         printer.emit(_summary(result, recorder.id))  # type: ignore[union-attr]
     _report_ending(result, recorder.id, redactor, settings.max_tokens)
     ctx.exit(exit_code(result))
+
+
+def _observed(handle: Callable[[Event], None], trace: Callable[[Event], None]) -> Callable[[Event], None]:
+    """`handle`, with the run's trace seeing each event first."""
+
+    def both(event: Event) -> None:
+        trace(event)
+        handle(event)
+
+    return both
 
 
 def _prompt_text(words: tuple[str, ...], piped: str) -> str:
