@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,7 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .common import configure_logging, endpoint_options, handles_errors, make_redactor, settings_from, verbose_option
+from .common import (
+    configure_logging,
+    endpoint_options,
+    handles_errors,
+    make_redactor,
+    settings_from,
+    verbose_option,
+)
 from .tracing import otel_option
 
 if TYPE_CHECKING:
@@ -149,7 +155,7 @@ class ServerAgents:
         """Build one agent now, so a bad `[tools]` section or template is one line at start, not an error in
         every run."""
         from ..config import config_path, section_error
-        from ..delegate import RunObserver, RunRequest
+        from ..delegate import RunRequest
         from ..errors import ConfigError
 
         try:

@@ -7,7 +7,17 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..decoding import clean_text
 from ..errors import ConfigError
-from .runs import AgentFactory, Progress, ProgressSteps, RunObserver, RunReport, RunRequest, ToolLog, drive, report
+from .runs import (
+    AgentFactory,
+    Progress,
+    ProgressSteps,
+    RunObserver,
+    RunReport,
+    RunRequest,
+    ToolLog,
+    drive,
+    report,
+)
 from .workspace import Bounds
 
 if TYPE_CHECKING:

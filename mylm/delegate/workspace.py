@@ -10,6 +10,7 @@ from urllib.parse import unquote, urlsplit
 
 from ..errors import WorkspaceRefusedError
 
+
 @dataclass(frozen=True)
 class Bounds:
     """Where runs may work: the server's allowed roots (`--allow-root`, else its working directory) and, when
@@ -35,7 +36,7 @@ class Bounds:
         declared = None if client_roots is None else [r for r in (_root_path(u) for u in client_roots) if r]
         if requested is None or not requested.strip():
             candidates = [self.default, *(declared or ())]
-            chosen = next((c for c in candidates if self._allows(c, declared)), None)
+            chosen: Path | None = next((c for c in candidates if self._allows(c, declared)), None)
             if chosen is None:
                 raise WorkspaceRefusedError(
                     "no workspace was given, and the server's directory is outside the roots the client declared"
