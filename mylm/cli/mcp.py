@@ -23,10 +23,11 @@ from .tracing import otel_option
 if TYPE_CHECKING:
     from ..agent import Agent
     from ..config import Settings
-    from ..delegate import RunObserver, RunRequest
+    from ..delegate import RunRequest
     from ..llm import LLM
     from ..prompts import PromptLoader
     from ..sandbox import Sandbox
+    from ..telemetry.observer import RunObserver
 
 #: Where `--port` listens: loopback only, so nothing off this machine can hand mylm a task.
 HOST = "127.0.0.1"

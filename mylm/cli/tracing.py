@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import click
 
 if TYPE_CHECKING:
+    from opentelemetry.trace import Link
+
     from ..agent import Agent
     from ..config import Settings
     from ..redact import Redactor
-    from ..telemetry.tracing import RunTrace, Telemetry
+    from ..telemetry.tracing import BatchTrace, RunTrace, Telemetry
 
 
 def otel_option(command: Any) -> Any:
@@ -42,11 +45,21 @@ def system_of(settings: Settings) -> str:
 
 def trace_run(
     telemetry: Telemetry, settings: Settings, *, command: str, prompt: str, workspace: str | None,
-    sandbox: str | None, agent: Agent | None = None,
+    sandbox: str | None, agent: Agent | None = None, links: Sequence[Link] = (),
 ) -> RunTrace:
     """Start the trace of one run; with `agent`, its permission hook is watched (approvals become events)."""
     trace = telemetry.run(command=command, prompt=prompt, model=settings.model, system=system_of(settings),
-                          max_tokens=settings.max_tokens, workspace=workspace, sandbox=sandbox)
+                          max_tokens=settings.max_tokens, workspace=workspace, sandbox=sandbox, links=links)
     if agent is not None:
         agent.permission = trace.permission(agent.permission)
     return trace
+
+
+@contextmanager
+def batch_trace(telemetry: Telemetry | None, tasks: int) -> Iterator[BatchTrace | None]:
+    """The batch's span while the block runs (None without telemetry); each task's trace links to it."""
+    if telemetry is None:
+        yield None
+        return
+    with telemetry.batch(tasks=tasks) as traced:
+        yield traced

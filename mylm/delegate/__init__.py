@@ -5,7 +5,8 @@ on the official `mcp` SDK (the `mcp` extra), and `mylm mcp` composes both from t
 
 from __future__ import annotations
 
-from .runs import AgentFactory, RunObserver, RunReport, RunRequest, ToolLogEntry, drive
+from ..telemetry.observer import RunObserver
+from .runs import AgentFactory, RunReport, RunRequest, ToolLogEntry, drive
 from .service import DelegateService, ObserverFactory
 from .transcripts import RunSessions
 from .workspace import Bounds

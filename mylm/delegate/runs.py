@@ -19,7 +19,7 @@ from ..types import (
 )
 
 if TYPE_CHECKING:
-    from ..agent import Agent, PermissionHook
+    from ..agent import Agent
     from ..redact import Redactor
 
 #: After a cancel, how long the run may take to stop its command and reap it before the handler gives up
@@ -44,18 +44,6 @@ class AgentFactory(Protocol):
     """Builds the agent for one run (the CLI composes it exactly as for `mylm ask`)."""
 
     def __call__(self, request: RunRequest) -> Agent: ...
-
-
-class RunObserver(Protocol):
-    """Sees every event of a run and how it ended (telemetry)."""
-
-    def __call__(self, event: Event) -> None: ...
-
-    def permission(self, hook: PermissionHook | None) -> PermissionHook | None:
-        """The agent's permission hook, watched (approvals are part of what is observed)."""
-        ...
-
-    def end(self, result: RunResult | None) -> None: ...
 
 
 #: Reports progress to the client: (progress, total, message).

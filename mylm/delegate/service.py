@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..decoding import clean_text
 from ..errors import ConfigError
+from ..telemetry.observer import RunObserver
 from .runs import (
     AgentFactory,
     Progress,
     ProgressSteps,
-    RunObserver,
     RunReport,
     RunRequest,
     ToolLog,

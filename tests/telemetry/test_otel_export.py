@@ -166,3 +166,26 @@ def test_a_delegated_mcp_run_is_traced(tmp_path: Path, isolated_user_state: Path
     assert run.attributes["mylm.workspace"] == str(isolated_user_state.resolve())
     (tool,) = named["execute_tool execute_command"]
     assert tool.attributes["mylm.sandbox.profile"] == "read-only" and tool.trace_id == run.trace_id
+
+
+def test_batch_tasks_are_traces_of_their_own_linked_to_one_batch_span(tmp_path: Path, isolated_user_state: Path) -> None:
+    script = write_script(tmp_path / "script.json", [call("execute_command", command="ls"), "done"])
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id": "t1", "prompt": "one"}\n{"id": "t2", "prompt": "two"}\n')
+    with OTLPReceiver() as receiver:
+        done = subprocess.run(
+            [sys.executable, "-m", "mylm", "batch", str(tasks), "-o", str(tmp_path / "out.jsonl"), "--otel",
+             receiver.url], env=child_env(script), cwd=isolated_user_state, text=True, capture_output=True,
+            timeout=120, stdin=subprocess.DEVNULL, check=False)
+        assert done.returncode == 0, done.stderr
+        spans = receiver.wait_for("batch mylm")
+    named = _by_name(spans)
+    (batch,) = named["batch mylm"]
+    assert batch.parent_id == "" and batch.attributes["mylm.batch.tasks"] == 2
+    runs = named["invoke_agent mylm"]
+    assert len(runs) == 2 and len({r.trace_id for r in runs} | {batch.trace_id}) == 3
+    assert sorted(link[2]["mylm.task.id"] for r in runs for link in r.links) == ["t1", "t2"]
+    assert all(r.links == [(batch.trace_id, batch.span_id, r.links[0][2])] for r in runs)
+    assert all(r.attributes["mylm.command"] == "batch" and r.attributes["mylm.stop_reason"] == "final_answer"
+               for r in runs)
+    assert len(named["execute_tool execute_command"]) == 2
