@@ -22,7 +22,7 @@ from .common import (
     settings_from,
     verbose_option,
 )
-from .record import Recorder, inherit_model, resume_option, session_to_resume
+from .record import Recorder, inherit_model, resume_option, session_to_resume, usage_record
 from .tracing import otel_option
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ def ask(ctx: click.Context, /, prompt: tuple[str, ...], **options: Any) -> None:
 
     Exit codes: 0 answer, 1 error, 2 usage, 3 iteration limit, 4 timeout, 130 interrupted.
     """
-    from .runner import build_agent, command_sandbox, make_approver, make_printer, run_turn, session_tools
+    from .runner import build_agent, command_sandbox, make_approver, make_printer, run_exchange, session_tools
     from .tracing import open_telemetry, trace_run
 
     words = tuple(from_outside(word, "the prompt") for word in prompt)
@@ -110,19 +110,19 @@ def ask(ctx: click.Context, /, prompt: tuple[str, ...], **options: Any) -> None:
         handle = printer.handle if trace is None else _observed(printer.handle, trace)
         ended: list[RunResult] = []
         try:
-            turn = run_turn(agent, text, history, handle)
-            ended.append(turn.result)
+            exchange = run_exchange(agent, text, history, handle)
+            ended.append(exchange.result)
         finally:
             printer.finish()
             if telemetry is not None:
                 if trace is not None:
                     trace.end(ended[0] if ended else None)
                 telemetry.shutdown()
-    recorder.turn(turn)
+    recorder.exchange(exchange)
     recorder.close()
-    if turn.output_error is not None:
-        raise turn.output_error
-    result = turn.result
+    if exchange.output_error is not None:
+        raise exchange.output_error
+    result = exchange.result
     if options["as_json"]:
         printer.emit(_summary(result, recorder.id))  # type: ignore[union-attr]
     _report_ending(result, recorder.id, redactor, settings.max_tokens)
@@ -178,16 +178,6 @@ def _summary(result: RunResult, session: str | None) -> dict[str, Any]:
         "error": str(result.error) if result.error is not None else None,
         "session": session,
     }
-
-
-def usage_record(result: RunResult) -> dict[str, int] | None:
-    """The run's token counts, or None when the endpoint reported none (0/0 would be a false count)."""
-    from ..types import UsageEvent
-
-    if not any(isinstance(event, UsageEvent) for event in result.events):
-        return None
-    usage = result.usage
-    return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}
 
 
 def exit_code(result: RunResult) -> int:

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 if TYPE_CHECKING:
     from ..agent import Agent
+    from ..approval import ApprovalPolicy
     from ..batch import Task
     from ..config import Settings
     from ..prompts import PromptLoader
     from ..tools.base import Tool
-    from ..tools.policy import ApprovalPolicy
     from ..types import Permission, RunResult, ToolCall
 
 _loaders: dict[tuple[str | None, bool], PromptLoader] = {}
@@ -118,11 +118,11 @@ class BatchAgentFactory:
 def unattended(tools_section: Mapping[str, Any], *, workspace: Path, yes: bool, confined: bool) -> NeverAsk:
     """The permission hook of a run nobody watches (a batch task, a delegated MCP run), from the `[tools]`
     section: the approval policy for `workspace`, whose "ask" is a refusal unless `yes`."""
-    from ..prompts import user_config_dir
-    from ..tools import ApprovalPolicy
+    from ..approval import ApprovalPolicy
+    from ..paths import config_dir
 
     policy = ApprovalPolicy.from_config(
-        dict(tools_section.get("approval", {}) or {}), workspace=workspace, yes=yes, config_dir=user_config_dir(),
+        dict(tools_section.get("approval", {}) or {}), workspace=workspace, yes=yes, config_dir=config_dir(),
     )
     # Without a sandbox nothing holds a "read" to reading, so no command is auto-approved.
     return NeverAsk(replace(policy, command_sandbox=confined))
@@ -136,7 +136,7 @@ class NeverAsk:
     policy: ApprovalPolicy
 
     def __call__(self, call: ToolCall, tool: Tool) -> Permission:
-        from ..tools.policy import Approver
+        from ..approval import Approver
 
         # With nobody to ask, the policy's "ask" is a refusal; under --yes it allows with the grant it decided.
         return Approver(self.policy)(call, tool)
