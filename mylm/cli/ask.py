@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import os
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -27,7 +26,7 @@ from .tracing import otel_option
 
 if TYPE_CHECKING:
     from ..redact import Redactor
-    from ..types import Event, RunResult
+    from ..types import RunResult
 
 
 def run_options(command: Any) -> Any:
@@ -80,8 +79,8 @@ def ask(ctx: click.Context, /, prompt: tuple[str, ...], **options: Any) -> None:
 
     Exit codes: 0 answer, 1 error, 2 usage, 3 iteration limit, 4 timeout, 130 interrupted.
     """
-    from .runner import build_agent, command_sandbox, make_approver, make_printer, run_exchange, session_tools
-    from .tracing import open_telemetry, trace_run
+    from .runner import build_agent, make_approver, make_printer, session_tools
+    from .tracing import make_tracer, run_traced
 
     words = tuple(from_outside(word, "the prompt") for word in prompt)
     piped = read_piped_stdin()
@@ -93,12 +92,9 @@ def ask(ctx: click.Context, /, prompt: tuple[str, ...], **options: Any) -> None:
     redactor = make_redactor(settings)
     configure_logging(options["verbose"], redactor)
     history = resume.history if resume is not None else ()
-    telemetry = open_telemetry(settings, redactor, options["otel_endpoint"])
+    tracer = make_tracer(settings, redactor, options["otel_endpoint"], "ask")
     with session_tools(settings) as tools:
         agent = build_agent(ctx, settings, make_approver(ctx, settings, redactor), tools)
-        trace = None if telemetry is None else trace_run(
-            telemetry, settings, command="ask", prompt=text, workspace=os.getcwd(),
-            sandbox=command_sandbox(settings).backend, agent=agent)
         printer = make_printer(
             redactor, as_json=options["as_json"], verbose=options["verbose"] > 0, stream=not options["no_stream"]
         )
@@ -107,17 +103,12 @@ def ask(ctx: click.Context, /, prompt: tuple[str, ...], **options: Any) -> None:
         recorder = Recorder.start(command="ask", settings=settings, redactor=redactor, resume=resume,
                                   save=not options["no_save"], title=title)
         recorder.prompt(text)
-        handle = printer.handle if trace is None else _observed(printer.handle, trace)
-        ended: list[RunResult] = []
         try:
-            exchange = run_exchange(agent, text, history, handle)
-            ended.append(exchange.result)
+            exchange = run_traced(tracer, agent, text, history, printer.handle)
         finally:
             printer.finish()
-            if telemetry is not None:
-                if trace is not None:
-                    trace.end(ended[0] if ended else None)
-                telemetry.shutdown()
+            if tracer is not None:
+                tracer.close()
     recorder.exchange(exchange)
     recorder.close()
     if exchange.output_error is not None:
@@ -127,16 +118,6 @@ def ask(ctx: click.Context, /, prompt: tuple[str, ...], **options: Any) -> None:
         printer.emit(_summary(result, recorder.id))  # type: ignore[union-attr]
     _report_ending(result, recorder.id, redactor, settings.max_tokens)
     ctx.exit(exit_code(result))
-
-
-def _observed(handle: Callable[[Event], None], trace: Callable[[Event], None]) -> Callable[[Event], None]:
-    """`handle`, with the run's trace seeing each event first."""
-
-    def both(event: Event) -> None:
-        trace(event)
-        handle(event)
-
-    return both
 
 
 def _prompt_text(words: tuple[str, ...], piped: str) -> str:

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ..redact import Redactor
     from ..types import Message
     from .record import Recorder
+    from .tracing import Tracer
 
 HELP = """\
 Type a message and press Enter. Lines starting with / are commands (start with // to send a literal /):
@@ -37,6 +38,8 @@ class ChatState:
     redactor: Redactor
     history: tuple[Message, ...]
     printer_factory: Callable[[], EventPrinter | JsonPrinter]
+    #: Traces each prompt's run (None: no telemetry endpoint).
+    tracer: Tracer | None = None
     #: Ctrl-C presses in a row with nothing typed in between; the second one leaves.
     interrupts: int = 0
     done: bool = False
@@ -92,12 +95,12 @@ def _typed_text() -> bool:
 def _answer(state: ChatState, text: str) -> None:
     from ..display import for_terminal
     from ..types import StopReason
-    from .runner import run_exchange
+    from .tracing import run_traced
 
     printer = state.printer_factory()
     state.recorder.prompt(text)
     try:
-        exchange = run_exchange(state.agent, text, state.history, printer.handle)
+        exchange = run_traced(state.tracer, state.agent, text, state.history, printer.handle)
     finally:
         printer.finish()
     state.recorder.exchange(exchange)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import click
 
@@ -14,6 +15,8 @@ if TYPE_CHECKING:
     from ..config import Settings
     from ..redact import Redactor
     from ..telemetry.tracing import BatchTrace, RunTrace, Telemetry
+    from ..types import Event, Message
+    from .runner import Exchange
 
 
 def otel_option(command: Any) -> Any:
@@ -45,14 +48,11 @@ def system_of(settings: Settings) -> str:
 
 def trace_run(
     telemetry: Telemetry, settings: Settings, *, command: str, prompt: str, workspace: str | None,
-    sandbox: str | None, agent: Agent | None = None, links: Sequence[Link] = (),
+    sandbox: str | None, links: Sequence[Link] = (),
 ) -> RunTrace:
-    """Start the trace of one run; with `agent`, its permission hook is watched (approvals become events)."""
-    trace = telemetry.run(command=command, prompt=prompt, model=settings.model, system=system_of(settings),
-                          max_tokens=settings.max_tokens, workspace=workspace, sandbox=sandbox, links=links)
-    if agent is not None:
-        agent.permission = trace.permission(agent.permission)
-    return trace
+    """Start the trace of one run with the endpoint's model and system."""
+    return telemetry.run(command=command, prompt=prompt, model=settings.model, system=system_of(settings),
+                         max_tokens=settings.max_tokens, workspace=workspace, sandbox=sandbox, links=links)
 
 
 @contextmanager
@@ -63,3 +63,63 @@ def batch_trace(telemetry: Telemetry | None, tasks: int) -> Iterator[BatchTrace 
         return
     with telemetry.batch(tasks=tasks) as traced:
         yield traced
+
+
+@dataclass(frozen=True)
+class Tracer:
+    """Traces each exchange of `ask` or `chat` (one trace per prompt), then exports what is left at `close`."""
+
+    telemetry: Telemetry
+    settings: Settings
+    command: str
+    workspace: str
+    sandbox: str | None
+
+    def exchange(
+        self, agent: Agent, prompt: str, history: tuple[Message, ...], handle: Callable[[Event], None]
+    ) -> Exchange:
+        """`run_exchange`, traced: the trace sees each event before `handle`, and the agent's approvals."""
+        from .runner import run_exchange
+
+        trace = trace_run(self.telemetry, self.settings, command=self.command, prompt=prompt,
+                          workspace=self.workspace, sandbox=self.sandbox)
+        hook = agent.permission
+        agent.permission = trace.permission(hook)
+
+        def both(event: Event) -> None:
+            trace(event)
+            handle(event)
+
+        ended: list[Exchange] = []
+        try:
+            ended.append(run_exchange(agent, prompt, history, both))
+            return ended[0]
+        finally:
+            agent.permission = hook  # a chat's next prompt gets a trace of its own
+            trace.end(ended[0].result if ended else None)
+
+    def close(self) -> None:
+        self.telemetry.shutdown()
+
+
+def make_tracer(settings: Settings, redactor: Redactor, endpoint: str | None, command: str) -> Tracer | None:
+    """The tracer of an `ask` or `chat` in the current directory, or None when no endpoint is set."""
+    import os
+
+    from .runner import command_sandbox
+
+    telemetry = open_telemetry(settings, redactor, endpoint)
+    if telemetry is None:
+        return None
+    return Tracer(telemetry, settings, command, os.getcwd(), command_sandbox(settings).backend)
+
+
+def run_traced(
+    tracer: Tracer | None, agent: Agent, prompt: str, history: tuple[Message, ...], handle: Callable[[Event], None]
+) -> Exchange:
+    """One exchange, traced when there is a tracer."""
+    from .runner import run_exchange
+
+    if tracer is None:
+        return run_exchange(agent, prompt, history, handle)
+    return tracer.exchange(agent, prompt, history, handle)

@@ -189,3 +189,17 @@ def test_batch_tasks_are_traces_of_their_own_linked_to_one_batch_span(tmp_path: 
     assert all(r.attributes["mylm.command"] == "batch" and r.attributes["mylm.stop_reason"] == "final_answer"
                for r in runs)
     assert len(named["execute_tool execute_command"]) == 2
+
+
+def test_each_prompt_of_a_chat_is_a_trace_of_its_own(tmp_path: Path, isolated_user_state: Path) -> None:
+    script = write_script(tmp_path / "script.json", ["first answer", "second answer"])
+    with OTLPReceiver() as receiver:
+        done = subprocess.run(
+            [sys.executable, "-m", "mylm", "chat", "--otel", receiver.url], input="one\ntwo\n",
+            env=child_env(script), cwd=isolated_user_state, text=True, capture_output=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+        # Exported before the command exits: its shutdown waits for the exporter.
+        spans = list(receiver.spans)
+    runs = [s for s in spans if s.name == "invoke_agent mylm"]
+    assert len(runs) == 2 and len({r.trace_id for r in runs}) == 2
+    assert {r.attributes["mylm.command"] for r in runs} == {"chat"}
