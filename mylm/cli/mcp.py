@@ -91,11 +91,16 @@ def mcp(ctx: click.Context, /, **options: Any) -> None:
     header = {"model": settings.model, "profile": settings.profile, "base_url": public_url(settings.base_url),
               "provider": settings.provider}
     telemetry = open_telemetry(settings, redactor, options["otel_endpoint"])
+    if telemetry is not None:
+        # The SDK traces each request (continuing the client's trace from `_meta.traceparent`); a run nests
+        # under its request.
+        telemetry.install_global()
 
     def observe(request: RunRequest, tool: str) -> RunObserver:
         assert telemetry is not None
         return trace_run(telemetry, settings, command=f"mcp {tool}", prompt=request.prompt,
-                         workspace=str(request.workspace) if request.tools else None, sandbox=sandbox.backend)
+                         workspace=str(request.workspace) if request.tools else None, sandbox=sandbox.backend,
+                         inherit=True)
 
     service = DelegateService(
         agents=agents, bounds=Bounds.create(list(options["allow_roots"]), Path.cwd()), redactor=redactor,

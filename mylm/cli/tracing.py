@@ -48,11 +48,12 @@ def system_of(settings: Settings) -> str:
 
 def trace_run(
     telemetry: Telemetry, settings: Settings, *, command: str, prompt: str, workspace: str | None,
-    sandbox: str | None, links: Sequence[Link] = (),
+    sandbox: str | None, links: Sequence[Link] = (), inherit: bool = False,
 ) -> RunTrace:
     """Start the trace of one run with the endpoint's model and system."""
     return telemetry.run(command=command, prompt=prompt, model=settings.model, system=system_of(settings),
-                         max_tokens=settings.max_tokens, workspace=workspace, sandbox=sandbox, links=links)
+                         max_tokens=settings.max_tokens, workspace=workspace, sandbox=sandbox, links=links,
+                         inherit=inherit)
 
 
 @contextmanager

@@ -87,9 +87,10 @@ class Telemetry:
     def run(
         self, *, command: str, prompt: str, model: str | None, system: str | None, max_tokens: int | None = None,
         workspace: str | None = None, sandbox: str | None = None, links: Sequence[Link] = (),
-        attributes: Mapping[str, Any] | None = None,
+        attributes: Mapping[str, Any] | None = None, inherit: bool = False,
     ) -> RunTrace:
-        """Start the trace of one run (a new trace; `links` tie it to a batch span)."""
+        """Start the trace of one run: a new trace (`links` tie it to a batch span), or with `inherit` a child of
+        the current span (a server's request span, itself continuing its client's trace)."""
         attrs: dict[str, Any] = {
             "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "mylm", "mylm.command": command,
             **_model_attributes(model, system),
@@ -99,8 +100,9 @@ class Telemetry:
         if sandbox:
             attrs["mylm.sandbox.backend"] = sandbox
         attrs.update(attributes or {})
-        span = self.tracer.start_span("invoke_agent mylm", context=trace.set_span_in_context(trace.INVALID_SPAN),
-                                      kind=SpanKind.INTERNAL, attributes=attrs, links=list(links))
+        parent = None if inherit else trace.set_span_in_context(trace.INVALID_SPAN)
+        span = self.tracer.start_span("invoke_agent mylm", context=parent, kind=SpanKind.INTERNAL, attributes=attrs,
+                                      links=list(links))
         run = RunTrace(self, span, model, system, max_tokens)
         if self.capture_content:
             span.set_attribute("gen_ai.input.messages", run.content([{"role": "user", "content": prompt}]))
@@ -116,6 +118,11 @@ class Telemetry:
             yield BatchTrace(span)
         finally:
             span.end()
+
+    def install_global(self) -> None:
+        """Make this the process's tracer provider, so libraries' own spans (the MCP SDK's request spans) are
+        exported too and runs nest under them."""
+        trace.set_tracer_provider(self.provider)
 
     def flush(self) -> None:
         """Export every finished span now (bounded by FLUSH_MILLIS)."""

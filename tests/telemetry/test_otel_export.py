@@ -33,6 +33,8 @@ pytestmark = [
 API_KEY = "sk-canary-apikey-7Q2mZ9xW4vK8rT1n"
 DOTENV_VALUE = "canary-dotenv-9f8e7d6c5b4a"
 PROMPT_WORD = "zebrafinch"
+CALLER_TRACE, CALLER_SPAN = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+TRACEPARENT = f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"
 
 
 def _ask(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -154,7 +156,8 @@ def test_a_delegated_mcp_run_is_traced(tmp_path: Path, isolated_user_state: Path
     async def main() -> None:
         with_otel = child_env(script, OTEL_EXPORTER_OTLP_ENDPOINT=receiver.url)
         async with Client(stdio([], with_otel, isolated_user_state)) as client:
-            result = await client.call_tool("run_task", {"prompt": "list"})
+            # The caller's own trace context: the delegated run continues the caller's trace.
+            result = await client.call_tool("run_task", {"prompt": "list"}, meta={"traceparent": TRACEPARENT})
             assert result.structured_content["answer"] == "listed"
 
     with OTLPReceiver() as receiver:
@@ -163,6 +166,9 @@ def test_a_delegated_mcp_run_is_traced(tmp_path: Path, isolated_user_state: Path
     named = _by_name(spans)
     (run,) = named["invoke_agent mylm"]
     assert run.attributes["mylm.command"] == "mcp run_task"
+    (request,) = named["tools/call run_task"]
+    assert request.trace_id == run.trace_id == CALLER_TRACE and request.parent_id == CALLER_SPAN
+    assert run.parent_id == request.span_id
     assert run.attributes["mylm.workspace"] == str(isolated_user_state.resolve())
     (tool,) = named["execute_tool execute_command"]
     assert tool.attributes["mylm.sandbox.profile"] == "read-only" and tool.trace_id == run.trace_id
