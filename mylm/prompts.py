@@ -258,6 +258,14 @@ SAMPLES: dict[str, tuple[dict[str, Any], ...]] = {
     "unrun_block.j2": ({"message": "a problem"},),
     "summary.j2": ({"max_iterations": 10},),
     "tool_required.j2": ({"tool": None}, {"tool": "example"}),
+    "unusable_reply.j2": ({"unclosed_reasoning": False}, {"unclosed_reasoning": True}),
+    "repeated_mistake.j2": (
+        {"message": "a problem", "tool": "example", "block": "<tool_code>...</tool_code>"},
+        {"message": "a problem", "tool": None, "block": "<tool_code>...</tool_code>"},
+    ),
+    "invalid_arguments.j2": ({"tool": "example", "problems": ["a problem", "another"], "schema": '{"type":"object"}'},),
+    "tool_choice_refused.j2": ({"tool": "example", "tool_choice": "none"}, {"tool": "example", "tool_choice": "other"}),
+    "repeated_call.j2": ({"tool": "example"},),
     "compaction.j2": ({"task": "the task"}, {"task": ""}),
     "compacted.j2": ({"task": "the task", "summary": "a summary"}, {"task": "", "summary": "a summary"}),
 }

@@ -63,6 +63,8 @@ class StopReason(str, Enum):
     MAX_TOKENS = "max_tokens"
     DONE_TOOL = "done_tool"
     MAX_ITERATIONS = "max_iterations"
+    #: The model kept making the same call and getting the same result (`RepeatedCallError` says which).
+    REPEATED_CALL = "repeated_call"
     TIMEOUT = "timeout"
     CANCELLED = "cancelled"
     ERROR = "error"
@@ -176,6 +178,18 @@ class ToolCallEvent(_Event):
 
 
 @dataclass(frozen=True)
+class ApprovalEvent(_Event):
+    """The permission hook's verdict on a call: allowed with the grant the sandbox will enforce, or refused with
+    the reason the model is told."""
+
+    type: ClassVar[str] = "approval"
+    call_id: str
+    allowed: bool
+    grant: Grant | None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class ToolResultEvent(_Event):
     """What the tool returned (or why it did not run)."""
 
@@ -207,13 +221,12 @@ class UsageEvent(_Event):
 
 @dataclass(frozen=True)
 class ModelCallEvent(_Event):
-    """A loop turn's model call has ended (traces draw one span per call from it).
+    """A model call of the loop has ended (a turn, its retry, the summary); traces draw one span per call.
 
     `duration` runs from the request to the end of the reply; `time_to_first_token` to its first chunk (None
     when nothing came back); `usage` is None when the endpoint reported none."""
 
     type: ClassVar[str] = "model_call"
-    iteration: int
     finish_reason: FinishReason
     duration: float
     time_to_first_token: float | None
@@ -265,6 +278,7 @@ Event = Union[
     TextEvent,
     StepStartEvent,
     ToolCallEvent,
+    ApprovalEvent,
     ToolResultEvent,
     StepCompleteEvent,
     UsageEvent,

@@ -13,6 +13,7 @@ from mylm.protocol.parser import format_tool_call
 from mylm.testing import ScriptedLLM, ScriptedReply
 from mylm.tools.shell import shell_tool
 from mylm.types import (
+    ApprovalEvent,
     FinishReason,
     ErrorEvent,
     FinalResponseEvent,
@@ -102,12 +103,14 @@ def test_agent_event_order_per_iteration() -> None:
     result = Agent(llm, [add]).run("1+2")
     kinds = [type(e) for e in result.events if not isinstance(e, TextEvent)]
     assert kinds == [
-        IterationStartEvent, UsageEvent, ModelCallEvent, StepStartEvent, ToolCallEvent, ToolResultEvent,
-        StepCompleteEvent, IterationStartEvent, UsageEvent, ModelCallEvent, FinalResponseEvent,
+        IterationStartEvent, UsageEvent, ModelCallEvent, StepStartEvent, ToolCallEvent, ApprovalEvent,
+        ToolResultEvent, StepCompleteEvent, IterationStartEvent, UsageEvent, ModelCallEvent, FinalResponseEvent,
     ]
+    approval = next(e for e in result.events if isinstance(e, ApprovalEvent))
+    assert (approval.call_id, approval.allowed, approval.grant) == ("call_1_1", True, "workspace-write")
     calls = [e for e in result.events if isinstance(e, ModelCallEvent)]
-    assert [(c.iteration, c.finish_reason, c.usage) for c in calls] == [
-        (1, FinishReason.TOOL_USE, Usage(10, 5)), (2, FinishReason.END_TURN, Usage(12, 1)),
+    assert [(c.finish_reason, c.usage) for c in calls] == [
+        (FinishReason.TOOL_USE, Usage(10, 5)), (FinishReason.END_TURN, Usage(12, 1)),
     ]
     assert all(c.time_to_first_token is not None and 0 <= c.time_to_first_token <= c.duration for c in calls)
     assert result.usage == Usage(22, 6)

@@ -103,4 +103,5 @@ def test_paths_imports_nothing_of_mylm_or_click(subprocess_env: dict[str, str]) 
     assert not any(isinstance(node, ast.ImportFrom) and node.level for node in ast.walk(tree))
     probe = "import sys, mylm.paths; print(sorted(m for m in sys.modules if m == 'click' or m.startswith('mylm.')))"
     out = subprocess.run([sys.executable, "-c", probe], env=subprocess_env, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "['mylm.paths']"
+    # The package root carries only its version beside it: nothing else of mylm, and no click.
+    assert out.stdout.strip() == "['mylm._version', 'mylm.paths']"

@@ -117,7 +117,6 @@ class TaskJob:
         observer = context.observe(task, agent) if context.observe is not None else None
         if observer is None:
             return agent.run(task.prompt, cancel=context.cancel)
-        agent.permission = observer.permission(agent.permission)
         stream = agent.stream(task.prompt, cancel=context.cancel)
         try:
             for event in stream:

@@ -139,6 +139,8 @@ def _report_ending(result: RunResult, session: str | None, redactor: Redactor, m
         click.echo(f"mylm: interrupted{resume}", err=True)
     elif reason == "max_iterations":
         click.echo(f"mylm: stopped after {result.iterations_used} iterations (--max-iterations)", err=True)
+    elif reason == "repeated_call":
+        click.echo(f"mylm: stopped: {for_terminal(redactor.redact(str(result.error)))}", err=True)
     elif reason == "max_tokens":
         click.echo(
             f"mylm: warning: the answer was cut off at the output limit of {max_tokens} tokens; raise it "

@@ -93,7 +93,7 @@ class BatchAgentFactory:
             prompts=loader,
             max_tokens=self.max_tokens, permission=permission, instructions=self.instructions,
             context_budget=self.context_budget, workspace=workspace,
-            constrain=self.constrain,  # type: ignore[arg-type]  # validated by the config reader
+            constrain=self.constrain,  # validated by the config reader
         )
 
     def _loader(self) -> PromptLoader:

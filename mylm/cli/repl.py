@@ -112,6 +112,8 @@ def _answer(state: ChatState, text: str) -> None:
         # The first Ctrl-C stopped the reply; one more at the prompt leaves.
         state.interrupts = 1
         click.echo("Stopped; what was said so far is kept. (Ctrl-C again or Ctrl-D to leave)", err=True)
+    elif result.stop_reason is StopReason.REPEATED_CALL:
+        click.echo(f"mylm: stopped: {for_terminal(state.redactor.redact(str(result.error)))}", err=True)
     elif result.error is not None:
         click.echo(f"mylm: error: {for_terminal(state.redactor.redact(str(result.error)))}", err=True)
     elif result.stop_reason is StopReason.MAX_ITERATIONS:

@@ -256,7 +256,7 @@ def build_agent(
             timeout=settings.timeout,
             prompts=loader,
             max_tokens=settings.max_tokens,
-            constrain=settings.constrain,  # type: ignore[arg-type]  # validated by the config reader
+            constrain=settings.constrain,  # validated by the config reader
             permission=approver,
             instructions=settings.instructions,
             context_budget=budget,

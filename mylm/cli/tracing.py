@@ -79,13 +79,11 @@ class Tracer:
     def exchange(
         self, agent: Agent, prompt: str, history: tuple[Message, ...], handle: Callable[[Event], None]
     ) -> Exchange:
-        """`run_exchange`, traced: the trace sees each event before `handle`, and the agent's approvals."""
+        """`run_exchange`, traced: the trace sees each event before `handle`."""
         from .runner import run_exchange
 
         trace = trace_run(self.telemetry, self.settings, command=self.command, prompt=prompt,
                           workspace=self.workspace, sandbox=self.sandbox)
-        hook = agent.permission
-        agent.permission = trace.permission(hook)
 
         def both(event: Event) -> None:
             trace(event)
@@ -96,7 +94,6 @@ class Tracer:
             ended.append(run_exchange(agent, prompt, history, both))
             return ended[0]
         finally:
-            agent.permission = hook  # a chat's next prompt gets a trace of its own
             trace.end(ended[0].result if ended else None)
 
     def close(self) -> None:

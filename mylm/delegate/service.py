@@ -71,8 +71,6 @@ class DelegateService:
         agent = self.agents(request)
         log = ToolLog(self.redactor)
         observer = self.observe(request, tool) if self.observe is not None else None
-        if observer is not None:
-            agent.permission = observer.permission(agent.permission)
 
         def on_event(event: Event) -> None:
             log(event)

@@ -6,8 +6,8 @@ callers skip tracing. With one, `configure` gives a `Telemetry` (the `otel` extr
 
     telemetry = configure("http://127.0.0.1:4318", redactor=redactor, capture_content=False)
     trace = telemetry.run(command="ask", prompt=prompt, model="qwen3", system="openai")
-    agent.permission = trace.permission(agent.permission)   # approvals become span events
-    for event in agent.stream(prompt):
+    stream = agent.stream(prompt)
+    for event in stream:
         trace(event)
     trace.end(stream.result)
     telemetry.shutdown()                                     # exports what is left

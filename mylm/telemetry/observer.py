@@ -5,18 +5,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from ..agent import PermissionHook
     from ..types import Event, RunResult
 
 
 class RunObserver(Protocol):
-    """Sees every event of one run, the agent's approvals, and how the run ended."""
+    """Sees every event of one run (approvals included), and how the run ended."""
 
     def __call__(self, event: Event) -> None: ...
-
-    def permission(self, hook: PermissionHook | None) -> PermissionHook | None:
-        """The agent's permission hook, watched (approvals are part of what is observed)."""
-        ...
 
     def end(self, result: RunResult | None) -> None:
         """The run is over (None: it did not stop in time after a cancel)."""

@@ -29,6 +29,7 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
 from .. import __version__
 from ..types import (
+    ApprovalEvent,
     CompactionEvent,
     ContinueEvent,
     ErrorEvent,
@@ -36,21 +37,17 @@ from ..types import (
     FinalResponseEvent,
     IterationStartEvent,
     ModelCallEvent,
-    Permission,
     ReasoningEvent,
     RunResult,
     StepCompleteEvent,
     StepStartEvent,
     TextEvent,
-    ToolCall,
     ToolCallEvent,
     ToolResultEvent,
 )
 
 if TYPE_CHECKING:
-    from ..agent import PermissionHook
     from ..redact import Redactor
-    from ..tools.base import Tool
 
 #: How long exporting may hold up the end of a command (the exporter's own timeout bounds each request).
 FLUSH_MILLIS = 5_000
@@ -155,10 +152,9 @@ class RunTrace:
     max_tokens: int | None
     _iteration: Span | None = None
     _tools: dict[str, Span] = field(default_factory=dict)
-    _calls: dict[str, ToolCall] = field(default_factory=dict)
     _text: list[str] = field(default_factory=list)
     _reasoning: list[str] = field(default_factory=list)
-    _current: str = ""
+    _number: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _ended: bool = False
 
@@ -172,6 +168,7 @@ class RunTrace:
     def _observe(self, event: Event) -> None:
         if isinstance(event, IterationStartEvent):
             self._end_iteration()
+            self._number = event.iteration
             self._iteration = self._child(f"iteration {event.iteration}", self.span, {
                 "mylm.iteration": event.iteration, "mylm.max_iterations": event.max_iterations})
         elif isinstance(event, TextEvent):
@@ -181,15 +178,15 @@ class RunTrace:
         elif isinstance(event, ModelCallEvent):
             self._model_call(event)
         elif isinstance(event, StepStartEvent):
-            self._current = event.step_id
             self._tools[event.step_id] = self._child(f"execute_tool {event.tool_name}", self._parent(), {
                 "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": event.tool_name,
                 "gen_ai.tool.call.id": event.step_id})
         elif isinstance(event, ToolCallEvent):
-            self._calls[event.call.id] = event.call
             if self.telemetry.capture_content and event.call.id in self._tools:
                 self._tools[event.call.id].set_attribute(
                     "gen_ai.tool.call.arguments", self.content(dict(event.call.arguments)))
+        elif isinstance(event, ApprovalEvent):
+            self._approval(event)
         elif isinstance(event, ToolResultEvent):
             self._tool_result(event)
         elif isinstance(event, StepCompleteEvent):
@@ -216,7 +213,7 @@ class RunTrace:
         end = time.time_ns()
         attrs: dict[str, Any] = {
             "gen_ai.operation.name": "chat", **_model_attributes(self.model, self.system),
-            "gen_ai.response.finish_reasons": [event.finish_reason.value], "mylm.iteration": event.iteration,
+            "gen_ai.response.finish_reasons": [event.finish_reason.value], "mylm.iteration": self._number,
         }
         if self.max_tokens:
             attrs["gen_ai.request.max_tokens"] = self.max_tokens
@@ -238,6 +235,20 @@ class RunTrace:
                                                 start_time=end - int(event.duration * 1e9))
         span.end(end_time=end)
 
+    def _approval(self, event: ApprovalEvent) -> None:
+        """The verdict as an `mylm.approval` event on the tool's span, and the grant the sandbox enforces as
+        its `mylm.sandbox.profile`; the refusal's words only with content capture."""
+        span = self._tools.get(event.call_id)
+        if span is None:
+            return
+        attrs: dict[str, Any] = {"mylm.approval.decision": "allow" if event.allowed else "deny"}
+        if event.grant is not None:
+            attrs["mylm.approval.grant"] = event.grant
+            span.set_attribute("mylm.sandbox.profile", event.grant)
+        if not event.allowed and self.telemetry.capture_content:
+            attrs["mylm.approval.reason"] = self.telemetry.redactor.redact(event.reason)[:CONTENT_CHARS]
+        span.add_event("mylm.approval", attrs)
+
     def _tool_result(self, event: ToolResultEvent) -> None:
         span = self._tools.get(event.call_id)
         if span is None:
@@ -258,30 +269,6 @@ class RunTrace:
         if self.telemetry.capture_content:
             attrs["mylm.correction.message"] = self.telemetry.redactor.redact(event.message)[:CONTENT_CHARS]
         self._parent().add_event("mylm.correction", attrs)
-
-    # ------------------------------------------------------------------------------------- approvals
-
-    def permission(self, hook: PermissionHook | None) -> PermissionHook | None:
-        """`hook`, reporting each decision as an `mylm.approval` event on the tool's span (and the grant the
-        sandbox enforces as its `mylm.sandbox.profile`)."""
-        if hook is None:
-            return None
-
-        def watched(call: ToolCall, tool: Tool) -> Permission:
-            verdict = hook(call, tool)
-            with self._lock:
-                span = self._tools.get(call.id)
-                if span is not None and not self._ended:
-                    attrs: dict[str, Any] = {"mylm.approval.decision": "allow" if verdict.allowed else "deny"}
-                    if verdict.allowed:
-                        attrs["mylm.approval.grant"] = verdict.grant
-                        span.set_attribute("mylm.sandbox.profile", verdict.grant)
-                    elif self.telemetry.capture_content:
-                        attrs["mylm.approval.reason"] = self.telemetry.redactor.redact(verdict.reason)
-                    span.add_event("mylm.approval", attrs)
-            return verdict
-
-        return watched
 
     # ------------------------------------------------------------------------------------------ end
 

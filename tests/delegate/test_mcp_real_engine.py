@@ -51,7 +51,7 @@ def test_a_delegated_task_on_a_real_model_under_the_grammar_ends_cleanly(isolate
     try:
         server.wait_ready(timeout=180)
         args = ["--base-url", server.base_url, "--provider", "openai", "-m", "smollm2", "--constrain", "grammar",
-                "--max-iterations", "2", "--timeout", "600"]
+                "--max-iterations", "2", "--timeout", "900"]
         progress: list[str | None] = []
 
         async def on_progress(value: float, total: float | None, message: str | None) -> None:
@@ -59,8 +59,8 @@ def test_a_delegated_task_on_a_real_model_under_the_grammar_ends_cleanly(isolate
 
         async def main() -> Any:
             # A small output limit, as the other real-model tests use: two shared cores run this model slowly.
-            env = child_env(MYLM_MAX_TOKENS="160")
-            async with Client(stdio(args, env, isolated_user_state), read_timeout_seconds=900) as client:
+            env = child_env(MYLM_MAX_TOKENS="96")
+            async with Client(stdio(args, env, isolated_user_state), read_timeout_seconds=1200) as client:
                 return await client.call_tool(
                     "run_task", {"prompt": "Read notes.txt and tell me the launch code."},
                     progress_callback=on_progress)
