@@ -212,7 +212,10 @@ def test_a_hostile_task_cannot_write_outside_the_workspace_even_with_yes(
     assert "Permission denied" in shell or "Read-only file system" in shell
 
 
-def test_cancelling_mid_command_stops_the_run_and_its_process_group(tmp_path: Path, isolated_user_state: Path) -> None:
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_cancelling_mid_command_stops_the_run_and_its_process_group(
+    transport: str, tmp_path: Path, isolated_user_state: Path
+) -> None:
     import anyio
     from mcp import Client
 
@@ -226,8 +229,8 @@ def test_cancelling_mid_command_stops_the_run_and_its_process_group(tmp_path: Pa
         with open(fifo, encoding="utf-8") as handle:  # blocks until the command opens it
             seen["pgid"] = int(handle.readline())
 
-    async def main() -> None:
-        async with Client(stdio(["--yes"], child_env(script), isolated_user_state)) as client:
+    async def cancel_mid_command(server: Any) -> None:
+        async with Client(server) as client:
             with anyio.fail_after(120):
                 async with anyio.create_task_group() as group:
                     group.start_soon(client.call_tool, "run_task", {"prompt": "wait"})
@@ -238,9 +241,37 @@ def test_cancelling_mid_command_stops_the_run_and_its_process_group(tmp_path: Pa
                 while not mcp_sessions(data_home()):
                     await anyio.sleep(0.05)
 
-    run(main)
+    env = child_env(script)
+    if transport == "stdio":
+        run(lambda: cancel_mid_command(stdio(["--yes"], env, isolated_user_state)))
+    else:
+        with http_server(["--yes"], env, isolated_user_state) as url:
+            run(lambda: cancel_mid_command(url))
     with pytest.raises(ProcessLookupError):
         os.killpg(seen["pgid"], 0)
     (records,) = mcp_sessions(data_home())
     assert records[-1]["type"] == "run_end" and records[-1]["stop_reason"] == "cancelled"
     assert any("interrupted by the user" in r.get("content", "") for r in records)
+
+
+def test_startup_errors_are_one_line_and_a_distinct_exit_code(tmp_path: Path, isolated_user_state: Path) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    script = write_script(tmp_path / "script.json", ["unused"])
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "mylm", "mcp", "--port", str(port)], env=child_env(script),
+                              cwd=isolated_user_state, capture_output=True, text=True, timeout=120, check=False,
+                              stdin=subprocess.DEVNULL)
+    assert done.returncode == 2 and done.stderr.strip().splitlines()[-1].startswith(
+        f"mylm: error: --port {port}: cannot listen on 127.0.0.1:{port}")
+    assert "Traceback" not in done.stderr
+    bad = subprocess.run([sys.executable, "-m", "mylm", "mcp", "--otel", "ftp://collector"], env=child_env(script),
+                         cwd=isolated_user_state, capture_output=True, text=True, timeout=120, check=False,
+                         stdin=subprocess.DEVNULL)
+    assert bad.returncode == 2 and "give an http:// or https:// URL" in bad.stderr and "Traceback" not in bad.stderr
