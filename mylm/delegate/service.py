@@ -68,7 +68,10 @@ class DelegateService:
 
     async def run(self, request: RunRequest, tool: str, progress: Progress | None = None) -> RunReport:
         """Run `request` to its end (or until the awaiting task is cancelled) and report it."""
-        agent = self.agents(request)
+        import anyio
+
+        # Off the event loop: building an agent compiles its grammar and probes the sandbox.
+        agent = await anyio.to_thread.run_sync(self.agents, request)
         log = ToolLog(self.redactor)
         observer = self.observe(request, tool) if self.observe is not None else None
 
