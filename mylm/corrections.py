@@ -3,6 +3,7 @@ prompts/, so users change them like the rest; a mistake made twice in a row gets
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 #: The templates a conversation's corrections may render; checked before a run starts.
 TEMPLATES = (
     "format_error.j2", "truncated.j2", "unusable_reply.j2", "repeated_mistake.j2", "invalid_arguments.j2",
-    "tool_choice_refused.j2", "repeated_call.j2",
+    "tool_choice_refused.j2", "repeated_call.j2", "unknown_tool.j2",
 )
 
 
@@ -65,6 +66,13 @@ class Corrections:
         schema = dump_json(dict(tool.parameters))
         message = self.prompts.render("invalid_arguments.j2", tool=tool.name, problems=list(problems), schema=schema)
         return self.escalated(message, tool)
+
+    def unknown_tool(self, name: str, tools: Sequence[str]) -> str:
+        """That `name` is not a tool, naming the real ones and the likeliest intended (escalated when repeated)."""
+        close = difflib.get_close_matches(name, list(tools), n=1, cutoff=0.6)
+        suggestion = close[0] if close else None
+        message = self.prompts.render("unknown_tool.j2", name=name, tools=list(tools), suggestion=suggestion)
+        return self.escalated(message)
 
     def refused_by_choice(self, tool: str, tool_choice: str) -> str:
         """Why tool_choice (`none`, or one tool's name) does not allow calling `tool`."""

@@ -35,7 +35,7 @@ import logging
 import platform
 import time
 from collections.abc import Generator, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 from .cancel import CancelToken
@@ -45,9 +45,11 @@ from .corrections import TEMPLATES, Corrections
 from .decoding import clean_text
 from .llm import LLM, Constraint, LLMRequest, alternating
 from .prompts import PromptLoader, tool_view
+from .protocol.defuse import neutralise
 from .protocol.stops import DEFAULT_STOPS, OBSERVATION_STOP, TOOL_STOP
+from .tools.validation import validate
 from .turn import ModelTurn, cut_mid_thought, stream_turn
-from .types import ErrorEvent, Event, Message, ModelCallEvent, Usage, UsageEvent
+from .types import ErrorEvent, Event, Message, ModelCallEvent, ToolCall, Usage, UsageEvent
 
 logger = logging.getLogger("mylm.agent")
 
@@ -116,8 +118,12 @@ class StepOutcome:
     problem: str | None = None
     #: The user message that tells the model what to fix (None: usable).
     correction: str | None = None
-    #: The problem's kind, as an `ErrorEvent` names it: `format`, or `tool_choice` (an answer where a call is due).
+    #: The problem's kind, as an `ErrorEvent` names it: `format`, `tool_choice` (an answer where a call is due),
+    #: or `call` (with `check_calls`: a call to an unknown or refused tool, or with arguments that do not fit).
     kind: str = ""
+    #: The calls to run: the first only, unless `multiple_calls`; with `check_calls`, checked against their
+    #: tools' schemas, arguments coerced where unambiguous.
+    calls: tuple[ToolCall, ...] = ()
 
     @property
     def usable(self) -> bool:
@@ -181,7 +187,7 @@ class ModelStep:
 
     def templates(self) -> list[str]:
         """Every template a conversation with this step can render (check them before the first request)."""
-        names = list(TEMPLATES)
+        names = [*TEMPLATES, "tool_error.j2", "denied.j2"]
         if self.config.tool_choice not in ("auto", "none"):
             names.append("tool_required.j2")
         return names
@@ -212,10 +218,12 @@ class ModelStep:
         corrections: Corrections | None = None,
         meter: Meter | None = None,
         answer_only: bool = False,
+        check_calls: bool = False,
     ) -> Steps[StepOutcome]:
         """One turn over `messages` (the system message first); redone once without stop strings if a server
         stop cut the model's reasoning. `deadline` is a `time.monotonic()` value; `answer_only` asks for an
-        answer under the answer grammar, and such a turn is not judged."""
+        answer under the answer grammar, and such a turn is not judged. `check_calls` (for a caller that runs
+        the calls elsewhere, such as a server's client) also rejects a turn whose calls cannot run."""
         meter = meter if meter is not None else Meter()
         constraint = self.answer_constraint if answer_only else self.constraint
         turn = yield from self._complete(messages, deadline, cancel, constraint, meter)
@@ -229,9 +237,9 @@ class ModelStep:
         logger.info("Model turn ended: %s", turn.finish.value)
         if answer_only:
             return StepOutcome(turn)
-        return self.judge(turn, corrections or self.corrections())
+        return self.judge(turn, corrections or self.corrections(), check_calls=check_calls)
 
-    def judge(self, turn: ModelTurn, corrections: Corrections) -> StepOutcome:
+    def judge(self, turn: ModelTurn, corrections: Corrections, *, check_calls: bool = False) -> StepOutcome:
         """Whether `turn` can be used; if not, why and what to tell the model."""
         problem = corrections.problem(turn.parsed)
         if problem is not None:
@@ -242,7 +250,56 @@ class ModelStep:
             which = f"a call of {tool}" if tool else "a tool call"
             problem = f"the reply had no tool call; {which} is required (tool_choice)"
             return StepOutcome(turn, problem, corrections.tool_required(tool), "tool_choice")
-        return StepOutcome(turn)
+        calls = turn.parsed.tool_calls if self.config.multiple_calls else turn.parsed.tool_calls[:1]
+        return self._checked(turn, calls, corrections) if check_calls else StepOutcome(turn, calls=calls)
+
+    def _checked(self, turn: ModelTurn, calls: tuple[ToolCall, ...], corrections: Corrections) -> StepOutcome:
+        """The turn with its calls checked as the agent's runner would before running them: the first that
+        cannot run makes the turn unusable, with the observation the agent would send for it."""
+        tools = {t.name: t for t in (*self.tools, *self.unlisted)}
+        choice, unlisted = self.config.tool_choice, {t.name for t in self.unlisted}
+        checked: list[ToolCall] = []
+        for call in calls:
+            tool = tools.get(call.name)
+            if tool is None:
+                problem = corrections.unknown_tool(call.name, list(tools))
+            elif choice == "none" or (choice not in TOOL_CHOICES and call.name not in (choice, *unlisted)):
+                problem = corrections.refused_by_choice(call.name, choice)
+                correction = self.prompts.render("denied.j2", tool=call.name, reason=neutralise(problem))
+                return StepOutcome(turn, problem, correction, "call")
+            else:
+                value, problems = validate(tool.parameters, dict(call.arguments))
+                if not problems:
+                    checked.append(replace(call, arguments=value if isinstance(value, dict) else call.arguments))
+                    continue
+                problem = corrections.invalid_arguments(tool, problems)
+            correction = self.prompts.render("tool_error.j2", tool=call.name, message=neutralise(problem))
+            return StepOutcome(turn, problem, correction, "call")
+        return StepOutcome(turn, calls=tuple(checked))
+
+    def check_call(self, call: ToolCall, corrections: Corrections) -> tuple[ToolCall, str | None]:
+        """For a caller that runs no tools itself (`mylm serve` hands calls to its client): `call` with its
+        arguments validated against its tool's schema (and coerced where the schema says how), and, when it cannot
+        be run as it is, the observation telling the model why: an unknown tool, one the tool choice refuses, or
+        arguments that break the schema (escalated like every correction when the same mistake comes again)."""
+        # Imported here: the tools package is heavy, and only a caller without tools of its own needs it.
+        from .tools.registry import unknown_tool_message
+        from .tools.validation import validate
+
+        tools = {t.name: t for t in (*self.tools, *self.unlisted)}
+        tool = tools.get(call.name)
+        if tool is None:
+            message = corrections.escalated(unknown_tool_message(call.name, list(tools)))
+            return call, self.prompts.render("tool_error.j2", tool=call.name, message=neutralise(message))
+        choice = self.config.tool_choice
+        if tool not in self.unlisted and (choice == "none" or (choice not in TOOL_CHOICES and call.name != choice)):
+            reason = corrections.refused_by_choice(call.name, choice)
+            return call, self.prompts.render("denied.j2", tool=call.name, reason=neutralise(reason))
+        arguments, problems = validate(dict(tool.parameters), dict(call.arguments))
+        if problems:
+            message = corrections.invalid_arguments(tool, problems)
+            return call, self.prompts.render("tool_error.j2", tool=call.name, message=neutralise(message))
+        return replace(call, arguments=arguments), None
 
     def _complete(
         self,

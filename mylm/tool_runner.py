@@ -39,7 +39,7 @@ from .types import (
 
 logger = logging.getLogger("mylm.agent")
 
-Status = Literal["completed", "error", "denied"]
+Status = Literal["completed", "error", "denied", "interrupted"]
 #: What the model is told about a tool the user interrupted.
 TOOL_INTERRUPTED = "interrupted by the user before it finished; it may have done part of its work"
 
@@ -107,7 +107,8 @@ class ToolRunner:
         valid = ran = False
         if tool_ is None:
             yield ToolCallEvent(call)
-            outcome = ToolOutcome(run.corrections.escalated(self.tools.unknown_tool_message(call.name)), True, 0.0)
+            names = [t.name for t in self.tools]
+            outcome = ToolOutcome(run.corrections.unknown_tool(call.name, names), True, 0.0)
         else:
             arguments, problems = tool_.validate(call.arguments)
             call = replace(call, arguments=arguments)
@@ -175,7 +176,7 @@ class ToolRunner:
         except (CancelledError, KeyboardInterrupt):
             # Record that it was cut short, so the model (and a resumed chat) knows, then stop.
             interrupted = ToolOutcome(TOOL_INTERRUPTED, True, time.monotonic() - started)
-            yield from self._report(call, interrupted, "error", observations)
+            yield from self._report(call, interrupted, "interrupted", observations)
             raise
 
     def _report(

@@ -13,7 +13,7 @@ from mylm.llm import LLMChunk, LLMRequest, PromptRenderingLLM, TextChunk
 from mylm.prompts import PromptLoader, packaged_prompts_dir
 from mylm.protocol.parsed import ParsedTurn
 from mylm.protocol.parser import format_tool_call
-from mylm.step import Meter, ModelStep, StepConfig, ToolDefinition, drain
+from mylm.step import Meter, ModelStep, StepConfig, StepOutcome, ToolDefinition, drain
 from mylm.testing import ScriptedLLM, ScriptedReply
 from mylm.types import ErrorEvent, Message, TextEvent, ToolCall, Usage, UsageEvent
 
@@ -193,3 +193,35 @@ def test_step_a_broken_correction_template_fails_before_the_first_request(tmp_pa
     with pytest.raises(TemplateError, match="repeated_mistake.j2"):
         Agent(llm, [add], prompts=PromptLoader([tmp_path, packaged_prompts_dir()]))
     assert llm.requests == []
+
+
+def test_step_checks_calls_for_a_caller_that_runs_them_elsewhere() -> None:
+    count = ToolDefinition("count", "Count.", {"type": "object", "properties": {"n": {"type": "integer"}},
+                                               "required": ["n"]})
+    replies = [call("cuont", n=1), call("count", n="three"), call("count", n="3"), call("get_weather", city="x")]
+    step = ModelStep(ScriptedLLM(replies), [count, WEATHER])
+    corrections = step.corrections()
+
+    def checked() -> StepOutcome:
+        return drain(step.turn(conversation(step), corrections=corrections, check_calls=True))[1]
+
+    unknown = checked()
+    assert unknown.kind == "call" and unknown.correction is not None and not unknown.calls
+    assert "Error from cuont: There is no tool named 'cuont'. Did you mean 'count'?" in unknown.correction
+    invalid = checked()
+    assert invalid.kind == "call" and invalid.problem is not None and invalid.problem.startswith("invalid arguments")
+    assert invalid.correction is not None and '"type": "integer"' in invalid.correction
+    coerced = checked()
+    assert coerced.usable and coerced.calls[0].arguments == {"n": 3}
+    assert checked().usable  # any listed tool may be called under tool_choice auto
+    only = ModelStep(ScriptedLLM([call("get_weather", city="x")]), [count, WEATHER], StepConfig(tool_choice="count"))
+    _, refused = drain(only.turn(conversation(only), check_calls=True))
+    assert refused.kind == "call" and refused.correction is not None
+    assert "The call to get_weather was not run: only count may be called" in refused.correction
+
+
+def test_step_without_check_calls_leaves_the_calls_to_the_caller() -> None:
+    step = ModelStep(ScriptedLLM([call("nope", x=1) + "\n" + call("get_weather", city="x")], stops="ignore"),
+                     [WEATHER])
+    _, outcome = drain(step.turn(conversation(step)))
+    assert outcome.usable and [c.name for c in outcome.calls] == ["nope"]  # one call per turn by default

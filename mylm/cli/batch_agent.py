@@ -164,11 +164,10 @@ class SessionWriter:
             return None
         with transcript:
             transcript.messages(result.history if result.compacted else result.history_delta)
-            usage = result.usage
             transcript.append({
                 "type": "run_end", "stop_reason": result.stop_reason.value,
                 "iterations_used": result.iterations_used,
-                "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens},
+                "usage": result.reported_usage(),
                 "error": str(result.error) if result.error is not None else None,
             })
         return transcript.id

@@ -77,7 +77,8 @@ class Tracer:
     sandbox: str | None
 
     def exchange(
-        self, agent: Agent, prompt: str, history: tuple[Message, ...], handle: Callable[[Event], None]
+        self, agent: Agent, prompt: str, history: tuple[Message, ...], handle: Callable[[Event], None], *,
+        finish: Callable[[], None] | None = None,
     ) -> Exchange:
         """`run_exchange`, traced: the trace sees each event before `handle`."""
         from .runner import run_exchange
@@ -91,7 +92,7 @@ class Tracer:
 
         ended: list[Exchange] = []
         try:
-            ended.append(run_exchange(agent, prompt, history, both))
+            ended.append(run_exchange(agent, prompt, history, both, finish=finish))
             return ended[0]
         finally:
             trace.end(ended[0].result if ended else None)
@@ -113,11 +114,12 @@ def make_tracer(settings: Settings, redactor: Redactor, endpoint: str | None, co
 
 
 def run_traced(
-    tracer: Tracer | None, agent: Agent, prompt: str, history: tuple[Message, ...], handle: Callable[[Event], None]
+    tracer: Tracer | None, agent: Agent, prompt: str, history: tuple[Message, ...], handle: Callable[[Event], None],
+    *, finish: Callable[[], None] | None = None,
 ) -> Exchange:
-    """One exchange, traced when there is a tracer."""
+    """One exchange (`run_exchange`), traced when there is a tracer."""
     from .runner import run_exchange
 
     if tracer is None:
-        return run_exchange(agent, prompt, history, handle)
-    return tracer.exchange(agent, prompt, history, handle)
+        return run_exchange(agent, prompt, history, handle, finish=finish)
+    return tracer.exchange(agent, prompt, history, handle, finish=finish)

@@ -26,3 +26,12 @@ def test_cli_ask_json_reports_the_repeated_call() -> None:
     end = json.loads(result.stdout.strip().splitlines()[-1])
     assert end["type"] == "run_end" and end["stop_reason"] == "repeated_call"
     assert "execute_command 3 times" in end["error"]
+
+
+def test_cli_chat_repeated_call_ends_the_turn_with_a_line_and_keeps_the_chat_going() -> None:
+    same = call("execute_command", command="echo same")
+    llm = ScriptedLLM([same] * 3 + ["Back."])
+    result = invoke(["chat", "--yes"], llm, stdin="loop\nagain\n")
+    assert result.exit_code == 0, result.stderr
+    assert "mylm: stopped: the model called execute_command 3 times in a row" in result.stderr
+    assert "mylm: error:" not in result.stderr and result.stdout.endswith("Back.\n")
