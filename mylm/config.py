@@ -138,6 +138,8 @@ _KEYS: dict[str, _Key] = {
     "sandbox": _Key((), _sandbox_mode, "auto"),
     "sandbox_network": _Key((), _flag, True),
     "sandbox_unix_sockets": _Key((), _flag, False),
+    # Prompts and completions in exported traces: only the user's own config file (or a flag) turns it on.
+    "otel_capture_content": _Key((), _flag, False),
 }
 
 #: Every setting, in the order `mylm config` shows them.
@@ -184,6 +186,8 @@ class Settings:
     sandbox_unix_sockets: bool = False
     #: More reasoning dialects (`[open, close]` pairs) for the parser, beyond `protocol.tags.REASONING_DIALECTS`.
     reasoning_markers: tuple[tuple[str, str], ...] = ()
+    #: Whether exported traces carry prompt, completion and tool text (redacted), not only their shape.
+    otel_capture_content: bool = False
     #: The profile in effect, if any.
     profile: str | None = None
     #: Everything else the config file holds (MCP servers, tools, ...), passed through as read.

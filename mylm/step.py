@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import platform
+import time
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
@@ -49,7 +50,7 @@ from .protocol.stops import DEFAULT_STOPS, OBSERVATION_STOP, TOOL_STOP
 from .protocol.tags import with_markers
 from .tools.validation import validate
 from .turn import ModelTurn, cut_mid_thought, stream_turn
-from .types import ErrorEvent, Event, Message, ToolCall, Usage, UsageEvent
+from .types import ErrorEvent, Event, Message, ModelCallEvent, ToolCall, Usage, UsageEvent
 
 logger = logging.getLogger("mylm.agent")
 
@@ -320,6 +321,7 @@ class ModelStep:
         request = LLMRequest(alternating(messages), stops, self.config.max_tokens, deadline, cancel, constraint)
         meter.calls += 1
         shown: list[str] = []
+        started = time.monotonic()
         try:
             turn: ModelTurn = yield from stream_turn(
                 self.llm, request, multiple_calls=self.config.multiple_calls, shown=shown, tools=self.names,
@@ -335,6 +337,8 @@ class ModelStep:
             if turn.usage.prompt_tokens:
                 self.estimator.calibrate(messages, turn.usage.prompt_tokens)
             yield UsageEvent(turn.usage, meter.usage)
+        first = turn.first_chunk - started if turn.first_chunk is not None else None
+        yield ModelCallEvent(turn.finish, time.monotonic() - started, first, turn.usage)
         return turn
 
 

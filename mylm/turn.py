@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Generator
 
@@ -24,6 +25,8 @@ class ModelTurn:
     #: What this turn showed about the chat template: it opens reasoning (a lone `</think>`), it does not (the
     #: reply opened its own, or the server split reasoning out, or a whole reply had none), or None (unknown).
     opens_reasoning: bool | None = None
+    #: When the first chunk of the reply arrived (`time.monotonic()`), or None if none did.
+    first_chunk: float | None = None
 
 
 def stream_turn(
@@ -49,10 +52,12 @@ def stream_turn(
     server: FinishChunk | None = None
     parser: StreamParser | None = None
     split_reasoning = False
+    first: float | None = None
     stream = iter(llm.stream(request))
     try:
         for chunk in stream:
             if parser is None:
+                first = time.monotonic()
                 rendered = _rendered(llm)
                 known = rendered if rendered is not None else reasoning_open
                 parser = StreamParser(multiple_calls=multiple_calls, coalesce=1, tools=tools, reasoning_open=known,
@@ -79,7 +84,8 @@ def stream_turn(
     assert parsed is not None
     rendered = _rendered(llm)
     opens = rendered if rendered is not None else template_opens_reasoning(parsed, split_reasoning, reasoning)
-    return ModelTurn(parsed, finish_reason(parsed, server, parser.finished), server.usage if server else None, opens)
+    finish = finish_reason(parsed, server, parser.finished)
+    return ModelTurn(parsed, finish, server.usage if server else None, opens, first)
 
 
 def _rendered(llm: LLM) -> bool | None:
