@@ -9,6 +9,7 @@ from .llm import LLM, FinishChunk, LLMRequest, PromptRenderingLLM, ReasoningChun
 from .protocol.drift import ToolNames
 from .protocol.parsed import ParsedTurn, ParseEvent
 from .protocol.parser import StreamParser
+from .protocol.repetition import RepetitionGuard
 from .protocol.tags import TOOL_CLOSE, TOOL_OPEN
 from .types import Event, FinishReason, ReasoningEvent, TextEvent, Usage
 
@@ -23,6 +24,9 @@ class ModelTurn:
     #: What this turn showed about the chat template: it opens reasoning (a lone `</think>`), it does not (the
     #: reply opened its own, or the server split reasoning out, or a whole reply had none), or None (unknown).
     opens_reasoning: bool | None = None
+    #: Why the stream was cut as degenerate (a line or block repeated on and on; docs/parser.md), else "".
+    #: Such a turn ends as MAX_TOKENS would have, only sooner, and the step sends a correction.
+    degenerate: str = ""
 
 
 def stream_turn(
@@ -38,7 +42,9 @@ def stream_turn(
 
     Visible text is also appended to `shown`, so a caller interrupted mid-stream still knows what the user saw.
     The stream is closed as soon as the parser says nothing more can change the turn (the call is complete,
-    or the model began inventing an observation), so a server that ignores stops costs nothing extra.
+    or the model began inventing an observation), so a server that ignores stops costs nothing extra, and as
+    soon as the reply degenerates into repeating a line (`RepetitionGuard`), so a loop does not run to the
+    token limit.
     `reasoning_open` is what earlier turns showed about the template (None: unknown); a raw-prompt provider that
     rendered the prompt itself says so exactly (`opens_reasoning`), once its stream has started.
     """
@@ -47,6 +53,7 @@ def stream_turn(
     server: FinishChunk | None = None
     parser: StreamParser | None = None
     split_reasoning = False
+    guard = RepetitionGuard()
     stream = iter(llm.stream(request))
     try:
         for chunk in stream:
@@ -56,12 +63,14 @@ def stream_turn(
                 parser = StreamParser(multiple_calls=multiple_calls, coalesce=1, tools=tools, reasoning_open=known)
             if isinstance(chunk, TextChunk):
                 yield from _relay(parser.feed(chunk.text), shown)
-                if parser.finished:
+                if parser.finished or guard.feed(chunk.text):
                     break
             elif isinstance(chunk, ReasoningChunk):
                 if chunk.text:
                     split_reasoning = True
                     yield ReasoningEvent(chunk.text)
+                    if guard.feed(chunk.text):
+                        break
             elif isinstance(chunk, FinishChunk):
                 server = chunk
     finally:
@@ -75,7 +84,10 @@ def stream_turn(
     assert parsed is not None
     rendered = _rendered(llm)
     opens = rendered if rendered is not None else template_opens_reasoning(parsed, split_reasoning)
-    return ModelTurn(parsed, finish_reason(parsed, server, parser.finished), server.usage if server else None, opens)
+    usage = server.usage if server else None
+    if guard.found is not None:
+        return ModelTurn(parsed, FinishReason.MAX_TOKENS, usage, opens, guard.found.describe())
+    return ModelTurn(parsed, finish_reason(parsed, server, parser.finished), usage, opens)
 
 
 def _rendered(llm: LLM) -> bool | None:
