@@ -54,7 +54,7 @@ class Corrections:
     def unusable(self, turn: ModelTurn, problem: str) -> str:
         """The user message answering an unusable turn: the token limit cut it, or `problem` (escalated)."""
         if turn.finish is FinishReason.MAX_TOKENS:
-            return self.prompts.render("truncated.j2")
+            return self.prompts.render("truncated.j2", max_tokens=self.max_tokens)
         return self.prompts.render("format_error.j2", message=neutralise(self.escalated(problem)))
 
     def degenerate(self, problem: str) -> str:
