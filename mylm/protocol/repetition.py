@@ -60,6 +60,7 @@ class RepetitionGuard:
         self.max_period = max_period
         self._partial: list[str] = []
         self._recent: list[_Line] = []  # the last max_period lines, oldest first
+        self._shapes: dict[str, int] = {}  # how many of them have each shape: most lines match none (fast path)
         # For each period p (index p - 1): how many lines in a row equal the line p before them.
         self._exact = [0] * max_period
         self._counted = [0] * max_period
@@ -67,9 +68,11 @@ class RepetitionGuard:
 
     def feed(self, text: str) -> Repetition | None:
         """Take the next piece of the reply; the repetition found, if the reply has degenerated."""
-        if self.found is not None or "\n" not in text:
-            if self.found is None and text:
+        if "\n" not in text:  # most chunks: a few characters of the current line
+            if text and self.found is None:
                 self._partial.append(text)
+            return self.found
+        if self.found is not None:
             return self.found
         lines = text.split("\n")
         self._partial.append(lines[0])
@@ -86,6 +89,12 @@ class RepetitionGuard:
         numbers = _NUMBER.findall(text)
         line = _Line(text, _NUMBER.sub("0", text) if numbers else text, tuple(map(int, numbers)))
         recent = self._recent
+        if line.shape not in self._shapes:
+            if any(self._counted):  # every exact run is a counted run too
+                self._exact = [0] * self.max_period
+                self._counted = [0] * self.max_period
+            self._remember(line)
+            return
         for p in range(1, self.max_period + 1):
             if p > len(recent):
                 self._exact[p - 1] = self._counted[p - 1] = 0
@@ -103,9 +112,17 @@ class RepetitionGuard:
             self._check(p, line)
             if self.found is not None:
                 break
+        self._remember(line)
+
+    def _remember(self, line: _Line) -> None:
+        recent, shapes = self._recent, self._shapes
         recent.append(line)
+        shapes[line.shape] = shapes.get(line.shape, 0) + 1
         if len(recent) > self.max_period:
-            del recent[0]
+            old = recent.pop(0).shape
+            shapes[old] -= 1
+            if not shapes[old]:
+                del shapes[old]
 
     def _check(self, p: int, line: _Line) -> None:
         # A run of r lines each equal to the one p before covers r + p lines; at least four copies of the block.
