@@ -261,6 +261,7 @@ SAMPLES: dict[str, tuple[dict[str, Any], ...]] = {
     "denied.j2": ({"tool": "example", "reason": "refused"},),
     "format_error.j2": ({"message": "a problem"},),
     "truncated.j2": ({"max_tokens": 4096},),
+    "degenerate.j2": ({"message": "the reply repeated the line '#15' for 128 lines"},),
     "unrun_block.j2": ({"message": "a problem"},),
     "summary.j2": ({"max_iterations": 10},),
     "tool_required.j2": ({"tool": None}, {"tool": "example"}),

@@ -244,6 +244,8 @@ class ModelStep:
 
     def judge(self, turn: ModelTurn, corrections: Corrections, *, check_calls: bool = False) -> StepOutcome:
         """Whether `turn` can be used; if not, why and what to tell the model."""
+        if turn.degenerate:  # cut short while looping: whatever it parsed to is not what the model meant
+            return StepOutcome(turn, turn.degenerate, corrections.degenerate(turn.degenerate), "format")
         problem = corrections.problem(turn.parsed)
         if problem is not None:
             return StepOutcome(turn, problem, corrections.unusable(turn, problem), "format")

@@ -11,6 +11,7 @@ from .protocol.drift import ToolNames
 from .protocol.parsed import ParsedTurn, ParseEvent
 from .protocol.parser import StreamParser
 from .protocol.reasoning import template_opens_reasoning
+from .protocol.repetition import RepetitionGuard
 from .protocol.tags import REASONING_DIALECTS, TOOL_CLOSE, TOOL_OPEN, ReasoningDialect
 from .types import Event, FinishReason, ReasoningEvent, TextEvent, Usage
 
@@ -27,6 +28,9 @@ class ModelTurn:
     opens_reasoning: bool | None = None
     #: When the first chunk of the reply arrived (`time.monotonic()`), or None if none did.
     first_chunk: float | None = None
+    #: Why the stream was cut as degenerate (a line or block repeated on and on; docs/parser.md), else "".
+    #: Such a turn ends as MAX_TOKENS would have, only sooner, and the step sends a correction.
+    degenerate: str = ""
 
 
 def stream_turn(
@@ -43,7 +47,9 @@ def stream_turn(
 
     Visible text is also appended to `shown`, so a caller interrupted mid-stream still knows what the user saw.
     The stream is closed as soon as the parser says nothing more can change the turn (the call is complete,
-    or the model began inventing an observation), so a server that ignores stops costs nothing extra.
+    or the model began inventing an observation), so a server that ignores stops costs nothing extra, and as
+    soon as the reply degenerates into repeating a line (`RepetitionGuard`), so a loop does not run to the
+    token limit.
     `reasoning_open` is what earlier turns showed about the template (None: unknown); a raw-prompt provider that
     rendered the prompt itself says so exactly (`opens_reasoning`), once its stream has started.
     """
@@ -53,6 +59,7 @@ def stream_turn(
     parser: StreamParser | None = None
     split_reasoning = False
     first: float | None = None
+    guard = RepetitionGuard()
     stream = iter(llm.stream(request))
     try:
         for chunk in stream:
@@ -64,12 +71,14 @@ def stream_turn(
                                       reasoning=reasoning)
             if isinstance(chunk, TextChunk):
                 yield from _relay(parser.feed(chunk.text), shown)
-                if parser.finished:
+                if parser.finished or guard.feed(chunk.text):
                     break
             elif isinstance(chunk, ReasoningChunk):
                 if chunk.text:
                     split_reasoning = True
                     yield ReasoningEvent(chunk.text)
+                    if guard.feed(chunk.text):
+                        break
             elif isinstance(chunk, FinishChunk):
                 server = chunk
     finally:
@@ -84,8 +93,10 @@ def stream_turn(
     assert parsed is not None
     rendered = _rendered(llm)
     opens = rendered if rendered is not None else template_opens_reasoning(parsed, split_reasoning, reasoning)
-    finish = finish_reason(parsed, server, parser.finished)
-    return ModelTurn(parsed, finish, server.usage if server else None, opens, first)
+    usage = server.usage if server else None
+    if guard.found is not None:
+        return ModelTurn(parsed, FinishReason.MAX_TOKENS, usage, opens, first, guard.found.describe())
+    return ModelTurn(parsed, finish_reason(parsed, server, parser.finished), usage, opens, first)
 
 
 def _rendered(llm: LLM) -> bool | None:
