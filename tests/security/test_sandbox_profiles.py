@@ -205,19 +205,6 @@ def test_sandbox_confines_only_the_command_not_mylm(isolated_user_state: Path, t
     assert fields["NoNewPrivs"].strip() == "0" and fields["Seccomp"].strip() == "0"
 
 
-def test_sandbox_that_cannot_be_applied_runs_nothing(isolated_user_state: Path, tmp_path: Path) -> None:
-    from mylm.errors import ToolError
-    from mylm.sandbox import Launch
-
-    def broken() -> None:
-        raise OSError(1, "landlock_restrict_self failed")
-
-    marker = tmp_path / "ran"
-    with pytest.raises(ToolError, match="sandbox could not be applied"):
-        run_command(f"touch {marker}", cwd=isolated_user_state, timeout=10, launch=Launch(restrict=broken))
-    assert not marker.exists()
-
-
 def test_sandbox_read_only_git_works_and_its_credentials_stay_hidden(backend: str, isolated_user_state: Path) -> None:
     """git refuses to run when ~/.gitconfig is unreadable, so that one file is readable; its credentials are not."""
     import subprocess
