@@ -121,6 +121,7 @@ def main() -> int:
     config = json.loads(sys.argv[1])
     control = socket.socket(fileno=config["control"])
     ruleset = config["ruleset"]
+    os.set_inheritable(ruleset, False)  # a command holding it could add rules to its later siblings' domain
     try:
         in_namespace = config["namespaces"] and enter_namespaces(config)
         own = nested_namespaces() if in_namespace else None
@@ -149,6 +150,8 @@ def serve(control: socket.socket, ruleset: int, own: tuple[int, int] | None) -> 
     while True:
         try:
             message, fds, _, _ = socket.recv_fds(control, 65536, FDS_PER_REQUEST)
+            for fd in fds:
+                os.set_inheritable(fd, False)
         except InterruptedError:
             continue
         except OSError:
@@ -214,6 +217,15 @@ class Init:
         self.wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # as pid 1, a signal from inside without a handler is dropped
+        if namespace:
+            try:
+                self.shell = spawn_command(stdio, layer, request)
+            except OSError as error:
+                os.write(stdio[2], f"mylm: the command could not start: {error}\n".encode())
+                self.reported = True
+                self.send(b"X127")
+            return
         self.shell = os.fork()
         if self.shell == 0:
             exec_command(stdio, layer, request)
@@ -309,6 +321,21 @@ def descendants(root: int) -> list[int]:
             found.append(child)
             stack.append(child)
     return found
+
+
+def spawn_command(stdio: list[int], layer: int, request: dict[str, Any]) -> int:
+    """As pid 1 of the command's namespace: take the command's own Landlock layer here, then start it with
+    posix_spawn (vfork: no second copy of this interpreter per command). Sharing the command's domain costs
+    nothing there: no signal from inside its namespace reaches its init unless the init handles it (only
+    SIGCHLD is handled, and it only wakes the reaping), and without CAP_SYS_PTRACE nothing traces it."""
+    os.chdir(request["cwd"])
+    restrict_self(layer)
+    argv = request["argv"]
+    return os.posix_spawn(
+        argv[0], argv, request["env"], file_actions=[(os.POSIX_SPAWN_DUP2, fd, i) for i, fd in enumerate(stdio)],
+        setsid=True, setsigmask=(),
+        setsigdef=(signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGCHLD, signal.SIGTERM, signal.SIGQUIT),
+    )
 
 
 def exec_command(stdio: list[int], layer: int, request: dict[str, Any]) -> NoReturn:
