@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from ._version import __version__ as __version__
 
 # Public names map to the module that defines them; they are imported on first use so that `import mylm`
 # (and so `mylm --help`) stays as cheap as importing click.

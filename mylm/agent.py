@@ -21,7 +21,6 @@ from .errors import (
     UnusableRepliesError,
 )
 from .llm import LLM, ConstrainMode, Constraint, LLMRequest, alternating
-from .outputs import OutputCache, cut_middle
 from .prompts import PromptLoader, dump_json, tool_view
 from .protocol.canonical import format_tool_call
 from .protocol.defuse import neutralise
@@ -29,6 +28,7 @@ from .protocol.parsed import ParsedTurn
 from .protocol.stops import DEFAULT_STOPS, OBSERVATION_STOP, TOOL_STOP
 from .tools.base import Tool, ToolContext, ToolOutcome
 from .tools.bounded import run_bounded
+from .tools.outputs import OutputCache, cut_middle
 from .tools.registry import ToolRegistry
 from .turn import ModelTurn, cut_mid_thought, stream_turn
 from .types import (

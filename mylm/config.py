@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .errors import ConfigError
+from .paths import config_dir
 
 DEFAULT_BASE_URL = "http://localhost:11434"
 CONFIG_FILE_NAME = "config.toml"
@@ -190,9 +191,7 @@ def config_path(environ: Mapping[str, str] | None = None) -> Path:
     env = os.environ if environ is None else environ
     if env.get("MYLM_CONFIG"):
         return Path(env["MYLM_CONFIG"])
-    from .prompts import user_config_dir
-
-    return user_config_dir() / CONFIG_FILE_NAME
+    return config_dir(env) / CONFIG_FILE_NAME
 
 
 def _tomllib() -> Any:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from .errors import TemplateError
+from .paths import config_dir
 from .protocol.defuse import neutralise as neutralise  # re-exported: templates and callers use it
 
 if TYPE_CHECKING:
@@ -39,13 +40,6 @@ def packaged_prompts_dir() -> Path:
     raise TemplateError("the default prompt templates are missing from this installation; reinstall mylm")
 
 
-def user_config_dir() -> Path:
-    """mylm's directory in the user's config dir (honours XDG_CONFIG_HOME)."""
-    import click
-
-    return Path(click.get_app_dir("mylm"))
-
-
 def project_prompts_dir(cwd: str | os.PathLike[str] | None = None) -> Path:
     """The project's template directory, `./.mylm/prompts`: used only once the user trusts the project."""
     return Path(cwd or os.getcwd()) / ".mylm" / "prompts"
@@ -71,7 +65,7 @@ def default_search_path(
         path.append(("$MYLM_PROMPTS", Path(env["MYLM_PROMPTS"])))
     if _trusted(trusted, environ, cwd):
         path.append(("project", project_prompts_dir(cwd)))
-    path.append(("user", user_config_dir() / "prompts"))
+    path.append(("user", config_dir() / "prompts"))
     path.append(("default", packaged_prompts_dir()))
     return path
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
+from .paths import data_dir
 from .redact import Redactor
 from .types import Message
 
@@ -33,17 +33,6 @@ SUFFIX = ".jsonl"
 FORMAT_VERSION = 1
 #: Marks an assistant turn cut short, in the conversation (so the model knows) and in the transcript.
 INTERRUPTED = "[interrupted]"
-
-
-def data_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """mylm's directory in the user data dir: `$XDG_DATA_HOME/mylm` (Linux), the platform's equivalent elsewhere."""
-    env = os.environ if environ is None else environ
-    if sys.platform == "win32":
-        return Path(env.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local") / "mylm"
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Application Support" / "mylm"
-    base = env.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "mylm"
 
 
 def sessions_dir(environ: Mapping[str, str] | None = None) -> Path:

@@ -49,7 +49,7 @@ from mylm.redact import Redactor  # noqa: E402
 from mylm.sandbox import protect_process  # noqa: E402
 from mylm.protocol.stops import DEFAULT_STOPS  # noqa: E402
 from mylm.tools import builtin_tools, procs  # noqa: E402
-from mylm.tools.policy import ApprovalPolicy, Approver  # noqa: E402
+from mylm.approval import ApprovalPolicy, Approver  # noqa: E402
 from mylm.turn import stream_turn  # noqa: E402
 from mylm.types import Message  # noqa: E402
 

@@ -28,7 +28,7 @@ from mylm.cancel import CancelToken
 from mylm.errors import CancelledError, ToolError
 from mylm.tools.files import edit_text, read_text, write_text
 from mylm.tools.paths import Workspace
-from mylm.tools.policy import ApprovalPolicy, decide
+from mylm.approval import ApprovalPolicy, decide
 from mylm.tools.shell import ShellLimits, run_command, shell_tool
 from mylm.types import ToolCall
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from mylm.redact import Redactor
+from mylm.paths import data_dir
 from mylm.sessions import (
     INTERRUPTED,
     Transcript,
     close_dangling,
-    data_dir,
     find,
     latest,
     load,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .. import __version__
+from .._version import __version__
 from .common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_ITERATIONS, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE
 
 if TYPE_CHECKING:

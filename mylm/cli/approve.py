@@ -7,10 +7,10 @@ from typing import IO, TYPE_CHECKING, Callable
 import click
 
 if TYPE_CHECKING:
+    from ..approval import ApprovalPolicy, Decision
     from ..redact import Redactor
     from ..sandbox import Sandbox
     from ..tools.base import Tool
-    from ..tools.policy import ApprovalPolicy, Decision
     from ..types import Permission, ToolCall
 
 
@@ -78,9 +78,9 @@ class Approver:
         self._scope = scope
 
     def __call__(self, call: ToolCall, tool: Tool) -> Permission:
+        from ..approval import NO_TERMINAL, decide
         from ..cancel import hook_deadline
         from ..display import for_terminal
-        from ..tools.policy import NO_TERMINAL, decide
         from ..types import Permission
 
         always = frozenset(self._always)

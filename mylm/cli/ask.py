@@ -21,7 +21,7 @@ from .common import (
     settings_from,
     verbose_option,
 )
-from .record import Recorder, inherit_model, resume_option, session_to_resume
+from .record import Recorder, inherit_model, resume_option, session_to_resume, usage_record
 
 if TYPE_CHECKING:
     from ..redact import Redactor
@@ -77,7 +77,7 @@ def ask(ctx: click.Context, /, prompt: tuple[str, ...], **options: Any) -> None:
 
     Exit codes: 0 answer, 1 error, 2 usage, 3 iteration limit, 4 timeout, 130 interrupted.
     """
-    from .runner import build_agent, make_approver, make_printer, run_turn, session_tools
+    from .runner import build_agent, make_approver, make_printer, run_exchange, session_tools
 
     words = tuple(from_outside(word, "the prompt") for word in prompt)
     piped = read_piped_stdin()
@@ -100,14 +100,14 @@ def ask(ctx: click.Context, /, prompt: tuple[str, ...], **options: Any) -> None:
                                   save=not options["no_save"], title=title)
         recorder.prompt(text)
         try:
-            turn = run_turn(agent, text, history, printer.handle)
+            exchange = run_exchange(agent, text, history, printer.handle)
         finally:
             printer.finish()
-    recorder.turn(turn)
+    recorder.exchange(exchange)
     recorder.close()
-    if turn.output_error is not None:
-        raise turn.output_error
-    result = turn.result
+    if exchange.output_error is not None:
+        raise exchange.output_error
+    result = exchange.result
     if options["as_json"]:
         printer.emit(_summary(result, recorder.id))  # type: ignore[union-attr]
     _report_ending(result, recorder.id, redactor, settings.max_tokens)
@@ -153,16 +153,6 @@ def _summary(result: RunResult, session: str | None) -> dict[str, Any]:
         "error": str(result.error) if result.error is not None else None,
         "session": session,
     }
-
-
-def usage_record(result: RunResult) -> dict[str, int] | None:
-    """The run's token counts, or None when the endpoint reported none (0/0 would be a false count)."""
-    from ..types import UsageEvent
-
-    if not any(isinstance(event, UsageEvent) for event in result.events):
-        return None
-    usage = result.usage
-    return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}
 
 
 def exit_code(result: RunResult) -> int:

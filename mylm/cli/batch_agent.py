@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 if TYPE_CHECKING:
     from ..agent import Agent
+    from ..approval import ApprovalPolicy
     from ..batch import Task
     from ..config import Settings
     from ..prompts import PromptLoader
     from ..tools.base import Tool
-    from ..tools.policy import ApprovalPolicy
     from ..types import Permission, RunResult, ToolCall
 
 _loaders: dict[tuple[str | None, bool], PromptLoader] = {}
@@ -76,8 +76,9 @@ class BatchAgentFactory:
 
     def __call__(self, task: Task, workspace: Path) -> Agent:
         from ..agent import Agent
-        from ..prompts import user_config_dir
-        from ..tools import ApprovalPolicy, ToolSettings, builtin_tools
+        from ..approval import ApprovalPolicy
+        from ..paths import config_dir
+        from ..tools import ToolSettings, builtin_tools
         from .runner import sandbox_for
 
         loader = self._loader()
@@ -90,7 +91,7 @@ class BatchAgentFactory:
         )
         policy = ApprovalPolicy.from_config(
             dict(self.tools.get("approval", {}) or {}), workspace=workspace, yes=self.yes,
-            config_dir=user_config_dir(),
+            config_dir=config_dir(),
         )
         # Without a sandbox nothing holds a "read" to reading, so no command is auto-approved.
         policy = replace(policy, command_sandbox=sandbox.confines)
@@ -129,7 +130,7 @@ class NeverAsk:
     policy: ApprovalPolicy
 
     def __call__(self, call: ToolCall, tool: Tool) -> Permission:
-        from ..tools.policy import Approver
+        from ..approval import Approver
 
         # With nobody to ask, the policy's "ask" is a refusal; under --yes it allows with the grant it decided.
         return Approver(self.policy)(call, tool)

@@ -38,8 +38,8 @@ def tools(as_json: bool) -> None:
 
 
 def _approval(name: str, risk: str) -> str:
-    """What the default approval policy does with a tool's calls, in a few words (see mylm.tools.policy)."""
-    from ..tools.policy import PATH_TOOLS, SHELL_TOOL
+    """What the default approval policy does with a tool's calls, in a few words (see mylm.approval)."""
+    from ..approval import PATH_TOOLS, SHELL_TOOL
 
     if name == SHELL_TOOL:
         return "asks first unless the approval policy finds the command read-only"

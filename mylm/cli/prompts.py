@@ -107,13 +107,14 @@ def show(name: str, prompts_dir: str | None) -> None:
 @handles_errors
 def edit(name: str, no_editor: bool) -> None:
     """Copy default template NAME to the user config dir (once), then open the copy in $EDITOR."""
-    from ..prompts import packaged_prompts_dir, user_config_dir
+    from ..paths import config_dir
+    from ..prompts import packaged_prompts_dir
 
     template = _template_name(name)
     source = packaged_prompts_dir() / template
     if not source.is_file():
         raise click.UsageError(f"no default template {template!r}; `mylm prompts list` shows them")
-    target = user_config_dir() / "prompts" / template
+    target = config_dir() / "prompts" / template
     if target.exists():
         click.echo(f"Editing your copy {target}", err=True)
     else:
@@ -157,12 +158,13 @@ def _check_copy(target: Path, template: str) -> None:
 @handles_errors
 def reset(name: str) -> None:
     """Delete your copy of template NAME in the user config dir, so the packaged default is used again."""
-    from ..prompts import packaged_prompts_dir, user_config_dir
+    from ..paths import config_dir
+    from ..prompts import packaged_prompts_dir
 
     template = _template_name(name)
     if not (packaged_prompts_dir() / template).is_file():
         raise click.UsageError(f"no default template {template!r}; `mylm prompts list` shows them")
-    target = user_config_dir() / "prompts" / template
+    target = config_dir() / "prompts" / template
     if not target.is_file():
         click.echo(f"You have no copy of {template}; the default is in use.", err=True)
         return

@@ -14,7 +14,8 @@ if TYPE_CHECKING:
     from ..config import Settings
     from ..redact import Redactor
     from ..sessions import Session, Transcript
-    from .runner import Turn
+    from ..types import RunResult
+    from .runner import Exchange
 
 
 def resume_option(command: Any) -> Any:
@@ -139,17 +140,15 @@ class Recorder:
 
         self._write(lambda t: t.messages([Message("user", text)]))
 
-    def turn(self, turn: Turn) -> None:
-        """Record what the turn added after the prompt (or the rewritten conversation), then how it ended."""
-        result = turn.result
+    def exchange(self, exchange: Exchange) -> None:
+        """Record what the exchange added after the prompt (or the rewritten conversation), then how it ended."""
+        result = exchange.result
 
         def write(transcript: Transcript) -> None:
             if result.compacted:
-                transcript.compacted(turn.history)
+                transcript.compacted(exchange.history)
             else:
-                transcript.messages(turn.added[1:])
-            from .ask import usage_record
-
+                transcript.messages(exchange.added[1:])
             transcript.append({
                 "type": "run_end",
                 "stop_reason": result.stop_reason.value,
@@ -178,3 +177,13 @@ class Recorder:
             warn(f"could not save to session {self.transcript.id}, saving stops here: {error}")
             self.transcript.close()
             self.transcript = None
+
+
+def usage_record(result: RunResult) -> dict[str, int] | None:
+    """The run's token counts, or None when the endpoint reported none (0/0 would be a false count)."""
+    from ..types import UsageEvent
+
+    if not any(isinstance(event, UsageEvent) for event in result.events):
+        return None
+    usage = result.usage
+    return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}

@@ -92,19 +92,19 @@ def _typed_text() -> bool:
 def _answer(state: ChatState, text: str) -> None:
     from ..display import for_terminal
     from ..types import StopReason
-    from .runner import run_turn
+    from .runner import run_exchange
 
     printer = state.printer_factory()
     state.recorder.prompt(text)
     try:
-        turn = run_turn(state.agent, text, state.history, printer.handle)
+        exchange = run_exchange(state.agent, text, state.history, printer.handle)
     finally:
         printer.finish()
-    state.recorder.turn(turn)
-    state.history = turn.history
-    if turn.output_error is not None:
-        raise turn.output_error
-    result = turn.result
+    state.recorder.exchange(exchange)
+    state.history = exchange.history
+    if exchange.output_error is not None:
+        raise exchange.output_error
+    result = exchange.result
     if result.stop_reason is StopReason.CANCELLED:
         # The first Ctrl-C stopped the reply; one more at the prompt leaves.
         state.interrupts = 1
@@ -169,7 +169,8 @@ def enable_line_editing(redactor: Redactor) -> None:
         import readline
     except ImportError:  # Windows without pyreadline: plain input still works
         return
-    from ..sessions import data_dir, private_dir
+    from ..paths import data_dir
+    from ..sessions import private_dir
 
     try:
         path = private_dir(data_dir()) / "chat_history"

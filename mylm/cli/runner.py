@@ -1,4 +1,4 @@
-"""Running the agent for `ask` and `chat`: the model, the tools, the agent, and one turn that Ctrl-C can stop."""
+"""Running the agent for `ask` and `chat`: the model, the tools, the agent, and one exchange Ctrl-C can stop."""
 
 from __future__ import annotations
 
@@ -83,11 +83,10 @@ def sandbox_for(setting: str, network: bool, memory_path: Path | None = None, *,
     """The sandbox for a `sandbox` setting ("auto" or "off"), `sandbox_network` and `sandbox_unix_sockets`;
     mylm's own config and data directories are never readable from it."""
     from ..config import config_path
-    from ..prompts import user_config_dir
+    from ..paths import config_dir, data_dir
     from ..sandbox import Mode, detect
-    from ..sessions import data_dir
 
-    private = [user_config_dir(), data_dir(), config_path(), *([memory_path] if memory_path else [])]
+    private = [config_dir(), data_dir(), config_path(), *([memory_path] if memory_path else [])]
     mode: Mode = "off" if setting == "off" else "auto"
     return detect(mode, network=network, private=private, unix_sockets=unix_sockets)
 
@@ -187,7 +186,7 @@ class _SuggestLocal:
 
 def model_tools(tools: list[Tool]) -> list[Tool]:
     """Every tool the model can call: `tools`, plus `read_output`, which the agent adds to page long output."""
-    from ..outputs import OutputCache
+    from ..tools.outputs import OutputCache
 
     listed = list(tools)
     if all(t.name != "read_output" for t in listed):
@@ -200,10 +199,10 @@ def make_approver(
 ) -> Approver:
     """The permission hook: the approval policy from flags and user config, asking on the terminal (or on the
     terminal injected through click's obj) when the policy says to ask."""
+    from ..approval import ApprovalPolicy
     from ..config import config_path, section_error
     from ..errors import ConfigError
-    from ..prompts import user_config_dir
-    from ..tools import ApprovalPolicy
+    from ..paths import config_dir
     from .approve import Approver, open_terminal
 
     section = (settings.extra.get("tools", {}) or {}).get("approval", {}) or {}
@@ -211,7 +210,7 @@ def make_approver(
     warn_about(sandbox)
     try:
         policy = ApprovalPolicy.from_config(
-            section, workspace=Path.cwd(), yes=settings.yes, config_dir=user_config_dir()
+            section, workspace=Path.cwd(), yes=settings.yes, config_dir=config_dir()
         )
     except ConfigError as error:
         raise section_error(config_path(), "tools.approval", error) from None
@@ -337,11 +336,11 @@ def _terminal_size(stream: IO[str]) -> tuple[int, int]:
         return 80, 24
 
 
-# ------------------------------------------------------------------------------------------- one turn
+# ----------------------------------------------------------------------------------------- one exchange
 
 
 @dataclass(frozen=True)
-class Turn:
+class Exchange:
     """What one prompt did to the conversation: the result, the messages it added, the conversation after it."""
 
     result: RunResult
@@ -352,13 +351,13 @@ class Turn:
     output_error: OSError | None = None
 
 
-def run_turn(
+def run_exchange(
     agent: Agent, prompt: str, history: tuple[Message, ...], handle: Callable[[Event], None]
-) -> Turn:
-    """Run one prompt, passing each event to `handle`; Ctrl-C or SIGTERM stops it and keeps the partial turn.
+) -> Exchange:
+    """Run one prompt, passing each event to `handle`; Ctrl-C or SIGTERM stops it and keeps the partial exchange.
 
     Ctrl-C usually lands inside the agent, which ends the run as cancelled. When it lands in our own code (while an
-    event is printed), the run is cancelled through its stream and drained, so the partial turn is kept either way.
+    event is printed), the run is cancelled through its stream and drained, so the partial exchange is kept either way.
     A third Ctrl-C while draining gives up on it.
     """
     from ..sessions import INTERRUPTED, close_dangling
@@ -394,7 +393,7 @@ def run_turn(
         # the next one.
         close_dangling(added, INTERRUPTED)
         close_dangling(after, INTERRUPTED)
-    return Turn(result, tuple(added), tuple(after), output_error)
+    return Exchange(result, tuple(added), tuple(after), output_error)
 
 
 _terminated = False
@@ -413,6 +412,6 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
 
 @contextmanager
 def _terminate_as_interrupt() -> Iterator[None]:
-    """While a turn runs, SIGTERM and SIGHUP stop it like Ctrl-C does, so the partial turn is saved before exit."""
+    """While an exchange runs, SIGTERM and SIGHUP stop it like Ctrl-C does, so what it did is saved before exit."""
     with handling(("SIGTERM", "SIGHUP"), _raise_interrupt):
         yield

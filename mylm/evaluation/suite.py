@@ -41,9 +41,9 @@ class Task:
 
 def default_suite_path() -> Path:
     """The user's suite (`<config dir>/mylm/evals/suite.toml`) if present, else the one shipped with mylm."""
-    from ..prompts import user_config_dir
+    from ..paths import config_dir
 
-    user = user_config_dir() / "evals" / SUITE_FILE
+    user = config_dir() / "evals" / SUITE_FILE
     if user.is_file():
         return user
     spec = importlib.util.find_spec("mylm._evals")

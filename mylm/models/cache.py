@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Mapping
 
 from ..errors import ConfigError
+from ..paths import cache_dir
 
 #: Overrides the cache folder (tests, shared machines); else `${XDG_CACHE_HOME:-~/.cache}/mylm/models`.
 MODELS_DIR_ENV = "MYLM_MODELS_DIR"
@@ -31,8 +32,7 @@ def models_dir(environ: Mapping[str, str] | None = None) -> Path:
     env = os.environ if environ is None else environ
     if env.get(MODELS_DIR_ENV):
         return Path(env[MODELS_DIR_ENV]).expanduser()
-    cache = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(cache) / "mylm" / "models"
+    return cache_dir(env) / "models"
 
 
 def cached_models(directory: Path | None = None) -> list[CachedModel]:

@@ -49,9 +49,9 @@ _Entry = Tuple[ModelInfo, "frozenset[str]"]
 
 def user_registry_path() -> Path:
     """The user's override file: `models.toml` in mylm's config dir."""
-    from ..prompts import user_config_dir
+    from ..paths import config_dir
 
-    return user_config_dir() / USER_FILE_NAME
+    return config_dir() / USER_FILE_NAME
 
 
 def normalise(model: str) -> str:

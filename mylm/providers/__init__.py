@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .registry import DEFAULT_PROVIDER, PROVIDERS, REGISTRY, infer_provider, provider_class
 
@@ -36,7 +36,8 @@ def list_models(endpoint: Endpoint) -> list[str]:
 
 def _provider(endpoint: Endpoint, prompts: PromptLoader | None) -> HTTPProvider:
     resolved = endpoint.resolved()
-    cls = provider_class(resolved.provider or DEFAULT_PROVIDER)
+    # Every class in the registry is an HTTPProvider; the registry types it only by what it reads itself.
+    cls = cast("type[HTTPProvider]", provider_class(resolved.provider or DEFAULT_PROVIDER))
     return cls(resolved, prompts=prompts)
 
 

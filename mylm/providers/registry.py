@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import importlib
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping, Protocol
 
 from ..errors import ConfigError
-
-if TYPE_CHECKING:
-    from .engine import HTTPProvider
 
 #: Name -> `module:Class`. A provider is its module plus this one line; everything else it needs (default URL,
 #: key variables, routes, stop limits, grammar support) are attributes of its class. Classes are imported on
@@ -35,13 +32,32 @@ DEFAULT_PROVIDER = "ollama"
 FALLBACK_PROVIDER = "openai"
 
 
-def provider_class(name: str) -> type[HTTPProvider]:
+class ProviderClass(Protocol):
+    """What the registry and endpoint resolution read from a provider's class (an `engine.HTTPProvider`).
+
+    Declared here rather than naming `HTTPProvider`, whose module needs `Endpoint`, whose resolution needs this
+    registry: the registry stays below the engine.
+    """
+
+    default_base_url: str
+    key_vars: tuple[str, ...]
+
+    def claims(self, base_url: str) -> bool:
+        """Whether a URL is unmistakably this provider's (its host or port)."""
+        ...
+
+    def normalise_base_url(self, base_url: str) -> str:
+        """The base URL without a pasted route or trailing slashes."""
+        ...
+
+
+def provider_class(name: str) -> ProviderClass:
     """The class registered as `name`."""
     target = REGISTRY.get(name)
     if target is None:
         raise ConfigError(f"unknown provider {name!r}; choose one of {', '.join(PROVIDERS)}")
     module_name, _, class_name = target.partition(":")
-    cls: type[HTTPProvider] = getattr(importlib.import_module(module_name), class_name)
+    cls: ProviderClass = getattr(importlib.import_module(module_name), class_name)
     return cls
 
 

@@ -17,7 +17,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.exceptions import ReadTimeoutError
 
-from .. import __version__
+from .._version import __version__
 from ..cancel import CancelToken, remaining
 from ..errors import (
     CancelledError,

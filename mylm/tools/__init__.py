@@ -1,4 +1,7 @@
-"""Tools the model can call: Tool, `@tool`, the registry, the builtin tools, MCP and the approval policy."""
+"""Tools the model can call: Tool, `@tool`, the registry, the builtin tools and MCP.
+
+Whether a call may run is not decided here: that is the approval policy, `mylm.approval.decide`.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from .base import Risk, TaskComplete, Tool, ToolContext, ToolOutcome, run_tool, tool
 from .registry import ToolRegistry
 
-# The builtin tools, MCP and the policy load on first use, so that `import mylm.tools` stays cheap.
+# The builtin tools and MCP load on first use, so that `import mylm.tools` stays cheap.
 _LAZY = {
     "builtin_tools": "builtin",
     "ToolSettings": "builtin",
@@ -18,18 +21,12 @@ _LAZY = {
     "McpServers": "mcp",
     "open_mcp_servers": "mcp",
     "parse_mcp_config": "mcp",
-    "ApprovalPolicy": "policy",
-    "Approver": "policy",
-    "Answer": "policy",
-    "Decision": "policy",
-    "decide": "policy",
 }
 
 __all__ = [
-    "Answer", "ApprovalPolicy", "Approver", "Decision", "McpServerConfig", "McpServers", "MemoryStore",
-    "Risk", "ShellLimits", "TaskComplete", "Tool", "ToolContext", "ToolOutcome", "ToolRegistry",
-    "ToolSettings", "Workspace", "builtin_tools", "decide", "open_mcp_servers", "parse_mcp_config",
-    "run_tool", "tool",
+    "McpServerConfig", "McpServers", "MemoryStore", "Risk", "ShellLimits", "TaskComplete", "Tool", "ToolContext",
+    "ToolOutcome", "ToolRegistry", "ToolSettings", "Workspace", "builtin_tools", "open_mcp_servers",
+    "parse_mcp_config", "run_tool", "tool",
 ]
 
 if TYPE_CHECKING:
@@ -37,7 +34,6 @@ if TYPE_CHECKING:
     from .mcp import McpServerConfig, McpServers, open_mcp_servers, parse_mcp_config
     from .memory import MemoryStore
     from .paths import Workspace
-    from .policy import Answer, ApprovalPolicy, Approver, Decision, decide
     from .shell import ShellLimits
 
 

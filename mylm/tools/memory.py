@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
-import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Iterator
 
 from ..errors import ToolError
+from ..paths import data_dir
 from ..redact import redact
 from .base import Tool, tool
 
@@ -41,20 +41,9 @@ END;
 """
 
 
-def user_data_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """mylm's directory in the user's data dir: `$XDG_DATA_HOME/mylm`, or the platform's equivalent."""
-    env = os.environ if environ is None else environ
-    if sys.platform == "win32":
-        return Path(env.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local") / "mylm"
-    if sys.platform == "darwin" and not env.get("XDG_DATA_HOME"):
-        return Path.home() / "Library" / "Application Support" / "mylm"
-    base = env.get("XDG_DATA_HOME") or str(Path(env.get("HOME") or Path.home()) / ".local" / "share")
-    return Path(base) / "mylm"
-
-
 def default_memory_path() -> Path:
     """Where the memory store lives unless configured otherwise."""
-    return user_data_dir() / "memory.db"
+    return data_dir() / "memory.db"
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from ..errors import CancelledError, ToolError
 from ..redact import redact
 from . import procs
 from .base import Tool, ToolContext, tool
+from .environment import child_environment, neutralised
 
 if TYPE_CHECKING:
     from ..sandbox import Launch, Sandbox
@@ -23,10 +24,6 @@ if TYPE_CHECKING:
 
 DEFAULT_TIMEOUT = 30.0
 
-#: Variables a command may see. Everything else (API keys, tokens, cloud credentials) stays in mylm.
-ENV_ALLOWLIST = ("PATH", "HOME", "LANG", "LANGUAGE", "USER", "LOGNAME", "SHELL", "TMPDIR", "TZ")
-#: Set for every command: output goes to a model, not a terminal, and nothing may wait for a keyboard.
-_FIXED_ENV = {"TERM": "dumb", "PAGER": "cat", "GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0", "NO_COLOR": "1"}
 _READ_SIZE = 65536
 
 
@@ -94,22 +91,6 @@ class _Capture:
             return head + tail
         note = f"[... {cut:,} bytes cut from the middle; narrow the command (grep, head, tail) ...]"
         return f"{head}\n{note}\n{tail}"
-
-
-def child_environment(
-    passthrough: Sequence[str] = (), *, tag: str = "", environ: Mapping[str, str] | None = None
-) -> dict[str, str]:
-    """The environment a command sees: an allowlist plus names the user opted in, never mylm's own."""
-    env = os.environ if environ is None else environ
-    wanted = [*ENV_ALLOWLIST, *(n for n in passthrough if not n.upper().startswith("MYLM_"))]
-    # Names first, values only for the ones kept: decoding every value of os.environ cost ~0.1 ms a command.
-    names = [k for k in env if k.startswith("LC_") and k not in wanted]
-    child = {k: env[k] for k in [*wanted, *names] if k in env}
-    child.setdefault("PATH", os.defpath)
-    child.update(_FIXED_ENV)
-    if tag:
-        child[procs.TAG_VARIABLE] = tag
-    return child
 
 
 def _shell() -> list[str]:
@@ -435,8 +416,6 @@ def shell_tool(
             raise ToolError("no time is left in this run to execute a command")
         env = child_environment(env_passthrough)
         if ctx.grant == "read-only":
-            from .policy.gitrepo import neutralised
-
             env = neutralised(env)  # read as a read: git's program-running settings are off for it
         with confinement.launch(ctx.grant, workspace, env) as launch:
             result = run_command(

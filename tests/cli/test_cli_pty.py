@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from cli_support import Gate, call, finish, read_fifo_line, spawn, spawn_shell, transcripts, write_script
 
-from mylm.sessions import INTERRUPTED, data_dir, load
+from mylm.paths import data_dir
+from mylm.sessions import INTERRUPTED, load
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="pseudo-terminals are POSIX")
 

@@ -223,18 +223,19 @@ def test_session_with_piped_stdin_is_titled_with_the_prompt() -> None:
     assert "summarise this" in invoke(["sessions", "list"]).stdout
 
 
-def test_readme_lists_every_builtin_tool() -> None:
+def test_docs_list_every_builtin_tool() -> None:
     from mylm.cli.runner import model_tools
     from mylm.tools import builtin_tools
     from tests.support import REPO_ROOT
 
     names = [t.name for t in model_tools(builtin_tools(workspace=Path.cwd()))]
-    readme = (REPO_ROOT / "README.md").read_text()
+    tools_page = (REPO_ROOT / "docs" / "tools.md").read_text()
     words = {7: "seven", 8: "eight", 9: "nine"}
-    assert f"mylm gives the model {words[len(names)]} builtin tools" in readme
+    assert f"mylm gives the model {words[len(names)]} builtin tools" in tools_page
     for name in names:
-        assert f"| `{name}` |" in readme
-    assert "compressed bodies are refused" not in readme
+        assert f"| `{name}` |" in tools_page
+    pages = [REPO_ROOT / "README.md", *(REPO_ROOT / "docs").glob("*.md")]
+    assert not any("compressed bodies are refused" in page.read_text() for page in pages)
 
 
 # ------------------------------------------------------------------------------------ 12: --tool-choice

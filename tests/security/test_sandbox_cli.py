@@ -133,7 +133,7 @@ def test_sandbox_cli_auto_approved_commands_are_read_only(victim: dict[str, str]
     assert "refused" not in result.stderr  # ls was allowed without a terminal...
     (Path.cwd() / "notes.txt").write_text("hello")
     # ...and even a command the policy misread would be held to reading: the grant is what the kernel enforces.
-    from mylm.tools.policy import ApprovalPolicy, decide
+    from mylm.approval import ApprovalPolicy, decide
     from mylm.tools.shell import shell_tool
     from mylm.types import ToolCall as Call
 

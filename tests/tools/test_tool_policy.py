@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from mylm.approval import Answer, ApprovalPolicy, Approver, Decision, decide
 from mylm.errors import ConfigError
 from mylm.tools import Tool, tool
-from mylm.tools.policy import Answer, ApprovalPolicy, Approver, Decision, decide
 from mylm.tools.shell import shell_tool
 from mylm.types import ToolCall
 

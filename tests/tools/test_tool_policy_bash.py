@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 
 from mylm.tools.files import file_tools
 from mylm.tools.paths import Workspace
-from mylm.tools.policy import ApprovalPolicy, Approver, decide
-from mylm.tools.policy.bash import MAX_COMMAND, NotPlain, agrees, character_problem, parse_plain
-from mylm.tools.policy.commands import classify
-from mylm.tools.policy.shell_syntax import parse
+from mylm.approval import ApprovalPolicy, Approver, decide
+from mylm.approval.bash import MAX_COMMAND, NotPlain, agrees, character_problem, parse_plain
+from mylm.approval.commands import classify
+from mylm.approval.shell_syntax import parse
 from mylm.tools.shell import shell_tool
 from mylm.types import ToolCall
 from tests.security.attempts import SECRET_TEXT, Attempt, all_attempts, plant
@@ -126,7 +126,7 @@ def test_a_disagreement_between_the_parsers_asks(
     scene: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ws, _ = scene
-    import mylm.tools.policy.commands as commands
+    import mylm.approval.commands as commands
 
     real = commands.parse_plain
 
@@ -250,7 +250,7 @@ def test_grants_follow_who_approved_the_call(scene: tuple[Path, Path]) -> None:
 
 
 def _always():  # type: ignore[no-untyped-def]
-    from mylm.tools.policy import Answer
+    from mylm.approval import Answer
 
     return Answer("always")
 
@@ -261,8 +261,8 @@ def test_the_bash_parser_loads_on_the_first_command_only(subprocess_env: dict[st
     code = (
         "import sys\nfrom mylm.cli import main\nsys.argv = ['mylm', '--help']\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
-        "import mylm.tools.policy\nprint('tree_sitter' in sys.modules, file=sys.stderr)\n"
-        "from mylm.tools.policy.commands import classify\nclassify('ls')\n"
+        "import mylm.approval\nprint('tree_sitter' in sys.modules, file=sys.stderr)\n"
+        "from mylm.approval.commands import classify\nclassify('ls')\n"
         "print('tree_sitter' in sys.modules, file=sys.stderr)"
     )
     done = subprocess.run([sys.executable, "-c", code], env=subprocess_env, capture_output=True, text=True,

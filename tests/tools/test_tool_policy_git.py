@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from mylm.approval import ApprovalPolicy, Approver, decide
+from mylm.approval.gitrepo import repository_problem
 from mylm.sandbox import detect
 from mylm.tools.base import ToolContext
-from mylm.tools.policy import ApprovalPolicy, Approver, decide
-from mylm.tools.policy.gitrepo import NEUTRAL_SETTINGS, neutral_env, neutralised, repository_problem
+from mylm.tools.environment import NEUTRAL_SETTINGS, neutral_env, neutralised
 from mylm.tools.shell import shell_tool
 from mylm.types import ToolCall
 from tests.security.gitscenes import HOOKS, TRICKS, git, plain, poison, poisoned

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from mylm.tools.policy.gitread import GIT
-from mylm.tools.policy.options import Spec, UnknownOption, parse_args
-from mylm.tools.policy.readonly import PROGRAMS
+from mylm.approval.gitread import GIT
+from mylm.approval.options import Spec, UnknownOption, parse_args
+from mylm.approval.readonly import PROGRAMS
 
 SORT = PROGRAMS["sort"]
 

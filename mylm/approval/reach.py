@@ -12,7 +12,7 @@ import posixpath
 import stat
 from pathlib import Path
 
-from ..sensitive import is_secret_path
+from .sensitive import is_secret_path
 
 #: Files read by a command that are harmless wherever they are.
 _HARMLESS = frozenset({"/dev/null"})

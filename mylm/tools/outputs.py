@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from .errors import ToolError
-from .tools.base import Tool, tool
+from ..errors import ToolError
+from .base import Tool, tool
 
 #: How many full outputs are kept; the oldest is dropped first (a handle to it then says so).
 MAX_ENTRIES = 64

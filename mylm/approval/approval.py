@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping
 
-from ...cancel import hook_deadline
-from ...errors import ConfigError, ToolError
-from ...types import Grant, Permission, ToolCall
-from ..base import Tool
-from ..paths import Workspace
-from ..sensitive import is_secret_path
+from ..cancel import hook_deadline
+from ..errors import ConfigError, ToolError
+from ..tools.base import Tool
+from ..tools.paths import Workspace
+from ..types import Grant, Permission, ToolCall
 from .commands import HIDDEN, INVISIBLE, classify
 from .danger import is_protected_path
+from .sensitive import is_secret_path
 
 Action = Literal["allow", "ask", "deny"]
 #: The builtin tools whose `path` argument the policy inspects.

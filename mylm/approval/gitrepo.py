@@ -17,7 +17,12 @@ import subprocess
 from pathlib import Path
 from typing import Mapping
 
-from ...cancel import remaining
+from ..cancel import remaining
+from ..tools.environment import NEUTRAL_SETTINGS, child_environment, neutral_env, neutralised
+
+# NEUTRAL_SETTINGS and neutralised live with the command environment (mylm.tools.environment), which the shell
+# tool builds; they are named here too because they are half of what this module promises (see above).
+__all__ = ["GIT_TIMEOUT", "HARMLESS_KEYS", "NEUTRAL_SETTINGS", "neutral_env", "neutralised", "repository_problem"]
 
 #: Repository settings that change nothing a read-only command runs or reads (`*` is a subsection). Not
 #: extensions.partialClone or remote.*.promisor: a partial clone fetches missing objects from reads.
@@ -41,53 +46,12 @@ HARMLESS_KEYS = (
     "commit.gpgsign", "commit.template", "tag.gpgsign", "advice.*", "i18n.*", "rebase.autosquash",
     "rebase.autostash", "rebase.updaterefs",
 )
-#: Forced on every git a read-only command runs: each setting here runs a program (or opens a transport)
-#: and none is needed to read. Left out because forcing them would break reads: diff.external (an empty
-#: value makes `git diff` fail) and the per-driver textconv/filter commands (their names are open-ended);
-#: the repository check above asks when the repository's config sets any of those.
-NEUTRAL_SETTINGS: tuple[tuple[str, str], ...] = (
-    ("core.fsmonitor", "false"),
-    ("core.hooksPath", "/dev/null"),
-    ("core.pager", "cat"),
-    ("core.editor", "false"),
-    ("sequence.editor", "false"),
-    ("core.sshCommand", "false"),
-    ("core.askPass", "false"),
-    ("credential.helper", ""),  # an empty value clears the list of helpers
-    ("gpg.program", "false"),
-    ("gpg.openpgp.program", "false"),
-    ("gpg.x509.program", "false"),
-    ("gpg.ssh.program", "false"),
-    ("log.showSignature", "false"),
-    ("protocol.allow", "never"),
-    ("protocol.file.allow", "never"),
-    ("protocol.ext.allow", "never"),
-    ("submodule.recurse", "false"),
-)
-#: The shell tool's own git settings (no pager, no credential prompt), kept for read-only commands.
-_KEPT_GIT_VARIABLES = frozenset({"GIT_PAGER", "GIT_TERMINAL_PROMPT"})
 #: Hooks that git runs from commands the policy calls read-only (`git status` may rewrite the index).
 _READ_HOOKS = ("post-index-change",)
 #: The most one question to git may take, within the run's deadline.
 GIT_TIMEOUT = 5.0
 #: Every other scope ("local", "worktree", anything a newer git adds) is the repository's, and not trusted.
 _TRUSTED_SCOPES = frozenset({"system", "global", "command"})
-
-
-def neutral_env() -> dict[str, str]:
-    """`GIT_CONFIG_COUNT`, `_KEY_n`, `_VALUE_n` forcing `NEUTRAL_SETTINGS` (command scope, above files)."""
-    env = {"GIT_CONFIG_COUNT": str(len(NEUTRAL_SETTINGS))}
-    for i, (key, value) in enumerate(NEUTRAL_SETTINGS):
-        env[f"GIT_CONFIG_KEY_{i}"] = key
-        env[f"GIT_CONFIG_VALUE_{i}"] = value
-    return env
-
-
-def neutralised(environ: Mapping[str, str]) -> dict[str, str]:
-    """`environ` for a read-only command: `NEUTRAL_SETTINGS` forced, and no other `GIT_*` variable (one the
-    user passes through, `GIT_DIR` say, would make git find another repository than the policy checked)."""
-    kept = {k: v for k, v in environ.items() if not k.startswith("GIT_") or k in _KEPT_GIT_VARIABLES}
-    return {**kept, **neutral_env()}
 
 
 class _NoAnswer(Exception):
@@ -136,8 +100,6 @@ def repository_problem(
 
 def _environment(environ: Mapping[str, str] | None) -> dict[str, str]:
     if environ is None:
-        from ..shell import child_environment
-
         environ = child_environment()
     # Not NEUTRAL_SETTINGS: the question is what the repository itself would make git do (its hooks path too).
     return {**environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
