@@ -89,10 +89,10 @@ class Sandbox:
                 output: str) -> str:
         """One line when a confined command's `output` shows the sandbox stopped it (see
         `mylm.sandbox.explain`), else ""."""
-        if not self.confines:
-            return ""
-        from .explain import explain
+        from .explain import explain, worth_a_look
 
+        if not self.confines or not worth_a_look(output):
+            return ""
         profile = build_profile(grant, workspace, network=self.network, environ=environ, private=self.private)
         return explain(profile, output, profile.workspace)
 

@@ -18,7 +18,8 @@ _DENIED = re.compile(r"permission denied|operation not permitted|read-only file 
 #: A path in an error line: quoted ('x', "x", ‘x’, `x'), or before ": Permission denied" and its kin.
 _QUOTED = re.compile(r"""['"‘`]([^'"’`\n]+)['"’]""")
 _BARE = re.compile(
-    r"(?:^|\s)([^\s:'\"]+):\s*(?:permission denied|operation not permitted|read-only file system)", re.IGNORECASE
+    r"(?:^|\s)([^\s:'\"]+):\s*(?:permission denied|operation not permitted|read-only file system)",
+    re.IGNORECASE,
 )
 _NETWORK = re.compile(
     r"temporary failure in name resolution|could not resolve host|name or service not known"
@@ -28,6 +29,11 @@ _NETWORK = re.compile(
     re.IGNORECASE,
 )
 _MAX_LINES = 200
+
+
+def worth_a_look(output: str) -> bool:
+    """Whether `output` reports a denial or a network failure at all (most commands' does not)."""
+    return bool(_DENIED.search(output) or _NETWORK.search(output))
 
 
 def explain(profile: Profile, output: str, cwd: str) -> str:

@@ -208,5 +208,21 @@ class Child:
         return True
 
     def close(self) -> None:
-        """Let the init go (it kills whatever is still there and ends)."""
-        self._reply.close()
+        """Let the init go (it kills whatever is still there and ends). Unless it said its namespace is empty,
+        see it end, so that nothing of the command outlives the call (a second at most: it only has to
+        collect what it killed)."""
+        self.read_reports()
+        if self.empty:
+            self._reply.close()
+            return
+        try:
+            self._reply.shutdown(socket.SHUT_WR)
+            deadline = time.monotonic() + 1.0
+            self.read_reports()
+            while not self.gone and (left := deadline - time.monotonic()) > 0:
+                select.select([self._reply], [], [], left)
+                self.read_reports()
+        except OSError:
+            pass
+        finally:
+            self._reply.close()

@@ -22,6 +22,7 @@ own PID namespace, every process it started.
 from __future__ import annotations
 
 import ctypes
+import gc
 import json
 import os
 import select
@@ -129,6 +130,9 @@ def main() -> int:
     except OSError as error:
         control.send(b"F" + str(error).encode())
         return 1
+    # No collection: it would write to every object, and each page written after a fork is a page copied.
+    gc.disable()
+    gc.freeze()
     # Our children (the inits) are reaped by the kernel; theirs are theirs.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -147,11 +151,12 @@ def main() -> int:
 
 
 def serve(control: socket.socket, ruleset: int, own: tuple[int, int] | None) -> None:
+    """Hand each request to an init forked ahead of time, then fork the next one: the fork (and the new
+    namespaces) cost ~1 ms, off the command's path while its shell runs."""
+    spare = fork_init(control, ruleset, own)
     while True:
         try:
             message, fds, _, _ = socket.recv_fds(control, 65536, FDS_PER_REQUEST)
-            for fd in fds:
-                os.set_inheritable(fd, False)
         except InterruptedError:
             continue
         except OSError:
@@ -159,7 +164,9 @@ def serve(control: socket.socket, ruleset: int, own: tuple[int, int] | None) -> 
         if not message:
             return
         try:
-            start(message, fds, control, ruleset, own)
+            for fd in fds:
+                os.set_inheritable(fd, False)
+            socket.send_fds(spare, [message], fds)
         except OSError as error:  # the reply socket, closed with the fds below, tells mylm it did not start
             report = f"mylm: the sandbox could not start the command: {error}\n".encode()
             try:
@@ -169,14 +176,15 @@ def serve(control: socket.socket, ruleset: int, own: tuple[int, int] | None) -> 
         finally:
             for fd in fds:
                 os.close(fd)
+        spare.close()
+        os.sched_yield()  # let the init take the command before this process forks the next one
+        spare = fork_init(control, ruleset, own)
 
 
-def start(message: bytes, fds: list[int], control: socket.socket, ruleset: int,
-          own: tuple[int, int] | None) -> None:
-    request = json.loads(message)
-    if request.get("body") is not None:  # too long for one message: the rest is in a memfd
-        with os.fdopen(os.dup(fds[request["body"]]), "rb") as f:
-            request.update(json.loads(f.read()))
+def fork_init(control: socket.socket, ruleset: int, own: tuple[int, int] | None) -> socket.socket:
+    """Fork an init (into fresh PID and IPC namespaces when `own`), waiting on the socket returned for its
+    command."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     if own is not None:
         check(libc.unshare(CLONE_NEWPID | CLONE_NEWIPC), "unshare")
     try:
@@ -188,36 +196,63 @@ def start(message: bytes, fds: list[int], control: socket.socket, ruleset: int,
     if pid:
         if own is not None:
             come_back(own)  # only here: the child is pid 1 of the new namespace, and cannot leave it
-    else:
-        code = 1
-        try:
-            control.close()
-            if own is not None:
-                for fd in own:
-                    os.close(fd)
-            layer = ruleset if request.get("ruleset") is None else fds[request["ruleset"]]
-            code = Init(fds[0], fds[1:4], layer, request, own is not None).run(fds[1:])
-        finally:
-            os._exit(code)
+        theirs.close()
+        return ours
+    code = 1
+    try:
+        control.close()
+        ours.close()
+        if own is not None:
+            for fd in own:
+                os.close(fd)
+        code = wait_and_run(theirs, ruleset, own is not None)
+    finally:
+        os._exit(code)
+
+
+def wait_and_run(waiting: socket.socket, ruleset: int, namespace: bool) -> int:
+    """In a spare init: wait for a request (none: the launcher ended), then run it."""
+    init = Init(namespace)
+    try:
+        message, fds, _, _ = socket.recv_fds(waiting, 65536, FDS_PER_REQUEST)
+    except OSError:
+        return 0
+    waiting.close()
+    if not message:
+        return 0
+    request = json.loads(message)
+    if request.get("body") is not None:  # too long for one message: the rest is in a memfd
+        with os.fdopen(os.dup(fds[request["body"]]), "rb") as f:
+            request.update(json.loads(f.read()))
+    layer = ruleset if request.get("ruleset") is None else fds[request["ruleset"]]
+    init.start(fds[0], fds[1:4], layer, request)
+    return init.run(fds[1:])
 
 
 class Init:
     """Pid 1 of one command's namespace (or, without one, the subreaper above it)."""
 
-    def __init__(self, reply: int, stdio: list[int], layer: int, request: dict[str, Any],
-                 namespace: bool) -> None:
-        self.reply = socket.socket(fileno=reply)
+    def __init__(self, namespace: bool) -> None:
+        """Everything that does not depend on the command, done while the init waits for one (the pages it
+        writes are copied from the launcher's now, not on the command's path)."""
         self.namespace = namespace
+        self._reply: socket.socket | None = None  # the command's, set by `start`
         self.shell = 0
         self.reported = False
-        self.killed = False
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         if not namespace:
             check(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "PR_SET_CHILD_SUBREAPER")
         self.wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)  # as pid 1, a signal from inside without a handler is dropped
+        # As pid 1, a signal from inside the namespace is dropped unless handled: SIGINT must not be.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        json.loads('{"argv": ["/bin/bash", "-c", "true"], "env": {"PATH": "/usr/bin"}, "cwd": "/"}')
+
+    def start(self, reply: int, stdio: list[int], layer: int, request: dict[str, Any]) -> None:
+        """Start the command."""
+        self._reply = socket.socket(fileno=reply)
+        namespace = self.namespace
         if namespace:
             try:
                 self.shell = spawn_command(stdio, layer, request)
@@ -256,6 +291,11 @@ class Init:
                     self.send(b"E")
                     return 0
 
+    @property
+    def reply(self) -> socket.socket:
+        assert self._reply is not None
+        return self._reply
+
     def send(self, data: bytes) -> None:
         try:
             self.reply.send(data)
@@ -284,28 +324,85 @@ class Init:
             except ProcessLookupError:
                 pass
             return
-        for pid in descendants(os.getpid()):
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
+        for pid, _ in descendants(os.getpid()):
+            send_signal(pid, sig)
 
     def kill_all(self) -> None:
-        """SIGKILL everything below and collect it until nothing is left (a forking process's children come
-        back here as orphans: each round kills what the last one missed)."""
+        """SIGKILL everything below and collect it until nothing is left. In a namespace one signal does it;
+        without, a process forking as fast as the sweep would stay one step ahead of it, so everything is
+        stopped first (a stopped process forks nothing), scan after scan until none is running, then killed."""
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        while True:
+        if self.namespace:
             self.signal_all(signal.SIGKILL)
             try:
-                while os.waitpid(-1, 0 if self.namespace else os.WNOHANG)[0]:
+                while os.waitpid(-1, 0)[0]:
+                    pass
+            except ChildProcessError:
+                return
+        while True:
+            while True:
+                found = descendants(os.getpid())
+                running = [pid for pid, state in found if state not in b"TtZX"]
+                if not running:
+                    break
+                for pid in running:
+                    send_signal(pid, signal.SIGSTOP)
+            for pid, _ in found:
+                send_signal(pid, signal.SIGKILL)
+            try:
+                while os.waitpid(-1, os.WNOHANG)[0]:
                     pass
             except ChildProcessError:
                 return
 
 
-def descendants(root: int) -> list[int]:
-    """Every process below `root`, from /proc (only used without a PID namespace)."""
-    children: dict[int, list[int]] = {}
+def send_signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def descendants(root: int) -> list[tuple[int, bytes]]:
+    """Every process below `root` and its state letter (only used without a PID namespace). Followed through
+    /proc's `children` files: reading the subtree only, a sweep outpaces a process that forks and exits in a
+    loop, which a scan of all of /proc (milliseconds on a busy machine) does not."""
+    found: list[tuple[int, bytes]] = []
+    stack = [root]
+    while stack:
+        parent = stack.pop()
+        try:
+            threads = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for thread in threads:
+            try:
+                with open(f"/proc/{parent}/task/{thread}/children", "rb") as f:
+                    children = [int(c) for c in f.read().split()]
+            except FileNotFoundError:
+                if parent == root and not os.path.exists(f"/proc/{root}/task/{thread}/children"):
+                    return _scan(root)  # a kernel without the children files
+                continue
+            except OSError:
+                continue
+            for child in children:
+                found.append((child, _state(child)))
+                stack.append(child)
+    return found
+
+
+def _state(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return b"X"
+    return raw[raw.rfind(b")") + 2:].split()[0]
+
+
+def _scan(root: int) -> list[tuple[int, bytes]]:
+    """`descendants` from a scan of every process."""
+    children: dict[int, list[tuple[int, bytes]]] = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
@@ -313,13 +410,14 @@ def descendants(root: int) -> list[int]:
                     raw = f.read()
             except OSError:
                 continue
-            parent = int(raw[raw.rfind(b")") + 2:].split()[1])
-            children.setdefault(parent, []).append(int(name))
-    found, stack = [], [root]
+            fields = raw[raw.rfind(b")") + 2:].split()
+            children.setdefault(int(fields[1]), []).append((int(name), fields[0]))
+    found: list[tuple[int, bytes]] = []
+    stack = [root]
     while stack:
         for child in children.get(stack.pop(), ()):
             found.append(child)
-            stack.append(child)
+            stack.append(child[0])
     return found
 
 
@@ -331,11 +429,16 @@ def spawn_command(stdio: list[int], layer: int, request: dict[str, Any]) -> int:
     os.chdir(request["cwd"])
     restrict_self(layer)
     argv = request["argv"]
-    return os.posix_spawn(
-        argv[0], argv, request["env"], file_actions=[(os.POSIX_SPAWN_DUP2, fd, i) for i, fd in enumerate(stdio)],
-        setsid=True, setsigmask=(),
-        setsigdef=(signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGCHLD, signal.SIGTERM, signal.SIGQUIT),
-    )
+    try:
+        return os.posix_spawn(
+            argv[0], argv, request["env"],
+            file_actions=[(os.POSIX_SPAWN_DUP2, fd, i) for i, fd in enumerate(stdio)],
+            setsid=True, setsigmask=(),
+            setsigdef=(signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGCHLD, signal.SIGTERM,
+                       signal.SIGQUIT),
+        )
+    finally:
+        os.chdir("/")  # the init holds no directory of the command's
 
 
 def exec_command(stdio: list[int], layer: int, request: dict[str, Any]) -> NoReturn:

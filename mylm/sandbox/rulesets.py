@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import tempfile
@@ -52,9 +53,11 @@ def _rules(profile: Profile, *, system: bool) -> list[landlock.Rule]:
 
 @lru_cache(maxsize=1)
 def _forget_in_forked_children() -> None:
-    """Once, when the first launcher is kept (not at import): a forked child does not own them."""
+    """Once, when the first launcher is kept (not at import): a forked child does not own them, and this
+    process ends them (and collects them) when it exits."""
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=lambda: kept_rulesets.forget())
+    atexit.register(lambda: kept_rulesets.close_all())
 
 
 @lru_cache(maxsize=256)
@@ -173,6 +176,13 @@ class KeptRulesets:
         """The launchers kept now (one per grant and workspace, at most `KEPT_LAUNCHERS`)."""
         with self._lock:
             return [kept.launcher for kept in self._kept.values()]
+
+    def close_all(self) -> None:
+        """End every launcher kept (at exit: their commands are over)."""
+        with self._lock:
+            kept, self._kept = list(self._kept.values()), OrderedDict()
+        for one in kept:
+            one.launcher.close()
 
     def forget(self) -> None:
         """Drop everything kept (in a forked child: the launchers are the parent's)."""

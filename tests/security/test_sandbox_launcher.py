@@ -251,3 +251,64 @@ def test_abstract_unix_sockets_outside_are_out_of_reach_without_unix_sockets(
             server.accept()
     finally:
         server.close()
+
+
+UNPRIVILEGED = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+from mylm.sandbox import detect
+from mylm.sandbox.rulesets import kept_rulesets
+from mylm.tools.shell import child_environment, run_command
+sandbox, env = detect(), child_environment()
+with sandbox.launch("workspace-write", sys.argv[2], env) as launch:
+    result = run_command("touch made; echo $$; (setsid sleep 7777 &); echo done", cwd=sys.argv[2], timeout=20,
+                         env=env, launch=launch)
+print(result.stdout.split(), [launcher.pid_namespaces for launcher in kept_rulesets.launchers()])
+"""
+
+
+def test_an_unprivileged_user_gets_the_same_containers_through_a_user_namespace() -> None:
+    """Not root: the launcher makes its namespaces inside a user namespace (where the system allows one)."""
+    import pwd
+    import shutil
+
+    from mylm.paths import __file__ as paths_file
+
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    if os.geteuid() != 0 or python is None:
+        pytest.skip("needs root (to become another user) and a system python3")
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no 'nobody' user")
+    checkout = str(Path(paths_file).resolve().parents[1])
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(prefix="mylm-nobody-", dir="/tmp"))  # pytest's own directories are root's alone
+    space, home = top / "space", top / "home"
+    top.chmod(0o755)
+    for directory in (space, home):
+        directory.mkdir()
+        os.chown(directory, nobody.pw_uid, nobody.pw_gid)
+    probe = subprocess.run([python, "-c", "import mylm.sandbox"], cwd="/", env={"PYTHONPATH": checkout},
+                           user=nobody.pw_uid, group=nobody.pw_gid, capture_output=True, check=False)
+    if probe.returncode != 0:
+        pytest.skip("the checkout is not importable by 'nobody' with the system python3")
+    done = subprocess.run([python, "-c", UNPRIVILEGED, checkout, str(space)], cwd="/",
+                          env={"HOME": str(home), "PATH": "/usr/bin:/bin"}, user=nobody.pw_uid,
+                          group=nobody.pw_gid, capture_output=True, text=True, timeout=120, check=False)
+    try:
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.strip() == "['2', 'done'] [True]", (done.stdout, done.stderr[-2000:])
+        assert (space / "made").stat().st_uid == nobody.pw_uid
+        assert not [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p).endswith("sleep 7777")]
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
