@@ -55,6 +55,8 @@ class Launcher:
         self.tmproot = spec.tmproot
         self._lock = threading.Lock()
         self._control = ours
+        #: Inits the launcher forked ahead, each waiting on its socket for one command.
+        self._spares: list[socket.socket] = []
         try:
             self._process = subprocess.Popen(
                 [sys.executable, "-I", "-S", _PROGRAM, json.dumps(config)],
@@ -103,7 +105,7 @@ class Launcher:
                 body = json.dumps({"body": len(fds)}).encode()
                 fds.append(memfd)
             with self._lock:
-                socket.send_fds(self._control, [body], fds)
+                self._send(body, fds)
         except OSError as error:
             ours.close()
             raise LauncherGone(f"the sandbox's launcher ended ({error})") from error
@@ -113,8 +115,44 @@ class Launcher:
                 os.close(memfd)
         return Child(ours)
 
+    def _send(self, body: bytes, fds: list[int]) -> None:
+        """To an init waiting for it when there is one (asking the launcher for the next), else to the
+        launcher. Under the lock."""
+        self._collect()
+        while self._spares:
+            spare = self._spares.pop()
+            try:
+                socket.send_fds(spare, [body], fds)
+            except OSError:
+                continue  # that init is gone (killed): the next one, or the launcher
+            finally:
+                spare.close()
+            self._control.send(b"N")
+            return
+        socket.send_fds(self._control, [body], fds)
+
+    def _collect(self) -> None:
+        """Take the inits the launcher has sent since."""
+        while True:
+            try:
+                # Not socket.recv_fds: it drops its flags argument (CPython 3.11), and this must not block.
+                message, ancillary, _, _ = self._control.recvmsg(16, socket.CMSG_LEN(4), socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                return
+            fds = [int.from_bytes(data[i:i + 4], sys.byteorder) for level, kind, data in ancillary
+                   if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS for i in range(0, len(data) - 3, 4)]
+            if not message:
+                raise OSError("the launcher ended")
+            for fd in fds:
+                if message == b"S":
+                    self._spares.append(socket.socket(fileno=fd))
+                else:
+                    os.close(fd)
+
     def close(self) -> None:
         """End the launcher (and anything it still runs) and collect it."""
+        for spare in self._spares:
+            spare.close()
         self._control.close()
         try:
             self._process.wait(timeout=5)

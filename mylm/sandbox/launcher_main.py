@@ -151,9 +151,11 @@ def main() -> int:
 
 
 def serve(control: socket.socket, ruleset: int, own: tuple[int, int] | None) -> None:
-    """Hand each request to an init forked ahead of time, then fork the next one: the fork (and the new
-    namespaces) cost ~1 ms, off the command's path while its shell runs."""
-    spare = fork_init(control, ruleset, own)
+    """Keep mylm supplied with an init forked ahead of time ("S" and the socket it waits on: mylm sends the
+    command straight to it, and says "N" for the next one), so that neither the fork (with its namespaces,
+    ~1 ms) nor a hop through this process is on a command's path. A request sent here instead (two
+    commands at once, or mylm out of spares) gets an init forked on the spot."""
+    supply(control, ruleset, own)
     while True:
         try:
             message, fds, _, _ = socket.recv_fds(control, 65536, FDS_PER_REQUEST)
@@ -163,10 +165,18 @@ def serve(control: socket.socket, ruleset: int, own: tuple[int, int] | None) -> 
             return
         if not message:
             return
+        if message == b"N":
+            for fd in fds:
+                os.close(fd)
+            os.sched_yield()  # let the init that was just used take its command first
+            supply(control, ruleset, own)
+            continue
         try:
             for fd in fds:
                 os.set_inheritable(fd, False)
-            socket.send_fds(spare, [message], fds)
+            init = fork_init(control, ruleset, own)
+            socket.send_fds(init, [message], fds)
+            init.close()
         except OSError as error:  # the reply socket, closed with the fds below, tells mylm it did not start
             report = f"mylm: the sandbox could not start the command: {error}\n".encode()
             try:
@@ -176,9 +186,16 @@ def serve(control: socket.socket, ruleset: int, own: tuple[int, int] | None) -> 
         finally:
             for fd in fds:
                 os.close(fd)
-        spare.close()
-        os.sched_yield()  # let the init take the command before this process forks the next one
-        spare = fork_init(control, ruleset, own)
+
+
+def supply(control: socket.socket, ruleset: int, own: tuple[int, int] | None) -> None:
+    """Fork an init and hand mylm the socket it waits on."""
+    init = fork_init(control, ruleset, own)
+    try:
+        socket.send_fds(control, [b"S"], [init.fileno()])
+    except OSError:
+        pass  # mylm is gone: the loop sees it next
+    init.close()
 
 
 def fork_init(control: socket.socket, ruleset: int, own: tuple[int, int] | None) -> socket.socket:
@@ -200,11 +217,15 @@ def fork_init(control: socket.socket, ruleset: int, own: tuple[int, int] | None)
         return ours
     code = 1
     try:
-        control.close()
-        ours.close()
-        if own is not None:
-            for fd in own:
-                os.close(fd)
+        # Only its socket and the ruleset: a fork copies every descriptor, close-on-exec or not, and one
+        # kept here (another command's stdout, held by the launcher while it forked) would hold it open.
+        low = 3
+        for keep in sorted((theirs.fileno(), ruleset)):
+            os.closerange(low, keep)
+            low = keep + 1
+        os.closerange(low, 1 << 16)
+        control.detach()
+        ours.detach()
         code = wait_and_run(theirs, ruleset, own is not None)
     finally:
         os._exit(code)
