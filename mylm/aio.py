@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .agent import AgentStream
+    from .streams import AgentStream
     from .types import Event, RunResult
 
 _DONE = object()

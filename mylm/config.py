@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -202,11 +203,39 @@ def _tomllib() -> Any:
     return tomllib
 
 
+#: The most a config file may hold (they are a few KiB): a project's `.mylm/config.toml` linked to /dev/zero
+#: must not fill memory.
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def _read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of `path` when it is a regular file of at most `limit` bytes, else a `ConfigError`. Opened
+    without blocking and without becoming a controlling terminal, then checked on the open descriptor, so a
+    FIFO or /dev/tty never waits for a writer or the keyboard and a link swapped after a check is not read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(f"config file {path} is not a regular file (a device, FIFO or directory)")
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, limit + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise ConfigError(f"config file {path} is larger than {limit // 1024:,} KiB (config files are small)")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def read_config_file(path: Path, *, known: set[str] | None = None) -> dict[str, Any]:
     """Parse a TOML config file (a missing file is an empty config); errors name the file and line."""
     tomllib = _tomllib()
     try:
-        raw = path.read_bytes()
+        raw = _read_regular(path, MAX_CONFIG_BYTES)
     except (FileNotFoundError, NotADirectoryError):
         return {}
     except OSError as error:

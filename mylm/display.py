@@ -22,6 +22,7 @@ from .types import (
     ToolCallEvent,
     ToolResultEvent,
 )
+from .words import counted
 
 # Escape sequences a terminal would execute: CSI, OSC (ended by BEL or ST), DCS/SOS/PM/APC, 8-bit CSI,
 # and any other two-byte ESC sequence.
@@ -124,7 +125,7 @@ def summarise_output(output: str, *, lines: int = 6, width: int = 160) -> str:
     rows = output.rstrip("\n").splitlines() or [""]
     shown = [r if len(r) <= width else r[: width - 1] + "…" for r in rows[:lines]]
     if len(rows) > lines:
-        shown.append(f"… {len(rows) - lines} more lines (-v shows all)")
+        shown.append(f"… {counted(len(rows) - lines, 'more line')} (-v shows all)")
     return "\n".join(shown)
 
 
@@ -302,7 +303,12 @@ class EventPrinter:
         self._end_line()
         output = self.redactor.redact(event.output)
         body = output if self.verbose else summarise_output(output)
-        header = "  refused" if status == "denied" else f"  {'error' if event.is_error else 'done'} in {event.duration:.2f}s"
+        if status == "denied":
+            header = "  refused"
+        elif status == "interrupted":
+            header = f"  interrupted after {event.duration:.2f}s"
+        else:
+            header = f"  {'error' if event.is_error else 'done'} in {event.duration:.2f}s"
         text = "\n".join("  │ " + line for line in for_terminal(body).splitlines())
         paint = self.style.red if event.is_error else self.style.dim
         self._write(self.err, paint(header) + "\n" + (self.style.dim(text) + "\n" if text else ""))

@@ -19,6 +19,7 @@
     │       └── ServerError                  5xx
     ├── UnusableRepliesError        exit 1   the model gave too many unusable replies in a row
     ├── NoToolsError                exit 1   the model called a tool, but the agent has none at all
+    ├── RepeatedCallError           exit 5   the model kept making the same call, to the same result
     ├── ToolError                   exit 1   raised by a tool for an expected failure; becomes an observation
     │   └── EscapeError                      a path leads outside the workspace
     ├── SandboxError                exit 1   the kernel refused to build or apply a command's sandbox
@@ -134,6 +135,13 @@ class UnusableRepliesError(MylmError):
 
 class NoToolsError(MylmError):
     """The model called a tool, but the agent was given no tools at all: correcting it cannot help."""
+
+
+class RepeatedCallError(MylmError):
+    """The model made the same call (tool and arguments) `max_repeated_calls` times in a row, getting the same
+    result each time: it is stuck, and more iterations would only repeat it (`StopReason.REPEATED_CALL`)."""
+
+    exit_code = 5
 
 
 class DownloadError(MylmError):

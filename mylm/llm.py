@@ -3,27 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Literal, Protocol, Sequence, Union, runtime_checkable
+from typing import Iterator, Protocol, Sequence, Union, runtime_checkable
 
 from .cancel import CancelToken
+from .constrain.select import CONSTRAIN_MODES as CONSTRAIN_MODES
+from .constrain.select import ConstrainMode as ConstrainMode
+from .constrain.select import Constraint as Constraint
 from .types import Message, Usage
-
-#: `auto`: constrain where the endpoint can; `grammar`: insist (an error where it cannot); `off`: never.
-ConstrainMode = Literal["auto", "grammar", "off"]
-CONSTRAIN_MODES: tuple[ConstrainMode, ...] = ("auto", "grammar", "off")
-
-
-@dataclass(frozen=True)
-class Constraint:
-    """A GBNF grammar the completion must follow, for endpoints that can sample under one."""
-
-    grammar: str
-    #: The same protocol from `trigger` on only, for servers that leave the text before the trigger free.
-    lazy_grammar: str | None = None
-    trigger: str | None = None
-    #: The user insisted (`--constrain grammar`): an endpoint that cannot enforce it is an error, and a lazy
-    #: form is not enough.
-    required: bool = False
 
 
 @dataclass(frozen=True)
@@ -76,12 +62,23 @@ class LLM(Protocol):
     Implementations yield `TextChunk`/`ReasoningChunk` items and at most one final `FinishChunk`; they raise
     `mylm.errors.LLMError` subclasses for failures, honour `request.deadline` inside blocking reads, and release
     the connection when the consumer closes the generator early (the agent does so once a complete tool call
-    has arrived, so a server that ignores stop strings costs nothing extra).
+    has arrived, so a server that ignores stop strings costs nothing extra). An endpoint that renders the chat
+    template itself also tells the loop what it rendered: see `PromptRenderingLLM`.
     """
 
     def stream(self, request: LLMRequest) -> Iterator[LLMChunk]:
         """Stream the completion for `request`."""
         ...
+
+
+@runtime_checkable
+class PromptRenderingLLM(LLM, Protocol):
+    """An `LLM` that renders the chat template itself (a raw-prompt provider), and so knows exactly whether the
+    prompt it sent ends inside `<think>`: the loop reads `opens_reasoning` of such an endpoint instead of
+    learning it from the replies. Other endpoints need not have the attribute."""
+
+    #: Whether the last prompt this endpoint rendered opened `<think>` for the model (None: not known yet).
+    opens_reasoning: bool | None
 
 
 def alternating(messages: Sequence[Message]) -> tuple[Message, ...]:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal, Mapping
+from typing import Literal
 
 __all__ = ["APP", "cache_dir", "config_dir", "data_dir", "state_dir", "user_dir"]
 

@@ -51,8 +51,10 @@ def default_search_path(
     environ: Mapping[str, str] | None = None,
     cwd: str | os.PathLike[str] | None = None,
     trusted: bool | None = None,
+    origin: str = "--prompts",
 ) -> list[tuple[str, Path]]:
-    """The template lookup order, highest priority first, each with the reason it is on the path.
+    """The template lookup order, highest priority first, each with the reason it is on the path (`origin` names
+    where `prompts_dir` came from: the flag, `$MYLM_PROMPTS` or the config file).
 
     `./.mylm/prompts` is on it only for a `trusted` project (None: as the user config and `MYLM_TRUST_PROJECT`
     say), because a repository's templates decide what the model is told (THREATS T10, T13).
@@ -60,8 +62,8 @@ def default_search_path(
     env = os.environ if environ is None else environ
     path: list[tuple[str, Path]] = []
     if prompts_dir:
-        path.append(("--prompts", Path(prompts_dir)))
-    if env.get("MYLM_PROMPTS"):
+        path.append((origin, Path(prompts_dir)))
+    if env.get("MYLM_PROMPTS") and not (prompts_dir and Path(env["MYLM_PROMPTS"]) == Path(prompts_dir)):
         path.append(("$MYLM_PROMPTS", Path(env["MYLM_PROMPTS"])))
     if _trusted(trusted, environ, cwd):
         path.append(("project", project_prompts_dir(cwd)))
@@ -131,13 +133,16 @@ class PromptLoader:
         environ: Mapping[str, str] | None = None,
         cwd: str | os.PathLike[str] | None = None,
         trusted: bool | None = None,
+        origin: str = "--prompts",
     ) -> PromptLoader:
         """A loader with the standard lookup order: `--prompts`, `$MYLM_PROMPTS`, `./.mylm/prompts` (only if the
-        project is `trusted`; None: as `trusted_projects` and `MYLM_TRUST_PROJECT` say), user config dir, defaults."""
+        project is `trusted`; None: as `trusted_projects` and `MYLM_TRUST_PROJECT` say), user config dir, defaults.
+        `origin` labels `prompts_dir` (`$MYLM_PROMPTS`, `config` when the setting came from there)."""
         trusted = _trusted(trusted, environ, cwd)
         project = project_prompts_dir(cwd)
         ignored = [("project", project)] if not trusted and project.is_dir() else []
-        return cls(default_search_path(prompts_dir, environ=environ, cwd=cwd, trusted=trusted), ignored=ignored)
+        search = default_search_path(prompts_dir, environ=environ, cwd=cwd, trusted=trusted, origin=origin)
+        return cls(search, ignored=ignored)
 
     @property
     def project(self) -> Path | None:
@@ -258,6 +263,19 @@ SAMPLES: dict[str, tuple[dict[str, Any], ...]] = {
     "unrun_block.j2": ({"message": "a problem"},),
     "summary.j2": ({"max_iterations": 10},),
     "tool_required.j2": ({"tool": None}, {"tool": "example"}),
+    "unusable_reply.j2": ({"unclosed_reasoning": False}, {"unclosed_reasoning": True}),
+    "repeated_mistake.j2": (
+        {"message": "a problem", "tool": "example", "block": "<tool_code>...</tool_code>"},
+        {"message": "a problem", "tool": None, "block": "<tool_code>...</tool_code>"},
+    ),
+    "invalid_arguments.j2": ({"tool": "example", "problems": ["a problem", "another"], "schema": '{"type":"object"}'},),
+    "tool_choice_refused.j2": ({"tool": "example", "tool_choice": "none"}, {"tool": "example", "tool_choice": "other"}),
+    "repeated_call.j2": ({"tool": "example"},),
+    "unknown_tool.j2": (
+        {"name": "exmaple", "tools": ["example"], "suggestion": "example"},
+        {"name": "other", "tools": ["example"], "suggestion": None},
+        {"name": "example", "tools": [], "suggestion": None},
+    ),
     "compaction.j2": ({"task": "the task"}, {"task": ""}),
     "compacted.j2": ({"task": "the task", "summary": "a summary"}, {"task": "", "summary": "a summary"}),
 }

@@ -32,22 +32,31 @@ _PATTERNS = (
     r"\bgsk_[A-Za-z0-9]{30,}",
     r"\beyJ[A-Za-z0-9_\-]{10,}\.eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}",
 )
-# `Authorization: Bearer x`, `API_KEY=x` in .env files and shells, `"api_key": "x"` in JSON and YAML: the name
-# stays readable, the value goes.
+# `Authorization: Bearer x`, then assignments to a secret-named key, in any case: `API_KEY=x` and `password = x`
+# in .env files, shells and INI, `--token=x` and `?token=x`, `api_token: x` in YAML (at a line's start or in a
+# flow mapping), `"secret": "x"` in JSON. The name stays readable, the value goes; values that are code or
+# settings rather than secrets stay (see `_settled`), and a quoted value holding a space is prose, not a secret.
+_KEY_NAME = r"[a-z0-9_.\-]*(?:pass|pwd|secret|token|credential|key(?![a-z]))[a-z0-9_.\-]*"
 _ASSIGNMENTS = (
     r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/\-]{16,}=*",
+    rf"(?i)((?<![^\s;,{{(?&'\"\-])[\"']?{_KEY_NAME}[\"']?[ \t]*=[ \t]*)(?!=)"
+    r"(?P<value>(?P<q>[\"']?)[^\s'\"]+(?P=q))",
     (
-        r"(\b[A-Z0-9_]*(?:KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL)[A-Z0-9_]*\s*=\s*['\"]?)"
-        r"(?![/~])[^\s'\"]{8,}"
-    ),
-    (
-        r"(?i)([\"']?\b[a-z0-9_\-]*(?:api[_\-]?key|secret|token|password|access[_\-]?key)[\"']?\s*[:=]\s*[\"'])"
-        r"(?![/~])[^\"'\s]{8,}"
+        rf"(?im)((?:^[ \t]*(?:-[ \t]+)?|[{{,][ \t]*)(?P<kq>[\"']?){_KEY_NAME}(?P=kq)"
+        r"(?:[ \t]*:[ \t]+|[ \t]*:(?=[\"'])))(?P<value>(?P<q>[\"']?)[^\s'\",]+(?P=q))"
     ),
 )
+#: Values of secret-named keys that are not secrets: settings, placeholders, references and code.
+_SETTLED = re.compile(
+    r"(?i)(?:true|false|yes|no|on|off|null|none|nil|undefined|required|optional|[0-9]+(?:\.[0-9]+)?"
+    r"|[/~$%<{\[(*&!|>#@].*|\.{1,2}/.*|[a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)+|[a-z_][a-z0-9_.]*[(\[].*)"
+)
 
-#: `scheme://user:password@host`: the user and password go, the scheme and host stay readable.
-_URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]{1,20}://)[^\s/?#@:\"'<>]*:[^\s/?#@\"'<>]+@")
+#: `scheme://user:password@host` and `scheme://TOKEN@host` (git remotes, `url.*.insteadOf`): the user and
+#: password go, the scheme and host stay readable. A user name alone shorter than 8 (`ssh://git@host`) stays.
+_URL_CREDENTIALS = re.compile(
+    r"(?i)\b([a-z][a-z0-9+.\-]{1,20}://)(?:[^\s/?#@:\"'<>]*:[^\s/?#@\"'<>]+|[^\s/?#@:\"'<>]{8,})@"
+)
 
 #: How every credential shape in `_PATTERNS` begins.
 _SECRET_PREFIXES = (
@@ -56,9 +65,9 @@ _SECRET_PREFIXES = (
 )
 _PEM_END = re.compile(r"-----END [A-Z ]*PRIVATE KEY-----")
 #: Words that come before a secret in `_ASSIGNMENTS` (searched for first: a literal search is fast).
-_SECRET_NAMES = ("bearer", "key", "secret", "token", "passw", "credential")
+_SECRET_NAMES = ("bearer", "key", "secret", "token", "pass", "pwd", "credential")
 #: A secret's name near the end of streamed text: its value may still be coming.
-_SENSITIVE_TAIL = re.compile(r"(?i)(?:bearer|key|secret|token|passw(?:or)?d|credential)[^\n]{0,40}\Z")
+_SENSITIVE_TAIL = re.compile(r"(?i)(?:bearer|key|secret|token|pass|pwd|credential)[^\n]{0,40}\Z")
 
 
 class Redactor:
@@ -96,7 +105,7 @@ class Redactor:
         lowered = text.lower()
         if any(name in lowered for name in _SECRET_NAMES):
             for pattern in self._assignments:
-                text = pattern.sub(lambda m: m.group(1) + REDACTED, text)
+                text = pattern.sub(_settled, text)
         return text
 
     def redact_known(self, text: str) -> str:
@@ -179,7 +188,14 @@ class StreamRedactor:
                 if text.endswith(secret[:n]):
                     prefix = n
                     break
-        return min(max(word, prefix), self.MAX_HOLD, len(text))
+        keep = min(max(word, prefix), self.MAX_HOLD, len(text))
+        # Never release part of a whole known secret that the holds above cut through (`my pass phrase`).
+        cut = len(text) - keep
+        for secret in self._redactor.secrets:
+            start = text.rfind(secret, max(cut - len(secret) + 1, 0))
+            if 0 <= start < cut < start + len(secret):
+                cut = start
+        return len(text) - cut
 
 
 def url_secrets(url: str | None) -> list[str]:
@@ -234,6 +250,17 @@ def redact(text: str, environ: Mapping[str, str] | None = None) -> str:
 def _environment_redactor(items: tuple[tuple[str, str], ...]) -> Redactor:
     # The environment rarely changes within a run: build (and compile) the redactor once per version of it.
     return Redactor.from_environment(dict(items))
+
+
+def _settled(match: re.Match[str]) -> str:
+    """The assignment with its value redacted, unless the value is a setting or code (`_SETTLED`)."""
+    if "value" in match.re.groupindex:
+        quote = match.group("q")
+        bare = match.group("value")[len(quote) : len(match.group("value")) - len(quote)]
+        if _SETTLED.fullmatch(bare) or bare == REDACTED:
+            return match.group(0)
+        return match.group(1) + quote + REDACTED + quote
+    return match.group(1) + REDACTED
 
 
 def _could_become_secret(word: str) -> bool:

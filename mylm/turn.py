@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Generator
 
-from .llm import LLM, FinishChunk, LLMRequest, ReasoningChunk, TextChunk
+from .llm import LLM, FinishChunk, LLMRequest, PromptRenderingLLM, ReasoningChunk, TextChunk
 from .protocol.drift import ToolNames
 from .protocol.parsed import ParsedTurn, ParseEvent
 from .protocol.parser import StreamParser
@@ -51,8 +51,8 @@ def stream_turn(
     try:
         for chunk in stream:
             if parser is None:
-                rendered = getattr(llm, "opens_reasoning", None)
-                known = rendered if isinstance(rendered, bool) else reasoning_open
+                rendered = _rendered(llm)
+                known = rendered if rendered is not None else reasoning_open
                 parser = StreamParser(multiple_calls=multiple_calls, coalesce=1, tools=tools, reasoning_open=known)
             if isinstance(chunk, TextChunk):
                 yield from _relay(parser.feed(chunk.text), shown)
@@ -73,9 +73,16 @@ def stream_turn(
     yield from _relay(parser.close(), shown)
     parsed = parser.result
     assert parsed is not None
-    rendered = getattr(llm, "opens_reasoning", None)
-    opens = rendered if isinstance(rendered, bool) else template_opens_reasoning(parsed, split_reasoning)
+    rendered = _rendered(llm)
+    opens = rendered if rendered is not None else template_opens_reasoning(parsed, split_reasoning)
     return ModelTurn(parsed, finish_reason(parsed, server, parser.finished), server.usage if server else None, opens)
+
+
+def _rendered(llm: LLM) -> bool | None:
+    """What a raw-prompt endpoint says its last prompt opened (None: it does not render the template itself)."""
+    if not isinstance(llm, PromptRenderingLLM):
+        return None
+    return llm.opens_reasoning if isinstance(llm.opens_reasoning, bool) else None
 
 
 def template_opens_reasoning(parsed: ParsedTurn, split_reasoning: bool) -> bool | None:

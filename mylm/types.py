@@ -63,6 +63,8 @@ class StopReason(str, Enum):
     MAX_TOKENS = "max_tokens"
     DONE_TOOL = "done_tool"
     MAX_ITERATIONS = "max_iterations"
+    #: The model kept making the same call and getting the same result (`RepeatedCallError` says which).
+    REPEATED_CALL = "repeated_call"
     TIMEOUT = "timeout"
     CANCELLED = "cancelled"
     ERROR = "error"
@@ -193,7 +195,8 @@ class StepCompleteEvent(_Event):
 
     type: ClassVar[str] = "step_complete"
     step_id: str
-    status: Literal["completed", "error", "denied"]
+    #: `interrupted`: Ctrl-C (or a cancel) stopped the tool before it finished.
+    status: Literal["completed", "error", "denied", "interrupted"]
 
 
 @dataclass(frozen=True)
@@ -283,6 +286,13 @@ class RunResult:
     #: Every completion the agent requested: loop turns, a turn asked again without stop strings, compaction
     #: and summary calls (HTTP retries inside one call are not counted).
     model_calls: int = 0
+
+    def reported_usage(self) -> dict[str, int] | None:
+        """The run's token counts as saved and printed, or None when the endpoint reported none (0/0 would be a
+        false count)."""
+        if not any(isinstance(event, UsageEvent) for event in self.events):
+            return None
+        return {"prompt_tokens": self.usage.prompt_tokens, "completion_tokens": self.usage.completion_tokens}
 
     @property
     def ok(self) -> bool:

@@ -1,5 +1,5 @@
-"""Measure the README's model x constrain x route table in one session: serve each real test model with
-llama-cpp-python, run eval tasks through mylm's providers, and print one markdown row per combination.
+"""Measure docs/benchmarks.md's model x constrain x route table in one session: serve each real test model
+with llama-cpp-python, run eval tasks through mylm's providers, and print one markdown row per combination.
 
 Usage: python scripts/eval_table.py [--tasks read-secret,find-file] [--max-tokens 160] [--max-iterations 2]
 Needs the engine (scripts/install_engine.sh) and the models (scripts/install_models.sh).

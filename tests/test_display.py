@@ -240,3 +240,12 @@ def test_display_json_text_escapes_what_a_terminal_would_act_on(char: str) -> No
     text = json_text(value, indent=2)
     assert not UNSAFE.search(text) and "\ud800" not in text
     assert json.loads(text) == value and "é 😀" in text
+
+
+def test_display_printer_says_a_tool_stopped_by_ctrl_c_was_interrupted() -> None:
+    # Issue 20: Ctrl-C during a command was labelled "error".
+    from mylm.tool_runner import TOOL_INTERRUPTED
+
+    result = ToolResultEvent("c", "execute_command", TOOL_INTERRUPTED, True, 2.5)
+    _, err = run(printer(out_tty=False), [result, StepCompleteEvent("c", "interrupted")])
+    assert err.splitlines()[0] == "  interrupted after 2.50s" and "error" not in err

@@ -4,7 +4,6 @@ marked, with its reason, as one that can only be compiled; every TOML block pars
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
@@ -54,7 +53,7 @@ def test_docs_marks_sit_on_python_blocks() -> None:
     # A mark above anything but a Python fence (a typo, a block moved away) would silently mean nothing.
     for doc in DOCS:
         text = doc.read_text()
-        for mark in re.finditer(r"<!-- docs-test:[^\n]*-->", text):
+        for mark in re.finditer(r"^<!-- docs-test:[^\n]*-->$", text, re.MULTILINE):  # a line of its own
             after = text[mark.end() :].lstrip("\n")
             assert re.match(r"```(python|py)\b", after), f"{doc.name}: {mark.group()} is not above a Python block"
 
@@ -84,3 +83,11 @@ def test_docs_readme_links_resolve() -> None:
         if anchor:
             headings = re.findall(r"^#+ (.*)$", page.read_text(), re.MULTILINE)
             assert anchor in {_slug(h) for h in headings}, f"README links to {target}: no such heading"
+
+
+def test_docs_every_page_is_in_the_site_navigation() -> None:
+    # A page missing from mkdocs.yml's nav is found only by search; `mkdocs build --strict` (in .ci/run) refuses
+    # it too, but this says so without mkdocs installed.
+    nav = re.findall(r"^\s+- (?:[^:\n]+: )?([\w/.-]+\.md)\s*$", (REPO_ROOT / "mkdocs.yml").read_text(), re.MULTILINE)
+    pages = sorted(p.relative_to(REPO_ROOT / "docs").as_posix() for p in (REPO_ROOT / "docs").rglob("*.md"))
+    assert sorted(nav) == pages

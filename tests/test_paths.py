@@ -43,7 +43,7 @@ def test_paths_every_config_file_is_in_the_one_config_dir(
     assert config_dir() == expected
     assert config_path() == expected / "config.toml"
     assert user_registry_path() == expected / "models.toml"
-    assert dict((reason, path) for reason, path in default_search_path(trusted=False))["user"] == expected / "prompts"
+    assert dict(default_search_path(trusted=False))["user"] == expected / "prompts"
     (expected / "evals").mkdir(parents=True)
     (expected / "evals" / "suite.toml").write_text("")
     assert default_suite_path() == expected / "evals" / "suite.toml"
@@ -99,7 +99,7 @@ def test_paths_imports_nothing_of_mylm_or_click(subprocess_env: dict[str, str]) 
     tree = ast.parse(Path(paths.__file__).read_text())
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level == 0}
-    assert imported <= {"__future__", "os", "sys", "pathlib", "typing"}
+    assert imported <= {"__future__", "collections.abc", "os", "sys", "pathlib", "typing"}
     assert not any(isinstance(node, ast.ImportFrom) and node.level for node in ast.walk(tree))
     probe = "import sys, mylm.paths; print(sorted(m for m in sys.modules if m == 'click' or m.startswith('mylm.')))"
     out = subprocess.run([sys.executable, "-c", probe], env=subprocess_env, capture_output=True, text=True, check=True)

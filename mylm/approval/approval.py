@@ -20,6 +20,7 @@ from ..errors import ConfigError, ToolError
 from ..tools.base import Tool
 from ..tools.paths import Workspace
 from ..types import Grant, Permission, ToolCall
+from ..words import counted
 from .commands import HIDDEN, INVISIBLE, classify
 from .danger import is_protected_path
 from .sensitive import is_secret_path
@@ -229,12 +230,12 @@ def describe_call(call: ToolCall, tool: Tool, workspace: Path) -> tuple[str, str
             size = len(content.encode("utf-8", "surrogatepass"))
             what = "replace" if exists else "create"
             lines = content.count("\n") + 1
-            return f"{what} {path} with {size:,} bytes ({lines} lines)", _preview(content)
+            return f"{what} {path} with {counted(size, 'byte')} ({counted(lines, 'line')})", _preview(content)
         if tool.name == "edit_file":
             old, new = str(args.get("old", "")), str(args.get("new", ""))
             diff = "\n".join([*("- " + s for s in old.splitlines()), *("+ " + s for s in new.splitlines())])
             counts = old.count("\n") + 1, new.count("\n") + 1
-            return f"edit {path}: replace {counts[0]} line(s) with {counts[1]}", visible(diff)
+            return f"edit {path}: replace {counted(counts[0], 'line')} with {counts[1]}", visible(diff)
         return (f"read {path}" if tool.name == "read_file" else f"list {path}"), ""
     text = json.dumps(dict(args), ensure_ascii=False, default=str)
     return visible(f"{tool.name} {text if len(text) <= 200 else text[:197] + '...'}"), visible(
@@ -246,7 +247,7 @@ def _preview(content: str) -> str:
     lines = content.splitlines()
     shown = "\n".join(lines[:_PREVIEW_LINES])
     if len(lines) > _PREVIEW_LINES:
-        shown += f"\n… ({len(lines) - _PREVIEW_LINES} more lines)"
+        shown += f"\n… ({counted(len(lines) - _PREVIEW_LINES, 'more line')})"
     return visible(shown)
 
 

@@ -13,7 +13,7 @@ either parser cannot open a hole on its own.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -65,10 +65,12 @@ class NotPlain(ValueError):
 
 @dataclass(frozen=True)
 class PlainWord:
-    """One argument after quote removal; `glob` when an unquoted `*` or `?` makes the shell expand it."""
+    """One argument after quote removal; `glob` when an unquoted `*` or `?` makes the shell expand it.
+    `source` is the word as written (quotes included), which bash is given to say what a glob expands to."""
 
     text: str
     glob: bool = False
+    source: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -178,11 +180,11 @@ class _Walker:
             if child.type == "command_name":
                 if child.named_child_count != 1 or child.child_count != 1:
                     raise NotPlain("the program name is not a plain word")
-                argv.append(_word(child.children[0]))
+                argv.append(_sourced(child.children[0]))
             elif child.type == "file_redirect":
                 self._redirect(child)
             elif child.is_named:
-                argv.append(_word(child))
+                argv.append(_sourced(child))
             else:
                 raise NotPlain(f"it uses the shell operator {child.type!r} inside a command")
         if not argv:
@@ -220,6 +222,10 @@ class _Walker:
 
 def _text(node: Any) -> str:
     return bytes(node.text).decode("utf-8")
+
+
+def _sourced(node: Any) -> PlainWord:
+    return replace(_word(node), source=_text(node))
 
 
 def _word(node: Any) -> PlainWord:

@@ -19,10 +19,11 @@ import shlex
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Iterator, Literal, Sequence
 
-from .bash import MAX_COMMAND, NotPlain, agrees, parse_plain
+from .bash import MAX_COMMAND, NotPlain, PlainLine, agrees, parse_plain
 from .danger import dangerous_reason
+from .expand import Unexpandable, expand
 from .programs import cd_targets, program_problem
 from .shell_syntax import RESERVED, Script, ShellSyntaxError, Word, parse
 from .unwrap import all_commands
@@ -135,7 +136,8 @@ def classify(
     danger = dangerous_reason(command, script, every, config_dir=ctx.config_dir)
     if danger:
         return CommandVerdict("dangerous", danger)
-    problem = _not_plain(command, script) or _not_read_only(script, ctx)
+    line = _plain(command, script)
+    problem = line if isinstance(line, str) else _not_read_only(script, line, ctx)
     if problem:
         return CommandVerdict("unknown", problem)
     if any(c.argv and c.argv[0].text != "cd" and _user_allowed(c.argv, ctx) for c in script.commands):
@@ -145,14 +147,14 @@ def classify(
     return CommandVerdict("safe", "a read-only command")
 
 
-def _not_plain(command: str, script: Script) -> str | None:
-    """Why the line is not plain syntax, as the bash parser reads it, cross-checked with the lexer."""
+def _plain(command: str, script: Script) -> PlainLine | str:
+    """The line as the bash parser reads it, cross-checked with the lexer, or why it is not plain syntax."""
     try:
         line = parse_plain(command)
     except NotPlain as error:
         return str(error)
     disagreement = agrees(line, script)
-    return f"bash and the policy read it differently ({disagreement})" if disagreement else None
+    return f"bash and the policy read it differently ({disagreement})" if disagreement else line
 
 
 # --------------------------------------------------------------------------------------------- read-only
@@ -161,7 +163,7 @@ def _not_plain(command: str, script: Script) -> str | None:
 _MAX_CWDS = 16
 
 
-def _not_read_only(script: Script, ctx: _Context) -> str | None:
+def _not_read_only(script: Script, line: PlainLine, ctx: _Context) -> str | None:
     """Why the script is not read-only, or None when every part of it is."""
     if script.substitutions:
         return "it runs nested commands ($(...), backticks or <(...)), which are not checked as read-only"
@@ -171,12 +173,10 @@ def _not_read_only(script: Script, ctx: _Context) -> str | None:
         return "it runs a subshell ('(...)')"
     if script.heredoc:
         return "it uses a here-document"
-    path = _path_entry_in_reach(ctx.workspace)
-    if path is not None:
-        return f"PATH holds {path!r}, so a program from the workspace could run instead"
     # Every directory the shell may be in: a `cd` skipped by `&&`/`||`, or run in a pipeline's subshell,
     # leaves it where it was.
     cwds = ["."]
+    expansions = _Expansions(script, line, ctx)
     for index, command in enumerate(script.commands):
         if command.assignments:
             return "it sets variables for the program (VAR=value), which can change what runs"
@@ -190,11 +190,22 @@ def _not_read_only(script: Script, ctx: _Context) -> str | None:
                 return f"it redirects {'output to' if '>' in redirect.op else 'input from'} a file"
         if argv[0].text != "cd" and _user_allowed(argv, ctx):  # a cd must be followed, whatever the rules
             continue
-        problem = program_problem(argv, ctx.workspace, cwds, deadline=ctx.deadline)
-        if problem:
-            return problem
+        if argv[0].glob:
+            return f"the program's name ({argv[0].text}) is a glob: which program runs depends on file names"
+        targets: list[str] = []
+        for where, words in _argvs(index, argv, cwds, expansions):
+            if isinstance(words, str):
+                return words
+            problem = program_problem(words, ctx.workspace, where, deadline=ctx.deadline)
+            if problem:
+                return problem if words is argv else f"{problem} (bash expands it to: {_shown(words)})"
+            for cwd in where:
+                problem = _program_in_reach(argv[0].text, ctx.workspace, cwd)
+                if problem:
+                    return problem
+            if argv[0].text == "cd":
+                targets += [t for t in cd_targets(ctx.workspace, where, words[1].text) if t not in targets]
         if argv[0].text == "cd":
-            targets = cd_targets(ctx.workspace, cwds, argv[1].text)
             later = script.commands[index + 1].after if index + 1 < len(script.commands) else ""
             # Neither skipped by && / || nor run in a pipeline's subshell:
             alone = command.after in ("", ";", "\n") and later not in ("|", "|&")
@@ -205,48 +216,87 @@ def _not_read_only(script: Script, ctx: _Context) -> str | None:
     return None
 
 
-def _path_entry_in_reach(workspace: Path | None) -> str | None:
-    """A PATH entry that is relative (the empty one is the current directory) or inside the workspace."""
-    entries = os.environ.get("PATH", "")
-    place = None if workspace is None else os.path.abspath(workspace)
-    key = (entries, place)
-    stamps = tuple(_identity(path) for path in [*entries.split(os.pathsep), *([place] if place else [])])
-    known = _in_reach.get(key)
-    if known is not None and known[0] == stamps:
-        return known[1]
-    found = _entry_in_reach(entries, workspace)
-    if len(_in_reach) >= 16:
-        _in_reach.clear()
-    _in_reach[key] = (stamps, found)
-    return found
+def _argvs(
+    index: int, argv: list[Word], cwds: list[str], expansions: _Expansions
+) -> Iterator[tuple[list[str], list[Word] | str]]:
+    """The words command `index` runs with, and the directories it runs them from: as written from all of
+    `cwds` when nothing in it expands, else from each directory as bash expands them there (or why they
+    cannot be known)."""
+    if not any(w.glob for w in argv):
+        yield cwds, argv
+        return
+    for cwd in cwds:
+        yield [cwd], expansions.argv(index, cwd)
 
 
-#: (PATH, workspace) → (the identity of each directory, the answer). Resolving every entry costs ~45
-#: lstat()s a command; one stat() each tells whether the answer can have changed: a directory has one place
-#: (no hard links), so the same identity means the same real path, unless the directory itself was moved,
-#: which a confined command cannot do outside its workspace. A symlink retargeted, a directory made, replaced or
-#: removed all change an identity. An entry that is not there has no identity: its real path is the stamp.
-_in_reach: dict[tuple[str, str | None], tuple[tuple[object, ...], str | None]] = {}
+class _Expansions:
+    """What bash makes of each command's globs, asked once per directory the line may be in (expand.py)."""
+
+    def __init__(self, script: Script, line: PlainLine, ctx: _Context) -> None:
+        self._ctx = ctx
+        # The lexer and the bash parser agree on every word (checked before); bash is given the parser's
+        # source text of each word, quotes and all, so it reads exactly what the shell tool will run.
+        self._sources = {
+            i: [w.source for w in plain.argv]
+            for i, (plain, lexed) in enumerate(zip(line.commands, script.commands, strict=True))
+            if any(w.glob for w in lexed.argv)
+        }
+        self._done: dict[str, dict[int, list[str]] | str] = {}
+
+    def argv(self, index: int, cwd: str) -> list[Word] | str:
+        workspace = self._ctx.workspace
+        if workspace is None:
+            return "a glob is expanded by the shell, and without a workspace its matches cannot be checked"
+        if cwd not in self._done:
+            order = sorted(self._sources)
+            try:
+                words = expand([self._sources[i] for i in order], os.path.join(workspace, cwd),
+                               deadline=self._ctx.deadline)
+                self._done[cwd] = dict(zip(order, words, strict=True))
+            except Unexpandable as error:
+                self._done[cwd] = str(error)
+            except OSError as error:  # the directory went away, or is not one
+                self._done[cwd] = f"the glob cannot be expanded in {cwd} ({error.strerror})"
+        done = self._done[cwd]
+        if isinstance(done, str):
+            return done
+        return [Word(text, quoted=True) for text in done[index]]
 
 
-def _identity(path: str) -> object:
-    if not path.startswith("/"):
+def _shown(words: list[Word], limit: int = 160) -> str:
+    text = shlex.join(w.text for w in words)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+#: Builtins of bash among the read-only programs: bash runs them without searching PATH.
+_BUILTINS = frozenset({"cd", "echo", "printf", "test", "[", "true", "false", "command", "pwd", "type"})
+
+
+def _program_in_reach(name: str, workspace: Path | None, cwd: str) -> str | None:
+    """Why running `name` from the workspace-relative `cwd` would run a program inside the workspace, or None.
+
+    A program the model can rewrite is no longer the one the allowlist describes: a `.venv/bin/ls` planted
+    by an earlier approved command would read `.env` under an auto-approved `ls`. So each program is looked up
+    as bash will (the first executable file of that name along PATH; an empty or relative entry is the
+    command's directory) and asks only when it is found inside the workspace. A virtual environment on PATH
+    holds `python` and `pip`, not `find` or `wc`, so `find . -name '*.py' | wc -l` still runs unasked. The
+    answer cannot go stale before the command runs: nothing auto-approved can write (its grant is read-only,
+    enforced by the kernel), so the program found is the program that runs; a command the user approves
+    runs with whatever PATH finds, which the question then covers."""
+    if workspace is None or name in _BUILTINS or "/" in name:
         return None
-    try:
-        info = os.stat(path)
-    except (OSError, ValueError):
-        return os.path.realpath(path)
-    return info.st_dev, info.st_ino
-
-
-def _entry_in_reach(entries: str, workspace: Path | None) -> str | None:
-    root = os.path.realpath(workspace) if workspace is not None else None
-    for entry in entries.split(os.pathsep):
-        if not entry.startswith("/"):
-            return entry
-        real = os.path.realpath(entry)
-        if root is not None and (real == root or real.startswith(root.rstrip("/") + "/")):
-            return entry
+    root = os.path.realpath(workspace)
+    for entry in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        base = entry if entry.startswith("/") else os.path.join(workspace, cwd, entry or ".")
+        found = os.path.join(base, name)
+        if not (os.path.isfile(found) and os.access(found, os.X_OK)):
+            continue
+        for path in (os.path.abspath(found), os.path.realpath(found)):
+            if path == root or path.startswith(root.rstrip(os.sep) + os.sep):
+                shown, held = os.path.relpath(path, root), entry or "."
+                return (f"'{name}' would run {shown}, a program inside the workspace (PATH holds {held!r}), "
+                        "which could have been rewritten since it was installed")
+        return None
     return None
 
 

@@ -110,6 +110,8 @@ def _dangerous_argv(argv: list[Word], config_dir: Path | None) -> str | None:
     first = argv[0]
     if first.expands:
         return "the program it runs is only known at run time (a $-expansion or substitution names it)"
+    if first.glob:  # `r? -rf .` runs rm when the workspace holds a file named `rm`
+        return "the program it runs is a glob, so file names decide which program runs"
     name = posixpath.basename(first.text)
     args = [w.text for w in argv[1:]]
     flags = "".join(a[1:] for a in args if a.startswith("-") and not a.startswith("--"))

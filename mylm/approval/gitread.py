@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .gitrepo import repository_problem
-from .options import Spec, UnknownOption, parse_args
+from .gitrepo import history_problem, repository_problem
+from .options import Parsed, Spec, UnknownOption, parse_args
 from .reach import path_problem, secret_beneath
 
 #: What `git log`, `git show` and `git shortlog` accept for choosing and showing commits. Not --output
@@ -113,11 +113,51 @@ def git_problem(
         problem = repository_problem(workspace, cwd, deadline=deadline)
         if problem:
             return problem
+    problem = _contents_problem(sub, parsed, workspace, cwds, deadline)
+    if problem:
+        return problem
     if sub == "grep":
         # Tracked files, or untracked ones too, anywhere in the repository (`:/`): check the whole workspace.
         secret = secret_beneath(workspace, ".", ["."], into_git=False)
         if secret:
             return f"it searches a tree that holds the secret {secret}"
+    return None
+
+
+#: Options that make `git log` print diffs, that is file contents.
+_PATCH = frozenset({"-p", "-u", "-U", "-W", "-c", "--patch", "--unified", "--word-diff", "--color-words",
+                    "--cc", "--binary", "--function-context", "--text", "--full-diff"})
+#: `git log` options that choose the revisions to walk, handed to `git rev-list` as they are.
+_REF_SETS = ("--all", "--branches", "--tags", "--remotes")
+
+
+def _contents_problem(
+    sub: str, parsed: Parsed, workspace: Path | None, cwds: list[str], deadline: float | None
+) -> str | None:
+    """For the forms that print file contents from git's objects, not the work tree: whether what they can
+    reach holds a secret (a `.env` committed and deleted since still prints from `git log -p`)."""
+    ops = parsed.operands
+    if sub == "log" and any(option in _PATCH for option, _ in parsed.options):
+        head, index, operands = True, False, ops
+    elif sub == "show":  # `git show REV:path` alone prints that path, checked as a path already
+        head, index, operands = not (ops and all(":" in op for op in ops)), False, ops
+    elif sub == "diff":
+        head, index, operands = False, True, ops  # no revision: the index against the work tree
+    elif sub == "grep" and (parsed.has("--cached") or len(ops) > 1):
+        pattern = 0 if parsed.has("-e", "--regexp", "-f", "--file") else 1
+        head, index, operands = False, parsed.has("--cached"), ops[pattern:]
+    elif sub == "cat-file" and not parsed.has("-t", "-s", "-e"):
+        head, index, operands = False, False, ops[-1:]  # `-p OBJECT` or `TYPE OBJECT`
+    else:
+        return None
+    if workspace is None:
+        return "without a workspace the git repository cannot be checked"
+    sets = [o if v is None else f"{o}={v}" for o, v in parsed.options if o.partition("=")[0] in _REF_SETS]
+    for cwd in cwds:
+        problem = history_problem(workspace, cwd, operands, rev_options=sets, head=head, index=index,
+                                  deadline=deadline)
+        if problem:
+            return problem
     return None
 
 

@@ -15,17 +15,22 @@ import fnmatch
 import os
 import subprocess
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from ..cancel import remaining
+from .sensitive import is_secret_path
 from ..tools.environment import NEUTRAL_SETTINGS, child_environment, neutral_env, neutralised
 
 # NEUTRAL_SETTINGS and neutralised live with the command environment (mylm.tools.environment), which the shell
 # tool builds; they are named here too because they are half of what this module promises (see above).
-__all__ = ["GIT_TIMEOUT", "HARMLESS_KEYS", "NEUTRAL_SETTINGS", "neutral_env", "neutralised", "repository_problem"]
+__all__ = [
+    "GIT_TIMEOUT", "HARMLESS_KEYS", "NEUTRAL_SETTINGS", "neutral_env", "neutralised", "repository_problem",
+]
 
 #: Repository settings that change nothing a read-only command runs or reads (`*` is a subsection). Not
-#: extensions.partialClone or remote.*.promisor: a partial clone fetches missing objects from reads.
+#: extensions.partialClone or remote.*.promisor: a partial clone fetches missing objects from reads. Not the
+#: keys that name a file git reads (blame.ignoreRevsFile, core.excludesFile, mailmap.file, include.path):
+#: a repository's own config could point them outside the workspace, or at /dev/tty.
 HARMLESS_KEYS = (
     "core.repositoryformatversion", "core.filemode", "core.bare", "core.logallrefupdates", "core.ignorecase",
     "core.precomposeunicode", "core.symlinks", "core.autocrlf", "core.eol", "core.safecrlf", "core.quotepath",
@@ -33,11 +38,13 @@ HARMLESS_KEYS = (
     "core.whitespace", "core.checkstat", "core.trustctime", "core.untrackedcache", "core.splitindex",
     "core.multipackindex", "core.commitgraph", "core.preloadindex", "core.sparsecheckout",
     "core.sparsecheckoutcone", "core.longpaths", "core.fscache", "core.protectntfs", "core.protecthfs",
-    "core.excludesfile", "core.hookspath", "remote.*.url", "remote.*.pushurl", "remote.*.fetch",
+    "core.hookspath", "remote.*.url", "remote.*.pushurl", "remote.*.fetch",
     "remote.*.push", "remote.*.mirror", "remote.*.tagopt", "remote.*.prune", "remote.*.prunetags",
     "branch.*.remote", "branch.*.merge", "branch.*.rebase", "branch.*.pushremote", "branch.*.description",
     "user.name", "user.email", "user.signingkey", "pull.*", "push.*", "fetch.*", "gui.*", "github.*",
-    "gitlab.*", "help.*", "alias.*", "blame.*", "status.*", "lfs.*", "worktree.*", "init.defaultbranch",
+    "gitlab.*", "help.*", "alias.*", "blame.blankboundary", "blame.coloring", "blame.date",
+    "blame.showemail", "blame.showroot", "blame.markunblamablelines", "blame.markignoredlines", "status.*",
+    "lfs.*", "worktree.*", "init.defaultbranch",
     "extensions.objectformat", "extensions.worktreeconfig", "extensions.preciousobjects", "gc.*", "pack.*",
     "index.*", "feature.*", "maintenance.*", "submodule.*.url", "submodule.*.active", "submodule.*.branch",
     "color.*", "diff.renames", "diff.algorithm", "diff.mnemonicprefix", "diff.noprefix", "diff.colormoved",
@@ -106,14 +113,17 @@ def _environment(environ: Mapping[str, str] | None) -> dict[str, str]:
 
 
 def _ask(args: list[str], cwd: str, env: dict[str, str], deadline: float | None, *,
-         top_optional: bool = False) -> str | None:
-    """git's stdout for `args`, None when `cwd` is not in a repository; `_NoAnswer` otherwise."""
+         top_optional: bool = False, feed: str | None = None) -> str | None:
+    """git's stdout for `args` (given `feed` on stdin), None when `cwd` is not in a repository; `_NoAnswer`
+    otherwise."""
     budget = min(GIT_TIMEOUT, remaining(deadline))
     if budget <= 0:
         raise _NoAnswer("no time is left in this run to ask git about the repository")
+    given = None if feed is None else feed.encode("utf-8", "surrogateescape")
     try:
         done = subprocess.run(
-            ["git", *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=budget,
+            ["git", *args], cwd=cwd, env=env, capture_output=True, timeout=budget, input=given,
+            stdin=subprocess.DEVNULL if given is None else None,
         )
     except subprocess.TimeoutExpired:
         raise _NoAnswer(
@@ -131,6 +141,65 @@ def _ask(args: list[str], cwd: str, env: dict[str, str], deadline: float | None,
         return out  # a bare repository, or inside .git: there is no work tree to name
     first = err.splitlines()[0] if err else f"exit {done.returncode}"
     raise _NoAnswer(f"git cannot read the repository ({first})")
+
+
+def history_problem(
+    workspace: Path,
+    cwd: str,
+    operands: list[str],
+    *,
+    rev_options: Sequence[str] = (),
+    head: bool = True,
+    index: bool = False,
+    deadline: float | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> str | None:
+    """Why a git command that prints file contents (`log -p`, `show`, `diff`, `grep REV`, `cat-file -p`) could
+    print a secret: a file the policy calls secret anywhere in what it can reach, committed and deleted since
+    included, or a blob named by its hash (no path to judge it by). git says which objects the command's
+    revisions reach (`rev-list --objects`, plus the index when `index`); with no revision among the operands,
+    HEAD when `head`."""
+    here = os.path.realpath(os.path.join(workspace, cwd))
+    env = _environment(environ)
+    candidates = [c for op in operands for c in _positive_revisions(op)]
+    try:
+        revs: list[str] = []
+        if candidates:
+            found = _ask(["cat-file", "--batch-check=%(objectname) %(objecttype)"], here, env, deadline,
+                         feed="".join(f"{c}^{{}}\n" for c in candidates)) or ""
+            for line in found.splitlines():
+                name, _, kind = line.partition(" ")
+                if kind == "blob":
+                    return "it prints a file by its object name, which the policy cannot tie to a path"
+                if kind in ("commit", "tree"):
+                    revs.append(name)
+        revs += list(rev_options)
+        if head and not revs:
+            revs = ["HEAD"]
+        if not revs and not index:
+            return None
+        listing = _ask(["rev-list", "--objects", *(["--indexed-objects"] if index else []), *revs, "--"],
+                       here, env, deadline) or ""
+    except _NoAnswer as error:
+        return str(error)
+    for line in listing.splitlines():
+        path = line.partition(" ")[2]
+        if path and is_secret_path(path):
+            return (f"git can show the secret file {path} (in the repository's history or index), and this "
+                    "command prints file contents")
+    return None
+
+
+def _positive_revisions(operand: str) -> list[str]:
+    """The revisions an operand adds (`A..B` adds B, `A...B` both, `^A` nothing); `REV:path` is a path, which
+    the caller checks as one. A path operand comes back too: git says it is no object."""
+    if ":" in operand or operand.startswith(("^", "-")) or not operand:
+        return []
+    if "..." in operand:
+        return [side or "HEAD" for side in operand.split("...", 1)]
+    if ".." in operand:
+        return [operand.split("..", 1)[1] or "HEAD"]
+    return [operand]
 
 
 def _inside(root: str, path: str) -> bool:

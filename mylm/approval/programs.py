@@ -7,8 +7,6 @@ secret once symlinks are resolved, a recursive read of a tree holding a secret.
 
 from __future__ import annotations
 
-import glob as _glob
-import itertools
 import os
 import posixpath
 import re
@@ -24,9 +22,6 @@ from .shell_syntax import Word
 _ANY_STRINGS = frozenset({"echo", "true", "false", "test", "[", "expr"})
 #: Options that make grep read whole trees (`-d`/`--directories` take any prefix of `recurse`).
 _GREP_RECURSIVE = ("-r", "-R", "--recursive", "--dereference-recursive")
-_GLOB = re.compile(r"[*?\[]")
-#: Files a glob may match before the command asks instead of checking each.
-_MAX_GLOB = 2000
 _SED_PRINT = re.compile(r"(\d+|\$)(,(\d+|\$))?p")
 _JQ_LOADS = re.compile(r"\b(import|include|modulemeta|get_search_list)\b")
 
@@ -42,6 +37,8 @@ def program_problem(
             return "an argument uses $-expansion, so its value is only known at run time"
         if word.tilde:
             return "an argument refers to a home directory (~), outside the workspace"
+        if word.glob:  # the caller passes what bash expands a glob to (expand.py), never the pattern
+            return "an argument is a glob that was not expanded"
     texts = [w.text for w in args]
     if "/" in name:
         return f"'{name}' is not on the read-only list"
@@ -120,30 +117,6 @@ def _paths(
             problem = path_problem(workspace, cwd, text)
             if problem:
                 return problem
-        if name in STRING_OPERANDS:
-            continue
-        for word in args:
-            if word.glob:
-                problem = _glob_problem(word.text, workspace, cwd)
-                if problem:
-                    return problem
-    return None
-
-
-def _glob_problem(pattern: str, workspace: Path | None, cwd: str) -> str | None:
-    """A glob is read-only when what it expands to right now is neither an option nor a secret."""
-    if workspace is None:
-        return "a glob is expanded by the shell, and without a workspace its matches cannot be checked"
-    # Lazily, and only as far as the limit: `*/*/*/*/*` in a large tree stops early instead of listing it all.
-    matches = list(itertools.islice(_glob.iglob(pattern, root_dir=workspace / cwd), _MAX_GLOB + 1))
-    if len(matches) > _MAX_GLOB:
-        return "a glob matches too many files to check"
-    for match in matches:
-        if match.startswith("-"):
-            return f"the glob {pattern!r} matches a file named like an option ({match})"
-        problem = path_problem(workspace, cwd, match)
-        if problem:
-            return f"the glob {pattern!r}: {problem}"
     return None
 
 
@@ -166,18 +139,11 @@ def _tree_problem(name: str, parsed: Parsed, workspace: Path | None, cwds: list[
     else:
         return None
     for cwd in cwds:
-        # `grep -r KEY *`: the shell expands a glob into the roots (quoted, it would not; expanding is safe).
-        expanded = [m for r in roots for m in (_expand(r, workspace, cwd) if _GLOB.search(r) else [r])]
-        secret = secret_beneath(workspace, cwd, expanded, into_git=follows)
+        # The roots are words as bash passes them: `grep -r KEY *` arrives here with its glob expanded.
+        secret = secret_beneath(workspace, cwd, roots, into_git=follows)
         if secret:
             return f"it reads a tree that holds the secret {secret}"
     return None
-
-
-def _expand(pattern: str, workspace: Path | None, cwd: str) -> list[str]:
-    if workspace is None:
-        return [pattern]
-    return list(itertools.islice(_glob.iglob(pattern, root_dir=workspace / cwd), _MAX_GLOB + 1))
 
 
 def find_problem(args: list[str]) -> tuple[str | None, list[str]]:

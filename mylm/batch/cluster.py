@@ -85,6 +85,11 @@ class RayExecutor:
         self.address = address
         self.init = dict(init or {})
 
+    def connect(self) -> None:
+        """Join (or start) the Ray cluster now, before a live progress line is drawn: what Ray prints while it
+        starts (a token-auth warning) then lands above the line instead of inside it."""
+        self._connect(import_ray())
+
     def _connect(self, ray: Any) -> None:
         if ray.is_initialized():
             return
@@ -147,5 +152,5 @@ class RayExecutor:
                 return None  # cut short by the stop: it runs again on resume
             return crash_record(task, error)
         if record is not None:
-            context.on_tokens(int(record.get("usage", {}).get("completion_tokens", 0)))
+            context.on_tokens(int((record.get("usage") or {}).get("completion_tokens", 0)))
         return record

@@ -127,16 +127,15 @@ def result_record(
     """The result line for a task: what the run produced, or why it could not run."""
     record: dict[str, Any] = {"id": task.id}
     if result is None:
-        record.update(final_text="", stop_reason="error", iterations_used=0,
-                      usage={"prompt_tokens": 0, "completion_tokens": 0})
+        # Usage null, as `ask --json` says it, when nothing was reported: 0/0 would be a false count.
+        record.update(final_text="", stop_reason="error", iterations_used=0, usage=None)
         failure = error
     else:
-        usage = result.usage
         record.update(
             final_text=result.final_text,
             stop_reason=result.stop_reason.value,
             iterations_used=result.iterations_used,
-            usage={"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens},
+            usage=result.reported_usage(),
         )
         failure = result.error
     record.update(

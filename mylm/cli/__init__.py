@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tools": ("info:tools", "List the tools the model can call, with their schemas."),
     "config": ("info:config", "Show the effective settings and where each came from."),
     "models": ("models:models", "List the endpoint's models; pull and list GGUF models to run locally."),
+    "serve": ("serve:serve", "Serve the model behind the OpenAI and Anthropic APIs, with native tool calling."),
     "eval": ("eval:eval_", "Score the endpoint's model on small tool tasks (does it work with mylm?)."),
     "completion": ("info:completion", "Print the shell completion script for bash, zsh or fish."),
 }
@@ -45,6 +46,26 @@ class LazyGroup(click.Group):
         module, _, name = COMMANDS[cmd_name][0].partition(":")
         command: click.Command = getattr(importlib.import_module(f"{__name__}.{module}"), name)
         return command
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        """Run as click does, but end as mylm does: one line and an exit code per failure (see root.py)."""
+        if not kwargs.get("standalone_mode", True) or len(args) > 3:
+            return super().main(*args, **kwargs)
+        from .root import run_command
+
+        run_command(lambda: super(LazyGroup, self).main(*args, **{**kwargs, "standalone_mode": False}))
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        from .root import output_errors
+
+        with output_errors():  # `mylm --help > /dev/full` writes the help here
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from .root import output_errors
+
+        with output_errors():
+            return super().invoke(ctx)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from ..words import counted
 from .common import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -21,7 +22,7 @@ from .common import (
     settings_from,
     verbose_option,
 )
-from .record import Recorder, inherit_model, resume_option, session_to_resume, usage_record
+from .record import Recorder, inherit_model, resume_option, session_to_resume
 
 if TYPE_CHECKING:
     from ..redact import Redactor
@@ -33,6 +34,8 @@ def run_options(command: Any) -> Any:
     options = [
         click.option("--max-iterations", type=int, metavar="N", help="Model calls allowed before a summary answer [10]."),
         click.option("--timeout", type=float, metavar="SECONDS", help="Wall-clock budget for each run [120]."),
+        click.option("--max-tokens", type=int, metavar="N",
+                     help="Output cap for each model call [4096] [env: MYLM_MAX_TOKENS]."),
         click.option("-y", "--yes", is_flag=True, default=None, help="Run every tool call without asking."),
         click.option(
             "--sandbox", type=click.Choice(["auto", "off"]), default=None,
@@ -99,14 +102,14 @@ def ask(ctx: click.Context, /, prompt: tuple[str, ...], **options: Any) -> None:
         recorder = Recorder.start(command="ask", settings=settings, redactor=redactor, resume=resume,
                                   save=not options["no_save"], title=title)
         recorder.prompt(text)
-        try:
-            exchange = run_exchange(agent, text, history, printer.handle)
-        finally:
-            printer.finish()
+        exchange = run_exchange(agent, text, history, printer.handle, finish=printer.finish)
     recorder.exchange(exchange)
     recorder.close()
     if exchange.output_error is not None:
-        raise exchange.output_error
+        from .root import OutputError
+
+        saved = "the conversation is saved: `mylm ask --continue` resumes it" if recorder.id else ""
+        raise OutputError(exchange.output_error, saved=saved)
     result = exchange.result
     if options["as_json"]:
         printer.emit(_summary(result, recorder.id))  # type: ignore[union-attr]
@@ -132,11 +135,14 @@ def _report_ending(result: RunResult, session: str | None, redactor: Redactor, m
         resume = " (the conversation is saved: `mylm ask --continue` resumes it)" if session else ""
         click.echo(f"mylm: interrupted{resume}", err=True)
     elif reason == "max_iterations":
-        click.echo(f"mylm: stopped after {result.iterations_used} iterations (--max-iterations)", err=True)
+        used = counted(result.iterations_used, "iteration")
+        click.echo(f"mylm: stopped after {used} (--max-iterations)", err=True)
+    elif reason == "repeated_call":
+        click.echo(f"mylm: stopped: {for_terminal(redactor.redact(str(result.error)))}", err=True)
     elif reason == "max_tokens":
         click.echo(
             f"mylm: warning: the answer was cut off at the output limit of {max_tokens} tokens; raise it "
-            "with max_tokens in the config file (or MYLM_MAX_TOKENS)",
+            "with --max-tokens (or max_tokens in the config file, or MYLM_MAX_TOKENS)",
             err=True,
         )
 
@@ -149,7 +155,7 @@ def _summary(result: RunResult, session: str | None) -> dict[str, Any]:
         "timed_out": result.timed_out,
         "final_text": result.final_text,
         "model_calls": result.model_calls,
-        "usage": usage_record(result),
+        "usage": result.reported_usage(),
         "error": str(result.error) if result.error is not None else None,
         "session": session,
     }

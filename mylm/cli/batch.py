@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import click
 
+from ..words import counted
 from .common import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -106,6 +107,7 @@ def batch(ctx: click.Context, /, tasks_file: Path, output: Path, **options: Any)
 
         import_ray()  # before anything is written: say at once that the extra is missing
         executor = RayExecutor(options["concurrency"], address=options["ray_address"] or "auto")
+        executor.connect()  # what Ray prints while it starts comes before the progress line, not inside it
     elif options["ray_address"]:
         raise click.UsageError("--ray-address needs --executor ray")
 
@@ -145,8 +147,8 @@ def batch(ctx: click.Context, /, tasks_file: Path, output: Path, **options: Any)
     view.close(summary)
     if summary.interrupted:
         click.echo(
-            f"mylm: interrupted: {summary.done} result(s) written to {output} this run, {summary.remaining} "
-            f"task(s) not finished; run `{again}` to resume",
+            f"mylm: interrupted: {counted(summary.done, 'result')} written to {output} this run, "
+            f"{counted(summary.remaining, 'task')} not finished; run `{again}` to resume",
             err=True,
         )
         ctx.exit(EXIT_INTERRUPTED)

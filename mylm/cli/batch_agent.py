@@ -100,7 +100,7 @@ class BatchAgentFactory:
             prompts=loader,
             max_tokens=self.max_tokens, permission=NeverAsk(policy), instructions=self.instructions,
             context_budget=self.context_budget, workspace=workspace,
-            constrain=self.constrain,  # type: ignore[arg-type]  # validated by the config reader
+            constrain=self.constrain,  # validated by the config reader
         )
 
     def _loader(self) -> PromptLoader:
@@ -158,11 +158,10 @@ class SessionWriter:
             return None
         with transcript:
             transcript.messages(result.history if result.compacted else result.history_delta)
-            usage = result.usage
             transcript.append({
                 "type": "run_end", "stop_reason": result.stop_reason.value,
                 "iterations_used": result.iterations_used,
-                "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens},
+                "usage": result.reported_usage(),
                 "error": str(result.error) if result.error is not None else None,
             })
         return transcript.id

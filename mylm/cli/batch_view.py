@@ -6,6 +6,8 @@ import json
 import sys
 from typing import IO, TYPE_CHECKING, Any, Callable
 
+from ..words import counted
+
 if TYPE_CHECKING:
     from ..batch import BatchEvent, BatchSummary, Progress, Snapshot
 
@@ -76,12 +78,12 @@ class PlainView(View):
             self.note(self.clean(f"retrying {event.id} (attempt {event.attempt}): {event.error}"))  # type: ignore[union-attr]
         elif kind == "rate_limited":
             self.note(f"the endpoint asked to slow down: waiting {event.delay:g}s, "  # type: ignore[union-attr]
-                      f"{event.limit} request(s) at a time")  # type: ignore[union-attr]
+                      f"{counted(event.limit, 'request')} at a time")  # type: ignore[union-attr]
         elif kind == "batch_stopping":
             self.note("stopping: no new tasks; cancelling the running ones (Ctrl-C again to quit at once)")
         elif kind == "batch_start":
             skipped = f", {event.skipped} already done" if event.skipped else ""  # type: ignore[union-attr]
-            self.note(f"batch: {event.total} task(s) to run{skipped}, {event.concurrency} at a time")  # type: ignore[union-attr]
+            self.note(f"batch: {counted(event.total, 'task')} to run{skipped}, {event.concurrency} at a time")  # type: ignore[union-attr]
 
 
 class LiveView(PlainView):
@@ -113,7 +115,7 @@ class LiveView(PlainView):
         self._live.stop()
         from rich.table import Table
 
-        table = Table(title="mylm batch", show_header=True, header_style="bold")
+        table = Table(title="mylm batch", show_header=False)  # the rows name themselves: no empty header row
         table.add_column("")
         table.add_column("", justify="right")
         for name, value in summary_rows(summary):

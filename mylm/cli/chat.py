@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from ..words import counted
 from .ask import run_options
 from .common import (
     configure_logging,
@@ -37,7 +38,7 @@ def chat(ctx: click.Context, /, **options: Any) -> None:
     (resume it with `mylm chat --continue` or `--session ID`).
     """
     from ..display import for_terminal
-    from ..redact import public_url
+    from .endpoint import endpoint_in_use
     from .repl import ChatState, enable_line_editing, repl
     from .runner import build_agent, make_approver, make_printer, session_tools
 
@@ -65,11 +66,12 @@ def chat(ctx: click.Context, /, **options: Any) -> None:
             reconfigure(errors="surrogateescape")
         if interactive:
             enable_line_editing(redactor)
-        where = settings.profile or settings.model or "the default model"
-        url = public_url(settings.base_url)
-        click.echo(for_terminal(f"mylm chat with {where} at {url}. /help for commands, Ctrl-D to leave."), err=True)
+        where = endpoint_in_use(settings).describe()
+        if settings.profile:
+            where = f"profile {settings.profile}: {where}"
+        click.echo(for_terminal(f"mylm chat with {where}. /help for commands, Ctrl-D to leave."), err=True)
         if resume is not None:
-            click.echo(f"Resumed session {resume.id} ({len(resume.history)} messages).", err=True)
+            click.echo(f"Resumed session {resume.id} ({counted(len(resume.history), 'message')}).", err=True)
         try:
             code = repl(state, prompt="> " if interactive else "")
         finally:

@@ -58,7 +58,8 @@ def say_replaced(where: str) -> None:
 
 
 def handles_errors(command: F) -> F:
-    """Turn mylm's errors and Ctrl-C into one readable line and a distinct exit code, never a traceback."""
+    """Turn mylm's errors and Ctrl-C into one readable line and a distinct exit code, never a traceback (output
+    that cannot be written is the CLI root's to report: root.py)."""
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -71,21 +72,8 @@ def handles_errors(command: F) -> F:
         except KeyboardInterrupt:
             click.echo("mylm: interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
-        except BrokenPipeError:
-            # The reader went away (`mylm ask ... | head`): not an error worth a message.
-            _silence_stdout()
-            sys.exit(EXIT_ERROR)
 
     return wrapper  # type: ignore[return-value]
-
-
-def _silence_stdout() -> None:
-    # Python flushes stdout at exit; with the reader gone that raises again, so point it at /dev/null.
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):
-        pass
 
 
 def _complete_profile(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
@@ -150,7 +138,7 @@ def settings_from(options: dict[str, Any]) -> Settings:
 
     names = (
         "base_url", "model", "api_key", "provider", "chat_format", "constrain", "max_iterations", "timeout",
-        "yes", "sandbox",
+        "max_tokens", "yes", "sandbox",
     )
     flags = {name: options.get(name) for name in names}
     flags["prompts"] = options.get("prompts_dir")
@@ -166,6 +154,14 @@ def settings_from(options: dict[str, Any]) -> Settings:
         for name in texts if isinstance(getattr(settings, name), str)
     }
     return dataclasses.replace(settings, **cleaned)
+
+
+def prompts_origin(settings: Settings) -> str:
+    """How the template lists label the `prompts` setting's directory: by where it was set."""
+    source = settings.sources.get("prompts", "flag")
+    if source.startswith("env"):
+        return "$MYLM_PROMPTS"
+    return "--prompts" if source == "flag" else "config"
 
 
 #: The redactor built from this command's settings, so that `fail` also knows the key and the URL's credentials.

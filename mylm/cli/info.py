@@ -61,26 +61,39 @@ def config(as_json: bool, **options: Any) -> None:
     from ..config import PROJECT_CONFIG, SETTING_NAMES, config_path, read_config_file
     from ..display import for_terminal, json_text
     from ..redact import public_url
-    from .runner import command_sandbox
+    from .endpoint import endpoint_in_use
+    from .runner import approval_policy, command_sandbox, tool_settings
 
     settings = settings_from(options)
+    # What `ask` would reject, `config` rejects too (it is where a user checks the file).
+    tool_settings(settings)
+    approval_policy(settings)
     user_file = config_path()
     profiles = sorted(read_config_file(user_file).get("profiles", {}))
     sandbox = command_sandbox(settings).describe()
+    in_use = endpoint_in_use(settings)
     rows = []
     for name in SETTING_NAMES:
         value: Any = getattr(settings, name)
+        source = settings.sources.get(name, "unset")
         if name == "api_key":
             value = "(set)" if value else None
+        elif name == "base_url" and in_use.provider == "local":
+            value, source = None, "not used: the model runs in-process"
         elif name == "base_url" and value:
             value = public_url(value)  # a user, password or `?key=` in the URL is a credential too
-        rows.append((name, value, settings.sources.get(name, "unset")))
+        elif name == "provider" and value != in_use.provider:
+            value, source = in_use.provider, _inferred(in_use.provider, settings.sources.get("base_url"))
+        elif name == "model" and in_use.provider == "local" and not value and in_use.model:
+            value, source = in_use.model, "default: the model pulled last"
+        rows.append((name, value, source))
     if as_json:
         data = {
             "config_file": str(user_file),
             "project_file": str(PROJECT_CONFIG.resolve()),
             "profile": settings.profile,
             "profiles": profiles,
+            "endpoint_in_use": {**in_use.header(), "path": in_use.path},
             "sandbox_in_force": sandbox,
             "settings": {name: {"value": value, "source": source} for name, value, source in rows},
         }
@@ -88,13 +101,24 @@ def config(as_json: bool, **options: Any) -> None:
         return
     exists = "" if user_file.exists() else "  (not found)"
     project = PROJECT_CONFIG.resolve()
-    click.echo(f"config file     {user_file}{exists}")
-    click.echo(f"project file    {project}{'' if project.exists() else '  (not found)'}")
-    click.echo(f"profile         {settings.profile or '-'}  (profiles: {', '.join(profiles) or 'none'})\n")
-    for name, value, source in rows:
-        shown = "-" if value is None or value == "" else _short(value)
-        click.echo(for_terminal(f"{name:<15} {shown:<40} {source}"))
-    click.echo(for_terminal(f"{'commands':<15} {sandbox}"))
+    shown = [(name, "-" if value in (None, "") else _short(value), source) for name, value, source in rows]
+    width = max(len(name) for name in [*SETTING_NAMES, "config file", "project file", "endpoint", "commands"])
+    values = max(len(value) for _, value, _ in shown)
+    click.echo(for_terminal(f"{'config file':<{width}}  {user_file}{exists}"))
+    click.echo(for_terminal(f"{'project file':<{width}}  {project}{'' if project.exists() else '  (not found)'}"))
+    listed = ", ".join(profiles) or "none"
+    click.echo(for_terminal(f"{'profile':<{width}}  {settings.profile or '-'}  (profiles: {listed})"))
+    click.echo(for_terminal(f"{'endpoint':<{width}}  {in_use.describe()}\n"))
+    for name, value, source in shown:
+        click.echo(for_terminal(f"{name:<{width}}  {value:<{values}}  {source}"))
+    click.echo(for_terminal(f"{'commands':<{width}}  {sandbox}"))
+
+
+def _inferred(provider: str, url_source: str | None) -> str:
+    """Where the provider in use comes from when no setting names it."""
+    if provider == "local":
+        return "default: no endpoint is configured and the local engine is installed"
+    return "default: no endpoint is configured" if url_source == "default" else "inferred from the URL"
 
 
 def _short(value: Any) -> str:

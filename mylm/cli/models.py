@@ -74,7 +74,22 @@ def pull(name: str) -> None:
         bar.close()
     verb = "downloaded" if fetched else "already downloaded (checksum verified)"
     click.echo(for_terminal(f"{name}: {verb}: {path}"), err=True)
-    click.echo(for_terminal(f'run it: mylm ask --provider local -m {name} "..."'), err=True)
+    click.echo(for_terminal(_after_pull(name)), err=True)
+
+
+def _after_pull(name: str) -> str:
+    """What `ask` and `chat` will talk to now: the pulled model, or (configured elsewhere) how to run it."""
+    from ..config import load_settings
+    from .endpoint import endpoint_in_use
+
+    try:
+        in_use = endpoint_in_use(load_settings())
+    except Exception:  # noqa: BLE001 - a config problem is for `ask` to report; the download itself worked
+        in_use = None
+    if in_use is not None and in_use.provider == "local" and in_use.model == name:
+        return f"mylm now runs it in-process (nothing else is configured): mylm ask \"...\""
+    where = f"; the configured endpoint stays in use: {in_use.describe()}" if in_use is not None else ""
+    return f'run it: mylm ask --provider local -m {name} "..."{where}'
 
 
 class _ProgressBar:

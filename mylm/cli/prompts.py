@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .common import handles_errors
+from .common import handles_errors, prompts_origin
 
 if TYPE_CHECKING:
     from ..prompts import PromptLoader
@@ -35,7 +35,8 @@ def _loader(prompts_dir: str | None) -> PromptLoader:
     from ..prompts import PromptLoader
 
     settings = load_settings({"prompts": prompts_dir})
-    return PromptLoader.default(settings.prompts, trusted=settings.project_trust is not None)
+    return PromptLoader.default(settings.prompts, trusted=settings.project_trust is not None,
+                                origin=prompts_origin(settings))
 
 
 def _complete_template(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
@@ -126,6 +127,17 @@ def edit(name: str, no_editor: bool) -> None:
     if no_editor:
         click.echo(str(target))
         return
+    import sys
+
+    from .common import isatty
+
+    if not (isatty(sys.stdin) and isatty(sys.stdout)):
+        from ..errors import MylmError
+
+        # An editor such as vim would draw its screen into the pipe and wait for keys that never come.
+        raise MylmError(
+            f"no terminal to run the editor in; edit {target} yourself (--no-editor only prints the path)"
+        )
     try:
         click.edit(filename=str(target))
     except click.ClickException as error:

@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from ..words import counted
 from .common import warn
 
 if TYPE_CHECKING:
     from ..config import Settings
     from ..redact import Redactor
     from ..sessions import Session, Transcript
-    from ..types import RunResult
     from .runner import Exchange
 
 
@@ -71,7 +71,7 @@ def session_to_resume(continue_last: bool, session_id: str | None) -> Session | 
         return None
     session = load(path)
     if session.skipped:
-        warn(f"session {session.id}: skipped {session.skipped} unreadable line(s)")
+        warn(f"session {session.id}: skipped {counted(session.skipped, 'unreadable line')}")
     started = session.header.get("cwd")
     if isinstance(started, str) and os.path.realpath(started) != os.path.realpath(os.getcwd()):
         warn(
@@ -82,11 +82,13 @@ def session_to_resume(continue_last: bool, session_id: str | None) -> Session | 
 
 
 def inherit_model(options: dict[str, Any], resume: Session | None) -> dict[str, Any]:
-    """Without `-m`, a resumed session keeps talking to the profile (or model) it was started with."""
-    if resume is None or options.get("model") or options.get("base_url"):
+    """Unless flags name another, a resumed session keeps talking to the endpoint, provider, model and chat format
+    (or the profile) it was made with."""
+    if resume is None:
         return options
-    chosen = resume.header.get("profile") or resume.header.get("model")
-    return {**options, "model": chosen} if isinstance(chosen, str) and chosen else options
+    from .endpoint import resumed_options
+
+    return resumed_options(options, resume.header)
 
 
 class Recorder:
@@ -114,19 +116,23 @@ class Recorder:
         """Open the resumed session for appending, or create a new one (unless `save` is off)."""
         if not save:
             return cls(None)
-        from ..redact import public_url
         from ..sessions import Transcript, private_sessions_dir
+        from .endpoint import HEADER_KEY, endpoint_in_use
 
         try:
             if resume is not None:
                 return cls(Transcript.open(resume.path, redactor=redactor))
+            # The endpoint really in use (the in-process model, not the Ollama URL that was not used), with
+            # the URL's user, password and query never saved.
+            in_use = endpoint_in_use(settings)
             header = {
                 "command": command,
                 "cwd": os.getcwd(),
-                "model": settings.model,
+                "model": in_use.model,
                 "profile": settings.profile,
-                "base_url": public_url(settings.base_url),  # never the URL's user, password or query
-                "provider": settings.provider,
+                "base_url": in_use.base_url or None,
+                "provider": in_use.provider,
+                HEADER_KEY: in_use.header(),
                 **({"title": " ".join(title.split())[:200]} if title else {}),
             }
             return cls(Transcript.create(private_sessions_dir(), redactor=redactor, header=header))
@@ -153,7 +159,7 @@ class Recorder:
                 "type": "run_end",
                 "stop_reason": result.stop_reason.value,
                 "iterations_used": result.iterations_used,
-                "usage": usage_record(result),
+                "usage": result.reported_usage(),
                 "error": str(result.error) if result.error is not None else None,
             })
 
@@ -178,12 +184,3 @@ class Recorder:
             self.transcript.close()
             self.transcript = None
 
-
-def usage_record(result: RunResult) -> dict[str, int] | None:
-    """The run's token counts, or None when the endpoint reported none (0/0 would be a false count)."""
-    from ..types import UsageEvent
-
-    if not any(isinstance(event, UsageEvent) for event in result.events):
-        return None
-    usage = result.usage
-    return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
+from ..words import counted
 from .common import EXIT_INTERRUPTED, EXIT_OK, from_outside
 
 if TYPE_CHECKING:
@@ -96,23 +97,26 @@ def _answer(state: ChatState, text: str) -> None:
 
     printer = state.printer_factory()
     state.recorder.prompt(text)
-    try:
-        exchange = run_exchange(state.agent, text, state.history, printer.handle)
-    finally:
-        printer.finish()
+    exchange = run_exchange(state.agent, text, state.history, printer.handle, finish=printer.finish)
     state.recorder.exchange(exchange)
     state.history = exchange.history
     if exchange.output_error is not None:
-        raise exchange.output_error
+        from .root import OutputError
+
+        saved = "the conversation is saved: `mylm chat --continue` resumes it" if state.recorder.id else ""
+        raise OutputError(exchange.output_error, saved=saved)
     result = exchange.result
     if result.stop_reason is StopReason.CANCELLED:
         # The first Ctrl-C stopped the reply; one more at the prompt leaves.
         state.interrupts = 1
         click.echo("Stopped; what was said so far is kept. (Ctrl-C again or Ctrl-D to leave)", err=True)
+    elif result.stop_reason is StopReason.REPEATED_CALL:
+        click.echo(f"mylm: stopped: {for_terminal(state.redactor.redact(str(result.error)))}", err=True)
     elif result.error is not None:
         click.echo(f"mylm: error: {for_terminal(state.redactor.redact(str(result.error)))}", err=True)
     elif result.stop_reason is StopReason.MAX_ITERATIONS:
-        click.echo(f"mylm: stopped after {result.iterations_used} iterations (--max-iterations)", err=True)
+        used = counted(result.iterations_used, "iteration")
+        click.echo(f"mylm: stopped after {used} (--max-iterations)", err=True)
 
 
 def _command(state: ChatState, line: str) -> None:
@@ -160,7 +164,7 @@ def _save(state: ChatState, target: str) -> None:
         return
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(text)
-    click.echo(f"Wrote {len(state.history)} messages to {target}.", err=True)
+    click.echo(f"Wrote {counted(len(state.history), 'message')} to {target}.", err=True)
 
 
 def enable_line_editing(redactor: Redactor) -> None:

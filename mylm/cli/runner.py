@@ -11,7 +11,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Iterator
 
 import click
 
-from .common import before_log_lines, isatty, same_file, same_terminal, use_color, warn
+from .common import before_log_lines, isatty, prompts_origin, same_file, same_terminal, use_color, warn
 from .signals import handling
 
 if TYPE_CHECKING:
@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from ..prompts import PromptLoader
     from ..redact import Redactor
     from ..sandbox import Sandbox
+    from ..approval import ApprovalPolicy
+    from ..tools import ToolSettings
     from ..tools.base import Tool
     from ..types import Event, Message, RunResult
     from .approve import Approver
@@ -39,20 +41,14 @@ def session_tools(settings: Settings) -> Iterator[list[Tool]]:
     and those servers live until the block ends.
     """
     from ..sandbox import protect_process
-    from ..tools import ToolSettings, builtin_tools
+    from ..tools import builtin_tools
     from ..tools.procs import become_subreaper
 
     # Adopt orphaned descendants, so a command's double-forked daemon is still found and stopped (T4).
     become_subreaper()
     # Commands must not read this process's environment (API keys, DATABASE_URL) from /proc (issue 10).
     protect_process()
-    from ..config import config_path, section_error
-    from ..errors import ConfigError
-
-    try:
-        configured = ToolSettings.from_config(dict(settings.extra.get("tools", {}) or {}))
-    except ConfigError as error:
-        raise section_error(config_path(), "tools", error) from None
+    configured = tool_settings(settings)
     tools = builtin_tools(
         workspace=Path.cwd(),
         memory_path=configured.memory_path,
@@ -65,10 +61,41 @@ def session_tools(settings: Settings) -> Iterator[list[Tool]]:
     if not servers:
         yield tools
         return
+    import time
+
     from ..tools import open_mcp_servers
 
-    with open_mcp_servers(servers) as mcp:
+    # A server that never answers `initialize` must not hold a `--timeout 8` run for its startup_timeout.
+    with open_mcp_servers(servers, deadline=time.monotonic() + settings.timeout) as mcp:
         yield [*tools, *mcp.tools]
+
+
+def tool_settings(settings: Settings) -> ToolSettings:
+    """The `[tools]` table of the config file, checked (a malformed one is a ConfigError naming its line)."""
+    from ..config import config_path, section_error
+    from ..errors import ConfigError
+    from ..tools import ToolSettings
+
+    try:
+        return ToolSettings.from_config(dict(settings.extra.get("tools", {}) or {}))
+    except ConfigError as error:
+        raise section_error(config_path(), "tools", error) from None
+
+
+def approval_policy(settings: Settings) -> ApprovalPolicy:
+    """The approval policy from `--yes` and the `[tools.approval]` table (a malformed one is a ConfigError)."""
+    from ..approval import ApprovalPolicy
+    from ..config import config_path, section_error
+    from ..errors import ConfigError
+    from ..paths import config_dir
+
+    section = (settings.extra.get("tools", {}) or {}).get("approval", {}) or {}
+    try:
+        return ApprovalPolicy.from_config(
+            section, workspace=Path.cwd(), yes=settings.yes, config_dir=config_dir()
+        )
+    except ConfigError as error:
+        raise section_error(config_path(), "tools.approval", error) from None
 
 
 def command_sandbox(settings: Settings, memory_path: Path | None = None) -> Sandbox:
@@ -199,22 +226,11 @@ def make_approver(
 ) -> Approver:
     """The permission hook: the approval policy from flags and user config, asking on the terminal (or on the
     terminal injected through click's obj) when the policy says to ask."""
-    from ..approval import ApprovalPolicy
-    from ..config import config_path, section_error
-    from ..errors import ConfigError
-    from ..paths import config_dir
     from .approve import Approver, open_terminal
 
-    section = (settings.extra.get("tools", {}) or {}).get("approval", {}) or {}
     sandbox = command_sandbox(settings)
     warn_about(sandbox)
-    try:
-        policy = ApprovalPolicy.from_config(
-            section, workspace=Path.cwd(), yes=settings.yes, config_dir=config_dir()
-        )
-    except ConfigError as error:
-        raise section_error(config_path(), "tools.approval", error) from None
-    policy = replace(policy, command_sandbox=sandbox.confines)
+    policy = replace(approval_policy(settings), command_sandbox=sandbox.confines)
     terminal_factory = (ctx.obj or {}).get("terminal", open_terminal)
     return Approver(
         policy=policy,
@@ -252,7 +268,7 @@ def build_agent(ctx: click.Context, settings: Settings, approver: Approver, tool
             timeout=settings.timeout,
             prompts=loader,
             max_tokens=settings.max_tokens,
-            constrain=settings.constrain,  # type: ignore[arg-type]  # validated by the config reader
+            constrain=settings.constrain,  # validated by the config reader
             permission=approver,
             instructions=settings.instructions,
             context_budget=budget,
@@ -270,7 +286,8 @@ def prompt_loader(settings: Settings) -> PromptLoader:
     not trusted, and in use when it is (they decide what the model is told, so the user should never forget)."""
     from ..prompts import PromptLoader
 
-    loader = PromptLoader.default(settings.prompts, trusted=settings.project_trust is not None)
+    loader = PromptLoader.default(settings.prompts, trusted=settings.project_trust is not None,
+                                  origin=prompts_origin(settings))
     for _, directory in loader.ignored:
         warn(
             f"ignoring the templates in {directory}: this project is not trusted "
@@ -352,9 +369,11 @@ class Exchange:
 
 
 def run_exchange(
-    agent: Agent, prompt: str, history: tuple[Message, ...], handle: Callable[[Event], None]
+    agent: Agent, prompt: str, history: tuple[Message, ...], handle: Callable[[Event], None], *,
+    finish: Callable[[], None] | None = None,
 ) -> Exchange:
-    """Run one prompt, passing each event to `handle`; Ctrl-C or SIGTERM stops it and keeps the partial exchange.
+    """Run one prompt, passing each event to `handle` (then calling `finish`, which ends the printer's open line);
+    Ctrl-C or SIGTERM stops it and keeps the partial exchange.
 
     Ctrl-C usually lands inside the agent, which ends the run as cancelled. When it lands in our own code (while an
     event is printed), the run is cancelled through its stream and drained, so the partial exchange is kept either way.
@@ -367,21 +386,28 @@ def run_exchange(
     interrupts = 0
     output_error: OSError | None = None
     with _terminate_as_interrupt():
-        while True:
+        try:
+            while True:
+                try:
+                    for event in stream:
+                        if output_error is None:
+                            handle(event)
+                    break
+                except KeyboardInterrupt:
+                    interrupts += 1
+                    if interrupts >= 3:
+                        raise
+                    stream.cancel()
+                except OSError as error:
+                    # Nobody can see the rest: stop the run, but still return it so the caller can save it.
+                    output_error = error
+                    stream.cancel()
+        finally:
             try:
-                for event in stream:
-                    if output_error is None:
-                        handle(event)
-                break
-            except KeyboardInterrupt:
-                interrupts += 1
-                if interrupts >= 3:
-                    raise
-                stream.cancel()
+                if finish is not None:
+                    finish()
             except OSError as error:
-                # Nobody can see the rest: stop the run, but still return it so the caller can save it.
-                output_error = error
-                stream.cancel()
+                output_error = output_error or error
     result = stream.result
     assert result is not None
     added = list(result.history_delta)

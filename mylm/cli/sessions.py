@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Iterable
 
 import click
 
+from ..words import counted
 from .common import handles_errors
 from .record import complete_session, find_session
 
@@ -49,7 +50,8 @@ def list_sessions(limit: int, as_json: bool) -> None:
         when = str(header.get("time", ""))[:16].replace("T", " ")
         model = header.get("profile") or header.get("model") or "-"
         title = session.title if len(session.title) <= 60 else session.title[:59] + "…"
-        line = f"{session.id}  {when}  {header.get('command', '?'):<4}  {model}  {len(session.history):>3} msgs  {title}"
+        messages = counted(len(session.history), "msg")
+        line = f"{session.id}  {when}  {header.get('command', '?'):<4}  {model}  {messages:>8}  {title}"
         click.echo(for_terminal(line))
     if not shown and not as_json:
         click.echo("No saved sessions yet (`mylm ask` and `mylm chat` save them).", err=True)

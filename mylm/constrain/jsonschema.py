@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..jsonref import resolve_ref
 from ..protocol.canonical import canonical_arguments
-from ..tools.validation import resolve_ref
 from .gbnf import Rules, literal
 
 #: Optional whitespace between JSON tokens: at most one space, so a model cannot spin on blank output.

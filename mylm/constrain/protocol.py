@@ -31,12 +31,15 @@ THOUGHT_CHARS = 400
 ANSWER_CHARS = 2000
 #: Characters Python's `str.strip` removes: an answer needs one character that is not among them.
 _SPACE = "\\t\\n\\r\\x0B\\x0C\\x1C-\\x1F\\x85\\xA0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000 "
-#: The answer: a visible character first, then text in which `<` is never followed by `/`, a letter or `|`, so
-#: neither `</final_answer>` nor a chat format's end-of-turn marker (`<end_of_turn>`, `<|im_end|>`, which a
-#: server cuts as a stop string) can sit inside it; `{n}` pieces.
+#: The answer: a visible character first, then text in which a `<` is a comparison (followed by a space or
+#: `=`, as in `a < b`, `x <= 3`), so neither `</final_answer>` nor a chat format's end-of-turn marker
+#: (`<end_of_turn>`, `<|im_end|>`, which a server cuts as a stop string) can sit inside it, and no made-up tag
+#: (`<#15>`) either: a model that keeps reaching for a tag (its end-of-turn marker, which it may not write here)
+#: once looped on `<#15>\n<#16>\n…` until its token limit; now the one tag it can write is `</final_answer>`,
+#: which ends the answer. `{n}` pieces.
 _ANSWER_TEXT = (
-    'answer-text ::= [ \\t\\n]{{0,8}} ([^<{space}] | "<" [^</|a-zA-Z<]) '
-    '([^<] | "<" [^</|a-zA-Z<]){{0,{n}}} "<"?'
+    'answer-text ::= [ \\t\\n]{{0,8}} ([^<{space}] | "<" [ \\t=]) '
+    '([^<] | "<" [ \\t=]){{0,{n}}}'
 )
 _PLAIN_ANSWER = "plain-answer ::= [ \\t\\n]{{0,8}} [^<`~{space}] [^<`~]{{0,{n}}}"
 

@@ -147,6 +147,12 @@ class HTTPProvider(ABC):
         if self.raw_prompt:
             self.chat_format = chat_format(self.endpoint.chat_format or DEFAULT_CHAT_FORMAT)
 
+    def pool(self, size: int) -> None:
+        """Keep up to `size` connections to the server for reuse (`mylm serve` relays many calls at once; the
+        default suits one agent's calls in turn)."""
+        self._session.close()
+        self._session = new_session(pool_maxsize=size)
+
     @classmethod
     def claims(cls, base_url: str) -> bool:
         """Whether `base_url` unambiguously belongs to this provider (to infer the provider from a URL)."""
@@ -435,7 +441,16 @@ class HTTPProvider(ABC):
                     response.status_code, body, response.headers, secret=self.endpoint.api_key
                 )
                 raise to_error(failure, self.place)
-            return self.parse_models(_json_document(body, self.place))
+            document = _json_document(body, self.place)
+            try:
+                return self.parse_models(document)
+            except (TypeError, AttributeError, KeyError, ValueError):
+                # `{"data": 5}`: JSON, but not a list of models; each parser assumes the documented shape.
+                error = StreamError(
+                    f"{self.place.url} answered the model list with JSON of another shape: {body[:80]!r}"
+                )
+                error.retryable = False
+                raise error from None
         finally:
             guard.close()
 

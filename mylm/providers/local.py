@@ -477,7 +477,31 @@ def _module(name: str) -> Any:
     """A llama-cpp-python module, imported on use and typed loosely (it ships no type information)."""
     import importlib
 
-    return importlib.import_module(name)
+    module = importlib.import_module(name)
+    _close_its_devnull_at_exit()
+    return module
+
+
+_devnull_closed = False
+
+
+def _close_its_devnull_at_exit() -> None:
+    """llama_cpp._utils opens /dev/null twice at import (for its output-silencing context) and never closes
+    it: every process that loaded the engine ended with `ResourceWarning: unclosed file /dev/null`. Closed at
+    exit, after the last use."""
+    global _devnull_closed
+    import sys
+
+    utils = sys.modules.get("llama_cpp._utils")
+    if _devnull_closed or utils is None:
+        return
+    _devnull_closed = True
+    import atexit
+
+    for name in ("outnull_file", "errnull_file"):
+        handle = getattr(utils, name, None)
+        if handle is not None and hasattr(handle, "close"):
+            atexit.register(handle.close)
 
 
 def _check(request: LLMRequest) -> None:

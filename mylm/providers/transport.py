@@ -270,10 +270,11 @@ class _Session(requests.Session):
         return {**found, "proxies": dict(found["proxies"])}
 
 
-def new_session() -> requests.Session:
-    """A session with guarded connections, no automatic retries and no `.netrc` credentials."""
+def new_session(pool_maxsize: int = 4) -> requests.Session:
+    """A session with guarded connections, no automatic retries and no `.netrc` credentials; it keeps up to
+    `pool_maxsize` idle connections per server for reuse."""
     session = _Session()
-    adapter = _GuardedAdapter(pool_maxsize=4, max_retries=0)
+    adapter = _GuardedAdapter(pool_maxsize=pool_maxsize, max_retries=0)
     session.mount("http://", adapter)
     session.mount("https://", adapter)
     # A session-level auth keeps requests from reading ~/.netrc, which would replace our Authorization header.

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from ..errors import ToolError
 from ..redact import redact
+from ..words import counted
 from .base import Tool, tool
 from .paths import Workspace, check_regular
 
@@ -196,7 +197,7 @@ def write_text(ws: Workspace, path: str, content: str) -> str:
         os.close(dir_fd)
     lines = content.count("\n") + (0 if content.endswith("\n") or not content else 1)
     what = "replaced its previous content" if before else "new file"
-    return f"Wrote {len(data):,} bytes ({lines} lines) to {rel} ({what})."
+    return f"Wrote {counted(len(data), 'byte')} ({counted(lines, 'line')}) to {rel} ({what})."
 
 
 def edit_text(ws: Workspace, path: str, old: str, new: str) -> str:
@@ -232,7 +233,7 @@ def edit_text(ws: Workspace, path: str, old: str, new: str) -> str:
         os.close(dir_fd)
     line = data.count(b"\n", 0, index) + 1
     removed, added = old_b.count(b"\n") + 1, new_b.count(b"\n") + 1
-    return f"Edited {rel}: replaced {removed} line(s) at line {line} with {added} line(s).{note}"
+    return f"Edited {rel}: replaced {counted(removed, 'line')} at line {line} with {counted(added, 'line')}.{note}"
 
 
 def _identity(info: os.stat_result) -> tuple[int, int, int]:
@@ -295,7 +296,7 @@ def list_entries(ws: Workspace, path: str = ".") -> str:
     rows.sort()
     shown = rows[:MAX_LIST_ENTRIES]
     dirs = sum(1 for kind, _, _ in rows if kind == 0)
-    header = f"[{rel}: {len(rows)} entries, {dirs} directories]"
+    header = f"[{rel}: {counted(len(rows), 'entry', 'entries')}, {counted(dirs, 'directory', 'directories')}]"
     lines = [header, *(text for _, _, text in shown)]
     if len(rows) > len(shown):
         lines.append(f"[... and {len(rows) - len(shown):,} more entries not shown]")

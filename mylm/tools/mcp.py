@@ -8,15 +8,19 @@ token. The SDK is imported only when a server is started, so `import mylm.tools`
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import json
+import logging
 import re
 import tempfile
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence, TextIO
 
+from ..cancel import remaining
 from ..errors import CancelledError, ConfigError, ToolError
+from ..redact import redact
 from .base import Risk, Tool, ToolContext
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -24,6 +28,9 @@ _TOOL_NAME = re.compile(r"^[A-Za-z0-9_.\-/]{1,128}$")
 _KEYS = {"command", "args", "env", "cwd", "risk", "timeout", "startup_timeout"}
 _CONTEXT = "_mylm_context"
 _MAX_DESCRIPTION = 2000
+#: How long a server that did not start may take to be stopped (the SDK waits 2 s after closing its stdin,
+#: then kills the process tree).
+_ABANDON_WAIT = 5.0
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,8 @@ class _Server:
         # Bound to the loop on first use (Python 3.10+), so it can be made here, on the caller's thread.
         self.stop = asyncio.Event()
         self.failure: str = ""
+        #: The task that owns the server (set when it starts), cancelled if the server does not start in time.
+        self.task: asyncio.Task[None] | None = None
 
     def stderr_tail(self) -> str:
         try:
@@ -104,6 +113,25 @@ class _Server:
         except (OSError, ValueError):
             return ""
         return f"; its stderr ends with: {text}" if text else ""
+
+
+class _SdkNotes(logging.Handler):
+    """Keeps the MCP SDK's log records as short lines (a server printing non-JSON makes it log a traceback,
+    which Python's last-resort handler would print on mylm's terminal); failures quote the last few."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.notes: collections.deque[str] = collections.deque(maxlen=3)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if record.exc_info and record.exc_info[1] is not None:
+            lines = [line.strip() for line in str(record.exc_info[1]).splitlines() if line.strip()]
+            text += f" ({(lines[1] if len(lines) > 1 else lines[0] if lines else '')[:200]})"
+        self.notes.append(text)
+
+    def tail(self) -> str:
+        return f"; the MCP SDK said: {' | '.join(self.notes)}" if self.notes else ""
 
 
 class McpServers:
@@ -118,6 +146,7 @@ class McpServers:
         self._owners: list[concurrent.futures.Future[None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._notes = _SdkNotes()
 
     def __enter__(self) -> McpServers:  # noqa: PYI034 - Python 3.10 has no typing.Self
         self.start()
@@ -126,8 +155,10 @@ class McpServers:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def start(self) -> list[Tool]:
+    def start(self, *, deadline: float | None = None) -> list[Tool]:
         """Start every server, list its tools, and return them; a server that fails is noted in `errors`.
+        Each server gets its `startup_timeout`, cut to what is left before `deadline` (the run's); one that
+        does not answer in time is stopped, its process tree killed, before this returns.
 
         Idempotent: `open_mcp_servers()` starts them, and entering the result as a context manager must not
         start a second set."""
@@ -139,6 +170,7 @@ class McpServers:
             raise ConfigError(
                 "MCP servers are configured, but the MCP SDK is not installed: pip install 'mylm[mcp]'"
             ) from None
+        logging.getLogger("mcp").addHandler(self._notes)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="mylm-mcp", daemon=True)
         self._thread.start()
@@ -153,15 +185,19 @@ class McpServers:
             self._owners.append(owner)
             pending.append((server, ready))
         for server, ready in pending:
+            limit = max(min(server.config.startup_timeout, remaining(deadline)), 0.0)
             try:
-                ready.result(timeout=server.config.startup_timeout)
+                ready.result(timeout=limit)
             except concurrent.futures.TimeoutError:
-                limit = server.config.startup_timeout
-                self.errors[server.config.name] = f"did not start within {limit:g} s{server.stderr_tail()}"
-                self._stop(server)
+                cut = " (the run's time limit)" if limit < server.config.startup_timeout else ""
+                self.errors[server.config.name] = (
+                    f"did not start within {limit:.3g} s{cut}{server.stderr_tail()}{self._notes.tail()}"
+                )
+                self._abandon(server)
                 continue
             except Exception as error:  # noqa: BLE001 - any start failure is reported per server
-                self.errors[server.config.name] = f"{_message(error)}{server.stderr_tail()}"
+                problem = f"{_message(error)}{server.stderr_tail()}{self._notes.tail()}"
+                self.errors[server.config.name] = problem
                 continue
             self.tools.extend(self._wrap(server, s) for s in server.tools if _TOOL_NAME.match(s.name))
         return self.tools
@@ -171,6 +207,7 @@ class McpServers:
         from mcp import ClientSession, StdioServerParameters
         from mcp.client.stdio import stdio_client
 
+        server.task = asyncio.current_task()
         config = server.config
         params = StdioServerParameters(
             command=config.command, args=list(config.args), env=dict(config.env) or None, cwd=config.cwd
@@ -232,13 +269,32 @@ class McpServers:
             future.cancel()
             raise ToolError(f"{label} did not answer within {limit:g} s") from None
         except Exception as error:  # noqa: BLE001 - protocol errors, a dead server: tell the model
-            raise ToolError(f"{label} failed: {_message(error)}{server.stderr_tail()}") from None
+            raise ToolError(redact(f"{label} failed: {_message(error)}{server.stderr_tail()}")) from None
         finally:
             unregister()
+        # An MCP server's answer is tool output like any other: it reaches the model only redacted.
         text, is_error = render_result(result)
+        text = redact(text)
         if is_error:
             raise ToolError(text or f"{label} reported an error without a message")
         return text
+
+    def _abandon(self, server: _Server) -> None:
+        """Cancel a server's task while it is still starting (stuck in `initialize`, say) and wait while the
+        SDK closes its stdin and kills its process tree, so that nothing of it outlives the start."""
+        if self._loop is None:
+            return
+
+        async def settle() -> None:
+            task = server.task
+            if task is not None and not task.done():
+                task.cancel()  # the SDK's clean-up runs in its `finally`, shielded from the cancellation
+                await asyncio.wait([task], timeout=_ABANDON_WAIT)
+
+        try:
+            asyncio.run_coroutine_threadsafe(settle(), self._loop).result(timeout=_ABANDON_WAIT + 1)
+        except (concurrent.futures.TimeoutError, concurrent.futures.CancelledError):
+            pass
 
     def _stop(self, server: _Server) -> None:
         if self._loop is not None:
@@ -262,6 +318,7 @@ class McpServers:
             self._loop.close()
         for server in self._servers:
             server.errlog.close()
+        logging.getLogger("mcp").removeHandler(self._notes)
         self._loop = None
 
 
@@ -325,11 +382,13 @@ def render_result(result: Any) -> tuple[str, bool]:
     return "\n".join(parts), bool(_field(result, "is_error", "isError"))
 
 
-def open_mcp_servers(section: Mapping[str, Any], *, strict: bool = True) -> McpServers:
-    """Parse the `[mcp]` config table and start its servers; with `strict`, a server that fails is a
-    `ConfigError` (naming it and quoting its stderr) after the others are stopped."""
+def open_mcp_servers(
+    section: Mapping[str, Any], *, strict: bool = True, deadline: float | None = None
+) -> McpServers:
+    """Parse the `[mcp]` config table and start its servers (within `deadline`, the run's); with `strict`, a
+    server that fails is a `ConfigError` (naming it and quoting its stderr) after the others are stopped."""
     servers = McpServers(parse_mcp_config(section))
-    servers.start()
+    servers.start(deadline=deadline)
     if strict and servers.errors:
         servers.close()
         problems = "; ".join(f"'{name}' {why}" for name, why in servers.errors.items())

@@ -79,12 +79,12 @@ class Workspace:
     # ------------------------------------------------------------------------------------- lexical checks
 
     def relative(self, path: str) -> str:
-        """Turn a path the model gave into a clean workspace-relative one ('.' for the root), or refuse it."""
+        """Turn a path the model gave into a clean workspace-relative one ('.' for the root, which "", "./" and
+        blanks also name), or refuse it."""
         if "\0" in path:
             raise EscapeError(f"the path {path!r} contains a NUL character")
-        text = path.strip()
-        if not text:
-            raise ToolError("the path is empty; give a path relative to the workspace, e.g. 'src/main.py'")
+        # An empty or blank path means the workspace itself, as '.' does: small models list "" to look around.
+        text = path.strip() or "."
         if text.startswith("~"):
             raise EscapeError(
                 f"'{path}' starts with '~', which is not expanded here; give a path relative to the workspace"

@@ -30,12 +30,7 @@ class ToolRegistry:
 
     def unknown_tool_message(self, name: str) -> str:
         """Explain to the model that `name` is not a tool, naming the real ones and the likeliest intended."""
-        names = list(self._tools)
-        if not names:
-            return f"There is no tool named '{name}': no tools are available, so answer without calling one."
-        close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
-        hint = f" Did you mean '{close[0]}'?" if close else ""
-        return f"There is no tool named '{name}'.{hint} The available tools are: {', '.join(names)}."
+        return unknown_tool_message(name, list(self._tools))
 
     def __iter__(self) -> Iterator[Tool]:
         return iter(self._tools.values())
@@ -45,3 +40,12 @@ class ToolRegistry:
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools
+
+
+def unknown_tool_message(name: str, names: list[str]) -> str:
+    """Explain to the model that `name` is none of the tools `names`, naming the likeliest intended."""
+    if not names:
+        return f"There is no tool named '{name}': no tools are available, so answer without calling one."
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    hint = f" Did you mean '{close[0]}'?" if close else ""
+    return f"There is no tool named '{name}'.{hint} The available tools are: {', '.join(names)}."

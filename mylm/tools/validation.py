@@ -15,6 +15,9 @@ import operator
 import re
 from typing import Any, Mapping
 
+from ..jsonref import resolve_ref
+from ..words import counted
+
 _MAX_DEPTH = 64
 
 
@@ -170,9 +173,9 @@ class _Validator:
         if isinstance(value, str):
             low, high, pattern = schema.get("minLength"), schema.get("maxLength"), schema.get("pattern")
             if low is not None and len(value) < low:
-                problems.append(f"{where} must be at least {low} character(s) long, got {_describe(value)}")
+                problems.append(f"{where} must be at least {counted(low, 'character')} long, got {_describe(value)}")
             if high is not None and len(value) > high:
-                problems.append(f"{where} must be at most {high} characters long, got {len(value)}")
+                problems.append(f"{where} must be at most {counted(high, 'character')} long, got {len(value)}")
             try:
                 if pattern is not None and not re.search(pattern, value):
                     problems.append(f"{where} must match the pattern {pattern!r}, got {_describe(value)}")
@@ -188,9 +191,9 @@ class _Validator:
                     problems.append(f"{where} must be {word} {bound}, got {value}")
         if isinstance(value, list):
             if "minItems" in schema and len(value) < schema["minItems"]:
-                problems.append(f"{where} must have at least {schema['minItems']} item(s), got {len(value)}")
+                problems.append(f"{where} must have at least {counted(schema['minItems'], 'item')}, got {len(value)}")
             if "maxItems" in schema and len(value) > schema["maxItems"]:
-                problems.append(f"{where} must have at most {schema['maxItems']} items, got {len(value)}")
+                problems.append(f"{where} must have at most {counted(schema['maxItems'], 'item')}, got {len(value)}")
         return problems
 
     def _check_items(
@@ -234,20 +237,3 @@ class _Validator:
                 out[name], sub = self.check(extra, item, full, depth + 1)
                 problems.extend(sub)
         return out, problems
-
-
-def resolve_ref(root: Any, ref: str) -> Any | None:
-    """The node a local `$ref` (`#`, `#/$defs/Name`, `#/definitions/Name`, JSON-pointer escapes) points to in
-    `root`; None when it points nowhere or elsewhere (remote references are not fetched)."""
-    if not ref.startswith("#"):
-        return None
-    node: Any = root
-    for token in [t for t in ref[1:].split("/") if t]:
-        token = token.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, Mapping) and token in node:
-            node = node[token]
-        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
-            node = node[int(token)]
-        else:
-            return None
-    return node

@@ -16,6 +16,7 @@ import pytest
 from mylm.protocol.parser import format_tool_call
 from mylm.types import ToolCall
 from tests.cli.cli_support import invoke
+from tests.support import default_sigint
 from tests.providers.servers import OpenAIServer
 
 #: Bounds a wait for the child's output, so a broken test fails instead of hanging.
@@ -35,7 +36,7 @@ def endpoint(server: OpenAIServer) -> list[str]:
 
 def start(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "mylm", "batch", *args], env=env, cwd=cwd, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=default_sigint)
 
 
 def next_event(child: subprocess.Popen[str], kind: str) -> dict[str, Any]:
@@ -168,7 +169,7 @@ def test_live_line_on_a_terminal(tmp_path: Path, subprocess_env: dict[str, str])
     with OpenAIServer([ANSWER] * 2) as server:
         args = ["-m", "mylm", "batch", str(tasks), "-o", str(tmp_path / "o.jsonl"), *endpoint(server)]
         child = pexpect.spawn(sys.executable, args, env=env, cwd=str(tmp_path), encoding="utf-8",
-                              timeout=WAIT, dimensions=(24, 200))
+                              timeout=WAIT, dimensions=(24, 200), preexec_fn=default_sigint)
         child.expect("tasks/min")
         child.expect(pexpect.EOF)
         rest = child.before
@@ -212,3 +213,48 @@ def test_save_sessions_records_each_task_and_names_it_in_the_result(tmp_path: Pa
         lines = [json.loads(line) for line in saved[record["session"]].read_text().splitlines()]
         assert lines[0]["command"] == "batch" and lines[0]["task"] == record["id"]
         assert lines[-1]["type"] == "run_end" and record["final_text"] in json.dumps(lines)
+
+
+def test_ray_start_up_output_comes_before_the_progress_line(
+    tmp_path: Path, subprocess_env: dict[str, str]
+) -> None:
+    # Issue 20: Ray's token-auth warning landed inside the live progress line: Ray is joined before the view
+    # starts. A stand-in `ray` package prints such a warning, then cannot join.
+    fake = tmp_path / "fake" / "ray"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(
+        "import sys\n"
+        "def is_initialized():\n    return False\n"
+        "def init(**options):\n"
+        "    print('WARNING: token authentication is disabled', file=sys.stderr)\n"
+        "    raise ConnectionError('no cluster here')\n"
+    )
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id": "a", "prompt": "p"}\n')
+    out = tmp_path / "out.jsonl"
+    env = dict(subprocess_env, PYTHONPATH=f"{tmp_path / 'fake'}:{subprocess_env['PYTHONPATH']}")
+    done = subprocess.run([sys.executable, "-m", "mylm", "batch", str(tasks), "-o", str(out), "--executor", "ray"],
+                          env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        "WARNING: token authentication is disabled",
+        "mylm: error: cannot join the Ray cluster at auto: no cluster here",
+    ]
+    assert not out.exists()
+
+
+def test_live_summary_table_has_no_empty_header_row() -> None:
+    import io
+
+    from mylm.batch import BatchSummary, Progress
+    from mylm.cli.batch_view import LiveView
+
+    err = io.StringIO()
+    view = LiveView(Progress(1), err, str)
+    view.close(BatchSummary(total=1, done=1, failed=0, skipped=0, remaining=0, interrupted=False, wall_s=2.0,
+                            tokens=10, rate_limited=0, records=({"stop_reason": "final_answer"},)))
+    rows = [line for line in err.getvalue().splitlines() if line.strip()]
+    assert rows[0].strip() == "mylm batch"
+    # The top border, then the first row at once: no row of blank cells, no header rule under it.
+    assert "ended: final_answer" in rows[2], err.getvalue()
+    assert not any(set(line.strip()) <= set("│┃ ") for line in rows[1:]), err.getvalue()

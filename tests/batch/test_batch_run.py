@@ -150,3 +150,13 @@ def test_usage_and_task_limits_reach_the_result(tmp_path: Path) -> None:
     (record,) = summary.records
     assert record["stop_reason"] == "max_iterations" and record["iterations_used"] == 1
     assert record["usage"]["prompt_tokens"] == 28 and summary.tokens > 0
+
+
+def test_usage_is_null_when_the_server_reported_none(tmp_path: Path) -> None:
+    # Issue 20: batch results said 0/0 where `ask --json` says null; a task that never ran has none either.
+    bad = Task("missing", "p", tmp_path / "no-such-dir")
+    with OpenAIServer(["Done."], usage=False) as server:
+        summary = run_batch([Task("a", "p"), bad], factory(server), concurrency=1)
+    by_id = {r["id"]: r for r in summary.records}
+    assert by_id["a"]["final_text"] == "Done." and by_id["a"]["usage"] is None
+    assert by_id["missing"]["stop_reason"] == "error" and by_id["missing"]["usage"] is None

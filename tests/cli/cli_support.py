@@ -16,6 +16,7 @@ from mylm.cli import Terminal, cli
 from mylm.protocol.parser import format_tool_call
 from mylm.testing import ScriptedLLM
 from mylm.types import ToolCall
+from tests.support import default_sigint
 
 #: An upper bound for one expected output in a pseudo-terminal; a failing test ends here instead of hanging.
 PTY_TIMEOUT = 30
@@ -73,7 +74,7 @@ def spawn(args: list[str], env: dict[str, str], *, cwd: Path | None = None, colo
         env.pop("NO_COLOR", None)
     return pexpect.spawn(
         sys.executable, ["-m", "mylm", *args], env=env, cwd=str(cwd) if cwd else None, encoding="utf-8",
-        timeout=PTY_TIMEOUT, dimensions=(40, 120),
+        timeout=PTY_TIMEOUT, dimensions=(40, 120), preexec_fn=default_sigint,
     )
 
 
@@ -81,7 +82,7 @@ def spawn_shell(command: str, env: dict[str, str], *, cwd: Path | None = None) -
     """Run a shell command line (with pipes) in a new pseudo-terminal."""
     return pexpect.spawn(
         "/bin/sh", ["-c", command], env=dict(env, TERM="xterm"), cwd=str(cwd) if cwd else None, encoding="utf-8",
-        timeout=PTY_TIMEOUT, dimensions=(40, 120),
+        timeout=PTY_TIMEOUT, dimensions=(40, 120), preexec_fn=default_sigint,
     )
 
 

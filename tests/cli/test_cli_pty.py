@@ -88,6 +88,8 @@ def test_pty_chat_ctrl_c_during_a_tool_kills_it_and_returns_to_the_prompt(env: d
     child.sendline("run the slow thing")
     pid = int(read_fifo_line(fifo))  # the command is running now
     child.sendintr()
+    child.expect(r"  (error|interrupted) (in|after) [0-9.]+s")  # issue 20: Ctrl-C is not an error
+    assert child.match.group(1) == "interrupted"
     child.expect("Stopped; what was said so far is kept")
     child.expect("> ")
     with pytest.raises(ProcessLookupError):

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_support import FakeTerminal, call, invoke, sessions_dir, transcripts
+from cli_support import FakeTerminal, call, finish, invoke, sessions_dir, spawn, transcripts
 
 from mylm.errors import EndpointUnreachableError
 from mylm.prompts import packaged_prompts_dir
@@ -41,7 +41,8 @@ def test_cli_help_imports_no_command_module(subprocess_env: dict[str, str]) -> N
         "print(sorted(m for m in sys.modules if m.startswith('mylm.cli.')), file=sys.stderr)"
     )
     done = subprocess.run([sys.executable, "-c", code], env=subprocess_env, capture_output=True, text=True, check=True)
-    assert done.stderr.strip() == "['mylm.cli.common']" and "completion" in done.stdout
+    # root.py ends every command (one line per failure), so it is the one module --help loads besides common.
+    assert done.stderr.strip() == "['mylm.cli.common', 'mylm.cli.root']" and "completion" in done.stdout
 
 
 def test_cli_version_works_from_a_checkout() -> None:
@@ -256,8 +257,10 @@ def test_cli_config_shows_values_and_sources_never_the_key(monkeypatch: pytest.M
     monkeypatch.setenv("WORK_KEY", "sk-test-CANARY-0123456789abcdef")
     result = invoke(["config", "-m", "work"])
     assert result.exit_code == 0 and "CANARY" not in result.stdout
-    assert f"config file     {path}" in result.stdout and "profile         work" in result.stdout
-    rows = {line.split()[0]: line for line in result.stdout.splitlines()[4:]}
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["config", "file", str(path)] and lines[2].split()[:2] == ["profile", "work"]
+    assert lines[3].split(None, 1) == ["endpoint", "big at http://work/v1 (openai)"]
+    rows = {line.split()[0]: line for line in lines[5:]}
     assert "http://work/v1" in rows["base_url"] and f"profile work ({path})" in rows["base_url"]
     assert "(set)" in rows["api_key"] and "env WORK_KEY" in rows["api_key"]
     assert f"config {path}" in rows["timeout"] and "default" in rows["max_iterations"]
@@ -276,7 +279,7 @@ def test_cli_base_url_credentials_are_never_shown_or_saved(monkeypatch: pytest.M
     error = EndpointUnreachableError(f"cannot reach the endpoint at {URL_WITH_SECRETS}")
     asked = invoke(["ask", "x"], ScriptedLLM([error]))
     chatted = invoke(["chat"], ScriptedLLM(["y"]), stdin="hi\n")
-    assert "at https://[REDACTED]@llm.example/v1?[REDACTED]." in chatted.stderr
+    assert "at https://[REDACTED]@llm.example/v1?[REDACTED] (openai)." in chatted.stderr
     saved = "".join(p.read_text() for p in transcripts())
     assert json.loads(transcripts()[0].read_text().splitlines()[0])["base_url"].startswith("https://[REDACTED]@")
     for where in (shown, asked.stderr, chatted.stdout, chatted.stderr, saved):
@@ -352,17 +355,20 @@ def test_cli_prompts_list_show_path() -> None:
     assert invoke(["prompts", "edit", "../../etc/passwd", "--no-editor"]).exit_code == 2
 
 
-def test_cli_prompts_edit_copies_the_default_first_and_never_touches_the_install(tmp_path: Path) -> None:
+def test_cli_prompts_edit_copies_the_default_first_and_never_touches_the_install(
+    tmp_path: Path, subprocess_env: dict[str, str]
+) -> None:
     installed = packaged_prompts_dir() / "summary.j2"
     before = installed.read_text()
     editor = tmp_path / "editor.sh"
     editor.write_text('#!/bin/sh\necho "{# edited #}" >> "$1"\n')
     editor.chmod(0o755)
-    result = invoke(["prompts", "edit", "summary"], env={"EDITOR": str(editor)})
-    assert result.exit_code == 0, result.stderr
+    # In a terminal, as an editor needs one.
+    output, status = finish(spawn(["prompts", "edit", "summary"], dict(subprocess_env, EDITOR=str(editor))))
+    assert status == 0, output
     copy = Path(os.environ["XDG_CONFIG_HOME"]) / "mylm" / "prompts" / "summary.j2"
     assert copy.read_text() == before + "{# edited #}\n" and installed.read_text() == before
-    assert "Copied the default" in result.stderr
+    assert "Copied the default" in output
     again = invoke(["prompts", "edit", "summary", "--no-editor"])
     assert again.stdout.strip() == str(copy) and "Editing your copy" in again.stderr
     assert "user" in invoke(["prompts", "show", "summary"]).stderr

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_support import call, invoke, transcripts, write_script
+from cli_support import call, finish, invoke, spawn, transcripts, write_script
 
 from mylm.errors import RunTimeoutError
 from mylm.sessions import load
@@ -139,14 +139,17 @@ def test_bad_approval_value_names_file_and_line(tmp_path: Path) -> None:
     assert f"config file {config}, line 5: [tools.approval] allow_commands" in result.stderr
 
 
-def test_prompts_edit_checks_the_copy_and_reset_restores_the_default(tmp_path: Path) -> None:
+def test_prompts_edit_checks_the_copy_and_reset_restores_the_default(
+    tmp_path: Path, subprocess_env: dict[str, str]
+) -> None:
     editor = tmp_path / "editor"
     editor.write_text("#!/bin/sh\nprintf '<observation>\\n{{ nope }}\\n</observation>\\n' > \"$1\"\n")
     editor.chmod(editor.stat().st_mode | stat.S_IXUSR)
-    result = invoke(["prompts", "edit", "observation"], env={"EDITOR": str(editor)})
-    assert result.exit_code == 2
-    assert "observation.j2:2: 'nope' is undefined" in result.stderr
-    assert "mylm prompts reset observation.j2" in result.stderr
+    # In a terminal, as an editor needs one.
+    output, status = finish(spawn(["prompts", "edit", "observation"], dict(subprocess_env, EDITOR=str(editor))))
+    assert status == 2
+    assert "observation.j2:2: 'nope' is undefined" in output
+    assert "mylm prompts reset observation.j2" in output
     copy = Path(os.environ["XDG_CONFIG_HOME"]) / "mylm" / "prompts" / "observation.j2"
     assert copy.is_file()
     reset = invoke(["prompts", "reset", "observation"])
@@ -155,6 +158,20 @@ def test_prompts_edit_checks_the_copy_and_reset_restores_the_default(tmp_path: P
 
 
 # ------------------------------------------------------------------------------------ 5: cut-off answers
+
+
+def test_prompts_edit_without_a_terminal_starts_no_editor(tmp_path: Path, subprocess_env: dict[str, str]) -> None:
+    # Issue 20: vim started into a pipe. The copy is still made, and the line says where it is.
+    marker = tmp_path / "editor-ran"
+    editor = tmp_path / "editor"
+    editor.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    editor.chmod(editor.stat().st_mode | stat.S_IXUSR)
+    done = _run(["prompts", "edit", "system"], dict(subprocess_env, EDITOR=str(editor)), stdin=subprocess.DEVNULL)
+    copy = Path(os.environ["XDG_CONFIG_HOME"]) / "mylm" / "prompts" / "system.j2"
+    assert done.returncode == 1 and not marker.exists() and copy.is_file()
+    assert done.stderr.decode().splitlines()[-1] == (
+        f"mylm: error: no terminal to run the editor in; edit {copy} yourself (--no-editor only prints the path)"
+    )
 
 
 def test_cut_off_answer_is_said_on_stderr_and_in_json() -> None:
@@ -247,3 +264,40 @@ def test_tool_choice_flag() -> None:
     assert "<tool_definitions>" not in llm.requests[0].messages[0].content
     bad = invoke(["ask", "--tool-choice", "nope", "x"], ScriptedLLM(["y"]))
     assert bad.exit_code == 2 and "--tool-choice" in bad.stderr and "execute_command" in bad.stderr
+
+
+# ------------------------------------------------------------------------- issue 20: the smaller points
+
+
+@pytest.mark.parametrize("table, key", [
+    ('[tools.approval]\nallow_commands = "ls"\n', "[tools.approval] allow_commands"),
+    ("[tools.approval]\nno_such_key = true\n", "[tools.approval] has unknown key(s) no_such_key"),
+    ('[tools]\ncommand_timeout = "long"\n', "[tools] command_timeout"),
+])
+def test_config_rejects_the_tool_tables_ask_rejects(tmp_path: Path, table: str, key: str) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text('model = "m"\n\n' + table)
+    for args in (["config"], ["config", "--json"], ["ask", "x"]):
+        result = invoke(args, ScriptedLLM(["y"]), env={"MYLM_CONFIG": str(config)})
+        assert result.exit_code == 2, (args, result.stdout)
+        assert result.stderr.startswith(f"mylm: error: config file {config}, line 4: {key}"), result.stderr
+
+
+def test_ask_max_tokens_flag_reaches_the_request() -> None:
+    llm = ScriptedLLM(["ok"])
+    assert invoke(["ask", "--max-tokens", "77", "x"], llm).exit_code == 0
+    assert llm.requests[0].max_tokens == 77
+    bad = invoke(["ask", "--max-tokens", "0", "x"], ScriptedLLM(["ok"]))
+    assert bad.exit_code == 2 and bad.stderr.startswith("mylm: error: max-tokens from flag: 0")
+
+
+def test_prompts_list_labels_the_directory_by_where_it_was_set(tmp_path: Path) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "system.j2").write_text((Path(__file__).parents[2] / "prompts" / "system.j2").read_text())
+    by_env = invoke(["prompts", "list"], env={"MYLM_PROMPTS": str(mine)}).stdout
+    assert [line.split()[1] for line in by_env.splitlines() if line.startswith("system.j2")] == ["$MYLM_PROMPTS"]
+    by_flag = invoke(["prompts", "list", "--prompts", str(mine)]).stdout
+    assert [line.split()[1] for line in by_flag.splitlines() if line.startswith("system.j2")] == ["--prompts"]
+    paths = invoke(["prompts", "path"], env={"MYLM_PROMPTS": str(mine)}).stdout.splitlines()
+    assert paths[0].split() == ["$MYLM_PROMPTS", str(mine)] and sum(str(mine) in line for line in paths) == 1

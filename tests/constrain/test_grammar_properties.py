@@ -17,6 +17,7 @@ from mylm.protocol.parser import parse_completion
 from mylm.tools.validation import validate
 from mylm.types import ToolCall
 from tests.constrain.gbnf_support import accepts, parse_gbnf, sample
+from tests.support import engine_missing
 
 NAMES = st.sampled_from(["path", "n", "mode", "a b", "é", 'q"x', "items", "x-y"])
 SCALARS = st.one_of(
@@ -211,6 +212,30 @@ def test_grammar_rejects_what_the_schema_forbids() -> None:
     assert not accepts(named, call('{"path": "\\ud83d\\ude00"}'))  # one character, two escapes
 
 
+@given(data=st.data())
+@settings(max_examples=60, deadline=None)
+def test_no_sampled_answer_holds_a_made_up_tag(data: st.DataObject) -> None:
+    # Issue 20: under the answer grammar a model looped on `<#15>\n<#16>\n...` until its token limit. Inside an
+    # answer a `<` is a comparison; the only tag that can follow the opening one is the closing one.
+    import re
+
+    grammar = compile_protocol([]) if data.draw(st.booleans()) else compile_protocol(_builtin_specs())
+    text = sample(parse_gbnf(data.draw(st.sampled_from([grammar.answer, grammar.turn]))), _chooser(data))
+    body = text.partition("<final_answer>")[2].removesuffix("</final_answer>")
+    assert re.search(r"<(?![ \t=])", body) is None, text
+
+
+def test_the_answer_grammar_forbids_the_made_up_tag_loop() -> None:
+    loop = "<final_answer>Done.\n" + "".join(f"<#{i}>\n" for i in range(15, 60)) + "</final_answer>"
+    for grammar in (compile_protocol([]).answer, compile_protocol(_builtin_specs()).turn):
+        rules = parse_gbnf(grammar)
+        assert not accepts(rules, loop)
+        for tag in ("<#15>", "Done <1>", "a <- b", "x<y", "<", "<end_of_turn>", "<|im_end|>"):
+            assert not accepts(rules, f"<final_answer>{tag}</final_answer>"), tag
+        for fine in ("a < b", "x <= 3", "2 <\t3", "1 < 2 and 3 > 2", "< 5% of them", "Done.\n\n#15 #16 >"):
+            assert accepts(rules, f"<final_answer>{fine}</final_answer>"), fine
+
+
 def _builtin_specs() -> list[ToolSpec]:
     from pathlib import Path
 
@@ -237,7 +262,12 @@ def test_compiling_is_deterministic_and_cached() -> None:
 
 def test_llama_cpp_compiles_the_grammars() -> None:
     """The engine's own GBNF parser reads every grammar mylm sends (built-in tools, several call modes)."""
-    llama_cpp = pytest.importorskip("llama_cpp", reason="the real inference engine is not installed")
+    reason = engine_missing(needs=())
+    if reason is not None:
+        pytest.skip(reason)
+    from mylm.providers.local import _module  # the engine imported as mylm imports it (its /dev/null closed)
+
+    llama_cpp = _module("llama_cpp")
     specs = _builtin_specs()
     nested = ToolSpec("deep", {"type": "object", "properties": {
         "xs": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 3},

@@ -6,13 +6,14 @@ ChatML prompt, sampling, streaming, stop strings, token limits) is the real engi
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import socket
 import subprocess
 import sys
 import threading
 from pathlib import Path
+
+from tests.support import engine_missing as missing
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
@@ -22,14 +23,8 @@ SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 
 
 def engine_missing() -> str | None:
-    """Why the engine cannot run here, or None when it can."""
-    for module in ("llama_cpp", "gguf", "uvicorn", "fastapi", "sse_starlette", "starlette_context"):
-        if importlib.util.find_spec(module) is None:
-            return (
-                f"the real inference engine is not installed ({module} is missing); "
-                "run scripts/install_engine.sh to build and install llama-cpp-python[server]"
-            )
-    return None
+    """Why the engine cannot serve a model here (with the command that fixes it), or None when it can."""
+    return missing(("gguf", "numpy", "uvicorn", "fastapi", "sse_starlette", "starlette_context"))
 
 
 def _byte_symbols() -> list[str]:

@@ -8,11 +8,12 @@ before the test fixtures hide the user's cache and clear MYLM_* variables.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
 import pytest
+
+from tests.support import engine_missing
 
 REAL_MODEL_FILE = "smollm2-135m-instruct-q4_1.gguf"
 _TEST_MODELS = Path(
@@ -26,12 +27,11 @@ _REQUIRE_ENGINE = os.environ.get("MYLM_REQUIRE_ENGINE") == "1"
 
 def need_engine() -> None:
     """Skip (or fail, under MYLM_REQUIRE_ENGINE=1) unless llama-cpp-python and gguf are installed."""
-    for module in ("llama_cpp", "gguf", "numpy"):
-        if importlib.util.find_spec(module) is None:
-            reason = f"the local engine is not installed ({module} is missing): run scripts/install_engine.sh"
-            if _REQUIRE_ENGINE:
-                pytest.fail(reason)
-            pytest.skip(reason)
+    reason = engine_missing()
+    if reason is not None:
+        if _REQUIRE_ENGINE:
+            pytest.fail(reason)
+        pytest.skip(reason)
 
 
 def real_model() -> Path:
@@ -39,7 +39,7 @@ def real_model() -> Path:
     need_engine()
     path = _TEST_MODELS / REAL_MODEL_FILE
     if not path.is_file():
-        reason = f"the real test model is not cached at {path}: run scripts/install_models.sh"
+        reason = f"the real test model is not cached at {path}: run `bash scripts/install_models.sh`"
         if _REQUIRE_MODELS:
             pytest.fail(reason)
         pytest.skip(reason)

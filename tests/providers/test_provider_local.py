@@ -4,6 +4,8 @@ the real SmolLM2 from the package index."""
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from mylm.types import Message
 from tests.providers.engine_support import exact_grammar, write_tiny_llama
 from tests.providers.helpers import TOOL_CALL, collect, request
 from tests.providers.local_support import need_engine, real_model
+from tests.support import engine_missing
 
 CALL_TURN = f"I will list the files.\n{TOOL_CALL}\n<observation>\ninvented\n</observation>"
 ANSWER = 'There are 3 files: "a.py", b.txt and c.md. Ünïcödé → ok.'
@@ -170,3 +173,15 @@ def test_the_real_smollm2_follows_its_own_template_and_stops_at_its_end_of_turn(
     assert text.strip() and "<|im_end|>" not in text and "<|im_start|>" not in text
     assert isinstance(finish, FinishChunk) and finish.reason == "stop"
     assert llm.context_window == 8192  # SmolLM2's context_length metadata
+
+
+def test_loading_the_engine_leaves_no_file_open_at_exit(subprocess_env: dict[str, str]) -> None:
+    # Issue 20: `ResourceWarning: unclosed file /dev/null` after the test run: llama_cpp._utils opens /dev/null
+    # twice at import and never closes it.
+    reason = engine_missing(needs=())
+    if reason is not None:
+        pytest.skip(reason)
+    code = "from mylm.providers.local import _module; _module('llama_cpp'); _module('llama_cpp._internals')"
+    done = subprocess.run([sys.executable, "-W", "always::ResourceWarning", "-c", code], env=subprocess_env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stderr == "", done.stderr

@@ -245,7 +245,7 @@ def test_files_write_is_atomic_and_keeps_the_mode(workspace: Path) -> None:
     ws = Workspace(workspace)
     assert (
         write_text(ws, "run.sh", "new\n")
-        == "Wrote 4 bytes (1 lines) to run.sh (replaced its previous content)."
+        == "Wrote 4 bytes (1 line) to run.sh (replaced its previous content)."
     )
     assert script.read_text() == "new\n" and stat.S_IMODE(script.stat().st_mode) == 0o755
     assert sorted(p.name for p in workspace.iterdir()) == ["run.sh"]  # no temp file left behind
@@ -261,7 +261,7 @@ def test_files_edit_replaces_exactly_one_occurrence(workspace: Path) -> None:
     with pytest.raises(ToolError, match=r"occurs 2 times in a.py \(at lines 2, 5\)"):
         edit_text(ws, "a.py", "return 1", "return 2")
     assert edit_text(ws, "a.py", "def g():\n    return 1", "def g():\n    return 2") == (
-        "Edited a.py: replaced 2 line(s) at line 4 with 2 line(s)."
+        "Edited a.py: replaced 2 lines at line 4 with 2 lines."
     )
     assert (workspace / "a.py").read_text().endswith("return 2\n")
     with pytest.raises(ToolError, match="differing only in whitespace is at line 1"):
@@ -283,7 +283,7 @@ def test_files_edit_keeps_crlf_line_endings(workspace: Path) -> None:
 def test_files_list_dir_shows_kinds_sizes_and_links(tree: Path) -> None:
     text = list_entries(Workspace(tree), ".")
     lines = text.splitlines()
-    assert lines[0] == "[.: 11 entries, 1 directories]"
+    assert lines[0] == "[.: 11 entries, 1 directory]"
     assert lines[1] == "sub/" and "inside.txt  (13 bytes)" in lines
     assert "docs -> " + str(tree.parent / "outside") in lines  # shown, not followed
     with pytest.raises(ToolError):
@@ -305,3 +305,30 @@ def test_files_tools_turn_failures_into_error_observations(workspace: Path) -> N
     assert tools["write_file"].validate({"path": "a"})[1] == [
         "missing required argument 'content' (The complete new content of the file.)"
     ]
+
+
+@pytest.mark.parametrize("path", ["", " ", "\t\n", ".", "./", ".//", "./.", " ./ ", "sub/..", "sub/../."])
+def test_files_empty_and_dot_like_paths_name_the_workspace(tree: Path, path: str) -> None:
+    # Issue 20: a small model listing "" to look around was refused, and looped on it.
+    tools = {t.name: t for t in file_tools(Workspace(tree))}
+    listed = run_tool(tools["list_dir"], {"path": path}, ToolContext(workspace=tree))
+    assert not listed.is_error and listed.output == list_entries(Workspace(tree), ".")
+    assert Workspace(tree).relative(path) == "."
+    read = run_tool(tools["read_file"], {"path": path}, ToolContext(workspace=tree))
+    assert read.is_error and read.output.endswith("is a directory; use list_dir to see what it contains")
+
+
+def test_files_counts_say_one_line_not_one_lines(workspace: Path) -> None:
+    # Issue 20: "1 lines", "1 more lines", "1 directories".
+    from mylm.display import summarise_output
+
+    ws = Workspace(workspace)
+    assert write_text(ws, "one.txt", "x\n") == "Wrote 2 bytes (1 line) to one.txt (new file)."
+    assert write_text(ws, "b.txt", "a\nb\n") == "Wrote 4 bytes (2 lines) to b.txt (new file)."
+    assert edit_text(ws, "one.txt", "x", "y").startswith("Edited one.txt: replaced 1 line at line 1 with 1 line.")
+    (workspace / "sub").mkdir()
+    assert list_entries(ws, ".").splitlines()[0] == "[.: 3 entries, 1 directory]"
+    assert list_entries(ws, "sub") == "[sub is empty]"
+    (workspace / "sub" / "only").write_text("")
+    assert list_entries(ws, "sub").splitlines()[0] == "[sub: 1 entry, 0 directories]"
+    assert summarise_output("\n".join(map(str, range(7))), lines=6).endswith("… 1 more line (-v shows all)")

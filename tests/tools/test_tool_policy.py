@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -336,31 +337,46 @@ def test_policy_dangerous_commands_ask_even_when_commands_are_approved(repo: Pat
         assert command(policy, text).action == "allow", text
 
 
-def test_policy_nothing_is_read_only_when_path_reaches_the_workspace(
-    repo: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _program(directory: Path, name: str) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / name).write_text("#!/bin/sh\ncat .env\n")
+    (directory / name).chmod(0o755)
+
+
+def test_policy_a_program_found_inside_the_workspace_asks(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a program PATH finds inside the workspace makes a command ask; other PATH entries do not."""
     policy = ApprovalPolicy(workspace=repo)
-    for path in (f"/usr/bin:{repo / 'bin'}", "/usr/bin:", ".:/usr/bin", f"/usr/bin:{repo}"):
+    for path in (f"/usr/bin:{repo / 'bin'}", "/usr/bin:", ".:/usr/bin", f"/usr/bin:{repo}", f"{repo}:/usr/bin"):
         monkeypatch.setenv("PATH", path)
-        decision = command(policy, "ls")
-        assert decision.action == "ask" and "PATH" in decision.reason, path
+        assert command(policy, "ls").action == "allow", path  # no ls in the workspace: /usr/bin/ls runs
+    _program(repo / "bin", "ls")
+    monkeypatch.setenv("PATH", f"{repo / 'bin'}:/usr/bin")
+    decision = command(policy, "ls")
+    assert decision.action == "ask" and "bin/ls, a program inside the workspace" in decision.reason
+    monkeypatch.setenv("PATH", f"/usr/bin:{repo / 'bin'}")
+    assert command(policy, "ls").action == "allow"  # /usr/bin/ls comes first
+    _program(repo, "wc")
+    for path in (".:/usr/bin", ":/usr/bin"):  # relative entries: the command's own directory
+        monkeypatch.setenv("PATH", path)
+        assert command(policy, "wc -l a.txt").action == "ask", path
+        assert command(policy, "echo hi").action == "allow", path  # a bash builtin: no PATH search
 
 
-def test_policy_path_check_follows_a_link_retargeted_into_the_workspace(
+def test_policy_path_lookup_follows_a_link_retargeted_into_the_workspace(
     repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The answer is kept between commands; a PATH entry whose link (or directory) changes is looked at again."""
+    """Each command looks the program up again: a PATH entry whose link changes is followed where it leads."""
     policy = ApprovalPolicy(workspace=repo)
     outside = tmp_path / "tools"
     outside.mkdir()
+    _program(repo / "sub", "ls")
     link = tmp_path / "bin-link"
     link.symlink_to(outside)
     later = tmp_path / "not-yet"
-    monkeypatch.setenv("PATH", f"/usr/bin:{link}:{later}")
-    assert command(policy, "ls").action == "allow"
+    monkeypatch.setenv("PATH", f"{link}:{later}:/usr/bin")
     assert command(policy, "ls").action == "allow"
     link.unlink()
-    link.symlink_to(repo)
+    link.symlink_to(repo / "sub")
     decision = command(policy, "ls")
     assert decision.action == "ask" and str(link) in decision.reason
     link.unlink()
@@ -369,6 +385,30 @@ def test_policy_path_check_follows_a_link_retargeted_into_the_workspace(
     later.symlink_to(repo / "sub")  # an entry that did not exist, now leading into the workspace
     decision = command(policy, "ls")
     assert decision.action == "ask" and str(later) in decision.reason
+
+
+def test_policy_a_virtual_environment_in_the_workspace_keeps_the_readme_example_unasked(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`python3 -m venv .venv` and activating it puts .venv/bin first on PATH; the quick start's command still
+    runs without asking, even with nobody to ask, and a program planted in .venv/bin is what asks."""
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(repo / ".venv")], check=True)
+    monkeypatch.setenv("PATH", f"{repo / '.venv' / 'bin'}:{os.environ['PATH']}")
+    (repo / "one.py").write_text("")
+    example = "find . -name '*.py' | wc -l"
+    decision = command(ApprovalPolicy(workspace=repo), example)
+    assert (decision.action, decision.grant) == ("allow", "read-only")
+    tool = shell_tool(repo)
+    assert Approver(ApprovalPolicy(workspace=repo), prompt=None)(
+        ToolCall("execute_command", {"command": example}), tool
+    ).allowed
+    assert command(ApprovalPolicy(workspace=repo), "python3 --version").action == "ask"  # .venv/bin/python3
+    _program(repo / ".venv" / "bin", "wc")
+    decision = command(ApprovalPolicy(workspace=repo), example)
+    assert decision.action == "ask" and ".venv/bin/wc" in decision.reason
 
 
 def test_policy_yes_approves_everything_but_refusals(repo: Path) -> None:
@@ -518,7 +558,7 @@ def test_policy_prompt_shows_hidden_characters(repo: Path) -> None:
         policy,
     )
     assert (
-        edit.details == "- x = 1<U+202E>\n+ x = 2" and edit.summary == "edit a.py: replace 1 line(s) with 1"
+        edit.details == "- x = 1<U+202E>\n+ x = 2" and edit.summary == "edit a.py: replace 1 line with 1"
     )
     write = decide(
         ToolCall("write_file", {"path": "README.md", "content": "a\nb\n"}),

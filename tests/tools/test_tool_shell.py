@@ -213,9 +213,15 @@ def test_shell_ctrl_c_kills_the_command(
         if wait_for(lambda: bool(processes_with(marker))):
             signal.pthread_kill(main, signal.SIGINT)  # type: ignore[arg-type]
 
-    threading.Thread(target=press_ctrl_c).start()
-    with pytest.raises(KeyboardInterrupt):
-        run(f"sleep {marker}", workspace, timeout=60)
+    # Python turns SIGINT into KeyboardInterrupt only if SIGINT was not ignored when it started (a CI runner's
+    # background job ignores it): set that up here, as an interactive start would have.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Thread(target=press_ctrl_c).start()
+        with pytest.raises(KeyboardInterrupt):
+            run(f"sleep {marker}", workspace, timeout=60)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert processes_with(marker) == []
 
 
@@ -254,7 +260,7 @@ def test_shell_tool_validates_its_arguments(workspace: Path) -> None:
     ]
     assert tool_.validate({"command": "ls", "timeout": 0})[1] == ["argument 'timeout' must be > 0, got 0"]
     assert tool_.validate({"command": ""})[1] == [
-        "argument 'command' must be at least 1 character(s) long, got \"\""
+        "argument 'command' must be at least 1 character long, got \"\""
     ]
     assert tool_.validate({"cmd": "ls"})[1][1].endswith("did you mean 'command'?")
     assert tool_.validate({"command": "ls", "timeout": "5"}) == ({"command": "ls", "timeout": 5}, [])

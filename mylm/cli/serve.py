@@ -1,0 +1,130 @@
+"""`mylm serve`: native tool calling for any model, behind the OpenAI and Anthropic APIs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from .common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_USAGE,
+    configure_logging,
+    endpoint_options,
+    fail,
+    from_outside,
+    handles_errors,
+    make_redactor,
+    settings_from,
+    verbose_option,
+)
+
+#: The variable the client key may come from (a flag's value is visible in `ps`).
+KEY_ENV = "MYLM_SERVE_KEY"
+
+
+@click.command()
+@endpoint_options
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on; anything but a loopback address requires --client-key.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True,
+              help="Port to listen on (0: any free port).")
+@click.option("--client-key", envvar=KEY_ENV, metavar="KEY",
+              help=f"The key clients must send (Authorization: Bearer, or x-api-key) [env: {KEY_ENV}].")
+@click.option("--max-corrections", type=click.IntRange(0, 10), default=2, show_default=True,
+              help="Times an unusable reply (malformed call, unknown tool, invalid arguments) is corrected "
+                   "upstream before its text is returned.")
+@click.option("--tools", "tools_mode", type=click.Choice(["emulate"]), default="emulate", show_default=True,
+              help="emulate: the request's tools go into the prompt in mylm's protocol and calls are parsed "
+                   "back (works with any model).")
+@click.option("--timeout", type=float, metavar="SECONDS",
+              help="Wall-clock budget of one request upstream, corrections included [the timeout setting].")
+@click.option("--max-body", type=click.IntRange(1024, None), default=16 * 1024 * 1024, metavar="BYTES",
+              help="Largest request body accepted; larger ones get a 413 [16 MiB].")
+@click.option("--max-concurrency", type=click.IntRange(1, 4096), default=128, show_default=True,
+              help="Requests served upstream at once (and the upstream connections kept); more wait their turn.")
+@verbose_option
+@click.pass_context
+@handles_errors
+def serve(ctx: click.Context, /, **options: Any) -> None:
+    """Serve the configured model behind the OpenAI and Anthropic APIs, with native tool calling.
+
+    Clients send tools as usual (OpenAI Chat Completions or Responses, Anthropic Messages); mylm puts them in
+    the prompt in its own protocol, samples under a grammar of their schemas where the endpoint can, reads
+    the reply with its tolerant parser, corrects unusable replies upstream, and answers with native tool
+    calls. Requests without tools are passed through as plain chat. The server runs no tools itself.
+
+    The upstream is chosen exactly as for `mylm ask` (profiles, --base-url, -m, --provider, ...).
+
+    \b
+    Examples:
+      mylm serve --base-url http://localhost:8080/v1
+      OPENAI_BASE_URL=http://127.0.0.1:8765/v1 OPENAI_API_KEY=unused python my_agent.py
+      MYLM_SERVE_KEY=s3cret mylm serve --host 0.0.0.0
+
+    Routes: POST /v1/chat/completions, /v1/responses, /v1/messages; GET /v1/models, /health.
+    Exit codes: 0 stopped (Ctrl-C drains the requests in flight), 1 error, 2 usage.
+    """
+    import dataclasses
+
+    from ..serve.server import is_loopback, listen
+    from .runner import known_model, make_llm, prompt_loader
+
+    host = from_outside(options["host"], "--host")
+    key = options["client_key"]
+    key = from_outside(key, "--client-key") if key else None
+    if not is_loopback(host) and not key:
+        fail(f"--host {host} is not a loopback address: anyone who can reach it could use the model, so set "
+             f"a key clients must send with --client-key or {KEY_ENV}", EXIT_USAGE)
+    settings = settings_from(options)
+    if options["timeout"] is not None:
+        settings = dataclasses.replace(settings, timeout=options["timeout"])
+    redactor = make_redactor(settings)
+    if key:
+        from ..redact import Redactor
+
+        redactor = Redactor.from_environment(extra=[settings.api_key, key])
+    configure_logging(options["verbose"], redactor)
+    loader = prompt_loader(settings)
+    llm = make_llm(ctx, settings, loader)
+    app = build_app(llm, loader, settings, key, options, redactor.redact,
+                    stop_strings=getattr(known_model(settings), "stop_strings", True))
+    try:
+        sock = listen(host, options["port"])
+    except OSError as error:
+        fail(f"cannot listen on {host}:{options['port']}: {error.strerror or error}", EXIT_ERROR)
+    bound_host, bound_port = sock.getsockname()[:2]
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    click.echo(f"mylm serve: {settings.model or 'the default model'} on http://{shown}:{bound_port}/v1 "
+               "(Ctrl-C stops)", err=True)
+    from ..serve.server import run
+
+    try:
+        run(app, sock)
+    except KeyboardInterrupt:
+        pass  # uvicorn drained the requests in flight, then re-raised the signal it caught: a clean stop
+    click.echo("mylm serve: stopped", err=True)
+    ctx.exit(EXIT_OK)
+
+
+def build_app(llm: Any, loader: Any, settings: Any, key: str | None, options: dict[str, Any], redact: Any,
+              *, stop_strings: bool = True) -> Any:
+    """The ASGI application for these settings (the CLI's composition of core, config and routes)."""
+    from ..errors import ConfigError
+    from ..serve.app import ServeConfig, create_app
+    from ..serve.core import Core, CoreSettings
+
+    try:
+        core = Core(llm, loader, CoreSettings(
+            constrain=settings.constrain,
+            max_corrections=options["max_corrections"],
+            max_tokens=settings.max_tokens,
+            timeout=settings.timeout,
+            stop_strings=stop_strings,
+        ))
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    config = ServeConfig(model=settings.model or "mylm", client_key=key, max_body=options["max_body"],
+                         max_concurrency=options["max_concurrency"])
+    return create_app(core, config, redact)

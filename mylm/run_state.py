@@ -1,0 +1,55 @@
+"""The mutable bookkeeping of one run, shared by the loop and the tool runner; never shared between runs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .cancel import CancelToken
+from .corrections import Corrections
+from .errors import RunTimeoutError
+from .step import Meter
+from .types import Event, Message
+
+
+@dataclass
+class RunState:
+    """One run: its conversation, its limits, what it cost and what it has seen so far."""
+
+    #: The conversation as it will be sent (after the system message): prior history, then this run's turns.
+    messages: list[Message]
+    cancel: CancelToken
+    #: When the run must end, on `clock`.
+    deadline: float
+    clock: Callable[[], float]
+    #: The corrections sent so far, so a repeated mistake gets a different, more concrete one.
+    corrections: Corrections
+    #: The user's request (compaction keeps it).
+    prompt: str = ""
+    added: list[Message] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    #: Every completion requested (loop turns, the retry without stops, compaction, the summary) and its cost.
+    meter: Meter = field(default_factory=Meter)
+    iteration: int = 0
+    #: Unusable turns in a row.
+    failures: int = 0
+    compacted: bool = False
+    #: The last call that ran (tool, arguments, result), and how many times in a row it was made.
+    last_call: tuple[str, str, str, bool] | None = None
+    repeats: int = 0
+
+    def add(self, message: Message) -> None:
+        """Append `message` to the conversation (and to what this run added)."""
+        self.messages.append(message)
+        self.added.append(message)
+
+    def check(self) -> None:
+        """Raise if the run was cancelled or its deadline has passed."""
+        self.cancel.raise_if_cancelled()
+        if self.clock() >= self.deadline:
+            raise RunTimeoutError("deadline passed")
+
+    def monotonic_deadline(self) -> float:
+        """The deadline on the clock HTTP reads and tools compare against (the run's clock may be a fake)."""
+        return time.monotonic() + (self.deadline - self.clock())

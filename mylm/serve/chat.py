@@ -1,0 +1,211 @@
+"""`POST /v1/chat/completions`: OpenAI's Chat Completions API over the core, streaming as OpenAI streams."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from ..types import Usage
+from .http import sse
+from .wire import (
+    CallIn,
+    CallOut,
+    ChatMessage,
+    ChatRequest,
+    Finished,
+    FunctionTool,
+    Out,
+    ReasoningOut,
+    RequestError,
+    TextOut,
+    arguments_object,
+    array,
+    checked_choice,
+    checked_results,
+    checked_tools,
+    count,
+    flag,
+    number,
+    obj,
+    said,
+    schema,
+    stops,
+    text,
+    tool_name,
+)
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+def error_body(error: RequestError) -> dict[str, Any]:
+    """OpenAI's error shape."""
+    return {"error": {"message": error.message, "type": error.kind, "param": error.param, "code": error.code}}
+
+
+def stream_error(error: RequestError) -> bytes:
+    """An error after the stream has started: an event carrying the error object (the SDK raises on it)."""
+    return sse(error_body(error))
+
+
+def parse(body: dict[str, Any]) -> ChatRequest:
+    """The request, checked: a `RequestError` names the first field that is wrong."""
+    model = text(body.get("model"), "model", allow_empty=False)
+    messages = array(body.get("messages"), "messages")
+    if not messages:
+        raise RequestError("messages must not be empty", param="messages")
+    n = body.get("n")
+    if n is not None and n != 1:
+        raise RequestError("n must be 1: this server returns one choice", param="n")
+    number(body.get("temperature"), "temperature", 0, 2)
+    number(body.get("top_p"), "top_p", 0, 1)
+    tools = checked_tools([_tool(t, f"tools[{i}]") for i, t in enumerate(array(body.get("tools") or [], "tools"))],
+                          "tools")
+    options = body.get("stream_options")
+    if options is not None:
+        obj(options, "stream_options")
+    fmt = body.get("response_format")
+    if fmt is not None and obj(fmt, "response_format").get("type") not in (None, "text"):
+        raise RequestError("response_format: only text is supported by this server", param="response_format")
+    return ChatRequest(
+        model=model,
+        messages=checked_results(tuple(_message(m, f"messages[{i}]") for i, m in enumerate(messages))),
+        tools=tools,
+        tool_choice=checked_choice(_choice(body.get("tool_choice")), tools, "tool_choice"),
+        parallel=flag(body.get("parallel_tool_calls"), "parallel_tool_calls", True),
+        max_tokens=count(body.get("max_completion_tokens"), "max_completion_tokens")
+        or count(body.get("max_tokens"), "max_tokens"),
+        stop=stops(body.get("stop"), "stop"),
+        stream=flag(body.get("stream"), "stream", False),
+    )
+
+
+def _tool(value: Any, param: str) -> FunctionTool:
+    tool = obj(value, param)
+    if tool.get("type", "function") != "function":
+        raise RequestError(f"{param}.type must be \"function\", not {tool.get('type')!r}", param=f"{param}.type")
+    function = obj(tool.get("function"), f"{param}.function")
+    return FunctionTool(
+        name=tool_name(function.get("name"), f"{param}.function.name"),
+        description=text(function.get("description"), f"{param}.function.description", required=False),
+        parameters=schema(function.get("parameters"), f"{param}.function.parameters"),
+    )
+
+
+def _choice(value: Any) -> str:
+    if value is None:
+        return "auto"
+    if isinstance(value, str):
+        if value not in ("auto", "none", "required"):
+            raise RequestError("tool_choice must be auto, none, required or a function", param="tool_choice")
+        return value
+    choice = obj(value, "tool_choice")
+    function = obj(choice.get("function"), "tool_choice.function")
+    return tool_name(function.get("name"), "tool_choice.function.name")
+
+
+def content_text(value: Any, param: str) -> str:
+    """A message's content: a string, or an array of text parts (other parts are refused)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return text(value, param)
+    parts = array(value, param)
+    pieces = []
+    for i, part in enumerate(parts):
+        part = obj(part, f"{param}[{i}]")
+        if part.get("type") not in ("text", "input_text", "output_text"):
+            raise RequestError(f"{param}[{i}]: only text content is supported, not {part.get('type')!r}",
+                               param=f"{param}[{i}].type")
+        pieces.append(text(part.get("text"), f"{param}[{i}].text"))
+    return "".join(pieces)
+
+
+def _message(value: Any, param: str) -> ChatMessage:
+    message = obj(value, param)
+    role = message.get("role")
+    if role not in ROLES:
+        raise RequestError(f"{param}.role must be one of {', '.join(ROLES)}, not {role!r}", param=f"{param}.role")
+    content = content_text(message.get("content"), f"{param}.content")
+    if role in ("system", "developer"):
+        return ChatMessage("system", content)
+    if role == "user":
+        return ChatMessage("user", content)
+    if role == "tool":
+        call_id = text(message.get("tool_call_id"), f"{param}.tool_call_id", allow_empty=False)
+        return ChatMessage("tool", content, call_id=call_id)
+    calls = []
+    for i, call in enumerate(array(message.get("tool_calls") or [], f"{param}.tool_calls")):
+        where = f"{param}.tool_calls[{i}]"
+        call = obj(call, where)
+        function = obj(call.get("function"), f"{where}.function")
+        calls.append(CallIn(
+            id=text(call.get("id"), f"{where}.id", allow_empty=False),
+            name=tool_name(function.get("name"), f"{where}.function.name"),
+            arguments=arguments_object(function.get("arguments"), f"{where}.function.arguments"),
+        ))
+    return ChatMessage("assistant", content, calls=tuple(calls))
+
+
+def _usage(usage: Usage | None) -> dict[str, int]:
+    usage = usage or Usage()
+    return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
+            "total_tokens": usage.total_tokens}
+
+
+def _call(index: int, call: CallOut) -> dict[str, Any]:
+    return {"index": index, "id": call.id, "type": "function",
+            "function": {"name": call.name, "arguments": call.arguments}}
+
+
+def answer(request: ChatRequest, items: list[Out], body: dict[str, Any]) -> dict[str, Any]:
+    """The whole answer, for a request that is not streamed."""
+    content = said(items)
+    reasoning = "".join(i.text for i in items if isinstance(i, ReasoningOut))
+    calls = [i for i in items if isinstance(i, CallOut)]
+    finish = next((i for i in items if isinstance(i, Finished)), Finished("stop"))
+    message: dict[str, Any] = {"role": "assistant", "content": content or (None if calls else ""),
+                               "refusal": None}
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    if calls:
+        message["tool_calls"] = [{k: v for k, v in _call(i, c).items() if k != "index"} for i, c in enumerate(calls)]
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": request.model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish.reason, "logprobs": None}],
+        "usage": _usage(finish.usage),
+    }
+
+
+async def events(request: ChatRequest, items: AsyncIterator[Out], body: dict[str, Any]) -> AsyncIterator[bytes]:
+    """The answer as OpenAI streams it: a role chunk, content and `reasoning_content` deltas, each call as a
+    header chunk (id, name) then its arguments, a chunk with `finish_reason`, the usage chunk if asked, [DONE]."""
+    head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk", "created": int(time.time()),
+            "model": request.model}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        return sse({**head, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]})
+
+    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    yield chunk({"role": "assistant", "content": ""})
+    calls = 0
+    async for item in items:
+        if isinstance(item, TextOut):
+            yield chunk({"content": item.text})
+        elif isinstance(item, ReasoningOut):
+            yield chunk({"reasoning_content": item.text})
+        elif isinstance(item, CallOut):
+            header = _call(calls, item)
+            header["function"] = {"name": item.name, "arguments": ""}
+            yield chunk({"tool_calls": [header]})
+            yield chunk({"tool_calls": [{"index": calls, "function": {"arguments": item.arguments}}]})
+            calls += 1
+        elif isinstance(item, Finished):
+            yield chunk({}, item.reason)
+            if include_usage:
+                yield sse({**head, "choices": [], "usage": _usage(item.usage)})
+    yield sse("[DONE]")

@@ -1,0 +1,259 @@
+"""The core every route shares: a client's conversation in mylm's text protocol, the upstream's reply read back
+as native tool calls, and unusable replies corrected upstream before the client sees them.
+
+Each request is one model step (`mylm.step.ModelStep`, the agent's own): the tools rendered through mylm's
+templates (prompts/, so users customise them the same way), the grammar chosen from their schemas and the
+`tool_choice`, the reply parsed with their names and judged, and the correction picked. The conversation is
+rendered the way the agent records its own: earlier calls as canonical `<tool_code>` blocks and tool results as
+user-role `<observation>` messages. Rendering is a pure function of the request, so each request of a
+conversation is a byte-stable extension of the last and the upstream's prompt cache keeps hitting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ..cancel import CancelToken
+from ..llm import LLM, ConstrainMode, FinishChunk, LLMRequest, ReasoningChunk, TextChunk, alternating
+from ..prompts import PromptLoader
+from ..protocol.canonical import format_tool_call
+from ..protocol.defuse import neutralise
+from ..step import Meter, ModelStep, StepConfig, StepOutcome, ToolDefinition
+from ..types import FinishReason, Message, ReasoningEvent, TextEvent, ToolCall, UsageEvent
+from .wire import CallOut, ChatMessage, ChatRequest, Finished, Out, ReasoningOut, RequestError, TextOut
+
+logger = logging.getLogger("mylm.serve")
+
+#: The templates the core renders itself (the step checks its own); checked when the server starts.
+TEMPLATES = ("system.j2", "observation.j2", "tool_error.j2", "denied.j2", "tool_required.j2")
+
+
+@dataclass(frozen=True)
+class CoreSettings:
+    """How the core treats requests: the grammar mode, the corrections allowed, the limits."""
+
+    constrain: ConstrainMode = "auto"
+    max_corrections: int = 2
+    #: The output cap when a request names none.
+    max_tokens: int = 4096
+    #: Seconds one request may take upstream, corrections included.
+    timeout: float = 300.0
+    #: Whether the upstream accepts stop strings (some hosted models refuse them; the parser cuts anyway).
+    stop_strings: bool = True
+
+
+class Core:
+    """Serves `ChatRequest`s against one upstream model; thread-safe (each request runs in its own thread)."""
+
+    def __init__(self, llm: LLM, prompts: PromptLoader, settings: CoreSettings = CoreSettings()) -> None:
+        self.llm = llm
+        self.prompts = prompts
+        self.settings = settings
+        #: What replies have shown about the upstream (shared by every request's step): whether its chat template
+        #: opens `<think>` (None: not known yet), and whether its stop strings cut the model's reasoning.
+        self.opens_reasoning: bool | None = None
+        self.stopless = False
+        #: Rendered system prompts by tools, choice and instructions: the same request renders the same bytes.
+        self._systems: dict[tuple[Any, ...], str] = {}
+        self._lock = threading.Lock()
+        prompts.check([*TEMPLATES, *ModelStep(llm, [], prompts=prompts).templates()])
+
+    # ------------------------------------------------------------------------------------------ rendering
+
+    def step(self, request: ChatRequest) -> ModelStep:
+        """The model step for `request`'s tools and choices, with what earlier replies taught about the upstream."""
+        tools = [ToolDefinition(t.name, t.description, t.parameters) for t in request.tools]
+        config = StepConfig(
+            max_tokens=request.max_tokens or self.settings.max_tokens, multiple_calls=request.parallel,
+            constrain=self.settings.constrain, tool_choice=request.tool_choice,
+            stop_strings=self.settings.stop_strings and not self.stopless,
+        )
+        try:
+            step = ModelStep(self.llm, tools, config, prompts=self.prompts)
+        except Exception as error:  # noqa: BLE001 - any schema the grammar compiler cannot take
+            # A schema the grammar compiler cannot take: parse and validate only (or refuse, if insisted on).
+            if config.constrain == "grammar":
+                raise RequestError(f"the tools' schemas cannot be compiled into a grammar: {error}",
+                                   param="tools") from None
+            logger.warning("No grammar for this request's tools (%s: %s)", type(error).__name__, error)
+            step = ModelStep(self.llm, tools, dataclasses.replace(config, constrain="off"), prompts=self.prompts)
+        step.opens_reasoning = self.opens_reasoning
+        step.stops = (*step.stops, *(s for s in request.stop if s not in step.stops))
+        return step
+
+    def render(self, request: ChatRequest, step: ModelStep | None = None) -> tuple[Message, ...]:
+        """The messages sent upstream for `request` (with tools, through its `step`'s system prompt)."""
+        instructions = "\n\n".join(m.content for m in request.messages if m.role == "system" and m.content)
+        turns = self._turns(request)
+        if step is None:
+            system = (Message("system", instructions),) if instructions else ()
+            return alternating((*system, *turns))
+        key = (json.dumps([[t.name, t.description, t.parameters] for t in request.tools], default=str),
+               request.tool_choice, request.parallel, step.config.constrain, instructions)
+        with self._lock:
+            system_prompt = self._systems.get(key)
+        if system_prompt is None:
+            system_prompt = step.system_prompt(instructions=instructions)
+            with self._lock:
+                if len(self._systems) > 256:
+                    self._systems.clear()
+                self._systems[key] = system_prompt
+        return alternating((Message("system", system_prompt), *turns))
+
+    def _turns(self, request: ChatRequest) -> list[Message]:
+        names = {call.id: call.name for m in request.messages for call in m.calls}
+        turns: list[Message] = []
+        results: list[str] = []
+        for message in request.messages:
+            if message.role == "tool":
+                results.append(self._observation(names.get(message.call_id or "", "tool"), message))
+                continue
+            if results:
+                # One user message for a turn's results, as the agent records them.
+                turns.append(Message("user", "\n".join(results)))
+                results = []
+            if message.role == "user":
+                turns.append(Message("user", message.content))
+            elif message.role == "assistant":
+                canonical = "\n".join(format_tool_call(ToolCall(c.name, c.arguments)) for c in message.calls)
+                thought = message.content.strip()
+                content = f"{thought}\n{canonical}" if thought and canonical else thought or canonical
+                if content:
+                    turns.append(Message("assistant", content))
+        if results:
+            turns.append(Message("user", "\n".join(results)))
+        return turns
+
+    def _observation(self, tool: str, message: ChatMessage) -> str:
+        # Neutralised here, not only by the templates' filter: a customised template that drops the filter
+        # still cannot let a tool result close the observation, open a call or forge a chat turn.
+        output = neutralise(message.content.rstrip("\n"))
+        if message.is_error:
+            return self.prompts.render("tool_error.j2", tool=tool, message=output)
+        return self.prompts.render("observation.j2", tool=tool, output=output, cut=0, handle=None)
+
+    @staticmethod
+    def emulated(request: ChatRequest) -> bool:
+        """Whether mylm's protocol is in play: the request offers tools the model may call."""
+        return bool(request.tools) and request.tool_choice != "none"
+
+    # ------------------------------------------------------------------------------------------- serving
+
+    def run(self, request: ChatRequest, cancel: CancelToken) -> Iterator[Out]:
+        """The reply to `request`, as it becomes known: text and reasoning as they stream, each call once it is
+        complete and valid, then `Finished`. Raises `LLMError`s from the upstream and `CancelledError`."""
+        deadline = time.monotonic() + self.settings.timeout
+        if not self.emulated(request):
+            yield from self._plain(request, self.render(request), deadline, cancel)
+            return
+        step = self.step(request)
+        yield from self._emulate(request, step, list(self.render(request, step)), deadline, cancel)
+
+    def _plain(self, request: ChatRequest, messages: tuple[Message, ...], deadline: float,
+               cancel: CancelToken) -> Iterator[Out]:
+        """No tools: the conversation proxied as plain chat, its text and reasoning passed straight on."""
+        upstream = LLMRequest(messages, stop=request.stop, max_tokens=request.max_tokens, deadline=deadline,
+                              cancel=cancel)
+        finish: FinishChunk | None = None
+        stream = iter(self.llm.stream(upstream))
+        try:
+            for chunk in stream:
+                if isinstance(chunk, TextChunk):
+                    if chunk.text:
+                        yield TextOut(chunk.text)
+                elif isinstance(chunk, ReasoningChunk):
+                    if chunk.text:
+                        yield ReasoningOut(chunk.text)
+                elif isinstance(chunk, FinishChunk):
+                    finish = chunk
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
+        reason = (finish.reason or "") if finish else ""
+        yield Finished("length" if reason in ("length", "max_tokens", "limit") else "stop",
+                       finish.usage if finish else None)
+
+    def _emulate(self, request: ChatRequest, step: ModelStep, messages: list[Message], deadline: float,
+                 cancel: CancelToken) -> Iterator[Out]:
+        seed = stable_id("", *(f"{m.role}\x01{m.content}" for m in messages))
+        corrections = step.corrections()
+        meter = Meter()
+        counted = [False]
+        outcome: StepOutcome | None = None
+        for attempt in range(self.settings.max_corrections + 1):
+            stops = step.stops
+            outcome = yield from _relay(step.turn(messages, deadline=deadline, cancel=cancel,
+                                                  corrections=corrections, meter=meter), counted)
+            self.opens_reasoning = step.opens_reasoning
+            if stops and not step.stops:
+                self.stopless = True  # the step learnt that this upstream's stops cut the model's reasoning
+            usage = meter.usage if counted[0] else None
+            parsed = outcome.turn.parsed
+            correction = outcome.correction
+            if outcome.usable:
+                calls: list[ToolCall] = []
+                observations: list[str] = []
+                for call in (parsed.tool_calls if request.parallel else parsed.tool_calls[:1]):
+                    try:
+                        checked, observation = step.check_call(call, corrections)
+                    except (TypeError, ValueError, AttributeError, KeyError) as error:
+                        raise RequestError(f"the parameters schema of {call.name} cannot be checked against "
+                                           f"({type(error).__name__}: {error})", param="tools") from None
+                    calls.append(checked)
+                    if observation is not None:
+                        observations.append(observation)
+                if not observations:
+                    for index, call in enumerate(calls):
+                        # Stable: the same conversation gives the same ids, so a retried request is answered alike.
+                        call_id = stable_id("call_", seed, str(attempt), str(index))
+                        yield CallOut(call_id, call.name, json.dumps(call.arguments, ensure_ascii=False))
+                    cut = outcome.turn.finish is FinishReason.MAX_TOKENS
+                    settled = parsed.thought if calls else (parsed.final_answer or parsed.thought)
+                    yield Finished("tool_calls" if calls else ("length" if cut else "stop"), usage, settled)
+                    return
+                correction = "\n".join(observations)
+            logger.info("Unusable reply (attempt %d): %s", attempt + 1, outcome.problem or correction)
+            if attempt == self.settings.max_corrections:
+                break
+            messages += [outcome.reply, Message("user", correction or "")]
+        # Out of corrections: the text the reply had, never a half call.
+        assert outcome is not None
+        answer = outcome.turn.parsed.final_answer or outcome.turn.parsed.thought
+        cut = outcome.turn.finish is FinishReason.MAX_TOKENS
+        yield Finished("length" if cut else "stop", meter.usage if counted[0] else None, answer)
+
+
+def _relay(steps: Generator[Any, None, StepOutcome], counted: list[bool]) -> Generator[Out, None, StepOutcome]:
+    """The step's text and reasoning events as the server's `Out` items; returns its outcome. `counted[0]` is
+    set once the upstream has reported usage."""
+    try:
+        while True:
+            try:
+                event = next(steps)
+            except StopIteration as stop:
+                result: StepOutcome = stop.value
+                return result
+            if isinstance(event, TextEvent):
+                if event.text:
+                    yield TextOut(event.text)
+            elif isinstance(event, ReasoningEvent):
+                if event.text:
+                    yield ReasoningOut(event.text)
+            elif isinstance(event, UsageEvent):
+                counted[0] = True
+    finally:
+        steps.close()  # a client gone mid-reply: the upstream stream is released now, not when collected
+
+
+def stable_id(prefix: str, *parts: str) -> str:
+    """An id derived from `parts` (the same request gives the same id)."""
+    return prefix + hashlib.sha256("\x00".join(parts).encode("utf-8", "replace")).hexdigest()[:24]

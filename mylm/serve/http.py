@@ -1,0 +1,131 @@
+"""HTTP plumbing the routes share: a bounded body read, JSON answers, server-sent events, and noticing a client
+that went away (so its upstream call is cancelled at once, not at the next write)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from .wire import RequestError
+
+T = TypeVar("T")
+
+
+def dumps(document: Any) -> bytes:
+    """Compact UTF-8 JSON (non-ASCII kept as is: every client decodes UTF-8)."""
+    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def json_response(document: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    """A JSON answer."""
+    return Response(dumps(document), status_code=status, media_type="application/json", headers=headers)
+
+
+def sse(document: Any, event: str | None = None) -> bytes:
+    """One server-sent event carrying `document` as JSON (or a literal string such as `[DONE]`)."""
+    data = document if isinstance(document, str) else dumps(document).decode("utf-8")
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {data}\n\n".encode()
+
+
+async def read_body(request: Request, limit: int, timeout: float) -> bytes:
+    """The whole body, at most `limit` bytes (413 beyond), within `timeout` seconds (408: a client trickling its
+    body, slowloris-style, does not hold the request open)."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise RequestError("the Content-Length header is not a number")
+        if int(declared) > limit:
+            raise too_large(limit)
+
+    async def read() -> bytes:
+        parts: list[bytes] = []
+        size = 0
+        async for part in request.stream():
+            size += len(part)
+            if size > limit:
+                raise too_large(limit)
+            parts.append(part)
+        return b"".join(parts)
+
+    try:
+        return await asyncio.wait_for(read(), timeout)
+    except asyncio.TimeoutError:
+        raise RequestError(f"the request body did not arrive within {timeout:g} s", status=408,
+                           kind="timeout") from None
+    except ClientDisconnect:
+        raise RequestError("the client went away while sending the body", status=400) from None
+
+
+def too_large(limit: int) -> RequestError:
+    """The 413 for a body over `limit` bytes."""
+    return RequestError(f"the request body is larger than the server's limit of {limit:,} bytes", status=413,
+                        kind="request_too_large")
+
+
+async def until_disconnect(receive: Receive) -> None:
+    """Return once the client has gone away (the body has been read already, so only that can arrive)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
+    """`work`'s result, or None (with `work` cancelled) if the client goes away first."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(until_disconnect(request.receive))
+    try:
+        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            return task.result()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return None
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+
+
+class EventStream(Response):
+    """A `text/event-stream` answer from an async iterator of byte chunks. The iterator is cancelled as soon as
+    the client disconnects (the upstream call with it), and closed whatever happens."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, events: AsyncIterator[bytes], headers: dict[str, str] | None = None) -> None:
+        # No body and so no Content-Length: the answer is chunked, its length unknown until it ends.
+        self.status_code = 200
+        self.background = None
+        self.init_headers({"Cache-Control": "no-cache", "Content-Type": "text/event-stream; charset=utf-8",
+                           **(headers or {})})
+        self.events = events
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        stream = asyncio.ensure_future(self._stream(send))
+        watcher = asyncio.ensure_future(until_disconnect(receive))
+        try:
+            await asyncio.wait({stream, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (stream, watcher):
+                task.cancel()
+            await asyncio.gather(stream, watcher, return_exceptions=True)
+            close: Callable[[], Awaitable[None]] | None = getattr(self.events, "aclose", None)
+            if close is not None:
+                await close()
+
+    async def _stream(self, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        try:
+            async for chunk in self.events:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except OSError:
+            return  # the client went away mid-write
+        await send({"type": "http.response.body", "body": b"", "more_body": False})

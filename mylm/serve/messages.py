@@ -1,0 +1,249 @@
+"""`POST /v1/messages`: Anthropic's Messages API over the core, streaming Anthropic's named events."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from ..types import Usage
+from .http import sse
+from .wire import (
+    CallIn,
+    CallOut,
+    ChatMessage,
+    ChatRequest,
+    Finished,
+    FunctionTool,
+    Out,
+    ReasoningOut,
+    RequestError,
+    TextOut,
+    array,
+    checked_choice,
+    checked_results,
+    checked_tools,
+    count,
+    flag,
+    number,
+    obj,
+    said,
+    schema,
+    stops,
+    text,
+    tool_name,
+)
+
+#: OpenAI's error types (and HTTP statuses) in Anthropic's words.
+_KINDS = {
+    400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
+    408: "timeout_error", 413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error",
+    504: "timeout_error",
+}
+_STOPS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
+
+
+def error_body(error: RequestError) -> dict[str, Any]:
+    """Anthropic's error shape."""
+    kind = _KINDS.get(error.status, "api_error" if error.status >= 500 else "invalid_request_error")
+    return {"type": "error", "error": {"type": kind, "message": error.message}}
+
+
+def stream_error(error: RequestError) -> bytes:
+    """An error after the stream has started: Anthropic's `error` event."""
+    return sse(error_body(error), "error")
+
+
+def parse(body: dict[str, Any]) -> ChatRequest:
+    """The request, checked: a `RequestError` names the first field that is wrong."""
+    model = text(body.get("model"), "model", allow_empty=False)
+    max_tokens = count(body.get("max_tokens"), "max_tokens")
+    if max_tokens is None:
+        raise RequestError("max_tokens: Field required", param="max_tokens")
+    listed = array(body.get("messages"), "messages")
+    if not listed:
+        raise RequestError("messages: at least one message is required", param="messages")
+    number(body.get("temperature"), "temperature", 0, 1)
+    tools = checked_tools([_tool(t, f"tools.{i}") for i, t in enumerate(array(body.get("tools") or [], "tools"))],
+                          "tools")
+    choice, parallel = _choice(body.get("tool_choice"))
+    conversation: list[ChatMessage] = []
+    system = body.get("system")
+    if system is not None:
+        conversation.append(ChatMessage("system", _blocks_text(system, "system")))
+    for i, message in enumerate(listed):
+        conversation.extend(_message(message, f"messages.{i}"))
+    return ChatRequest(
+        model=model,
+        messages=checked_results(tuple(conversation)),
+        tools=tools,
+        tool_choice=checked_choice(choice, tools, "tool_choice"),
+        parallel=parallel,
+        max_tokens=max_tokens,
+        stop=stops(body.get("stop_sequences"), "stop_sequences"),
+        stream=flag(body.get("stream"), "stream", False),
+    )
+
+
+def _tool(value: Any, param: str) -> FunctionTool:
+    tool = obj(value, param)
+    kind = tool.get("type")
+    if kind not in (None, "custom"):
+        raise RequestError(f"{param}.type: only custom (client) tools are supported, not {kind!r}",
+                           param=f"{param}.type")
+    return FunctionTool(
+        name=tool_name(tool.get("name"), f"{param}.name"),
+        description=text(tool.get("description"), f"{param}.description", required=False),
+        parameters=schema(tool.get("input_schema"), f"{param}.input_schema"),
+    )
+
+
+def _choice(value: Any) -> tuple[str, bool]:
+    """`tool_choice` in the core's words, and whether several calls may come in one reply."""
+    if value is None:
+        return "auto", True
+    choice = obj(value, "tool_choice")
+    kind = choice.get("type")
+    parallel = not flag(choice.get("disable_parallel_tool_use"), "tool_choice.disable_parallel_tool_use", False)
+    if kind == "auto":
+        return "auto", parallel
+    if kind == "any":
+        return "required", parallel
+    if kind == "none":
+        return "none", parallel
+    if kind == "tool":
+        return tool_name(choice.get("name"), "tool_choice.name"), parallel
+    raise RequestError(f"tool_choice.type must be auto, any, tool or none, not {kind!r}", param="tool_choice.type")
+
+
+def _blocks_text(value: Any, param: str) -> str:
+    """Text content: a string, or text blocks."""
+    if isinstance(value, str):
+        return text(value, param)
+    pieces = []
+    for i, block in enumerate(array(value, param)):
+        block = obj(block, f"{param}.{i}")
+        if block.get("type") != "text":
+            raise RequestError(f"{param}.{i}: only text blocks are supported here, not {block.get('type')!r}",
+                               param=f"{param}.{i}.type")
+        pieces.append(text(block.get("text"), f"{param}.{i}.text"))
+    return "\n\n".join(pieces) if param == "system" else "".join(pieces)
+
+
+def _message(value: Any, param: str) -> list[ChatMessage]:
+    message = obj(value, param)
+    role = message.get("role")
+    if role == "system":
+        # Claude Code sends system text inside the messages as well: it joins the system prompt's.
+        return [ChatMessage("system", _blocks_text(message.get("content"), f"{param}.content"))]
+    if role not in ("user", "assistant"):
+        raise RequestError(f"{param}.role must be user, assistant or system, not {role!r}", param=f"{param}.role")
+    content = message.get("content")
+    if isinstance(content, str):
+        return [ChatMessage(role, text(content, f"{param}.content"))]
+    texts: list[str] = []
+    calls: list[CallIn] = []
+    results: list[ChatMessage] = []
+    for i, block in enumerate(array(content, f"{param}.content")):
+        where = f"{param}.content.{i}"
+        block = obj(block, where)
+        kind = block.get("type")
+        if kind == "text":
+            texts.append(text(block.get("text"), f"{where}.text"))
+        elif kind in ("thinking", "redacted_thinking") and role == "assistant":
+            continue  # earlier reasoning is not sent back upstream, as the agent never records it
+        elif kind == "tool_use" and role == "assistant":
+            arguments = block.get("input", {})
+            calls.append(CallIn(text(block.get("id"), f"{where}.id", allow_empty=False),
+                                tool_name(block.get("name"), f"{where}.name"), obj(arguments, f"{where}.input")))
+        elif kind == "tool_result" and role == "user":
+            output = block.get("content")
+            results.append(ChatMessage(
+                "tool", "" if output is None else _blocks_text(output, f"{where}.content"),
+                call_id=text(block.get("tool_use_id"), f"{where}.tool_use_id", allow_empty=False),
+                is_error=flag(block.get("is_error"), f"{where}.is_error", False),
+            ))
+        else:
+            raise RequestError(f"{where}: a {role} message cannot carry a {kind!r} block here",
+                               param=f"{where}.type")
+    if role == "assistant":
+        return [ChatMessage("assistant", "".join(texts), calls=tuple(calls))]
+    # Results first: they answer the previous assistant turn; text after them is the user's next words.
+    return [*results, *([ChatMessage("user", "".join(texts))] if texts or not results else [])]
+
+
+def _usage(usage: Usage | None) -> dict[str, int]:
+    usage = usage or Usage()
+    return {"input_tokens": usage.prompt_tokens, "output_tokens": usage.completion_tokens}
+
+
+def _start(request: ChatRequest) -> dict[str, Any]:
+    return {"id": f"msg_{uuid.uuid4().hex}", "type": "message", "role": "assistant", "model": request.model,
+            "content": [], "stop_reason": None, "stop_sequence": None}
+
+
+def _tool_id(call: CallOut) -> str:
+    return "toolu_" + call.id.removeprefix("call_")
+
+
+def answer(request: ChatRequest, items: list[Out], body: dict[str, Any]) -> dict[str, Any]:
+    """The whole message, for a request that is not streamed."""
+    content: list[dict[str, Any]] = []
+    reasoning = "".join(i.text for i in items if isinstance(i, ReasoningOut))
+    if reasoning:
+        content.append({"type": "thinking", "thinking": reasoning, "signature": ""})
+    words = said(items)
+    if words:
+        content.append({"type": "text", "text": words})
+    for item in items:
+        if isinstance(item, CallOut):
+            content.append({"type": "tool_use", "id": _tool_id(item), "name": item.name,
+                            "input": json.loads(item.arguments)})
+    finish = next((i for i in items if isinstance(i, Finished)), Finished("stop"))
+    return {**_start(request), "content": content, "stop_reason": _STOPS[finish.reason],
+            "usage": _usage(finish.usage)}
+
+
+async def events(request: ChatRequest, items: AsyncIterator[Out], body: dict[str, Any]) -> AsyncIterator[bytes]:
+    """The message as Anthropic streams it: `message_start`, one content block per kind of output (thinking,
+    text, each `tool_use` with its `input_json_delta`), `message_delta` with the stop reason, `message_stop`."""
+    yield sse({"type": "message_start", "message": {**_start(request), "usage": _usage(None)}}, "message_start")
+    index = -1
+    open_kind: str | None = None
+
+    def stop_block() -> bytes:
+        return sse({"type": "content_block_stop", "index": index}, "content_block_stop")
+
+    async for item in items:
+        if isinstance(item, (TextOut, ReasoningOut)):
+            kind = "text" if isinstance(item, TextOut) else "thinking"
+            if open_kind != kind:
+                if open_kind is not None:
+                    yield stop_block()
+                index += 1
+                open_kind = kind
+                block = {"type": "text", "text": ""} if kind == "text" else {"type": "thinking", "thinking": ""}
+                yield sse({"type": "content_block_start", "index": index, "content_block": block},
+                          "content_block_start")
+            delta = ({"type": "text_delta", "text": item.text} if kind == "text"
+                     else {"type": "thinking_delta", "thinking": item.text})
+            yield sse({"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta")
+        elif isinstance(item, CallOut):
+            if open_kind is not None:
+                yield stop_block()
+            index += 1
+            open_kind = None
+            tool_block = {"type": "tool_use", "id": _tool_id(item), "name": item.name, "input": {}}
+            yield sse({"type": "content_block_start", "index": index, "content_block": tool_block},
+                      "content_block_start")
+            delta = {"type": "input_json_delta", "partial_json": item.arguments}
+            yield sse({"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta")
+            yield stop_block()
+        elif isinstance(item, Finished):
+            if open_kind is not None:
+                yield stop_block()
+                open_kind = None
+            yield sse({"type": "message_delta", "delta": {"stop_reason": _STOPS[item.reason], "stop_sequence": None},
+                       "usage": _usage(item.usage)}, "message_delta")
+    yield sse({"type": "message_stop"}, "message_stop")

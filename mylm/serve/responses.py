@@ -1,0 +1,268 @@
+"""`POST /v1/responses`: OpenAI's Responses API over the core, stateless (`store: false`), streaming its typed
+events (`response.output_item.added`, `response.output_text.delta`, `response.function_call_arguments.delta`,
+`response.completed`, ...)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from ..types import Usage
+from .chat import content_text, error_body
+from .http import sse
+from .wire import (
+    CallIn,
+    CallOut,
+    ChatMessage,
+    ChatRequest,
+    Finished,
+    FunctionTool,
+    Out,
+    ReasoningOut,
+    RequestError,
+    TextOut,
+    arguments_object,
+    array,
+    checked_choice,
+    checked_results,
+    checked_tools,
+    count,
+    flag,
+    number,
+    obj,
+    said,
+    schema,
+    text,
+    tool_name,
+)
+
+__all__ = ["answer", "error_body", "events", "parse", "stream_error"]
+
+
+def stream_error(error: RequestError) -> bytes:
+    """An error after the stream has started: the Responses API's `error` event."""
+    return sse({"type": "error", "code": error.code or error.kind, "message": error.message, "param": error.param},
+               "error")
+
+
+def parse(body: dict[str, Any]) -> ChatRequest:
+    """The request, checked: a `RequestError` names the first field that is wrong."""
+    model = text(body.get("model"), "model", allow_empty=False)
+    if body.get("previous_response_id") is not None:
+        raise RequestError("previous_response_id is not supported: this server keeps no responses (store is "
+                           "false); send the whole conversation in input", param="previous_response_id")
+    number(body.get("temperature"), "temperature", 0, 2)
+    # Tools other than functions (web search, file search, ...) are the provider's own, not the client's:
+    # this server cannot run them, so they are not offered to the model.
+    tools = checked_tools([_tool(t, f"tools[{i}]") for i, t in enumerate(array(body.get("tools") or [], "tools"))
+                           if isinstance(t, dict) and t.get("type") == "function"], "tools")
+    conversation: list[ChatMessage] = []
+    if body.get("instructions") is not None:
+        conversation.append(ChatMessage("system", text(body.get("instructions"), "instructions")))
+    given = body.get("input")
+    if isinstance(given, str):
+        conversation.append(ChatMessage("user", text(given, "input")))
+    else:
+        items = array(given, "input")
+        if not items:
+            raise RequestError("input must not be empty", param="input")
+        conversation.extend(_items(items))
+    return ChatRequest(
+        model=model,
+        messages=checked_results(tuple(conversation)),
+        tools=tools,
+        tool_choice=checked_choice(_choice(body.get("tool_choice")), tools, "tool_choice"),
+        parallel=flag(body.get("parallel_tool_calls"), "parallel_tool_calls", True),
+        max_tokens=count(body.get("max_output_tokens"), "max_output_tokens"),
+        stream=flag(body.get("stream"), "stream", False),
+    )
+
+
+def _tool(tool: dict[str, Any], param: str) -> FunctionTool:
+    return FunctionTool(
+        name=tool_name(tool.get("name"), f"{param}.name"),
+        description=text(tool.get("description"), f"{param}.description", required=False),
+        parameters=schema(tool.get("parameters"), f"{param}.parameters"),
+    )
+
+
+def _choice(value: Any) -> str:
+    if value is None:
+        return "auto"
+    if isinstance(value, str):
+        if value not in ("auto", "none", "required"):
+            raise RequestError("tool_choice must be auto, none, required or a function", param="tool_choice")
+        return value
+    choice = obj(value, "tool_choice")
+    if choice.get("type") != "function":
+        raise RequestError("tool_choice: only function tools can be chosen", param="tool_choice.type")
+    return tool_name(choice.get("name"), "tool_choice.name")
+
+
+def _items(items: list[Any]) -> list[ChatMessage]:
+    found: list[ChatMessage] = []
+    for i, item in enumerate(items):
+        where = f"input[{i}]"
+        item = obj(item, where)
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = item.get("role")
+            if role not in ("user", "assistant", "system", "developer"):
+                raise RequestError(f"{where}.role must be user, assistant, system or developer, not {role!r}",
+                                   param=f"{where}.role")
+            content = content_text(item.get("content"), f"{where}.content")
+            found.append(ChatMessage("system" if role == "developer" else role, content))
+        elif kind == "function_call":
+            call = CallIn(text(item.get("call_id"), f"{where}.call_id", allow_empty=False),
+                          tool_name(item.get("name"), f"{where}.name"),
+                          arguments_object(item.get("arguments"), f"{where}.arguments"))
+            if found and found[-1].role == "assistant":
+                last = found[-1]
+                found[-1] = ChatMessage("assistant", last.content, calls=(*last.calls, call))
+            else:
+                found.append(ChatMessage("assistant", "", calls=(call,)))
+        elif kind == "function_call_output":
+            output = item.get("output")
+            found.append(ChatMessage("tool", content_text(output, f"{where}.output"),
+                                     call_id=text(item.get("call_id"), f"{where}.call_id", allow_empty=False)))
+        elif kind == "reasoning":
+            continue  # earlier reasoning is not sent back upstream, as the agent never records it
+        else:
+            raise RequestError(f"{where}.type {kind!r} is not supported", param=f"{where}.type")
+    return found
+
+
+def _usage(usage: Usage | None) -> dict[str, Any]:
+    usage = usage or Usage()
+    return {"input_tokens": usage.prompt_tokens, "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": usage.completion_tokens, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": usage.total_tokens}
+
+
+def _response(request: ChatRequest, body: dict[str, Any], rid: str, status: str) -> dict[str, Any]:
+    return {
+        "id": rid, "object": "response", "created_at": int(time.time()), "status": status, "model": request.model,
+        "output": [], "parallel_tool_calls": request.parallel, "tool_choice": body.get("tool_choice", "auto"),
+        "tools": body.get("tools") or [], "instructions": body.get("instructions"), "error": None,
+        "incomplete_details": None, "metadata": body.get("metadata") or {}, "temperature": body.get("temperature"),
+        "top_p": body.get("top_p"), "max_output_tokens": request.max_tokens, "previous_response_id": None,
+        "store": False, "text": {"format": {"type": "text"}}, "truncation": "disabled", "usage": None,
+    }
+
+
+def _message_item(mid: str, words: str, status: str = "completed") -> dict[str, Any]:
+    content = [{"type": "output_text", "text": words, "annotations": []}] if status == "completed" else []
+    return {"type": "message", "id": mid, "status": status, "role": "assistant", "content": content}
+
+
+def _reasoning_item(rid: str, thought: str) -> dict[str, Any]:
+    return {"type": "reasoning", "id": rid, "summary": [],
+            "content": [{"type": "reasoning_text", "text": thought}] if thought else []}
+
+
+def _call_item(call: CallOut, arguments: str, status: str = "completed") -> dict[str, Any]:
+    return {"type": "function_call", "id": "fc_" + call.id.removeprefix("call_"), "call_id": call.id,
+            "name": call.name, "arguments": arguments, "status": status}
+
+
+def _ending(finish: Finished) -> tuple[str, dict[str, Any] | None]:
+    if finish.reason == "length":
+        return "incomplete", {"reason": "max_output_tokens"}
+    return "completed", None
+
+
+def answer(request: ChatRequest, items: list[Out], body: dict[str, Any]) -> dict[str, Any]:
+    """The whole response, for a request that is not streamed."""
+    rid = f"resp_{uuid.uuid4().hex}"
+    output: list[dict[str, Any]] = []
+    thought = "".join(i.text for i in items if isinstance(i, ReasoningOut))
+    if thought:
+        output.append(_reasoning_item(f"rs_{uuid.uuid4().hex}", thought))
+    words = said(items)
+    if words:
+        output.append(_message_item(f"msg_{uuid.uuid4().hex}", words))
+    output.extend(_call_item(i, i.arguments) for i in items if isinstance(i, CallOut))
+    finish = next((i for i in items if isinstance(i, Finished)), Finished("stop"))
+    status, incomplete = _ending(finish)
+    return {**_response(request, body, rid, status), "output": output, "incomplete_details": incomplete,
+            "usage": _usage(finish.usage)}
+
+
+async def events(request: ChatRequest, items: AsyncIterator[Out], body: dict[str, Any]) -> AsyncIterator[bytes]:
+    """The response as the Responses API streams it, each event numbered (`sequence_number`)."""
+    rid = f"resp_{uuid.uuid4().hex}"
+    sequence = 0
+    output: list[dict[str, Any]] = []
+
+    def event(kind: str, **fields: Any) -> bytes:
+        nonlocal sequence
+        sequence += 1
+        return sse({"type": kind, "sequence_number": sequence - 1, **fields}, kind)
+
+    yield event("response.created", response=_response(request, body, rid, "in_progress"))
+    yield event("response.in_progress", response=_response(request, body, rid, "in_progress"))
+    # The item being streamed: its kind ("message" or "reasoning"), id and text so far.
+    current: tuple[str, str, list[str]] | None = None
+
+    def close_current() -> list[bytes]:
+        nonlocal current
+        if current is None:
+            return []
+        kind, iid, parts = current
+        index, whole = len(output), "".join(parts)
+        current = None
+        if kind == "message":
+            part = {"type": "output_text", "text": whole, "annotations": []}
+            item = _message_item(iid, whole)
+            output.append(item)
+            return [event("response.output_text.done", item_id=iid, output_index=index, content_index=0, text=whole),
+                    event("response.content_part.done", item_id=iid, output_index=index, content_index=0, part=part),
+                    event("response.output_item.done", output_index=index, item=item)]
+        item = _reasoning_item(iid, whole)
+        output.append(item)
+        return [event("response.reasoning_text.done", item_id=iid, output_index=index, content_index=0,
+                      text=whole),
+                event("response.output_item.done", output_index=index, item=item)]
+
+    async for item in items:
+        if isinstance(item, (TextOut, ReasoningOut)):
+            kind = "message" if isinstance(item, TextOut) else "reasoning"
+            if current is None or current[0] != kind:
+                for done in close_current():
+                    yield done
+                iid = f"{'msg' if kind == 'message' else 'rs'}_{uuid.uuid4().hex}"
+                current = (kind, iid, [])
+                index = len(output)
+                if kind == "message":
+                    yield event("response.output_item.added", output_index=index,
+                                item=_message_item(iid, "", "in_progress"))
+                    yield event("response.content_part.added", item_id=iid, output_index=index, content_index=0,
+                                part={"type": "output_text", "text": "", "annotations": []})
+                else:
+                    yield event("response.output_item.added", output_index=index,
+                                item={"type": "reasoning", "id": iid, "summary": [], "content": []})
+            current[2].append(item.text)
+            delta = "response.output_text.delta" if kind == "message" else "response.reasoning_text.delta"
+            yield event(delta, item_id=current[1], output_index=len(output), content_index=0, delta=item.text)
+        elif isinstance(item, CallOut):
+            for done in close_current():
+                yield done
+            index = len(output)
+            call_item = _call_item(item, "", "in_progress")
+            yield event("response.output_item.added", output_index=index, item=call_item)
+            yield event("response.function_call_arguments.delta", item_id=call_item["id"], output_index=index,
+                        delta=item.arguments)
+            yield event("response.function_call_arguments.done", item_id=call_item["id"], output_index=index,
+                        arguments=item.arguments)
+            finished = _call_item(item, item.arguments)
+            output.append(finished)
+            yield event("response.output_item.done", output_index=index, item=finished)
+        elif isinstance(item, Finished):
+            for done in close_current():
+                yield done
+            status, incomplete = _ending(item)
+            final = {**_response(request, body, rid, status), "output": output, "incomplete_details": incomplete,
+                     "usage": _usage(item.usage)}
+            yield event("response.completed" if status == "completed" else "response.incomplete", response=final)

@@ -1,0 +1,97 @@
+"""Running the application on uvicorn: the listening socket, the loopback rule, and a draining shutdown.
+
+uvicorn is the ASGI server llama-cpp-python's own server and FastAPI run on: HTTP/1.1 with keep-alive, an
+h11 parser with bounded header sizes, and a graceful shutdown on SIGINT/SIGTERM (stop accepting, let the
+requests in flight finish, then cancel what is left after `drain` seconds).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import threading
+from typing import Any
+
+#: Seconds Ctrl-C lets the requests in flight finish before they are cancelled.
+DRAIN_SECONDS = 30.0
+#: The most bytes of a request line and headers (h11's limit): a client cannot make the server buffer more.
+MAX_HEAD_BYTES = 64 * 1024
+
+
+def is_loopback(host: str) -> bool:
+    """Whether every address `host` names is a loopback address (so only this machine can connect)."""
+    try:
+        found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return False
+    addresses = {str(info[4][0]) for info in found}
+    return bool(addresses) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses)
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening socket on `host:port` (port 0: the OS chooses); OSError if it cannot be bound."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def server_for(app: Any, sock: socket.socket, *, drain: float = DRAIN_SECONDS) -> Any:
+    """A uvicorn server for `app` on `sock`."""
+    import uvicorn
+
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=max(1, round(drain)),
+        h11_max_incomplete_event_size=MAX_HEAD_BYTES,
+        # uvicorn's own server header names uvicorn; a client needs neither.
+        server_header=False,
+        # The client address is the socket's: no X-Forwarded-For is believed (nothing here depends on it).
+        proxy_headers=False,
+        date_header=True,
+    )
+    return uvicorn.Server(config)
+
+
+def run(app: Any, sock: socket.socket, *, drain: float = DRAIN_SECONDS) -> None:
+    """Serve until SIGINT/SIGTERM, then drain (blocks; in the main thread it handles the signals)."""
+    server_for(app, sock, drain=drain).run(sockets=[sock])
+
+
+class Background:
+    """The server in a thread of its own (tests, embedding): `with Background(app) as url: ...`."""
+
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, *, drain: float = 5.0) -> None:
+        self.sock = listen(host, port)
+        self.server = server_for(app, self.sock, drain=drain)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True,
+                                       name="mylm-serve")
+
+    @property
+    def url(self) -> str:
+        """The server's root URL."""
+        host, port = self.sock.getsockname()[:2]
+        return f"http://{host}:{port}" if ":" not in host else f"http://[{host}]:{port}"
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        return self.url
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop accepting, drain, and wait for the thread."""
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+        self.sock.close()

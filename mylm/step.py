@@ -1,0 +1,350 @@
+"""One model turn on its own: render the request, stream it, parse it with the tools' names, and decide whether
+the turn is usable and, if not, which correction to send. No tool runs here: the agent's loop runs the calls a
+step returns, and `mylm serve` returns them to its client.
+
+Use it with any tool descriptions (anything with `name`, `description` and `parameters`, e.g. `ToolDefinition`)::
+
+    import time
+    from mylm import Message
+    from mylm.step import ModelStep, StepConfig, ToolDefinition, drain
+    from mylm.testing import ScriptedLLM
+
+    weather = ToolDefinition("get_weather", "The weather in a city.",
+                             {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
+    llm = ScriptedLLM(["", '<tool_code>\\n<name>get_weather</name>\\n<parameters>\\n{"city": "Oslo"}\\n'
+                           '</parameters>\\n</tool_code>'])
+    step = ModelStep(llm, [weather], StepConfig(max_tokens=512))
+    messages = [Message("system", step.system_prompt(instructions="Be brief.")),
+                Message("user", "What is the weather in Oslo?")]
+    corrections = step.corrections()  # one per conversation: a repeated mistake gets a more concrete one
+    for attempt in range(3):
+        events, outcome = drain(step.turn(messages, deadline=time.monotonic() + 60, corrections=corrections))
+        if outcome.usable:
+            break
+        messages += [outcome.reply, Message("user", outcome.correction or "")]
+    assert outcome.turn.parsed.tool_calls[0].arguments == {"city": "Oslo"}
+
+`turn` is a generator: it yields the events of the turn as they happen (text, reasoning, usage, a retry) and
+returns a `StepOutcome`. A step keeps what it learns about its endpoint (whether the chat template opens
+`<think>`; that stop strings cut the model's reasoning, so none are sent any more) for every later turn.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+from collections.abc import Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, TypeVar
+
+from .cancel import CancelToken
+from .constrain.select import TOOL_CHOICES, ConstrainMode, select_constraints
+from .context import TokenEstimator
+from .corrections import TEMPLATES, Corrections
+from .decoding import clean_text
+from .llm import LLM, Constraint, LLMRequest, alternating
+from .prompts import PromptLoader, tool_view
+from .protocol.defuse import neutralise
+from .protocol.stops import DEFAULT_STOPS, OBSERVATION_STOP, TOOL_STOP
+from .tools.validation import validate
+from .turn import ModelTurn, cut_mid_thought, stream_turn
+from .types import ErrorEvent, Event, Message, ToolCall, Usage, UsageEvent
+
+logger = logging.getLogger("mylm.agent")
+
+T = TypeVar("T")
+#: A step of the loop: yields events as they happen, returns its outcome.
+Steps = Generator[Event, None, T]
+#: `auto`, `none`, `required`, or the name of the one tool the model must call.
+ToolChoice = str
+
+
+class ToolSchema(Protocol):
+    """What a step needs of a tool: a mylm `Tool` has it, and so has a `ToolDefinition` built from JSON."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def parameters(self) -> Mapping[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class ToolDefinition:
+    """A tool as the model sees it, without a function to run (a server's client runs it)."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class StepConfig:
+    """How a model turn is asked for."""
+
+    #: The output token limit of every completion.
+    max_tokens: int = 4096
+    #: Whether one turn may call several tools (they run in order); otherwise only the first call counts.
+    multiple_calls: bool = False
+    #: `auto`: sample under the protocol grammar where the endpoint can; `grammar`: insist; `off`: never.
+    constrain: ConstrainMode = "off"
+    #: `auto`: call or answer; `none`: no tools; `required`: every turn calls one; a tool's name: that tool.
+    tool_choice: ToolChoice = "auto"
+    #: Send stop strings (the end of a call, an observation) where the endpoint accepts them.
+    stop_strings: bool = True
+
+
+@dataclass
+class Meter:
+    """What a caller's completions cost, and what the user saw of one cut short; the caller owns it."""
+
+    usage: Usage = field(default_factory=Usage)
+    #: Completions requested, a stopless retry included.
+    calls: int = 0
+    #: The visible text of the completion that was interrupted last (an exception left the step), else "".
+    partial: str = ""
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """A finished model turn, and whether it can be used: if not, why, and the correction to send."""
+
+    turn: ModelTurn
+    #: Why the turn can be neither run nor taken as the answer (None: usable).
+    problem: str | None = None
+    #: The user message that tells the model what to fix (None: usable).
+    correction: str | None = None
+    #: The problem's kind, as an `ErrorEvent` names it: `format`, `tool_choice` (an answer where a call is due),
+    #: or `call` (with `check_calls`: a call to an unknown or refused tool, or with arguments that do not fit).
+    kind: str = ""
+    #: The calls to run: the first only, unless `multiple_calls`; with `check_calls`, checked against their
+    #: tools' schemas, arguments coerced where unambiguous.
+    calls: tuple[ToolCall, ...] = ()
+
+    @property
+    def usable(self) -> bool:
+        """Whether the turn's calls can be run, or its answer taken."""
+        return self.problem is None
+
+    @property
+    def reply(self) -> Message:
+        """The assistant message that records the turn in the conversation, before its correction."""
+        return Message("assistant", self.turn.parsed.text.strip() or "(empty reply)")
+
+
+class ModelStep:
+    """Asks the model for one turn at a time over given messages; see the module docstring."""
+
+    def __init__(
+        self,
+        llm: LLM,
+        tools: Iterable[ToolSchema],
+        config: StepConfig = StepConfig(),
+        *,
+        prompts: PromptLoader | None = None,
+        unlisted: Iterable[ToolSchema] = (),
+    ) -> None:
+        """`tools` are listed in the system prompt; `unlisted` ones may be called too, whatever the tool choice,
+        but cost no prompt tokens (a correction or an observation tells the model how to call them)."""
+        self.llm = llm
+        self.config = config
+        self.prompts = prompts or PromptLoader.default()
+        self.tools: tuple[ToolSchema, ...] = tuple(tools)
+        self.unlisted: tuple[ToolSchema, ...] = tuple(unlisted)
+        choice = config.tool_choice
+        if choice not in TOOL_CHOICES and choice not in {t.name for t in self.tools}:
+            known = ", ".join(t.name for t in self.tools) or "none"
+            raise ValueError(
+                f"tool_choice must be auto, none, required or a tool's name; {choice!r} is none of them "
+                f"(tools: {known})"
+            )
+        if choice == "none":
+            self.listed: tuple[ToolSchema, ...] = ()
+        else:
+            self.listed = tuple(t for t in self.tools if choice in TOOL_CHOICES or t.name == choice)
+        callable_ = (*self.tools, *self.unlisted)
+        #: The grammars requests carry (compiled once per step): every turn, and an answer-only turn.
+        self.constraint, self.answer_constraint = select_constraints(
+            callable_, mode=config.constrain, multiple_calls=config.multiple_calls, max_tokens=config.max_tokens,
+            tool_choice=choice, always={t.name for t in self.unlisted},
+        )
+        #: The tools in play and their argument names: the parser reads drifted calls against them.
+        self.names = {t.name: tuple(dict(t.parameters).get("properties") or ()) for t in callable_}
+        # Without several calls per turn, the end of the first call can stop generation at the server. Models
+        # whose API refuses stop strings get none: the parser still ends the turn at the call.
+        self.stops: tuple[str, ...] = DEFAULT_STOPS if not config.multiple_calls else (OBSERVATION_STOP,)
+        if not config.stop_strings:
+            self.stops = ()
+        #: Whether this endpoint's chat template opens `<think>` for the model, as its replies have shown so far
+        #: (None: not known yet, so the parser holds calls until a reply shows it; see docs/parser.md).
+        self.opens_reasoning: bool | None = None
+        #: Characters per token, calibrated by the prompt token counts the endpoint reports.
+        self.estimator = TokenEstimator()
+
+    def templates(self) -> list[str]:
+        """Every template a conversation with this step can render (check them before the first request)."""
+        names = [*TEMPLATES, "tool_error.j2", "denied.j2"]
+        if self.config.tool_choice not in ("auto", "none"):
+            names.append("tool_required.j2")
+        return names
+
+    def corrections(self) -> Corrections:
+        """A fresh memory of corrections, for one conversation."""
+        return Corrections(self.prompts, max_tokens=self.config.max_tokens)
+
+    def system_prompt(self, *, instructions: str = "", cwd: str = "") -> str:
+        """The system prompt listing the tools; keep it for the conversation (no timestamps, so caches hit)."""
+        return self.prompts.render(
+            "system.j2",
+            tools=tool_view(self.listed),
+            multiple_calls=self.config.multiple_calls,
+            final_answer_tag=self.config.constrain != "off",
+            instructions=clean_text(instructions)[0],
+            platform=platform.system() or "unknown",
+            cwd=clean_text(cwd)[0],
+            tool_choice=self.config.tool_choice,
+        )
+
+    def turn(
+        self,
+        messages: Sequence[Message],
+        *,
+        deadline: float | None = None,
+        cancel: CancelToken | None = None,
+        corrections: Corrections | None = None,
+        meter: Meter | None = None,
+        answer_only: bool = False,
+        check_calls: bool = False,
+    ) -> Steps[StepOutcome]:
+        """One turn over `messages` (the system message first); redone once without stop strings if a server
+        stop cut the model's reasoning. `deadline` is a `time.monotonic()` value; `answer_only` asks for an
+        answer under the answer grammar, and such a turn is not judged. `check_calls` (for a caller that runs
+        the calls elsewhere, such as a server's client) also rejects a turn whose calls cannot run."""
+        meter = meter if meter is not None else Meter()
+        constraint = self.answer_constraint if answer_only else self.constraint
+        turn = yield from self._complete(messages, deadline, cancel, constraint, meter)
+        if self.stops and cut_mid_thought(turn):
+            # Models draft calls inside <think>; a server honouring our stops then ends the turn mid-thought.
+            # Ask again, and from now on, without stops: the parser still ends the turn at a real call.
+            logger.warning("The endpoint stopped inside the model's reasoning; retrying without stop strings")
+            yield ErrorEvent("the reply stopped inside the reasoning; asking again without stop strings", "retry")
+            self.stops = ()
+            turn = yield from self._complete(messages, deadline, cancel, constraint, meter)
+        logger.info("Model turn ended: %s", turn.finish.value)
+        if answer_only:
+            return StepOutcome(turn)
+        return self.judge(turn, corrections or self.corrections(), check_calls=check_calls)
+
+    def judge(self, turn: ModelTurn, corrections: Corrections, *, check_calls: bool = False) -> StepOutcome:
+        """Whether `turn` can be used; if not, why and what to tell the model."""
+        problem = corrections.problem(turn.parsed)
+        if problem is not None:
+            return StepOutcome(turn, problem, corrections.unusable(turn, problem), "format")
+        choice = self.config.tool_choice
+        if not turn.parsed.tool_calls and choice not in ("auto", "none"):
+            tool = None if choice == "required" else choice
+            which = f"a call of {tool}" if tool else "a tool call"
+            problem = f"the reply had no tool call; {which} is required (tool_choice)"
+            return StepOutcome(turn, problem, corrections.tool_required(tool), "tool_choice")
+        calls = turn.parsed.tool_calls if self.config.multiple_calls else turn.parsed.tool_calls[:1]
+        return self._checked(turn, calls, corrections) if check_calls else StepOutcome(turn, calls=calls)
+
+    def _checked(self, turn: ModelTurn, calls: tuple[ToolCall, ...], corrections: Corrections) -> StepOutcome:
+        """The turn with its calls checked as the agent's runner would before running them: the first that
+        cannot run makes the turn unusable, with the observation the agent would send for it."""
+        tools = {t.name: t for t in (*self.tools, *self.unlisted)}
+        choice, unlisted = self.config.tool_choice, {t.name for t in self.unlisted}
+        checked: list[ToolCall] = []
+        for call in calls:
+            tool = tools.get(call.name)
+            if tool is None:
+                problem = corrections.unknown_tool(call.name, list(tools))
+            elif choice == "none" or (choice not in TOOL_CHOICES and call.name not in (choice, *unlisted)):
+                problem = corrections.refused_by_choice(call.name, choice)
+                correction = self.prompts.render("denied.j2", tool=call.name, reason=neutralise(problem))
+                return StepOutcome(turn, problem, correction, "call")
+            else:
+                value, problems = validate(tool.parameters, dict(call.arguments))
+                if not problems:
+                    checked.append(replace(call, arguments=value if isinstance(value, dict) else call.arguments))
+                    continue
+                problem = corrections.invalid_arguments(tool, problems)
+            correction = self.prompts.render("tool_error.j2", tool=call.name, message=neutralise(problem))
+            return StepOutcome(turn, problem, correction, "call")
+        return StepOutcome(turn, calls=tuple(checked))
+
+    def check_call(self, call: ToolCall, corrections: Corrections) -> tuple[ToolCall, str | None]:
+        """For a caller that runs no tools itself (`mylm serve` hands calls to its client): `call` with its
+        arguments validated against its tool's schema (and coerced where the schema says how), and, when it cannot
+        be run as it is, the observation telling the model why: an unknown tool, one the tool choice refuses, or
+        arguments that break the schema (escalated like every correction when the same mistake comes again)."""
+        # Imported here: the tools package is heavy, and only a caller without tools of its own needs it.
+        from .tools.registry import unknown_tool_message
+        from .tools.validation import validate
+
+        tools = {t.name: t for t in (*self.tools, *self.unlisted)}
+        tool = tools.get(call.name)
+        if tool is None:
+            message = corrections.escalated(unknown_tool_message(call.name, list(tools)))
+            return call, self.prompts.render("tool_error.j2", tool=call.name, message=neutralise(message))
+        choice = self.config.tool_choice
+        if tool not in self.unlisted and (choice == "none" or (choice not in TOOL_CHOICES and call.name != choice)):
+            reason = corrections.refused_by_choice(call.name, choice)
+            return call, self.prompts.render("denied.j2", tool=call.name, reason=neutralise(reason))
+        arguments, problems = validate(dict(tool.parameters), dict(call.arguments))
+        if problems:
+            message = corrections.invalid_arguments(tool, problems)
+            return call, self.prompts.render("tool_error.j2", tool=call.name, message=neutralise(message))
+        return replace(call, arguments=arguments), None
+
+    def _complete(
+        self,
+        messages: Sequence[Message],
+        deadline: float | None,
+        cancel: CancelToken | None,
+        constraint: Constraint | None,
+        meter: Meter,
+    ) -> Steps[ModelTurn]:
+        stops = self.stops
+        if self.opens_reasoning is not False:
+            # Unless replies have shown that the template does not open <think>, a call may be a draft that a later
+            # lone </think> turns into reasoning: let the model go on past it (docs/parser.md, "Reasoning").
+            stops = tuple(s for s in stops if s != TOOL_STOP)
+        # Roles alternate in the request, as strict chat templates require; the caller's history is unchanged.
+        request = LLMRequest(alternating(messages), stops, self.config.max_tokens, deadline, cancel, constraint)
+        meter.calls += 1
+        shown: list[str] = []
+        try:
+            turn: ModelTurn = yield from stream_turn(
+                self.llm, request, multiple_calls=self.config.multiple_calls, shown=shown, tools=self.names,
+                reasoning_open=self.opens_reasoning,
+            )
+        except BaseException:
+            meter.partial = "".join(shown)  # what the user already saw: the caller keeps it in the conversation
+            raise
+        if turn.opens_reasoning is not None:
+            self.opens_reasoning = turn.opens_reasoning
+        if turn.usage is not None:
+            meter.usage = meter.usage + turn.usage
+            if turn.usage.prompt_tokens:
+                self.estimator.calibrate(messages, turn.usage.prompt_tokens)
+            yield UsageEvent(turn.usage, meter.usage)
+        return turn
+
+
+def drain(steps: Generator[Event, None, T]) -> tuple[list[Event], T]:
+    """Run a step to its end: the events it yielded, and what it returned."""
+    events: list[Event] = []
+    while True:
+        try:
+            events.append(next(steps))
+        except StopIteration as stop:
+            return events, stop.value
+
+
+__all__ = [
+    "Meter", "ModelStep", "StepConfig", "StepOutcome", "Steps", "ToolChoice", "ToolDefinition", "ToolSchema", "drain",
+]

@@ -1,0 +1,56 @@
+"""What the `mylm serve` tests share: the server in-process in front of a scripted loopback upstream, and the
+tools the scripted model calls."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from mylm.prompts import PromptLoader
+from mylm.providers import Endpoint, create_llm
+from mylm.serve.app import ServeConfig, create_app
+from mylm.serve.core import Core, CoreSettings
+from mylm.serve.server import Background
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1}},
+            "required": ["city"],
+        },
+    },
+}
+SEARCH = {
+    "type": "function",
+    "function": {
+        "name": "search_files",
+        "description": "Find files whose name matches a glob.",
+        "parameters": {"type": "object", "properties": {"pattern": {"type": "string"}}, "required": ["pattern"]},
+    },
+}
+
+
+def call(name: str, arguments: str, thought: str = "") -> str:
+    """A reply calling `name` in mylm's canonical form, after an optional thought."""
+    block = f"<tool_code>\n<name>{name}</name>\n<parameters>\n{arguments}\n</parameters>\n</tool_code>"
+    return f"{thought}\n{block}" if thought else block
+
+
+@contextlib.contextmanager
+def serving(upstream_url: str, *, provider: str = "openai", model: str = "test-model", client_key: str | None = None,
+            constrain: str = "off", max_corrections: int = 2, **config: Any) -> Iterator[str]:
+    """`mylm serve` in a thread on an ephemeral loopback port in front of `upstream_url`; yields its root URL."""
+    endpoint = Endpoint(provider=provider, base_url=upstream_url, model=model, api_key="upstream-secret-key",
+                        max_tokens=512)
+    loader = PromptLoader.default()
+    core = Core(create_llm(endpoint, prompts=loader), loader,
+                CoreSettings(constrain=constrain, max_corrections=max_corrections, timeout=30))  # type: ignore[arg-type]
+    app = create_app(core, ServeConfig(model=model, client_key=client_key, **config),
+                     redact=lambda s: s.replace("upstream-secret-key", "[REDACTED]"))
+    with Background(app) as url:
+        yield url
