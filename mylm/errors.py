@@ -21,11 +21,13 @@
     ├── NoToolsError                exit 1   the model called a tool, but the agent has none at all
     ├── RepeatedCallError           exit 5   the model kept making the same call, to the same result
     ├── ToolError                   exit 1   raised by a tool for an expected failure; becomes an observation
-    │   └── EscapeError                      a path leads outside the workspace
+    │   ├── EscapeError                      a path leads outside the workspace
+    │   └── LauncherGoneError                the sandbox's command launcher died; the command did not run
     ├── SandboxError                exit 1   the kernel refused to build or apply a command's sandbox
     ├── WorkspaceError              exit 1   a batch task's workspace could not be made
     │   └── WorkspaceRefusedError            a delegated run's workspace is outside the allowed roots
     ├── SessionNotFoundError        exit 1   no saved session has that id
+    ├── RequestError                         `mylm serve`: a client's request is malformed (a 4xx in its API's shape)
     ├── DownloadError               exit 1   a model could not be fetched or failed its checksum
     ├── RunTimeoutError             exit 4   the run's wall-clock budget is spent
     └── CancelledError              exit 130 the run was cancelled (Ctrl-C or a cancel token)
@@ -131,6 +133,11 @@ class EscapeError(ToolError):
     """A path leads outside the workspace."""
 
 
+class LauncherGoneError(ToolError):
+    """The launcher ended (killed from outside): the caller starts another."""
+
+
+
 class UnusableRepliesError(MylmError):
     """The model gave `max_consecutive_failures` replies in a row that could be neither run nor accepted."""
 
@@ -184,3 +191,17 @@ class WorkspaceRefusedError(WorkspaceError):
 
 class SessionNotFoundError(MylmError):
     """No saved session (of the kind asked for) has that id."""
+
+
+class RequestError(MylmError):
+    """A request the server cannot serve; shown to the client in its API's error shape, never as a traceback.
+
+    `kind` is the OpenAI error type; each route maps it to its own vocabulary (Anthropic's error types)."""
+
+    def __init__(self, message: str, *, status: int = 400, param: str | None = None,
+                 kind: str = "invalid_request_error", code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.param = param
+        self.kind = kind
+        self.code = code

@@ -25,7 +25,7 @@ PUBLIC = (
     "mylm", "mylm.step", "mylm.protocol", "mylm.providers", "mylm.tools", "mylm.testing", "mylm.batch", "mylm.sandbox",
 )
 #: Public modules another branch is giving an `__all__` and a section (issue 23); checked as soon as it has one.
-ANNOUNCED = {"mylm.protocol": "engineer `parser` exports the parser (StreamParser, parse_completion, ...)"}
+ANNOUNCED: dict[str, str] = {}
 
 API_PAGE = REPO_ROOT / "docs" / "api.md"
 _SECTION = re.compile(r"^#{2,3} `(mylm(?:\.\w+)*)`\s*$", re.MULTILINE)

@@ -12,7 +12,7 @@ from typing import Callable, Iterator, Literal, Mapping, Sequence
 
 from ..types import Grant
 from . import bwrap, caps, landlock, seccomp
-from .launcher import Child, Launcher, LauncherGone, LauncherSpec
+from .launcher import Child, Launcher, LauncherGoneError, LauncherSpec
 from .profile import Profile, build_profile
 from .rulesets import kept_rulesets
 
@@ -137,7 +137,7 @@ class Sandbox:
                           stdio: tuple[int, int, int]) -> Child:
                     try:
                         return launcher.start(argv, env, cwd, stdio, ruleset)
-                    except LauncherGone:
+                    except LauncherGoneError:
                         kept_rulesets.discard(launcher)  # the next command starts another
                         raise
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ..errors import ToolError
+from ..errors import LauncherGoneError, ToolError
 
 _PROGRAM = str(Path(__file__).with_name("launcher_main.py"))
 #: A request longer than this goes in a memfd (a SEQPACKET message must fit the socket's buffer).
@@ -37,8 +37,6 @@ class LauncherSpec:
     namespaces: bool = True
 
 
-class LauncherGone(ToolError):
-    """The launcher ended (killed from outside): the caller starts another."""
 
 
 class Launcher:
@@ -88,7 +86,7 @@ class Launcher:
     def start(self, argv: Sequence[str], env: Mapping[str, str], cwd: str | os.PathLike[str],
               stdio: tuple[int, int, int], ruleset: int | None = None) -> Child:
         """Start `argv` in `cwd` with `env` and the three descriptors as its stdin, stdout and stderr, in its
-        own layer of `ruleset` (else the launcher's own). Raises `LauncherGone` if the launcher has ended."""
+        own layer of `ruleset` (else the launcher's own). Raises `LauncherGoneError` if the launcher has ended."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         fds = [theirs.fileno(), *stdio]
         header: dict[str, object] = {"argv": list(argv), "env": dict(env), "cwd": os.fspath(cwd)}
@@ -108,7 +106,7 @@ class Launcher:
                 self._send(body, fds)
         except OSError as error:
             ours.close()
-            raise LauncherGone(f"the sandbox's launcher ended ({error})") from error
+            raise LauncherGoneError(f"the sandbox's launcher ended ({error})") from error
         finally:
             theirs.close()
             if memfd is not None:

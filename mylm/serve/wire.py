@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..decoding import clean_text
-from ..errors import MylmError
+from ..errors import MylmError, RequestError
 from ..types import Usage
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -25,18 +25,6 @@ MAX_COUNT = 10_000_000
 MAX_SCHEMA_DEPTH = 48
 
 
-class RequestError(MylmError):
-    """A request the server cannot serve; shown to the client in its API's error shape, never as a traceback.
-
-    `kind` is the OpenAI error type; each route maps it to its own vocabulary (Anthropic's error types)."""
-
-    def __init__(self, message: str, *, status: int = 400, param: str | None = None,
-                 kind: str = "invalid_request_error", code: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.param = param
-        self.kind = kind
-        self.code = code
 
 
 @dataclass(frozen=True)
