@@ -6,12 +6,11 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Protocol, Sequence, Union, runtime_checkable
 
 from .cancel import CancelToken
-from .errors import ConfigError
 from .constrain.select import CONSTRAIN_MODES as CONSTRAIN_MODES
 from .constrain.select import ConstrainMode as ConstrainMode
 from .constrain.select import Constraint as Constraint
+from .errors import ConfigError
 from .types import Message, Usage
-
 
 #: The providers that can forward tools natively (`LLMRequest.native`), for messages naming them.
 NATIVE_TOOL_PROVIDERS = ("openai",)

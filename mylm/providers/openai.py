@@ -62,7 +62,9 @@ def _call_pieces(calls: Any) -> Iterator[ToolCallChunk]:
         if not isinstance(call, dict):
             continue
         index = call.get("index", position)
-        function = call.get("function") if isinstance(call.get("function"), dict) else {}
+        function = call.get("function")
+        if not isinstance(function, dict):
+            function = {}
         name, arguments, ident = function.get("name"), function.get("arguments"), call.get("id")
         if isinstance(arguments, (dict, list)):
             arguments = json.dumps(arguments, ensure_ascii=False)  # Ollama sends an object, not JSON text

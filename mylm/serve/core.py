@@ -318,8 +318,8 @@ class Core:
             if not text_problems and all(o is None for _, o in results):
                 ids = [c.id or "" for c in native] + [stable_id("call_", seed, str(attempt), str(i))
                                                      for i in range(len(found))]
-                for call_id, (call, _) in zip(ids, [*results, *found]):
-                    yield CallOut(call_id, call.name, json.dumps(call.arguments, ensure_ascii=False))
+                for call_id, (good, _) in zip(ids, [*results, *found]):
+                    yield CallOut(call_id, good.name, json.dumps(good.arguments, ensure_ascii=False))
                 calls = bool(native or found)
                 text = thought if calls else (parsed.final_answer or parsed.thought)
                 usage = meter.usage if counted[0] else None

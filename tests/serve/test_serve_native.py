@@ -109,7 +109,7 @@ def test_an_invalid_native_call_is_corrected_upstream_as_its_tool_result(
 ) -> None:
     upstream.script([Completion("", tool_calls=[native("get_weather", '{"days": 0}', "call_bad")]),
                      Completion("", tool_calls=[native("get_weather", '{"city": "Oslo"}', "call_good")])])
-    content, _, calls, finish, _ = streamed(served, model="m", messages=QUESTION, tools=[WEATHER])
+    _, _, calls, finish, _ = streamed(served, model="m", messages=QUESTION, tools=[WEATHER])
     assert finish == "tool_calls" and [(c["id"], json.loads(c["arguments"])) for c in calls] == [
         ("call_good", {"city": "Oslo"})]
     retry = upstream.requests[1].body["messages"]
@@ -140,3 +140,46 @@ def test_a_provider_without_native_calling_is_refused_at_start(subprocess_env: d
     lines = done.stderr.strip().splitlines()
     assert done.returncode != 0 and "Traceback" not in done.stderr and len(lines) == 1, done.stderr
     assert "anthropic provider cannot forward tools natively" in lines[0] and "openai" in lines[0]
+
+
+def test_an_anthropic_client_gets_the_same_forwarding(upstream: OpenAIServer, served: str) -> None:
+    import anthropic
+
+    tool = {"name": "get_weather", "description": "The weather.", "input_schema": WEATHER["function"]["parameters"]}
+    upstream.script([Completion("On it.", tool_calls=[native("get_weather", '{"city": "Paris"}')]),
+                     '{"name": "get_weather", "arguments": {"city": "Oslo"}}'])
+    api = anthropic.Anthropic(base_url=served, api_key="unused", max_retries=0, timeout=30)
+    first = api.messages.create(model="m", max_tokens=256, messages=QUESTION, tools=[tool])  # type: ignore[list-item]
+    assert first.stop_reason == "tool_use"
+    text, tool_use = first.content
+    assert text.text == "On it." and tool_use.input == {"city": "Paris"}  # type: ignore[union-attr]
+    conversation = [*QUESTION, {"role": "assistant", "content": [b.model_dump() for b in first.content]},
+                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tool_use.id,  # type: ignore[union-attr]
+                                                  "content": "sunny"}]}]
+    with api.messages.stream(model="m", max_tokens=256, messages=conversation, tools=[tool]) as stream:  # type: ignore[arg-type]
+        second = stream.get_final_message()
+    assert second.stop_reason == "tool_use" and [b.type for b in second.content] == ["tool_use"]
+    assert second.content[0].input == {"city": "Oslo"}  # type: ignore[union-attr]  # rescued from the text
+    sent = upstream.requests[1].body
+    assert sent["tools"][0]["function"]["name"] == "get_weather"
+    assert [m["role"] for m in sent["messages"]] == ["user", "assistant", "tool"]
+    assert sent["messages"][1]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert sent["messages"][2] == {"role": "tool", "tool_call_id": tool_use.id, "content": "sunny"}  # type: ignore[union-attr]
+
+
+def test_tool_choice_none_forwards_the_conversation_natively_without_rescue(
+    upstream: OpenAIServer, served: str
+) -> None:
+    upstream.script(['{"name": "get_weather", "arguments": {"city": "Paris"}}'])
+    reply = client(served).chat.completions.create(model="m", messages=QUESTION, tools=[WEATHER], tool_choice="none")
+    choice = reply.choices[0]
+    assert choice.finish_reason == "stop" and not choice.message.tool_calls
+    assert choice.message.content == '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+    assert upstream.requests[0].body["tool_choice"] == "none"
+
+
+def test_a_native_call_without_an_id_gets_a_stable_one(upstream: OpenAIServer, served: str) -> None:
+    upstream.script([Completion("", tool_calls=[native("get_weather", '{"city": "Paris"}', "")])] * 2)
+    ids = [client(served).chat.completions.create(model="m", messages=QUESTION, tools=[WEATHER])
+           .choices[0].message.tool_calls[0].id for _ in range(2)]  # type: ignore[index]
+    assert ids[0] == ids[1] and ids[0].startswith("call_") and len(ids[0]) > 10
