@@ -330,10 +330,11 @@ class Core:
             settled = parsed.final_answer or parsed.thought
             if attempt == self.settings.max_corrections:
                 break
-            reply: dict[str, Any] = {"role": "assistant", "content": parsed.text.strip() or None}
+            reply: dict[str, Any] = {"role": "assistant", "content": parsed.text.strip() or
+                                     ("" if native else "(empty reply)")}
             if native:
                 reply["tool_calls"] = [call_entry(c.id or "", c.name, c.arguments) for c in native]
-            wire.append(reply if native or reply["content"] else {**reply, "content": "(empty reply)"})
+            wire.append(reply)
             for call, (_, observation) in zip(native, results):
                 wire.append({"role": "tool", "tool_call_id": call.id, "content": observation or NOT_RUN})
             if text_problems:

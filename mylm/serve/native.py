@@ -92,8 +92,8 @@ def wire_messages(request: ChatRequest) -> list[dict[str, Any]]:
         if message.role == "user":
             out.append({"role": "user", "content": message.content})
         elif message.role == "assistant":
-            entry: dict[str, Any] = {"role": "assistant", "content": message.content or ("" if not message.calls
-                                                                                          else None)}
+            # "" rather than null beside calls: llama-cpp-python's server refuses a null content (OpenAI takes both).
+            entry: dict[str, Any] = {"role": "assistant", "content": message.content}
             if message.calls:
                 entry["tool_calls"] = [call_entry(c.id, c.name, json.dumps(dict(c.arguments), ensure_ascii=False))
                                        for c in message.calls]
