@@ -95,14 +95,20 @@ def wire_messages(request: ChatRequest) -> list[dict[str, Any]]:
             # "" rather than null beside calls: llama-cpp-python's server refuses a null content (OpenAI takes both).
             entry: dict[str, Any] = {"role": "assistant", "content": message.content}
             if message.calls:
-                entry["tool_calls"] = [call_entry(c.id, c.name, json.dumps(dict(c.arguments), ensure_ascii=False))
+                entry["tool_calls"] = [call_entry(upstream_id(c.id), c.name,
+                                                  json.dumps(dict(c.arguments), ensure_ascii=False))
                                        for c in message.calls]
             out.append(entry)
         elif message.role == "tool":
             content = defuse_special_tokens(message.content)
-            out.append({"role": "tool", "tool_call_id": message.call_id,
+            out.append({"role": "tool", "tool_call_id": upstream_id(message.call_id or ""),
                         "content": f"Error: {content}" if message.is_error else content})
     return out
+
+
+def upstream_id(call_id: str) -> str:
+    """The id the upstream issued for a call an Anthropic client sends back (`toolu_X` was `call_X`)."""
+    return "call_" + call_id.removeprefix("toolu_") if call_id.startswith("toolu_") else call_id
 
 
 def call_entry(call_id: str, name: str, arguments: str) -> dict[str, Any]:

@@ -163,8 +163,11 @@ def test_an_anthropic_client_gets_the_same_forwarding(upstream: OpenAIServer, se
     sent = upstream.requests[1].body
     assert sent["tools"][0]["function"]["name"] == "get_weather"
     assert [m["role"] for m in sent["messages"]] == ["user", "assistant", "tool"]
-    assert sent["messages"][1]["tool_calls"][0]["function"]["name"] == "get_weather"
-    assert sent["messages"][2] == {"role": "tool", "tool_call_id": tool_use.id, "content": "sunny"}  # type: ignore[union-attr]
+    # The upstream gets back the id it issued, not the Anthropic-shaped one the client saw.
+    assert tool_use.id == "toolu_up_1"  # type: ignore[union-attr]
+    assert sent["messages"][1]["tool_calls"][0] == {
+        "id": "call_up_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    assert sent["messages"][2] == {"role": "tool", "tool_call_id": "call_up_1", "content": "sunny"}
 
 
 def test_tool_choice_none_forwards_the_conversation_natively_without_rescue(
