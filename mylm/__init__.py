@@ -40,8 +40,10 @@ _EXPORTS: dict[str, str] = {
     "ReasoningEvent": "mylm.types",
     "TextEvent": "mylm.types",
     "UsageEvent": "mylm.types",
+    "ModelCallEvent": "mylm.types",
     "StepStartEvent": "mylm.types",
     "ToolCallEvent": "mylm.types",
+    "ApprovalEvent": "mylm.types",
     "ToolResultEvent": "mylm.types",
     "StepCompleteEvent": "mylm.types",
     "ContinueEvent": "mylm.types",
@@ -72,9 +74,11 @@ if TYPE_CHECKING:  # the same names for type checkers, which cannot follow __get
     from .types import ContinueEvent as ContinueEvent
     from .types import ErrorEvent as ErrorEvent
     from .types import Event as Event
+    from .types import ApprovalEvent as ApprovalEvent
     from .types import FinalResponseEvent as FinalResponseEvent
     from .types import IterationStartEvent as IterationStartEvent
     from .types import Message as Message
+    from .types import ModelCallEvent as ModelCallEvent
     from .types import Permission as Permission
     from .types import ReasoningEvent as ReasoningEvent
     from .types import RunResult as RunResult

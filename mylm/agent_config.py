@@ -76,6 +76,9 @@ class AgentConfig:
     #: Messages kept word for word at the end when compacting.
     keep_recent_messages: int = 6
 
+    #: More reasoning dialects as `(open, close)` pairs (the `reasoning_markers` setting; see protocol.tags).
+    reasoning_markers: tuple[tuple[str, str], ...] = ()
+
     # Hooks.
     #: Sees the final answer before the run ends, and may send the model back to work.
     before_finish: BeforeFinishHook | None = None
@@ -90,4 +93,5 @@ class AgentConfig:
 
     def step(self) -> StepConfig:
         """The part of this configuration that shapes each model turn."""
-        return StepConfig(self.max_tokens, self.multiple_calls, self.constrain, self.tool_choice, self.stop_strings)
+        return StepConfig(self.max_tokens, self.multiple_calls, self.constrain, self.tool_choice, self.stop_strings,
+                          self.reasoning_markers)

@@ -99,6 +99,18 @@ def _sandbox_mode(value: Any) -> str:
     return str(value)
 
 
+def _marker_pairs(value: Any) -> tuple[tuple[str, str], ...]:
+    """`reasoning_markers = [["<reflect>", "</reflect>"]]`: reasoning dialects mylm has not met (see protocol.tags)."""
+    from .protocol.tags import with_markers
+
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise ValueError('must be a list of [open, close] pairs, e.g. [["<reflect>", "</reflect>"]]')
+    if not all(isinstance(pair, (list, tuple)) for pair in value):
+        raise ValueError('must be a list of [open, close] pairs, e.g. [["<reflect>", "</reflect>"]]')
+    with_markers(value)  # the table's own checks: two non-empty strings each
+    return tuple((str(pair[0]), str(pair[1])) for pair in value)
+
+
 def _table(value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValueError("must be a table, e.g. { temperature = 0.2 }")
@@ -121,10 +133,13 @@ _KEYS: dict[str, _Key] = {
     "yes": _Key(("MYLM_YES",), _flag, False),
     "instructions": _Key((), _text, ""),
     "options": _Key((), _table, None),
+    "reasoning_markers": _Key((), _marker_pairs, ()),
     # No environment variable and no project file: only the user (their config file or a flag) may loosen it.
     "sandbox": _Key((), _sandbox_mode, "auto"),
     "sandbox_network": _Key((), _flag, True),
     "sandbox_unix_sockets": _Key((), _flag, False),
+    # Prompts and completions in exported traces: only the user's own config file (or a flag) turns it on.
+    "otel_capture_content": _Key((), _flag, False),
 }
 
 #: Every setting, in the order `mylm config` shows them.
@@ -169,6 +184,10 @@ class Settings:
     #: Whether commands the user approved (workspace-write) may use the network.
     sandbox_network: bool = True
     sandbox_unix_sockets: bool = False
+    #: More reasoning dialects (`[open, close]` pairs) for the parser, beyond `protocol.tags.REASONING_DIALECTS`.
+    reasoning_markers: tuple[tuple[str, str], ...] = ()
+    #: Whether exported traces carry prompt, completion and tool text (redacted), not only their shape.
+    otel_capture_content: bool = False
     #: The profile in effect, if any.
     profile: str | None = None
     #: Everything else the config file holds (MCP servers, tools, ...), passed through as read.

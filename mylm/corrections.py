@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 #: The templates a conversation's corrections may render; checked before a run starts.
 TEMPLATES = (
     "format_error.j2", "truncated.j2", "unusable_reply.j2", "repeated_mistake.j2", "invalid_arguments.j2",
-    "tool_choice_refused.j2", "repeated_call.j2", "unknown_tool.j2",
+    "tool_choice_refused.j2", "repeated_call.j2", "unknown_tool.j2", "degenerate.j2",
 )
 
 
@@ -56,6 +56,10 @@ class Corrections:
         if turn.finish is FinishReason.MAX_TOKENS:
             return self.prompts.render("truncated.j2", max_tokens=self.max_tokens)
         return self.prompts.render("format_error.j2", message=neutralise(self.escalated(problem)))
+
+    def degenerate(self, problem: str) -> str:
+        """The user message answering a turn cut short because it kept repeating itself (`problem`: what)."""
+        return self.prompts.render("degenerate.j2", message=neutralise(problem))
 
     def tool_required(self, tool: str | None) -> str:
         """The user message answering a turn without a call while tool_choice requires one (`tool`: the one)."""

@@ -24,6 +24,8 @@
     │   └── EscapeError                      a path leads outside the workspace
     ├── SandboxError                exit 1   the kernel refused to build or apply a command's sandbox
     ├── WorkspaceError              exit 1   a batch task's workspace could not be made
+    │   └── WorkspaceRefusedError            a delegated run's workspace is outside the allowed roots
+    ├── SessionNotFoundError        exit 1   no saved session has that id
     ├── DownloadError               exit 1   a model could not be fetched or failed its checksum
     ├── RunTimeoutError             exit 4   the run's wall-clock budget is spent
     └── CancelledError              exit 130 the run was cancelled (Ctrl-C or a cancel token)
@@ -174,3 +176,11 @@ class ResultsFileError(ConfigError):
 
 class WorkspaceError(MylmError):
     """A task's workspace could not be made (its source is missing or cannot be copied)."""
+
+
+class WorkspaceRefusedError(WorkspaceError):
+    """A workspace an MCP client asked for lies outside its declared roots or the server's `--allow-root`."""
+
+
+class SessionNotFoundError(MylmError):
+    """No saved session (of the kind asked for) has that id."""

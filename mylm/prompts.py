@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from .errors import TemplateError
 from .paths import config_dir
+from .protocol.defuse import defuse_special_tokens
 from .protocol.defuse import neutralise as neutralise  # re-exported: templates and callers use it
 
 if TYPE_CHECKING:
@@ -260,6 +261,7 @@ SAMPLES: dict[str, tuple[dict[str, Any], ...]] = {
     "denied.j2": ({"tool": "example", "reason": "refused"},),
     "format_error.j2": ({"message": "a problem"},),
     "truncated.j2": ({"max_tokens": 4096},),
+    "degenerate.j2": ({"message": "the reply repeated the line '#15' for 128 lines"},),
     "unrun_block.j2": ({"message": "a problem"},),
     "summary.j2": ({"max_iterations": 10},),
     "tool_required.j2": ({"tool": None}, {"tool": "example"}),
@@ -572,7 +574,8 @@ def tool_view(tools: Iterable[Any]) -> list[dict[str, Any]]:
     """The template-facing view of tools: name, description and the parameters schema as JSON text."""
     return [
         # Compact JSON: every character of the tool list is paid on every call.
-        {"name": t.name, "description": t.description,
-         "parameters": dump_json(prompt_schema(dict(t.parameters)), compact=True)}
+        # Descriptions come from MCP servers and plugins: data, so no special token in them survives intact.
+        {"name": t.name, "description": defuse_special_tokens(t.description),
+         "parameters": defuse_special_tokens(dump_json(prompt_schema(dict(t.parameters)), compact=True))}
         for t in tools
     ]

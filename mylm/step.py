@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import platform
+import time
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
@@ -44,11 +45,12 @@ from .corrections import TEMPLATES, Corrections
 from .decoding import clean_text
 from .llm import LLM, Constraint, LLMRequest, alternating
 from .prompts import PromptLoader, tool_view
-from .protocol.defuse import neutralise
+from .protocol.defuse import defuse_special_tokens, neutralise
 from .protocol.stops import DEFAULT_STOPS, OBSERVATION_STOP, TOOL_STOP
+from .protocol.tags import with_markers
 from .tools.validation import validate
 from .turn import ModelTurn, cut_mid_thought, stream_turn
-from .types import ErrorEvent, Event, Message, ToolCall, Usage, UsageEvent
+from .types import ErrorEvent, Event, Message, ModelCallEvent, ToolCall, Usage, UsageEvent
 
 logger = logging.getLogger("mylm.agent")
 
@@ -95,6 +97,8 @@ class StepConfig:
     tool_choice: ToolChoice = "auto"
     #: Send stop strings (the end of a call, an observation) where the endpoint accepts them.
     stop_strings: bool = True
+    #: More reasoning dialects as `(open, close)` pairs, beyond `protocol.tags.REASONING_DIALECTS`.
+    reasoning_markers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -202,7 +206,7 @@ class ModelStep:
             tools=tool_view(self.listed),
             multiple_calls=self.config.multiple_calls,
             final_answer_tag=self.config.constrain != "off",
-            instructions=clean_text(instructions)[0],
+            instructions=defuse_special_tokens(clean_text(instructions)[0]),  # project data: no turn forging
             platform=platform.system() or "unknown",
             cwd=clean_text(cwd)[0],
             tool_choice=self.config.tool_choice,
@@ -240,6 +244,8 @@ class ModelStep:
 
     def judge(self, turn: ModelTurn, corrections: Corrections, *, check_calls: bool = False) -> StepOutcome:
         """Whether `turn` can be used; if not, why and what to tell the model."""
+        if turn.degenerate:  # cut short while looping: whatever it parsed to is not what the model meant
+            return StepOutcome(turn, turn.degenerate, corrections.degenerate(turn.degenerate), "format")
         problem = corrections.problem(turn.parsed)
         if problem is not None:
             return StepOutcome(turn, problem, corrections.unusable(turn, problem), "format")
@@ -317,10 +323,11 @@ class ModelStep:
         request = LLMRequest(alternating(messages), stops, self.config.max_tokens, deadline, cancel, constraint)
         meter.calls += 1
         shown: list[str] = []
+        started = time.monotonic()
         try:
             turn: ModelTurn = yield from stream_turn(
                 self.llm, request, multiple_calls=self.config.multiple_calls, shown=shown, tools=self.names,
-                reasoning_open=self.opens_reasoning,
+                reasoning_open=self.opens_reasoning, reasoning=with_markers(self.config.reasoning_markers),
             )
         except BaseException:
             meter.partial = "".join(shown)  # what the user already saw: the caller keeps it in the conversation
@@ -332,6 +339,8 @@ class ModelStep:
             if turn.usage.prompt_tokens:
                 self.estimator.calibrate(messages, turn.usage.prompt_tokens)
             yield UsageEvent(turn.usage, meter.usage)
+        first = turn.first_chunk - started if turn.first_chunk is not None else None
+        yield ModelCallEvent(turn.finish, time.monotonic() - started, first, turn.usage)
         return turn
 
 

@@ -26,6 +26,7 @@ from .tools.bounded import run_bounded
 from .tools.outputs import OutputCache, cut_middle
 from .tools.registry import ToolRegistry
 from .types import (
+    ApprovalEvent,
     ErrorEvent,
     Message,
     Permission,
@@ -120,6 +121,7 @@ class ToolRunner:
                 outcome = ToolOutcome(run.corrections.invalid_arguments(tool_, problems), True, 0.0)
             else:
                 verdict = yield from self._permit(run, call, tool_)
+                yield ApprovalEvent(call.id, verdict.allowed, verdict.grant if verdict.allowed else None, verdict.reason)
                 if not verdict.allowed:
                     outcome, status = ToolOutcome(verdict.reason or "the user refused it", True, 0.0), "denied"
                 else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Generator
 
@@ -9,7 +10,9 @@ from .llm import LLM, FinishChunk, LLMRequest, PromptRenderingLLM, ReasoningChun
 from .protocol.drift import ToolNames
 from .protocol.parsed import ParsedTurn, ParseEvent
 from .protocol.parser import StreamParser
-from .protocol.tags import TOOL_CLOSE, TOOL_OPEN
+from .protocol.reasoning import template_opens_reasoning
+from .protocol.repetition import RepetitionGuard
+from .protocol.tags import REASONING_DIALECTS, TOOL_CLOSE, TOOL_OPEN, ReasoningDialect
 from .types import Event, FinishReason, ReasoningEvent, TextEvent, Usage
 
 
@@ -23,6 +26,11 @@ class ModelTurn:
     #: What this turn showed about the chat template: it opens reasoning (a lone `</think>`), it does not (the
     #: reply opened its own, or the server split reasoning out, or a whole reply had none), or None (unknown).
     opens_reasoning: bool | None = None
+    #: When the first chunk of the reply arrived (`time.monotonic()`), or None if none did.
+    first_chunk: float | None = None
+    #: Why the stream was cut as degenerate (a line or block repeated on and on; docs/parser.md), else "".
+    #: Such a turn ends as MAX_TOKENS would have, only sooner, and the step sends a correction.
+    degenerate: str = ""
 
 
 def stream_turn(
@@ -33,12 +41,15 @@ def stream_turn(
     shown: list[str],
     tools: ToolNames | None = None,
     reasoning_open: bool | None = None,
+    reasoning: tuple[ReasoningDialect, ...] = REASONING_DIALECTS,
 ) -> Generator[Event, None, ModelTurn]:
     """Stream one completion as text and reasoning events; return the parsed turn.
 
     Visible text is also appended to `shown`, so a caller interrupted mid-stream still knows what the user saw.
     The stream is closed as soon as the parser says nothing more can change the turn (the call is complete,
-    or the model began inventing an observation), so a server that ignores stops costs nothing extra.
+    or the model began inventing an observation), so a server that ignores stops costs nothing extra, and as
+    soon as the reply degenerates into repeating a line (`RepetitionGuard`), so a loop does not run to the
+    token limit.
     `reasoning_open` is what earlier turns showed about the template (None: unknown); a raw-prompt provider that
     rendered the prompt itself says so exactly (`opens_reasoning`), once its stream has started.
     """
@@ -47,21 +58,27 @@ def stream_turn(
     server: FinishChunk | None = None
     parser: StreamParser | None = None
     split_reasoning = False
+    first: float | None = None
+    guard = RepetitionGuard()
     stream = iter(llm.stream(request))
     try:
         for chunk in stream:
             if parser is None:
+                first = time.monotonic()
                 rendered = _rendered(llm)
                 known = rendered if rendered is not None else reasoning_open
-                parser = StreamParser(multiple_calls=multiple_calls, coalesce=1, tools=tools, reasoning_open=known)
+                parser = StreamParser(multiple_calls=multiple_calls, coalesce=1, tools=tools, reasoning_open=known,
+                                      reasoning=reasoning)
             if isinstance(chunk, TextChunk):
                 yield from _relay(parser.feed(chunk.text), shown)
-                if parser.finished:
+                if parser.finished or guard.feed(chunk.text):
                     break
             elif isinstance(chunk, ReasoningChunk):
                 if chunk.text:
                     split_reasoning = True
                     yield ReasoningEvent(chunk.text)
+                    if guard.feed(chunk.text):
+                        break
             elif isinstance(chunk, FinishChunk):
                 server = chunk
     finally:
@@ -69,13 +86,17 @@ def stream_turn(
         if close is not None:
             close()  # release the connection now: the rest of the completion is not needed
     if parser is None:
-        parser = StreamParser(multiple_calls=multiple_calls, coalesce=1, tools=tools, reasoning_open=reasoning_open)
+        parser = StreamParser(multiple_calls=multiple_calls, coalesce=1, tools=tools, reasoning_open=reasoning_open,
+                              reasoning=reasoning)
     yield from _relay(parser.close(), shown)
     parsed = parser.result
     assert parsed is not None
     rendered = _rendered(llm)
-    opens = rendered if rendered is not None else template_opens_reasoning(parsed, split_reasoning)
-    return ModelTurn(parsed, finish_reason(parsed, server, parser.finished), server.usage if server else None, opens)
+    opens = rendered if rendered is not None else template_opens_reasoning(parsed, split_reasoning, reasoning)
+    usage = server.usage if server else None
+    if guard.found is not None:
+        return ModelTurn(parsed, FinishReason.MAX_TOKENS, usage, opens, first, guard.found.describe())
+    return ModelTurn(parsed, finish_reason(parsed, server, parser.finished), usage, opens, first)
 
 
 def _rendered(llm: LLM) -> bool | None:
@@ -83,20 +104,6 @@ def _rendered(llm: LLM) -> bool | None:
     if not isinstance(llm, PromptRenderingLLM):
         return None
     return llm.opens_reasoning if isinstance(llm.opens_reasoning, bool) else None
-
-
-def template_opens_reasoning(parsed: ParsedTurn, split_reasoning: bool) -> bool | None:
-    """What one reply shows about whether the chat template opens `<think>` for the model (None: nothing)."""
-    text = parsed.text.lower()
-    close = min((i for i in (text.find("</think>"), text.find("</thinking>")) if i >= 0), default=-1)
-    opened = min((i for i in (text.find("<think>"), text.find("<thinking>")) if i >= 0), default=-1)
-    if close >= 0 and (opened < 0 or close < opened):
-        return True
-    if opened >= 0 or split_reasoning:
-        return False
-    if parsed.tool_calls or (parsed.final_answer or "").strip():
-        return False  # a whole, usable reply without any reasoning tag
-    return None
 
 
 def _relay(events: list[ParseEvent], shown: list[str]) -> Generator[Event, None, None]:

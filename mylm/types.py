@@ -178,6 +178,18 @@ class ToolCallEvent(_Event):
 
 
 @dataclass(frozen=True)
+class ApprovalEvent(_Event):
+    """The permission hook's verdict on a call: allowed with the grant the sandbox will enforce, or refused with
+    the reason the model is told."""
+
+    type: ClassVar[str] = "approval"
+    call_id: str
+    allowed: bool
+    grant: Grant | None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class ToolResultEvent(_Event):
     """What the tool returned (or why it did not run)."""
 
@@ -206,6 +218,20 @@ class UsageEvent(_Event):
     type: ClassVar[str] = "usage"
     usage: Usage
     total: Usage
+
+
+@dataclass(frozen=True)
+class ModelCallEvent(_Event):
+    """A model call of the loop has ended (a turn, its retry, the summary); traces draw one span per call.
+
+    `duration` runs from the request to the end of the reply; `time_to_first_token` to its first chunk (None
+    when nothing came back); `usage` is None when the endpoint reported none."""
+
+    type: ClassVar[str] = "model_call"
+    finish_reason: FinishReason
+    duration: float
+    time_to_first_token: float | None
+    usage: Usage | None
 
 
 @dataclass(frozen=True)
@@ -253,9 +279,11 @@ Event = Union[
     TextEvent,
     StepStartEvent,
     ToolCallEvent,
+    ApprovalEvent,
     ToolResultEvent,
     StepCompleteEvent,
     UsageEvent,
+    ModelCallEvent,
     ErrorEvent,
     CompactionEvent,
     ContinueEvent,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import socket
 import subprocess
 import sys
@@ -54,12 +55,18 @@ def body(tokens: list[str]) -> list[bytes]:
 
 def answer_tokens(size: int) -> list[str]:
     """About `size` characters of Markdown answer as word-sized tokens."""
-    out, total, i = [], 0, 0
+    # Words in a seeded random order, lines of 8 to 16 words: one line sent over and over would be a degenerate
+    # reply, which mylm's repetition guard rightly cuts short (docs/parser.md), and then nothing is measured.
+    rng = random.Random(size)
+    words, end = TOKEN_WORDS[:-1], TOKEN_WORDS[-1]
+    out: list[str] = []
+    total, left = 0, rng.randint(8, 16)
     while total < size:
-        word = TOKEN_WORDS[i % len(TOKEN_WORDS)]
+        left -= 1
+        word = end if left == 0 else rng.choice(words)
+        left = rng.randint(8, 16) if left == 0 else left
         out.append(word)
         total += len(word)
-        i += 1
     return out
 
 

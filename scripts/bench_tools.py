@@ -296,14 +296,18 @@ def _median_ms(action: object, runs: int) -> float:
 
 
 def bench_sandbox(cwd: str) -> None:
-    """What confining a command costs: preparing its sandbox (profile, Landlock ruleset, temporary directory),
-    and starting `bash -c true` confined versus unconfined, interleaved so that a busy machine weighs on both.
-    (A whole `run_command` adds the process sweep, the same with or without a sandbox, and much noisier.)
-    The process is made non-dumpable first, as the CLI does, so read-only commands start from a kept thread."""
+    """What confining a command costs: preparing its sandbox (the kept launcher, and for workspace-write its
+    TMPDIR and own Landlock layer), and starting `bash -c true` confined (through the launcher: a fork into a
+    fresh PID and IPC namespace, the command's own layer, exec) versus unconfined (vfork from mylm),
+    interleaved so that a busy machine weighs on both. (A whole `run_command` adds the clean-up: a report
+    from the launcher's init when confined, a process sweep when not.) The process is made non-dumpable
+    first, as the CLI does."""
+    import subprocess
+
     from mylm.sandbox import detect, protect_process
     from mylm.sandbox.rulesets import landlock_rules
     from mylm.sandbox.profile import build_profile
-    from mylm.tools.shell import child_environment, spawn
+    from mylm.tools.shell import child_environment
 
     protect_process()
     sandbox = detect()
@@ -318,11 +322,20 @@ def bench_sandbox(cwd: str) -> None:
         with sandbox.launch(grant, cwd, env):  # type: ignore[arg-type]
             pass
 
-    def start(launch: object) -> None:
-        process = spawn(["/bin/bash", "-c", "true"], launch, env=env, cwd=cwd)  # type: ignore[arg-type]
-        process.wait()
+    null = os.open(os.devnull, os.O_RDWR)
 
-    setup("read-only")  # warm the per-process caches (the system's layout), as a run's first command does
+    def start(launch: object) -> None:
+        if launch is None or launch.start is None:  # type: ignore[attr-defined]
+            prefix = () if launch is None else launch.prefix  # type: ignore[attr-defined]
+            subprocess.Popen([*prefix, "/bin/bash", "-c", "true"], env=env, cwd=cwd, stdin=null, stdout=null,
+                             stderr=null).wait()
+            return
+        child = launch.start(["/bin/bash", "-c", "true"], env, cwd, (null, null, null))  # type: ignore[attr-defined]
+        child.wait()
+        child.close()
+
+    setup("read-only")  # start the launchers (once per grant and workspace), as a run's first command does
+    setup("workspace-write")
     for grant in ("read-only", "workspace-write"):
         cost = _median_ms(partial(setup, grant), 200)
         plain, confined = [], []
@@ -333,6 +346,7 @@ def bench_sandbox(cwd: str) -> None:
         a, b = statistics.median(plain), statistics.median(confined)
         print(f"  {grant}: set-up {cost:.2f} ms (median of 200); start `bash -c true` {a:.2f} ms unconfined, "
               f"{b:.2f} ms confined ({b / a:.2f}x; median of 60); per-command cost {cost + b - a:.2f} ms")
+    os.close(null)
 
 
 def main() -> None:

@@ -13,10 +13,13 @@ from mylm.protocol.parser import format_tool_call
 from mylm.testing import ScriptedLLM, ScriptedReply
 from mylm.tools.shell import shell_tool
 from mylm.types import (
+    ApprovalEvent,
+    FinishReason,
     ErrorEvent,
     FinalResponseEvent,
     IterationStartEvent,
     Message,
+    ModelCallEvent,
     StepCompleteEvent,
     StepStartEvent,
     TextEvent,
@@ -100,9 +103,16 @@ def test_agent_event_order_per_iteration() -> None:
     result = Agent(llm, [add]).run("1+2")
     kinds = [type(e) for e in result.events if not isinstance(e, TextEvent)]
     assert kinds == [
-        IterationStartEvent, UsageEvent, StepStartEvent, ToolCallEvent, ToolResultEvent, StepCompleteEvent,
-        IterationStartEvent, UsageEvent, FinalResponseEvent,
+        IterationStartEvent, UsageEvent, ModelCallEvent, StepStartEvent, ToolCallEvent, ApprovalEvent,
+        ToolResultEvent, StepCompleteEvent, IterationStartEvent, UsageEvent, ModelCallEvent, FinalResponseEvent,
     ]
+    approval = next(e for e in result.events if isinstance(e, ApprovalEvent))
+    assert (approval.call_id, approval.allowed, approval.grant) == ("call_1_1", True, "workspace-write")
+    calls = [e for e in result.events if isinstance(e, ModelCallEvent)]
+    assert [(c.finish_reason, c.usage) for c in calls] == [
+        (FinishReason.TOOL_USE, Usage(10, 5)), (FinishReason.END_TURN, Usage(12, 1)),
+    ]
+    assert all(c.time_to_first_token is not None and 0 <= c.time_to_first_token <= c.duration for c in calls)
     assert result.usage == Usage(22, 6)
     tool_call = next(e for e in result.events if isinstance(e, ToolCallEvent))
     assert tool_call.call.id == "call_1_1" and tool_call.call.arguments == {"a": 1, "b": 2}

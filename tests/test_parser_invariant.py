@@ -121,3 +121,114 @@ def test_property_a_call_cut_off_part_way_is_never_the_answer(
     text = _lead(before) + written[: min(keep, len(written))]
     turn: Any = _stream(text, cuts)
     assert turn.final_answer is None, (form, text)
+
+
+# ------------------------------------------------------------------------- the invariant in every spelling
+# Issue 22: the invariant must not depend on a fixed list of forms. Each spelling below is a transformation
+# applied to *every* form above (or to the canonical one where the spelling is a form of its own), and a call in
+# any of them is run exactly or corrected, never the answer.
+
+_WIDE = str.maketrans({"<": "＜", ">": "＞"})
+
+
+def _fullwidth(text: str) -> str:
+    return text.translate(_WIDE)
+
+
+def _fullwidth_letters(text: str) -> str:
+    """The tag names in fullwidth letters too (`＜ｔｏｏｌ＿ｃｏｄｅ＞`)."""
+    import re
+
+    return re.sub(r"<(/?)([A-Za-z_]+)", lambda m: "＜" + m.group(1) + "".join(
+        chr(ord(c) + 0xFEE0) for c in m.group(2)), text).replace(">", "＞")
+
+
+def _html_escaped(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+
+
+def _numeric_escaped(text: str) -> str:
+    return text.replace("&", "&#38;").replace("<", "&#60;").replace(">", "&#62;")
+
+
+SPELLINGS: dict[str, Callable[[str], str]] = {
+    "fullwidth brackets": _fullwidth,
+    "fullwidth letters": _fullwidth_letters,
+    "html-escaped": _html_escaped,
+    "numeric entities": _numeric_escaped,
+}
+#: Forms whose markup is angle-bracket tags (the spellings above rewrite those).
+TAGGED_FORMS = [k for k in FORMS if k not in ("react", "deepseek tokens", "harmony")]
+LABELS = ["tool_code", "tool", "tool_call", "function_call", "tool_use", "functions"]
+_CHAR_VALUE = st.text(st.sampled_from("abcxyz0123456789./_-+=:&<>\"'"), min_size=1, max_size=20).map(str.strip) \
+    .filter(bool)
+
+
+def _py(name: str, args: dict[str, str]) -> str:
+    return f"{name}(" + ", ".join(f"{k}={json.dumps(v)}" for k, v in args.items()) + ")"
+
+
+OWN_FORMS: dict[str, Form] = {
+    "labelled fence, python": lambda n, a: f"```{{label}}\n{_py(n, a)}\n```",
+    "labelled fence, gemma print": lambda n, a: f"```{{label}}\nprint(default_api.{_py(n, a)})\n```",
+    "labelled fence, json": lambda n, a: f'```{{label}}\n{{"name": "{n}", "arguments": {_json(a)}}}\n```',
+    "labelled fence, tags": lambda n, a: f"```{{label}}\n<name>{n}</name>\n<parameters>{_json(a)}</parameters>\n```",
+    "python call line": lambda n, a: _py(n, a),
+    "phi functools": lambda n, a: f'functools[{{"name": "{n}", "arguments": {_json(a)}}}]',
+}
+
+
+def _stream_checked(text: str, cuts: list[int]) -> ParsedTurn:
+    turn = _stream(text, cuts)
+    assert turn == parse_completion(text, tools=TOOLS)  # however it was chunked
+    return turn
+
+
+def _check(turn: ParsedTurn, name: str, args: dict[str, str], what: object) -> None:
+    assert turn.final_answer is None, what
+    if turn.error is None:
+        assert [(c.name, dict(c.arguments)) for c in turn.tool_calls][:1] == [(name, args)], what
+
+
+@SETTINGS
+@given(_PROSE, st.sampled_from(sorted(SPELLINGS)), st.sampled_from(TAGGED_FORMS), calls(), _PROSE,
+       st.lists(st.integers(0, 900), max_size=12))
+def test_property_a_call_in_any_spelling_is_run_exactly_or_corrected(
+    before: str, spelling: str, form: str, call: tuple[str, dict[str, str]], after: str, cuts: list[int]
+) -> None:
+    name, args = call
+    text = _lead(before) + SPELLINGS[spelling](FORMS[form](name, args)) + "\n" + after
+    _check(_stream_checked(text, cuts), name, args, (spelling, form, text))
+
+
+@SETTINGS
+@given(_PROSE, st.sampled_from(sorted(OWN_FORMS)), st.sampled_from(LABELS), calls(), _PROSE,
+       st.lists(st.integers(0, 600), max_size=12))
+def test_property_a_call_in_a_form_of_its_own_spelling_is_run_exactly_or_corrected(
+    before: str, form: str, label: str, call: tuple[str, dict[str, str]], after: str, cuts: list[int]
+) -> None:
+    name, args = call
+    written = OWN_FORMS[form](name, args).replace("{label}", label)
+    solo = form in ("phi functools",)  # a marker form: the whole reply is the calls
+    text = written if solo else _lead(before) + written + "\n" + after
+    _check(_stream_checked(text, cuts), name, args, (form, label, text))
+
+
+@SETTINGS
+@given(st.lists(calls(), min_size=1, max_size=3))
+def test_property_an_array_of_call_objects_is_never_the_answer(items: list[tuple[str, dict[str, str]]]) -> None:
+    text = json.dumps([{"name": n, "arguments": a} for n, a in items])
+    turn = parse_completion(text, tools=TOOLS)
+    assert turn.final_answer is None and (turn.error or turn.tool_calls)
+
+
+@SETTINGS
+@given(_PROSE, st.sampled_from(["canonical", "hermes", "tool as tag, JSON", "name attribute"]),
+       st.sampled_from(sorted(TOOLS)), st.data())
+def test_property_escaped_markup_means_its_decoded_values(before: str, form: str, name: str, data: st.DataObject
+                                                          ) -> None:
+    """`&amp;&amp;` in an escaped block meant `&&`: the values are decoded with the markup, exactly once."""
+    args = {arg: data.draw(_CHAR_VALUE) for arg in TOOLS[name]}
+    text = _lead(before) + _html_escaped(FORMS[form](name, args))
+    turn = parse_completion(text, tools=TOOLS)
+    _check(turn, name, args, (form, text))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from mylm.protocol.canonical import canonical_arguments
@@ -19,6 +19,7 @@ from mylm.protocol.parser import (
     format_tool_call,
     parse_completion,
 )
+from mylm.protocol.structure import PLAIN, LineContext
 from mylm.types import ToolCall
 
 SETTINGS = settings(max_examples=int(os.environ.get("MYLM_HYPOTHESIS_EXAMPLES", "150")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -92,6 +93,8 @@ prose = st.text(alphabet=st.characters(codec="ascii", exclude_characters="<`~"),
 @SETTINGS
 @given(prose, st.sampled_from(TAGS), texts)
 def test_property_a_tag_being_received_is_never_shown(before: str, tag: str, after: str) -> None:
+    # In a blockquote or indented code the finished tag is quoted text, and shown (tested in test_parser_markdown).
+    assume(LineContext().of([before]) == PLAIN)
     parser = StreamParser(coalesce=1)
     shown = ""
     for ch in before + tag:

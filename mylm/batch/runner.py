@@ -29,6 +29,7 @@ from .workspaces import make_workspace, remove_workspace
 
 if TYPE_CHECKING:
     from ..agent import Agent
+    from ..telemetry.observer import RunObserver
     from ..types import RunResult
 
 #: Builds the agent for one task, working in `workspace` (its tools confined there).
@@ -47,6 +48,8 @@ class TaskContext:
     gate: RateGate
     emit: Callable[[BatchEvent], None] = lambda event: None
     on_tokens: Callable[[int], None] = lambda count: None
+    #: Watches each task's run (its trace), given the task and its agent; local tasks only.
+    observe: Callable[[Task, Agent], RunObserver] | None = None
 
 
 @dataclass(frozen=True)
@@ -111,7 +114,17 @@ class TaskJob:
         agent.llm = gated
         if agent.compactor is not None and agent.compactor.llm is inner:
             agent.compactor.llm = gated
-        return agent.run(task.prompt, cancel=context.cancel)
+        observer = context.observe(task, agent) if context.observe is not None else None
+        if observer is None:
+            return agent.run(task.prompt, cancel=context.cancel)
+        stream = agent.stream(task.prompt, cancel=context.cancel)
+        try:
+            for event in stream:
+                observer(event)
+        finally:
+            observer.end(stream.result)
+        assert stream.result is not None
+        return stream.result
 
 
 def result_record(
@@ -246,12 +259,14 @@ def run_batch(
     sessions: SessionSaver | None = None,
     fsync: FsyncPolicy = "line",
     progress: Progress | None = None,
+    observe: Callable[[Task, Agent], RunObserver] | None = None,
 ) -> BatchSummary:
     """Run `tasks`, `concurrency` at once, each with an agent from `agent_factory(task, workspace)`.
 
     `results` (a path or an open `ResultsFile`) gets one line per finished task as it ends; tasks whose id is
     already there are skipped, so running again with the same file resumes. Setting `cancel` stops starting
-    tasks and cancels the running ones; their results are not written (they run again on resume).
+    tasks and cancels the running ones; their results are not written (they run again on resume). `observe`
+    watches each local task's run (tracing); a cluster executor's tasks run elsewhere and are not observed.
     """
     if concurrency < 1:
         raise ValueError("concurrency must be at least 1")
@@ -292,7 +307,7 @@ def run_batch(
         unregister = token.on_cancel(lambda: emit(BatchStopping(tracker.snapshot().running)))
         runner = executor or LocalExecutor(concurrency)
         job = TaskJob(agent_factory, retries, keep_workspaces, workspace_root, sessions)
-        context = TaskContext(token, gate, emit, tracker.add_tokens)
+        context = TaskContext(token, gate, emit, tracker.add_tokens, observe)
         begun = time.monotonic()
         emit(BatchStart(len(todo), len(listed) - len(todo), concurrency, runner.name))
         try:

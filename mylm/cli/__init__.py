@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tools": ("info:tools", "List the tools the model can call, with their schemas."),
     "config": ("info:config", "Show the effective settings and where each came from."),
     "models": ("models:models", "List the endpoint's models; pull and list GGUF models to run locally."),
+    "mcp": ("mcp:mcp", "Serve the agent to other agents over MCP (stdio, or HTTP on loopback)."),
     "serve": ("serve:serve", "Serve the model behind the OpenAI and Anthropic APIs, with native tool calling."),
     "eval": ("eval:eval_", "Score the endpoint's model on small tool tasks (does it work with mylm?)."),
     "completion": ("info:completion", "Print the shell completion script for bash, zsh or fish."),

@@ -23,6 +23,7 @@ from .common import (
     verbose_option,
 )
 from .record import Recorder, inherit_model, resume_option, session_to_resume
+from .tracing import otel_option
 
 if TYPE_CHECKING:
     from ..redact import Redactor
@@ -60,6 +61,7 @@ def run_options(command: Any) -> Any:
 @resume_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per event per line on stdout.")
 @click.option("--no-stream", is_flag=True, help="Show each reply once it is complete instead of as it arrives.")
+@otel_option
 @verbose_option
 @click.pass_context
 @handles_errors
@@ -80,7 +82,8 @@ def ask(ctx: click.Context, /, prompt: tuple[str, ...], **options: Any) -> None:
 
     Exit codes: 0 answer, 1 error, 2 usage, 3 iteration limit, 4 timeout, 130 interrupted.
     """
-    from .runner import build_agent, make_approver, make_printer, run_exchange, session_tools
+    from .runner import build_agent, make_approver, make_printer, session_tools
+    from .tracing import make_tracer, run_traced
 
     words = tuple(from_outside(word, "the prompt") for word in prompt)
     piped = read_piped_stdin()
@@ -92,6 +95,7 @@ def ask(ctx: click.Context, /, prompt: tuple[str, ...], **options: Any) -> None:
     redactor = make_redactor(settings)
     configure_logging(options["verbose"], redactor)
     history = resume.history if resume is not None else ()
+    tracer = make_tracer(settings, redactor, options["otel_endpoint"], "ask")
     with session_tools(settings) as tools:
         agent = build_agent(ctx, settings, make_approver(ctx, settings, redactor), tools)
         printer = make_printer(
@@ -102,7 +106,11 @@ def ask(ctx: click.Context, /, prompt: tuple[str, ...], **options: Any) -> None:
         recorder = Recorder.start(command="ask", settings=settings, redactor=redactor, resume=resume,
                                   save=not options["no_save"], title=title)
         recorder.prompt(text)
-        exchange = run_exchange(agent, text, history, printer.handle, finish=printer.finish)
+        try:
+            exchange = run_traced(tracer, agent, text, history, printer.handle, finish=printer.finish)
+        finally:
+            if tracer is not None:
+                tracer.close()
     recorder.exchange(exchange)
     recorder.close()
     if exchange.output_error is not None:

@@ -26,9 +26,13 @@ from .common import (
     warn,
 )
 from .signals import handling
+from .tracing import otel_option
 
 if TYPE_CHECKING:
+    from ..agent import Agent
+    from ..batch import Task
     from ..cancel import CancelToken
+    from ..telemetry.observer import RunObserver
 
 
 @click.command()
@@ -57,6 +61,7 @@ if TYPE_CHECKING:
               help="Threads on this machine, or tasks on a Ray cluster (pip install 'mylm[ray]').")
 @click.option("--ray-address", metavar="auto|HOST:PORT", help="The Ray cluster to join [auto].")
 @click.option("--json", "as_json", is_flag=True, help="Progress events as JSON lines on stdout.")
+@otel_option
 @verbose_option
 @click.pass_context
 @handles_errors
@@ -87,6 +92,7 @@ def batch(ctx: click.Context, /, tasks_file: Path, output: Path, **options: Any)
     from ..tools.procs import become_subreaper
     from .batch_agent import BatchAgentFactory, SessionWriter
     from .runner import SCRIPTED_LLM_ENV, sandbox_for, warn_about
+    from .tracing import batch_trace, open_telemetry, trace_run
 
     settings = settings_from(options)
     # Adopt orphaned descendants, as `ask` does: a command's double-forked daemon is still found and stopped.
@@ -125,13 +131,26 @@ def batch(ctx: click.Context, /, tasks_file: Path, output: Path, **options: Any)
     view = make_view(progress, as_json=options["as_json"], live=live, clean=clean)
     cancel = CancelToken()
     again = _command_line(output)
+    telemetry = open_telemetry(settings, redactor, options["otel_endpoint"])
+    if telemetry is not None and executor is not None:
+        warn("tasks on a Ray cluster are not traced (only the batch's own span is exported)")
     try:
-        with results, _stop_on_signals(cancel):
+        with results, _stop_on_signals(cancel), batch_trace(telemetry, len(tasks)) as traced:
+            observe = None
+            if telemetry is not None and traced is not None:
+                sandbox = sandbox_for(settings.sandbox, settings.sandbox_network).backend
+
+                def observe(task: Task, agent: Agent) -> RunObserver:
+                    assert telemetry is not None and traced is not None
+                    return trace_run(telemetry, settings, command="batch", prompt=task.prompt,
+                                     workspace=str(agent.workspace), sandbox=sandbox, links=[traced.link(task.id)])
+
             summary = run_batch(
                 tasks, factory, concurrency=options["concurrency"], results=results,
                 retries=options["retries"],
                 keep_workspaces=options["keep_workspaces"], workspace_root=options["workspaces_dir"],
                 cancel=cancel, on_event=view.handle, executor=executor, sessions=sessions, progress=progress,
+                observe=observe,
             )
     except KeyboardInterrupt:
         view.abort()
@@ -144,6 +163,9 @@ def batch(ctx: click.Context, /, tasks_file: Path, output: Path, **options: Any)
     except BaseException:
         view.abort()
         raise
+    finally:
+        if telemetry is not None:
+            telemetry.shutdown()
     view.close(summary)
     if summary.interrupted:
         click.echo(

@@ -76,8 +76,6 @@ class BatchAgentFactory:
 
     def __call__(self, task: Task, workspace: Path) -> Agent:
         from ..agent import Agent
-        from ..approval import ApprovalPolicy
-        from ..paths import config_dir
         from ..tools import ToolSettings, builtin_tools
         from .runner import sandbox_for
 
@@ -89,16 +87,11 @@ class BatchAgentFactory:
             workspace=workspace, memory=False, command_timeout=configured.command_timeout,
             env_passthrough=configured.env, sandbox=sandbox,
         )
-        policy = ApprovalPolicy.from_config(
-            dict(self.tools.get("approval", {}) or {}), workspace=workspace, yes=self.yes,
-            config_dir=config_dir(),
-        )
-        # Without a sandbox nothing holds a "read" to reading, so no command is auto-approved.
-        policy = replace(policy, command_sandbox=sandbox.confines)
+        permission = unattended(self.tools, workspace=workspace, yes=self.yes, confined=sandbox.confines)
         return Agent(
             self._llm(loader), tools, max_iterations=self.max_iterations, timeout=self.timeout,
             prompts=loader,
-            max_tokens=self.max_tokens, permission=NeverAsk(policy), instructions=self.instructions,
+            max_tokens=self.max_tokens, permission=permission, instructions=self.instructions,
             context_budget=self.context_budget, workspace=workspace,
             constrain=self.constrain,  # validated by the config reader
         )
@@ -120,6 +113,19 @@ class BatchAgentFactory:
         from ..providers import Endpoint, create_llm
 
         return create_llm(Endpoint(**self.endpoint), prompts=loader)
+
+
+def unattended(tools_section: Mapping[str, Any], *, workspace: Path, yes: bool, confined: bool) -> NeverAsk:
+    """The permission hook of a run nobody watches (a batch task, a delegated MCP run), from the `[tools]`
+    section: the approval policy for `workspace`, whose "ask" is a refusal unless `yes`."""
+    from ..approval import ApprovalPolicy
+    from ..paths import config_dir
+
+    policy = ApprovalPolicy.from_config(
+        dict(tools_section.get("approval", {}) or {}), workspace=workspace, yes=yes, config_dir=config_dir(),
+    )
+    # Without a sandbox nothing holds a "read" to reading, so no command is auto-approved.
+    return NeverAsk(replace(policy, command_sandbox=confined))
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from .common import (
     verbose_option,
 )
 from .record import Recorder, inherit_model, resume_option, session_to_resume
+from .tracing import otel_option
 
 
 @click.command()
@@ -26,6 +27,7 @@ from .record import Recorder, inherit_model, resume_option, session_to_resume
 @run_options
 @resume_option
 @click.option("--no-stream", is_flag=True, help="Show each reply once it is complete instead of as it arrives.")
+@otel_option
 @verbose_option
 @click.pass_context
 @handles_errors
@@ -41,11 +43,13 @@ def chat(ctx: click.Context, /, **options: Any) -> None:
     from .endpoint import endpoint_in_use
     from .repl import ChatState, enable_line_editing, repl
     from .runner import build_agent, make_approver, make_printer, session_tools
+    from .tracing import make_tracer
 
     resume = session_to_resume(options["continue_last"], options["session_id"])
     settings = settings_from(inherit_model(options, resume))
     redactor = make_redactor(settings)
     configure_logging(options["verbose"], redactor)
+    tracer = make_tracer(settings, redactor, options["otel_endpoint"], "chat")
     with session_tools(settings) as tools:
         agent = build_agent(ctx, settings, make_approver(ctx, settings, redactor, scope="this session"), tools)
         recorder = Recorder.start(command="chat", settings=settings, redactor=redactor, resume=resume,
@@ -58,6 +62,7 @@ def chat(ctx: click.Context, /, **options: Any) -> None:
             printer_factory=lambda: make_printer(
                 redactor, verbose=options["verbose"] > 0, stream=not options["no_stream"]
             ),
+            tracer=tracer,
         )
         interactive = isatty(sys.stdin)
         reconfigure = getattr(sys.stdin, "reconfigure", None)
@@ -76,4 +81,6 @@ def chat(ctx: click.Context, /, **options: Any) -> None:
             code = repl(state, prompt="> " if interactive else "")
         finally:
             recorder.close()
+            if tracer is not None:
+                tracer.close()
     ctx.exit(code)

@@ -277,12 +277,15 @@ def read_piped_stdin() -> str:
     except (OSError, ValueError, AttributeError):
         # Not a real file (a test runner's buffer): read it if it is there.
         pass
+    from ..protocol.defuse import defuse_special_tokens
+
+    # Piped data is not the user's typing: a chat-template token in it (`<|im_start|>`) must not forge a turn.
     raw = getattr(stream, "buffer", None)
     if raw is None:
-        return from_outside(stream.read(), "stdin")
+        return defuse_special_tokens(from_outside(stream.read(), "stdin"))
     from ..decoding import decode_bytes
 
     text, replaced = decode_bytes(raw.read())
     if replaced:
         say_replaced("stdin")
-    return text
+    return defuse_special_tokens(text)

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from ..redact import Redactor
     from ..types import Message
     from .record import Recorder
+    from .tracing import Tracer
 
 HELP = """\
 Type a message and press Enter. Lines starting with / are commands (start with // to send a literal /):
@@ -38,6 +39,8 @@ class ChatState:
     redactor: Redactor
     history: tuple[Message, ...]
     printer_factory: Callable[[], EventPrinter | JsonPrinter]
+    #: Traces each prompt's run (None: no telemetry endpoint).
+    tracer: Tracer | None = None
     #: Ctrl-C presses in a row with nothing typed in between; the second one leaves.
     interrupts: int = 0
     done: bool = False
@@ -93,11 +96,11 @@ def _typed_text() -> bool:
 def _answer(state: ChatState, text: str) -> None:
     from ..display import for_terminal
     from ..types import StopReason
-    from .runner import run_exchange
+    from .tracing import run_traced
 
     printer = state.printer_factory()
     state.recorder.prompt(text)
-    exchange = run_exchange(state.agent, text, state.history, printer.handle, finish=printer.finish)
+    exchange = run_traced(state.tracer, state.agent, text, state.history, printer.handle, finish=printer.finish)
     state.recorder.exchange(exchange)
     state.history = exchange.history
     if exchange.output_error is not None:

@@ -15,7 +15,7 @@ from .common import before_log_lines, isatty, prompts_origin, same_file, same_te
 from .signals import handling
 
 if TYPE_CHECKING:
-    from ..agent import Agent
+    from ..agent import Agent, PermissionHook
     from ..config import Settings
     from ..display import EventPrinter, JsonPrinter
     from ..llm import LLM
@@ -243,12 +243,16 @@ def make_approver(
     )
 
 
-def build_agent(ctx: click.Context, settings: Settings, approver: Approver, tools: list[Tool]) -> Agent:
-    """The agent for this command, from the settings."""
+def build_agent(
+    ctx: click.Context, settings: Settings, approver: PermissionHook | None, tools: list[Tool], *,
+    llm: LLM | None = None, loader: PromptLoader | None = None, workspace: Path | None = None,
+) -> Agent:
+    """The agent for this command, from the settings; a server building one per run passes the model and
+    templates it made once, and the run's workspace."""
     from ..agent import Agent
 
-    loader = prompt_loader(settings)
-    llm = make_llm(ctx, settings, loader)
+    loader = loader or prompt_loader(settings)
+    llm = llm or make_llm(ctx, settings, loader)
     chat = getattr(llm, "chat_format", None)
     if chat is not None and isinstance(getattr(chat, "template", None), str):
         loader.check([chat.template])  # a raw-completion route renders it on every call: check it now
@@ -271,9 +275,11 @@ def build_agent(ctx: click.Context, settings: Settings, approver: Approver, tool
             constrain=settings.constrain,  # validated by the config reader
             permission=approver,
             instructions=settings.instructions,
+            reasoning_markers=settings.reasoning_markers,
             context_budget=budget,
             tool_choice=tool_choice,
             stop_strings=getattr(known_model(settings), "stop_strings", True),
+            workspace=workspace,
         )
     except ValueError as error:
         from ..errors import ConfigError

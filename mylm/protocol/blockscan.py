@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Final
 
 from .tags import (
@@ -33,6 +34,14 @@ _DQ_BODY = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*', re.DOTALL)
 _SQ_BODY = re.compile(r"[^'\\]*(?:\\.[^'\\]*)*", re.DOTALL)
 _DONE_SKIP = re.compile(r"(?:\s|`|~|\]\]>)*")
 _MANGLED_CLOSER = re.compile(r"</[A-Za-z_][\w:.-]{0,30}\s*>?")
+#: An element tag in a block's markup: `<path>`, `</path>`, `<parameter=path>`, `<parameter name="path">`.
+_ELEMENT_TAG = re.compile(r"<(?P<slash>/)?\s*(?:parameter=(?P<eq>[^>\s]{1,128})|(?P<name>[A-Za-z_][\w.:-]{0,127}))"
+                          r"(?:\s+[^<>]{0,200})?/?>")
+_TAG_START = re.compile(r"<(?:/\s*)?(?:[A-Za-z_][^<>]*)?\Z")
+_NOT_ARGUMENTS = frozenset({"name", "parameters", "arguments", "tool_code", "tool_call", "function", "invoke",
+                            "function_calls"})
+#: How far past a literal end tag inside an argument element the scanner looks for the element's end.
+_MAX_AHEAD = 1 << 20
 
 
 def skip(pattern: re.Pattern[str], text: str, pos: int) -> int:
@@ -102,11 +111,21 @@ KINDS = {
 STUTTER = {kind: re.compile(rf"(?:{re.escape(k.opener)}\s*)+", re.IGNORECASE) for kind, k in KINDS.items()}
 
 
+@lru_cache(maxsize=64)
+def _heads(tags: tuple[str, ...]) -> tuple[frozenset[str], re.Pattern[str]]:
+    """The first characters of `tags`, as a set and as a pattern (computed once per tag set)."""
+    heads = sorted({t[0] for t in tags})
+    return frozenset(heads), re.compile("[" + "".join(re.escape(h) for h in heads) + "]")
+
+
 class BlockScan:
     """Incremental end-of-block finder for one block body."""
 
-    def __init__(self, kind: Kind) -> None:
+    def __init__(self, kind: Kind, interrupts: tuple[str, ...] = ()) -> None:
+        """`interrupts`: more tags that end the block without being its end (reasoning closers: a block opened
+        while planning, in reasoning the template opened, ends where that reasoning does)."""
         self.kind = kind
+        self._implicit = (*kind.implicit, *interrupts)
         self.mode = _EXPECT if kind.expect_json else _TOP
         self.after_cdata = _TOP
         self.depth = 0
@@ -115,10 +134,19 @@ class BlockScan:
         self.after_tick = False
         self.blank = True  # nothing but layout and repeated openers so far
         self.close_len = 0
-        self._top_tags = (*kind.closers, *kind.implicit, *PARAMS_OPEN_TAGS, *PARAMS_CLOSE_TAGS, CDATA_OPEN)
-        self._json_tags = (*kind.closers, *kind.implicit, *PARAMS_CLOSE_TAGS)
+        #: `<name>` tags met after complete parameters (a second pair, or a name written after its arguments).
+        self.names_after_params = 0
+        #: The argument element open in the markup (`content` after `<content>`), if any.
+        self.element: str | None = None
+        self._cand: int | None = None  # where an end tag met inside that element starts, while undecided
+        self._cand_len = 0
+        self._ahead = 0
+        implicit = self._implicit
+        self._top_tags = (*kind.closers, *implicit, *PARAMS_OPEN_TAGS, *PARAMS_CLOSE_TAGS, CDATA_OPEN)
+        self._json_tags = (*kind.closers, *(t for t in implicit if t[0] == "<"), *PARAMS_CLOSE_TAGS)
         # `<name>` after the parameters (models that write the arguments first): the block goes on.
-        self._done_tags = (*kind.closers, *kind.implicit, *PARAMS_CLOSE_TAGS, NAME_OPEN)
+        self._done_tags = (*kind.closers, *implicit, *PARAMS_CLOSE_TAGS, NAME_OPEN)
+        self._heads, self._top_first = _heads(self._top_tags)
 
     def inside_string(self, text: str) -> bool:
         """Whether all of `text` continues the JSON string being scanned (so it cannot end the block)."""
@@ -132,16 +160,34 @@ class BlockScan:
         CLOSED: an end tag of `close_len` characters starts at the position. INTERRUPTED: the block ended without
         its end tag (another block or an observation starts there, or the parameters ended and prose follows).
         """
+        if self._cand is not None:
+            # An end tag inside an open argument element was met: it is resumed where the look-ahead stopped.
+            self._cand, pos = pos, pos + self._ahead
+        pos, outcome = self._scan(text, pos, final)
+        cand = self._cand
+        if cand is None:
+            return pos, outcome
+        if outcome == MORE and not final and pos - cand <= _MAX_AHEAD:
+            self._ahead = pos - cand
+            return cand, MORE
+        # The element never closed (the reply ended, another block began, or it ran on too long): the end tag
+        # was the block's end after all.
+        self._cand, self.element, self.close_len = None, None, self._cand_len
+        return cand, CLOSED
+
+    def _scan(self, text: str, pos: int, final: bool) -> tuple[int, int]:
         n = len(text)
         while pos < n:
             mode = self.mode
             if mode == _JSON:
                 pos, outcome = self._json(text, pos, final)
             elif mode == _TOP:
-                lt = text.find("<", pos)
-                if lt < 0:
+                if self._cand is not None and pos - self._cand > _MAX_AHEAD:
+                    return pos, MORE  # looked far enough past an end tag inside an argument element
+                found = self._top_first.search(text, pos)
+                if found is None:
                     return n, MORE
-                pos, outcome = self._tag(text, lt, final, self._top_tags)
+                pos, outcome = self._tag(text, found.start(), final, self._top_tags)
             elif mode == _EXPECT:
                 pos, outcome = self._expect(text, pos, final)
             elif mode == _CDATA:
@@ -161,11 +207,17 @@ class BlockScan:
         if tag is WAIT:
             return lt, MORE
         if tag is None:
-            return lt + 1, None
+            end = self._element(text, lt, final)
+            return (lt, MORE) if end is None else (end, None)
         if tag in self.kind.closers:
+            if self.element is not None and self.mode == _TOP:
+                # Inside `<content>…`: a literal end tag may be content. Look on for `</content>` to decide.
+                if self._cand is None:
+                    self._cand, self._cand_len = lt, len(tag)
+                return lt + len(tag), None
             self.close_len = len(tag)
             return lt, CLOSED
-        if tag in self.kind.implicit:
+        if tag in self._implicit:
             return lt, INTERRUPTED
         if tag == CDATA_OPEN:
             self.after_cdata, self.mode = self.mode, _CDATA
@@ -173,9 +225,30 @@ class BlockScan:
             self.mode, self.after_tick = _EXPECT, False
         elif tag == NAME_OPEN:
             self.mode = _TOP
+            self.names_after_params += 1  # maybe the block holds a second name/parameters pair
+        elif self.element is not None and self.mode == _TOP:
+            pass  # `</parameters>` inside `<content>…`: content (if the element never closes, the block end decides)
         else:  # a parameters end tag: the arguments are complete
             self.mode = _DONE
         return lt + len(tag), None
+
+    def _element(self, text: str, lt: int, final: bool) -> int | None:
+        """An argument element opening or closing in the markup: followed, so an end tag inside it is data.
+        None: the tag is not complete yet (more text decides)."""
+        if self.mode != _TOP:
+            return lt + 1
+        match = _ELEMENT_TAG.match(text, lt)
+        if match is None:
+            if not final and text.find(">", lt) < 0 and len(text) - lt < 256 and _TAG_START.match(text, lt):
+                return None
+            return lt + 1
+        name = "parameter" if match.group("eq") else match.group("name").lower()
+        if match.group("slash"):
+            if name == self.element:
+                self.element, self._cand = None, None
+        elif self.element is None and name not in _NOT_ARGUMENTS and not match.group().endswith("/>"):
+            self.element = name
+        return match.end()
 
     def _expect(self, text: str, pos: int, final: bool) -> tuple[int, int | None]:
         """Before the arguments: skip blanks and a code fence line; JSON starts at `{`, `[` or `"`."""
@@ -259,9 +332,11 @@ class BlockScan:
         if c in "{[":  # a second JSON value: keep it in the block, so the decoder can report it
             self.mode, self.depth, self.token_start = _JSON, 1, True
             return pos + 1, None
-        if c != "<":
+        if c not in self._heads:
             return pos, INTERRUPTED
         tag = match_tag(text, pos, self._done_tags, final)
+        if c != "<" and tag is None:
+            return pos, INTERRUPTED
         if tag is WAIT:
             return pos, MORE
         if tag in PARAMS_CLOSE_TAGS:

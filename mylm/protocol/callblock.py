@@ -66,6 +66,76 @@ def decode_block(body: str, kind: str = "tool_code", *, at_end: bool = False) ->
     return call, None
 
 
+def decode_calls(body: str, kind: str = "tool_code", *, at_end: bool = False, several: bool = True
+                 ) -> tuple[tuple[ToolCall, ...], str | None]:
+    """Decode a block body that may hold several `<name>`/`<parameters>` pairs: `(calls, None)` or `((), error)`.
+
+    Each pair is one call, in order; a pair that cannot be used makes the whole block a correction (nothing in
+    a block runs out of sequence). A `<name>` inside a JSON string or an argument value is data, not a pair.
+    """
+    if not several:  # the scanner saw no `<name>` after complete parameters: one call at most
+        call, error = decode_block(body, kind, at_end=at_end)
+        return ((call,) if call is not None else ()), error
+    pieces: list[str] = []
+    rest = body
+    while len(pieces) < 100:
+        split = _second_pair(rest)
+        if split is None:
+            break
+        pieces.append(rest[:split])
+        rest = rest[split:]
+    pieces.append(rest)
+    calls: list[ToolCall] = []
+    for i, piece in enumerate(pieces):
+        call, error = decode_block(piece, kind, at_end=at_end and i == len(pieces) - 1)
+        if call is None:
+            return (), error
+        calls.append(call)
+    return tuple(calls), None
+
+
+_PARAMS_CLOSE_RE = re.compile(r"\s*</(?:parameters|arguments)\s*>", re.IGNORECASE)
+
+
+def _two_names(body: str) -> bool:
+    found = 0
+    for spelling in ("<name", "<Name", "<NAME"):
+        i = body.find(spelling)
+        while i >= 0 and found < 2:
+            found += 1
+            i = body.find(spelling, i + 1)
+    return found >= 2
+
+
+def _second_pair(body: str) -> int | None:
+    """Where a second `<name>` pair starts, after the first pair's parameters end; None if there is none."""
+    if not _two_names(body):
+        return None  # the common case, decided by plain `find` (no regex over a large argument)
+    first = _NAME_OPEN.search(body)
+    if first is None or _NAME_OPEN.search(body, first.end()) is None:
+        return None
+    name_close = _NAME_CLOSE.search(body, first.end())
+    params = None if name_close is None else _PARAMS_OPEN.search(body, name_close.end())
+    if params is None:
+        return None
+    i = _skip_layout(body, params.end())
+    if i < len(body) and body[i] in '{["':
+        try:
+            _, end = loads(body, i, autoclose=True)
+        except JSONRepairError:
+            return None
+    elif body.startswith("<", i):
+        end = markup.read_children(body, i).end
+    else:
+        return None
+    closed = _PARAMS_CLOSE_RE.match(body, end)
+    end = closed.end() if closed else end
+    following = _NAME_OPEN.search(body, end)
+    if following is None or body[end : following.start()].strip(" \t\r\n`~"):
+        return None  # only layout may separate two pairs
+    return following.start()
+
+
 def _decode(body: str, kind: str, at_end: bool) -> tuple[ToolCall, tuple[int, int] | None]:
     i = _skip_layout(body, 0)
     if kind == "function":
@@ -437,6 +507,9 @@ def _python_call(src: str, kind: str) -> ToolCall:
         node = ast.parse(src.strip().rstrip(";").strip(), mode="eval").body
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         node = None
+    if isinstance(node, ast.Call) and _dotted(node.func) == "print" and len(node.args) == 1 and not node.keywords \
+            and isinstance(node.args[0], ast.Call):
+        node = node.args[0]  # Gemma's documented `print(default_api.list_dir(path="."))`
     name = _dotted(node.func) if isinstance(node, ast.Call) else None
     if not isinstance(node, ast.Call) or name is None or node.args or any(k.arg is None for k in node.keywords):
         raise BlockError(

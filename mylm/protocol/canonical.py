@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..types import ToolCall
-from .tags import NAME_CLOSE, NAME_OPEN, PARAMS_CLOSE, PARAMS_OPEN, TOOL_CLOSE, TOOL_OPEN
+from .tags import NAME_CLOSE, NAME_OPEN, PARAMS_CLOSE, PARAMS_OPEN, REASONING_DIALECTS, TOOL_CLOSE, TOOL_OPEN
 
 
 def format_tool_call(call: ToolCall) -> str:
@@ -19,13 +19,16 @@ def format_tool_call(call: ToolCall) -> str:
 
 
 def canonical_arguments(arguments: Mapping[str, Any]) -> str:
-    """The arguments as canonical JSON: never `</`, `\\b`, `\\f` or a drive-letter escape that reads as raw text."""
+    """The arguments as canonical JSON: never `</`, `\\b`, `\\f` or a drive-letter escape that reads as raw text,
+    and never a reasoning marker of any dialect (chat templates split history on `</think>`, `[/THINK]`…)."""
     text = json.dumps(dict(arguments), ensure_ascii=False)
-    if "\\" not in text and "</" not in text:
-        return text
-    return _CANON_FIX.sub(_canon_fix, text)
+    if "\\" in text or "</" in text:
+        text = _CANON_FIX.sub(_canon_fix, text)
+    return _MARKER.sub(lambda m: f"\\u{ord(m.group()[0]):04x}" + m.group()[1:], text)
 
 
+_MARKER = re.compile("|".join(re.escape(m) for d in REASONING_DIALECTS for m in (*d.opens, *d.closes)),
+                     re.IGNORECASE)
 _CANON_FIX = re.compile(r"\\(u[0-9a-fA-F]{4}|.)|</", re.DOTALL)
 
 

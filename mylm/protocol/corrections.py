@@ -116,3 +116,16 @@ def bare_json_error(call: ToolCall) -> str:
         "written as blocks. To make this call, write exactly:\n" + format_tool_call(call)
         + "\nTo make several calls, write one block per call."
     )
+
+
+def dtd_refused() -> str:
+    """A DTD or entity declaration came before a block: refused, never expanded."""
+    return ("Your reply declares a DTD or an entity (<!DOCTYPE …> / <!ENTITY …>) before its tool call. mylm never "
+            "expands entities, so nothing was run. Write every argument value literally in the block, with no "
+            "declarations before it.")
+
+
+def several_calls_error(count: int) -> str:
+    """One block with several name/parameters pairs, in a turn that may make one call."""
+    return (f"Your {TOOL_OPEN} block holds {count} calls (a <name> and <parameters> pair each), and a turn makes one "
+            f"call here, so nothing was run. Write one call per reply, in its own block:\n" + EXAMPLE)

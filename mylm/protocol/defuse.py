@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 
-from .tags import DEFUSER, PROTOCOL_TAG, SPECIAL_TOKEN
+from .normalise import CALL_LABELS, CONFUSABLE_TAG, ESCAPED_TAG
+from .tags import DEFUSER, PROTOCOL_NAMES, PROTOCOL_TAG, REASONING_DIALECTS, SPECIAL_TOKEN
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\ud800-\udfff]")
 
@@ -20,13 +22,14 @@ def neutralise(text: str) -> str:
     """
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     text = PROTOCOL_TAG.sub(lambda m: "&lt;" + m.group(1), text)
+    text = defuse_spellings(text)
     text = defuse_special_tokens(text)
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def defuse_special_tokens(text: str) -> str:
     """Break every chat-template special token in `text` (visible, but no longer a token); idempotent."""
-    if "<" not in text and "[" not in text:
+    if "<" not in text and "[" not in text and "]" not in text and ">" not in text:
         return text
     return SPECIAL_TOKEN.sub(_defuse, text)
 
@@ -39,3 +42,33 @@ def _defuse(match: re.Match[str]) -> str:
 def has_special_token(text: str) -> bool:
     """Whether `text` holds an intact chat-template special token."""
     return SPECIAL_TOKEN.search(text) is not None
+
+
+_NAMES = frozenset(PROTOCOL_NAMES)
+_TAG_NAME = re.compile(r"[<>/\s]*([A-Za-z_][\w-]*)")
+_MARKERS = re.compile("|".join(re.escape(m) for d in REASONING_DIALECTS for m in (*d.opens, *d.closes)
+                               if not m.startswith("<|")), re.IGNORECASE)
+_LABEL = re.compile(r"(?m)^([ \t]{0,3}(?:`{3,}|~{3,})[ \t]*)(?=(?:" + "|".join(CALL_LABELS) + r")[ \t]*$)",
+                    re.IGNORECASE)
+
+
+def defuse_spellings(text: str) -> str:
+    """Break the other spellings the parser reads as call markup (see `normalise`), so an echoed tool output
+    never becomes a call: protocol tags in confusable brackets or fullwidth letters, or entity-escaped, fences
+    labelled as a call, and reasoning markers of every dialect. A zero-width space after the first character
+    keeps the text readable; no normalisation brings the tag back."""
+    if "&" in text:
+        text = ESCAPED_TAG.sub(lambda m: _break_named(m.group(), m.group().index(";") + 1, decoded=True), text)
+    if any(ord(c) > 0x2000 for c in text):
+        text = CONFUSABLE_TAG.sub(lambda m: _break_named(m.group(), 1, decoded=False), text)
+    if "`" in text or "~" in text:
+        text = _LABEL.sub(lambda m: m.group(1) + DEFUSER, text)
+    return _MARKERS.sub(lambda m: m.group()[0] + DEFUSER + m.group()[1:], text)
+
+
+def _break_named(tag: str, cut: int, *, decoded: bool) -> str:
+    plain = tag[cut:] if decoded else unicodedata.normalize("NFKC", tag[1:])
+    name = _TAG_NAME.match(plain)
+    if name is None or name.group(1).lower() not in _NAMES or DEFUSER in tag:
+        return tag
+    return tag[:cut] + DEFUSER + tag[cut:]

@@ -23,6 +23,7 @@ from .callblock import decode_block
 from .canonical import format_tool_call
 from .corrections import EXAMPLE, example
 from .jsonrepair import JSONRepairError, loads
+from .structure import INVENTED, quoted_lines
 from .tags import NAME_CLOSE, NAME_OPEN, TOOL_CLOSE, TOOL_OPEN
 
 #: What `tools=` accepts: tool names, or a mapping of tool name to its argument names.
@@ -65,7 +66,7 @@ _ARGS_OPEN = re.compile(r"\s*<\s*(?P<tag>parameters|arguments|args|input|action_
 _REACT = re.compile(
     r"(?im)^[ \t*]*Action[ \t*]*:[ \t*]*[\"'`]?(?P<name>[A-Za-z_][\w.:-]{0,127})[\"'`]?[ \t*]*$"
     r"(?:\s*^[ \t*]*Action[ _]Input[ \t*]*:[ \t*]*(?P<input>.*?))?"
-    r"(?=^[ \t*]*(?:Observation|Thought|Action|Final[ _]Answer)[ \t*]*:|\Z)",
+    r"(?=^[ \t*]*(?:Observation|Result|Output|Tool[ _](?:output|result)|Thought|Action|Final[ _]Answer)[ \t*]*:|\Z)",
     re.DOTALL)
 _ELEMENT_OPEN = r"<\s*(?P<tag>{names})(?P<attrs>\s[^<>]{{0,200}})?>"
 #: Tags that only a call uses, left outside every block (and outside code): a call that went wrong, when the tag
@@ -84,10 +85,20 @@ def _code_mask(text: str) -> str:
     """`text` with code fences and inline code blanked out (same length), so examples are not read as calls."""
     for pattern in (_FENCE_SPAN, _INLINE_SPAN):
         text = pattern.sub(lambda m: _NOT_NEWLINE.sub(" ", m.group()), text)
+    if (">" in text or "    " in text or "\t" in text) and _MAYBE_QUOTED.search(text):
+        spans = quoted_lines(text)  # blockquotes and indented code: quoted or shown, never run
+        if spans:
+            parts, last = [], 0
+            for start, end in spans:
+                parts += [text[last:start], " " * (end - start)]
+                last = end
+            text = "".join(parts) + text[last:]
     return text
 
 
 _NOT_NEWLINE = re.compile(r"[^\n]")
+_MAYBE_QUOTED = re.compile(r"^(?: {0,3}>| {4}|\t)", re.MULTILINE)
+_INVENTED_LINE = re.compile(r"(?m)^" + INVENTED.pattern, re.IGNORECASE)
 _TRIGGER = re.compile(r"<\s*/?\s*[A-Za-z_]|^[ \t*]*Action|\[/?TOOL_CALLS?\]|<[|｜]|to=", re.MULTILINE)
 
 
@@ -106,6 +117,13 @@ def find_drift(text: str, tools: Registry) -> Drift | None:
             return None
         tag = leftover.group().strip()
         return Drift(((None, _malformed(tag, tools)),), text)
+    lower = masked.lower()
+    invented = _INVENTED_LINE.search(masked, spans[0][1]) if any(
+        word in lower for word in ("observation", "result", "output")) else None
+    if invented is not None:
+        # After a call, a result the model wrote itself (`Observation:`, `Result:`…): what follows rests on it.
+        spans = [span for span in spans if span[0] < invented.start()]
+        text = text[: invented.start()]
     remaining: list[str] = []
     items: list[tuple[ToolCall | None, str | None]] = []
     last = 0
@@ -459,7 +477,7 @@ def _known(name: str, tools: Registry) -> str | None:
     name = name.strip().strip("\"'`")
     if name in tools:
         return name
-    if "." in name and name.rsplit(".", 1)[0].lower() in ("functions", "function", "tools", "tool"):
+    if "." in name and name.rsplit(".", 1)[0].lower() in ("functions", "function", "tools", "tool", "default_api"):
         return _known(name.rsplit(".", 1)[1], tools)  # OpenAI-style `functions.list_dir`
     folded = [t for t in tools if t.lower() == name.lower()]
     return folded[0] if len(folded) == 1 else None

@@ -17,7 +17,8 @@ from .blockscan import skip
 MAX_RUN = 64  # longer runs of backticks or blanks are plain text; this bounds what is ever held back
 
 _RUN = {"`": re.compile(r"`+"), "~": re.compile(r"~+")}
-_INFO = re.compile(r"[ \t]*[\w+#.-]*[ \t]*")
+#: A fence's info string, of any form (`xml`, `python title="a.py"`, `{.json}`): the rest of the opening line.
+_INFO = re.compile(r"[^`\n]*")
 _BLANKS = re.compile(r"[ \t]*")
 
 FenceAction = Literal["wait", "open", "close", "long", "run"]

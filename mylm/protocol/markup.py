@@ -206,7 +206,8 @@ def _value_bounds(text: str, opener: re.Match[str], tag: str, key: str, start: i
     if not (opener.group("eq") or opener.group("attr")):
         return (exact, exact + len(closer)) if exact >= 0 else (len(text), -1)
     sibling = _next_sibling(text, opener, start)
-    if exact >= 0 and exact < sibling:
+    if exact >= 0 and (exact < sibling or exact < _next_sibling(text, opener, start, openers_only=True)):
+        # Closed before the next parameter opens: a `</function>` or `</tool_call>` before it was content.
         return exact, exact + len(closer)
     if opener.group("attr"):
         named = value_end(text, f"</{key}>", start)  # `<parameter name="content">…</content>`
@@ -239,12 +240,14 @@ def value_end(text: str, closer: str, start: int) -> int:
         pos = after
 
 
-def _next_sibling(text: str, opener: re.Match[str], start: int) -> int:
+def _next_sibling(text: str, opener: re.Match[str], start: int, *, openers_only: bool = False) -> int:
     """Where an unclosed value ends: the next opener of the same form (`<parameter=`…), its function's end, or
-    the end."""
+    the end (`openers_only`: the next opener, or the end)."""
     if opener.group("eq"):
-        needles = (f"<{opener.group('eq')}=", "</function>", "</tool_call>")
+        needles: tuple[str, ...] = (f"<{opener.group('eq')}=", "</function>", "</tool_call>")
     else:
         needles = (f"<{opener.group('tag')} ", "</invoke>", "</function_calls>")
+    if openers_only:
+        needles = needles[:1]
     found = [i for i in (find_outside_cdata(text, needle, start) for needle in needles) if i >= 0]
     return min(found, default=len(text))

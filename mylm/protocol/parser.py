@@ -17,42 +17,43 @@ Decisions, in the order a careful reader makes them:
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from ..types import ReasoningEvent, TextEvent, ToolCall
+from . import markup
 from .blockscan import (
     CLOSED,
     KINDS,
     MORE,
     WAIT,
     BlockScan,
-    TagSet,
     match_tag,
     partial_suffix,
 )
-from .callblock import decode_block
+from .callblock import decode_block, decode_calls
 from .canonical import format_tool_call
-from .corrections import bare_json_error, cut_off_tag
+from .corrections import bare_json_error, cut_off_tag, dtd_refused, several_calls_error
 from .drift import ToolNames, find_drift, known_tool, looks_like_schema, recover_block, registry, schema_error
 from .fences import MAX_RUN, Fence, Pending, fence_run
+from .normalise import normalise_markup
 from .parsed import CallParsed, ParsedTurn, ParseEvent
+from .reasoning import BLOCK_TAGS, LONE_BLOCK_CLOSERS, Vocabulary, vocabulary
+from .structure import INVENTED, OUTPUT_LABELS, PLAIN, LineContext, may_be_invented
 from .tags import (
     DRIFT_OPENERS,
     FINAL_CLOSE,
     FINAL_OPEN,
     OBSERVATION_OPEN,
     OBSERVATION_TAGS,
-    THINK_CLOSES,
+    REASONING_DIALECTS,
     THINK_NAMES,
-    THINK_OPENS,
-    TOOL_CALL_CLOSE,
     TOOL_CLOSE,
     TOOL_OPEN,
+    ReasoningDialect,
 )
 from .verdict import reply_calls, verdict
 
 THINK_TAGS = THINK_NAMES
-_THINK_OPENS = THINK_OPENS
-_THINK_CLOSES = THINK_CLOSES
 #: Other formats a call may drift into, by opener: the block kind, and what must follow the opener for it to be
 #: a call rather than a mention (decided once `_DRIFT_WINDOW` characters, or the end of the reply, are there).
 _DRIFT_FULL = {
@@ -64,18 +65,11 @@ _DRIFT_FULL = {
 }
 _DRIFT_RE = {tag: (DRIFT_OPENERS[tag], re.compile(full, re.IGNORECASE)) for tag, full in _DRIFT_FULL.items()}
 _DRIFT_WINDOW = 160
-_BLOCK_TAGS = (TOOL_OPEN, *DRIFT_OPENERS)
-_LONE_CLOSERS = (TOOL_CLOSE, TOOL_CALL_CLOSE)
-_OUTSIDE_TAGS = (*_BLOCK_TAGS, *OBSERVATION_TAGS, *_THINK_OPENS, *_THINK_CLOSES, FINAL_OPEN, *_LONE_CLOSERS)
+_BLOCK_TAGS = BLOCK_TAGS
+_LONE_CLOSERS = LONE_BLOCK_CLOSERS
 _FENCE_TAGS = (*_BLOCK_TAGS, *OBSERVATION_TAGS)
-_OUTSIDE_TAG_SET = TagSet(_OUTSIDE_TAGS)
-# A `<` matters only if a tag can start with it: `<t…`, `<o…`, `<f…`, `<i…` or `</t…` (or it is the last character).
-_SPECIAL = re.compile(r"<(?![^tTfFoOiI/])|[`~\n]")
-_FAST = re.compile(r"`+|<(?![^tTfFoOiI/])|~+")
-_PLAIN = re.compile(r"[^<~]+")
 _TICK_OR_NL = re.compile(r"`+|\n")
 _NAME_OPEN = re.compile(r"<name\s*>", re.IGNORECASE)
-_THINK_CLOSE_RE = re.compile(r"</think(?:ing)?>", re.IGNORECASE)
 _FINAL_CLOSE_RE = re.compile(re.escape(FINAL_CLOSE), re.IGNORECASE)
 _MAX_BLOCKS = 100
 #: A tag the reply ended inside: `<tool_co`, `<tool_code name="x`, `</parame`, `<list_d` (no `>` after it).
@@ -119,7 +113,14 @@ class StreamParser:
         coalesce: int = 16,
         multiple_calls: bool = True,
         tools: ToolNames | None = None,
+        reasoning: tuple[ReasoningDialect, ...] = REASONING_DIALECTS,
     ) -> None:
+        # The default table is the common case: no hashing of the table per reply.
+        default = reasoning is REASONING_DIALECTS
+        self._vocab = vocab = _default_vocabulary() if default else vocabulary(tuple(reasoning))
+        self._outside_tags = vocab.outside_set
+        self._think_closes = vocab.closes  # until an opener says which dialect: any closer ends reasoning
+        self._think_close_re = _closer_pattern(self._think_closes)
         self._multiple_calls = multiple_calls
         self._tools = registry(tools)
         # Unknown whether the template opened reasoning: a later lone `</think>` would make a call written
@@ -159,6 +160,12 @@ class StreamParser:
         self._ambiguous_example = False
         self._lone_closer: tuple[int, str] | None = None  # (thought piece index, tag) of the first stray end tag
         self._think_unclosed = bool(reasoning_open)
+        self._respelled = False  # this parser reads a reply already rewritten to the plain spelling
+        self._ctx = LineContext()
+        self._dtd_at, self._dtd_tail, self._dtd_seen = 0, "", False
+        # After a call, every line start is checked for an invented result (`Observation:`, `Result:`, …).
+        self._watch = False
+        self._line_start = False
         self._closed = False
         self.result: ParsedTurn | None = None
         self._steps = (self._step_outside, self._step_think, self._step_block, self._step_final, self._step_discard)
@@ -204,6 +211,7 @@ class StreamParser:
         self._hold = False
         self._recover_missing_opener()
         self._recover_truncated_tag()
+        self._recover_spelling()
         self._recover_bare_json()
         self._recover_drift()
         self._flush()
@@ -238,7 +246,7 @@ class StreamParser:
             self._base += self._pos
             self._buf, self._pos = self._buf[self._pos :], 0
         if self._state == _OUT and not self._buf and self._fence is None and not self._long_run and \
-                _PLAIN.fullmatch(new) and "```" not in new and not new.endswith("`"):
+                not self._watch and self._vocab.plain.fullmatch(new) and "```" not in new and not new.endswith("`"):
             # Prose with nothing pending and no tag or fence in sight: only inline code and line starts change.
             self._base += len(new)
             self._thought.append(new)
@@ -322,7 +330,7 @@ class StreamParser:
     # ------------------------------------------------------------------------------------------- outside
 
     def _step_outside(self, final: bool) -> bool:
-        if self._fence is not None or self._long_run:
+        if self._fence is not None or self._long_run or self._watch:
             return self._step_outside_slow(final)
         # Prose outside any fence: one pass tracks inline code and line starts, and stops only where a decision
         # is needed (a tag, a possible fence line), so a long answer becomes one slice of text.
@@ -330,7 +338,7 @@ class StreamParser:
         n = len(buf)
         pos, inline, line_blank = start, self._inline, self._line_blank
         stop = n
-        for match in _FAST.finditer(buf, start):
+        for match in self._vocab.fast.finditer(buf, start):
             i = match.start()
             if i > pos:
                 nl = buf.rfind("\n", pos, i)
@@ -340,8 +348,8 @@ class StreamParser:
                 elif line_blank and not buf[pos:i].isspace():
                     line_blank = False
             c, run = buf[i], match.end() - i
-            if c == "<":
-                if not inline and _OUTSIDE_TAG_SET.match(buf, i, final) is not None:
+            if c not in "`~":
+                if not inline and self._outside_tags.match(buf, i, final) is not None:
                     stop = i
                     break
             elif line_blank and run >= 3 or run > MAX_RUN or match.end() == n and not final:
@@ -365,14 +373,27 @@ class StreamParser:
         self._inline, self._line_blank = inline, line_blank
         if stop >= n:
             return False
-        if buf[stop] == "<":
+        if buf[stop] not in "`~":
             return self._step_tag(final) or stop > start
         return self._step_run(buf[stop], final) or stop > start
 
     def _step_outside_slow(self, final: bool) -> bool:
-        """Inside or just after a code fence: every line start and tag matters."""
+        """Inside or just after a code fence, or after a call: every line start and tag matters."""
+        if self._line_start:  # set only after a call, or after a fence holding blocks (see `_watch`)
+            fence = self._fence
+            pending = fence is not None and fence.closed
+            invented = self._invented(final) if fence is None or pending else False
+            if invented is None:
+                return False
+            self._line_start = False
+            if invented:
+                if pending:
+                    self._end_fence_content()  # a result after the fence: it was a wrapper, as before `<observation>`
+                self._discard_at = self._base + self._pos
+                self._state = _DISCARD
+                return True
         buf, pos = self._buf, self._pos
-        match = _SPECIAL.search(buf, pos)
+        match = self._vocab.special.search(buf, pos)
         end = match.start() if match else len(buf)
         if end > pos:
             self._visible(buf[pos:end])
@@ -383,9 +404,11 @@ class StreamParser:
         if ch == "\n":
             self._visible("\n")
             self._pos = end + 1
+            fence = self._fence
             self._line_blank, self._inline = True, 0
+            self._line_start = self._watch or (fence is not None and fence.closed and fence.had_block)
             return True
-        if ch[0] == "<":
+        if ch[0] not in "`~":
             return self._step_tag(final) or self._pos > pos
         return self._step_run(ch, final) or self._pos > pos
 
@@ -409,6 +432,11 @@ class StreamParser:
             if not fence.had_block:
                 self._fence = None
         elif action == "open":
+            if self._watch and fence is None and buf[pos:end].strip(" \t`~").lower() in OUTPUT_LABELS:
+                # A fenced "output" block after a call: a result the model made up. The rest is discarded.
+                self._discard_at = self._base + pos
+                self._state = _DISCARD
+                return True
             if fence is not None:
                 self._content_in_fence()
             self._emit_text(buf[pos:end])
@@ -427,7 +455,7 @@ class StreamParser:
         if self._inline:
             tag = None
         else:
-            tag = match_tag(buf, pos, _FENCE_TAGS if fence and not fence.closed else _OUTSIDE_TAGS, final)
+            tag = match_tag(buf, pos, _FENCE_TAGS if fence and not fence.closed else self._vocab.outside, final)
             if tag is WAIT:
                 return False
             if tag in _DRIFT_RE:
@@ -436,10 +464,16 @@ class StreamParser:
                 if not _DRIFT_RE[tag][1].match(buf, pos, pos + _DRIFT_WINDOW):
                     tag = None
         if tag is None:
-            self._visible("<")
+            self._visible(buf[pos])
             self._pos = pos + 1
             return True
         text = buf[pos : pos + len(tag)]
+        if (fence is None or fence.closed) and tag not in self._vocab.lone and tag not in self._vocab.envelope \
+                and self._ctx.of(self._thought) != PLAIN:
+            # In a blockquote or an indented code block: quoted or shown, never run (see `structure`).
+            self._visible(text)
+            self._pos = pos + len(text)
+            return True
         if tag in _BLOCK_TAGS:
             if fence is not None and not fence.closed:
                 fence.had_block = True
@@ -469,20 +503,28 @@ class StreamParser:
             if self._lone_closer is None:
                 self._lone_closer = (len(self._thought), text)
             self._emit_text(text)
-        elif tag in _THINK_OPENS:
+        elif tag in self._vocab.envelope:
+            pass  # harmony's message envelope (`<|start|>assistant`, `<|end|>`): markup, not text
+        elif tag in self._vocab.opens:
             self._state, self._think_unclosed = _THINK, True
+            self._think_closes = self._vocab.closes_of[tag]
+            self._think_close_re = _closer_pattern(self._think_closes)
             self._hold = False  # the reply opens its own reasoning: a later </think> closes that one
-        elif tag in _THINK_CLOSES:
+        elif tag in self._vocab.lone:
             # Reasoning the template opened: what was shown so far was thought (already streamed; not retracted).
             self._reasoning.extend(self._thought)
             self._thought.clear()
+            self._ctx = LineContext()
             self._lone_closer = None
+            # A block drafted in that reasoning (quoting `<tool_code>` or `<name>` while planning) was reasoning
+            # too: its error is not the turn's, and it does not stop the calls after the closer.
+            self._errors, self._skipped = [], []
             if self._hold:
                 # Calls drafted before it were reasoning too: never run. (Calls already emitted, when the
                 # template was known not to open reasoning, stay: streaming is append-only.)
                 self._reasoning.extend(self._held_raw)
                 del self._calls[self._emitted :]
-                self._held_raw, self._errors, self._skipped, self._hold = [], [], [], False
+                self._held_raw, self._hold = [], False
             if self._fence is not None:
                 self._fence.thought_at = None
         else:
@@ -524,7 +566,7 @@ class StreamParser:
             return
         kind = "tool_code" if tag == TOOL_OPEN else _DRIFT_RE[tag][0]
         keep_opener = kind in ("function", "invoke")  # the opener carries the tool's name
-        self._scan = BlockScan(KINDS[kind])
+        self._scan = BlockScan(KINDS[kind], interrupts=self._vocab.lone)
         self._block_kind, self._block_fenced = kind, fenced
         self._block_open = "" if keep_opener else text
         self._block_parts = []
@@ -551,7 +593,12 @@ class StreamParser:
 
     def _finish_block(self, closer: str) -> None:
         body = "".join(self._block_parts)
-        call, error = decode_block(body, self._block_kind, at_end=not closer)
+        several = self._scan is not None and self._scan.names_after_params > 0
+        calls, error = decode_calls(body, self._block_kind, at_end=not closer, several=several)
+        if len(calls) > 1:
+            self._finish_several(calls, self._block_open + body + closer)
+            return
+        call = calls[0] if calls else None
         if call is None and self._tools is not None and closer:
             # A complete block whose body is another format (a tool tag with attributes, `name` then JSON, …):
             # read against the registry, or keep the block's own error.
@@ -566,11 +613,41 @@ class StreamParser:
         else:
             self._commit(call, error)
 
+    def _dtd_before(self) -> bool:
+        """Whether the text shown so far declares a DTD or an entity (checked once per piece of text, with an
+        overlap for a declaration split between pieces)."""
+        pieces = self._thought
+        if len(pieces) < self._dtd_at:
+            self._dtd_at, self._dtd_tail, self._dtd_seen = 0, "", False  # the thought was rewritten (reasoning, recovery): read it again
+        if not self._dtd_seen and len(pieces) > self._dtd_at:
+            text = self._dtd_tail + "".join(pieces[self._dtd_at :])
+            self._dtd_seen = "<!" in text and bool(markup.dtd_positions(text))
+            self._dtd_at, self._dtd_tail = len(pieces), text[-80:]
+        return self._dtd_seen
+
+    def _finish_several(self, calls: tuple[ToolCall, ...], raw: str) -> None:
+        """One block holding several name/parameters pairs: each is a call when a turn may make several, else
+        the block is a correction (silently running one of them would drop the others)."""
+        self._state, self._scan, self._block_parts, self._line_blank = _OUT, None, [], True
+        if self._multiple_calls:
+            items = [Pending(ToolCall(c.name, c.arguments, raw=format_tool_call(c)), None, raw) for c in calls]
+        else:
+            items = [Pending(None, several_calls_error(len(calls)), raw)]
+        for item in items:
+            if self._block_fenced and self._fence is not None:
+                self._fence.held.append(item)
+            else:
+                self._commit(item.call, item.error)
+
     def _commit(self, call: ToolCall | None, error: str | None) -> None:
         if not self._multiple_calls and self._calls:
             return  # one call per turn: later blocks are not part of it
         if call is not None and error is None:
             call, error = self._checked(call)
+        if call is not None and self._dtd_before():
+            # `<!DOCTYPE …[<!ENTITY …>]>` before the block: its author expects the entities expanded, and mylm
+            # never expands any; running the block with them literal would run something else. Refuse.
+            call, error = None, dtd_refused()
         if call is not None and self._errors:
             # A turn runs in order: after a block that cannot be used, later ones would run out of sequence.
             self._skipped.append(call.name)
@@ -578,6 +655,7 @@ class StreamParser:
         if call is not None:
             self._flush()
             self._calls.append(call)
+            self._watch = True
             if self._hold:
                 self._held_raw.append(call.raw)
                 return
@@ -592,14 +670,25 @@ class StreamParser:
 
     # ------------------------------------------------------------------------------------ think, final, rest
 
+    def _invented(self, final: bool) -> bool | None:
+        """At a line start after a call: whether the line invents a result (None: more text must decide)."""
+        buf, pos = self._buf, self._pos
+        nl = buf.find("\n", pos, pos + 80)
+        line = buf[pos : nl if nl >= 0 else pos + 80]
+        if INVENTED.match(line):
+            return True
+        if nl < 0 and not final and len(buf) - pos < 80 and may_be_invented(line):
+            return None
+        return False
+
     def _step_think(self, final: bool) -> bool:
         buf, pos = self._buf, self._pos
-        match = _THINK_CLOSE_RE.search(buf, pos)
+        match = self._think_close_re.search(buf, pos)
         if match is not None:
             self._emit_reasoning(buf[pos : match.start()])
             self._pos, self._state, self._think_unclosed = match.end(), _OUT, False
             return True
-        keep = 0 if final else partial_suffix(buf, pos, _THINK_CLOSES)
+        keep = 0 if final else partial_suffix(buf, pos, self._think_closes)
         self._emit_reasoning(buf[pos : len(buf) - keep])
         self._pos = len(buf) - keep
         return False
@@ -681,6 +770,29 @@ class StreamParser:
         for call, error in drift.items:
             self._commit(call, error)
 
+    def _recover_spelling(self) -> None:
+        """Call markup in another spelling (`＜tool_code＞`, `&lt;tool_code&gt;`, a fence labelled `tool_code`, a
+        registered tool called Python-style): read the reply rewritten to the plain spelling (see `normalise`)."""
+        if self._respelled or self._calls or self._errors or self._final is not None:
+            return
+        thought = "".join(self._thought)
+        plain = normalise_markup(thought, self._tools)
+        if plain == thought:
+            return
+        parser = StreamParser(reasoning_open=False, multiple_calls=self._multiple_calls, tools=self._tools,
+                              reasoning=self._vocab.dialects)
+        parser._respelled = True
+        parser.feed(plain)
+        parser.close()
+        turn = parser.result
+        assert turn is not None
+        if turn.tool_calls:
+            self._thought[:] = [turn.thought]
+            for call in turn.tool_calls:
+                self._commit(call, None)
+        elif turn.error is not None:
+            self._errors.append(turn.error)
+
     def _recover_bare_json(self) -> None:
         """A reply that is nothing but calls in JSON (Hermes, OpenAI-shaped, Mistral) runs only if tagged."""
         if self._calls or self._errors or self._final is not None:
@@ -711,11 +823,23 @@ class StreamParser:
         )
 
 
+@lru_cache(maxsize=1)
+def _default_vocabulary() -> Vocabulary:
+    return vocabulary(REASONING_DIALECTS)
+
+
+@lru_cache(maxsize=64)
+def _closer_pattern(closes: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile("|".join(re.escape(c) for c in sorted(closes, key=len, reverse=True)), re.IGNORECASE)
+
+
 def parse_completion(
-    text: str, *, reasoning_open: bool | None = None, multiple_calls: bool = True, tools: ToolNames | None = None
+    text: str, *, reasoning_open: bool | None = None, multiple_calls: bool = True, tools: ToolNames | None = None,
+    reasoning: tuple[ReasoningDialect, ...] = REASONING_DIALECTS,
 ) -> ParsedTurn:
     """Parse a whole completion; the same result `StreamParser` gives for any chunking of `text`."""
-    parser = StreamParser(reasoning_open=reasoning_open, multiple_calls=multiple_calls, tools=tools)
+    parser = StreamParser(reasoning_open=reasoning_open, multiple_calls=multiple_calls, tools=tools,
+                          reasoning=reasoning)
     parser.feed(text)
     parser.close()
     assert parser.result is not None

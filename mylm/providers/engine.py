@@ -17,8 +17,8 @@ from ..errors import (
     UnsupportedConstraintError,
 )
 from ..llm import Constraint, FinishChunk, LLMChunk, LLMRequest, ReasoningChunk, TextChunk, native_refused
+from ..protocol.reasoning import prompt_opens_reasoning
 from ..protocol.stops import StopCutter
-from ..protocol.tags import THINK_OPENS
 from ..types import Usage
 from .base import Endpoint, redact_url, strip_route
 from .failures import Failure, Place, RetryPolicy, parse_failure, stream_error, to_error
@@ -239,7 +239,7 @@ class HTTPProvider(ABC):
 
             self._prompts = PromptLoader.default()
         rendered = render_prompt(self._prompts, self.chat_format or chat_format(DEFAULT_CHAT_FORMAT), messages)
-        self.opens_reasoning = rendered.rstrip().lower().endswith(THINK_OPENS)
+        self.opens_reasoning = prompt_opens_reasoning(rendered)
         return rendered
 
     def max_tokens(self, request: LLMRequest) -> int:

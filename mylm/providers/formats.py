@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from ..errors import ConfigError
+from ..types import Message
 
 if TYPE_CHECKING:
     from ..prompts import PromptLoader
-    from ..types import Message
 
 
 @dataclass(frozen=True)
@@ -75,3 +76,30 @@ def defused_messages(messages: Sequence[Message]) -> list[dict[str, str]]:
         m.to_dict() if m.role == "user" else {"role": m.role, "content": defuse_special_tokens(m.content)}
         for m in messages
     ]
+
+
+#: Stand-ins for message contents while a template renders: private-use characters no template writes or alters.
+_MARK = "\ue000{}\ue001"
+_MARKS = re.compile("\ue000([0-9]+)\ue001")
+
+
+def data_segments(render: Callable[[list[Message]], str], messages: Sequence[Message]) -> list[tuple[str, bool]]:
+    """The rendered prompt as `(text, is_data)` pieces: what the template wrote, and the messages' contents.
+
+    Whoever tokenizes the prompt itself tokenizes the template's pieces with special tokens parsed and the data
+    without (llama.cpp's `special=False`), so no text in a message can ever become a control token, whatever
+    its spelling. The template renders stand-ins for the contents; if it does not place each exactly once, in
+    order (it dropped, repeated or rewrote one), the whole prompt is one template piece, as before.
+    """
+    contents = [d["content"] for d in defused_messages(messages)]
+    marked = [Message(m.role, _MARK.format(i)) for i, m in enumerate(messages)]
+    rendered = render(marked)
+    parts = _MARKS.split(rendered)
+    order = [int(i) for i in parts[1::2]]
+    if order != list(range(len(messages))) or "\ue000" in "".join(parts[0::2]):
+        return [(render(list(messages)), False)]
+    pieces: list[tuple[str, bool]] = []
+    for k, part in enumerate(parts):
+        pieces.append((part, False) if k % 2 == 0 else (contents[int(part)], True))
+    return pieces
+

@@ -9,7 +9,7 @@ from typing import Any, Iterator
 
 from ..errors import StreamError
 from ..llm import Constraint, LLMChunk, LLMRequest
-from ..protocol.tags import THINK_OPENS
+from ..protocol.reasoning import prompt_opens_reasoning
 from .base import Endpoint
 from .engine import Decoder, HTTPProvider, StatusFailure, bearer, text_chunks, usage_of
 from .failures import Failure, parse_failure
@@ -148,7 +148,7 @@ class LlamaCpp(HTTPProvider):
             error.retryable = False
             raise error
         # The server's template is known now: whether it opens <think> for the model decides how calls are read.
-        self.opens_reasoning = prompt.rstrip().lower().endswith(THINK_OPENS)
+        self.opens_reasoning = prompt_opens_reasoning(prompt)
         return _Rendered(
             **{f.name: getattr(request, f.name) for f in dataclasses.fields(request)}, prompt=prompt
         )

@@ -16,6 +16,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Mapping
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Mapping
 from ..errors import CancelledError, ConfigError, ContextOverflowError, LLMError, LLMTimeoutError
 from ..llm import FinishChunk, LLMChunk, LLMRequest, TextChunk, alternating, native_refused
 from ..protocol.stops import StopCutter
-from ..types import Usage
+from ..types import Message, Usage
 from .base import Endpoint
 
 if TYPE_CHECKING:
@@ -268,6 +269,7 @@ class LocalModel:
         """The prompt's tokens, and the end-of-turn stop strings of its format."""
         engine = self.engine
         messages = alternating(request.messages)
+        render: Callable[[list[Message]], str]
         if self.format is not None:
             from .formats import render_prompt
 
@@ -275,7 +277,11 @@ class LocalModel:
                 from ..prompts import PromptLoader
 
                 self._prompts = PromptLoader.default()
-            prompt = render_prompt(self._prompts, self.format, messages)
+            prompts, fmt = self._prompts, self.format
+
+            def render(msgs: list[Message]) -> str:
+                return render_prompt(prompts, fmt, msgs)
+
             add_bos, stops = True, self.format.stops
         else:
             Jinja2ChatFormatter = _module("llama_cpp.llama_chat_format").Jinja2ChatFormatter  # noqa: N806
@@ -283,17 +289,32 @@ class LocalModel:
             formatter = Jinja2ChatFormatter(
                 template=engine.template or "", eos_token=engine.eos, bos_token=engine.bos
             )
-            try:
-                prompt = formatter(messages=[m.to_dict() for m in messages]).prompt
-            except Exception as error:  # noqa: BLE001 - a template's own raise_exception, or a Jinja error
-                raise LLMError(
-                    f"the chat template in {self.path.name} rejected the conversation ({error}); "
-                    "choose another with --chat-format"
-                ) from None
+
+            def render(msgs: list[Message]) -> str:
+                try:
+                    return str(formatter(messages=[m.to_dict() for m in msgs]).prompt)
+                except Exception as error:  # noqa: BLE001 - a template's own raise_exception, or a Jinja error
+                    raise LLMError(
+                        f"the chat template in {self.path.name} rejected the conversation ({error}); "
+                        "choose another with --chat-format"
+                    ) from None
+
             # The template writes the BOS token itself where the model wants one.
             add_bos, stops = False, tuple(s for s in (engine.eos,) if s)
-        tokens = engine.llama.tokenize(prompt.encode("utf-8"), add_bos=add_bos, special=True)
-        return list(tokens), stops
+        return self._tokenize(render, messages, add_bos), stops
+
+    def _tokenize(self, render: Callable[[list[Message]], str], messages: Sequence[Message], add_bos: bool
+                  ) -> list[int]:
+        """The template's text with special tokens parsed, the messages' text without: data never becomes a
+        control token, in any spelling (issue 19 §7)."""
+        from .formats import data_segments
+
+        tokens: list[int] = []
+        for i, (text, data) in enumerate(data_segments(render, messages)):
+            if text or i == 0:
+                tokens += self.engine.llama.tokenize(text.encode("utf-8"), add_bos=add_bos and i == 0,
+                                                     special=not data)
+        return tokens
 
     def _grammar(self, request: LLMRequest) -> Any:
         # A grammar the user set in `options` is their explicit choice; else the protocol's, which the agent

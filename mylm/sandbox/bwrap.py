@@ -24,7 +24,11 @@ def find() -> str | None:
     return program if probe.returncode == 0 else None
 
 
-def argv(program: str, profile: Profile) -> list[str]:
+#: The capabilities a command run as root keeps (see `mylm.sandbox.caps`), by bubblewrap's names.
+_KEPT_CAPS = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_FOWNER", "CAP_NET_BIND_SERVICE")
+
+
+def argv(program: str, profile: Profile, drop: tuple[int, ...] = ()) -> list[str]:
     """The `bwrap ...` words that run a command under `profile` (the shell and the command follow them).
 
     Only the granted trees are mounted (read-only unless writable); hidden paths inside them are covered by an
@@ -32,6 +36,8 @@ def argv(program: str, profile: Profile) -> list[str]:
     for it) and, when the profile has no network, its own empty network namespace.
     """
     words = [program, "--die-with-parent", "--unshare-pid", "--unshare-ipc"]
+    if drop:
+        words += ["--cap-drop", "ALL", *(w for cap in _KEPT_CAPS for w in ("--cap-add", cap))]
     words += ["--proc", "/proc", "--dev", "/dev"]
     if not profile.network:
         words.append("--unshare-net")

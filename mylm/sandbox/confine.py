@@ -11,16 +11,21 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator, Literal, Mapping, Sequence
 
 from ..types import Grant
-from . import bwrap, caps, landlock, process, seccomp
-from .profile import build_profile
+from . import bwrap, caps, landlock, seccomp
+from .launcher import Child, Launcher, LauncherGone, LauncherSpec
+from .profile import Profile, build_profile
 from .rulesets import kept_rulesets
-from .thread import ConfinedThread
 
 Mode = Literal["auto", "off"]
+#: Starts a command through a launcher: (argv, env, cwd, (stdin, stdout, stderr) descriptors) -> its handle.
+Starter = Callable[[Sequence[str], Mapping[str, str], "str | os.PathLike[str]", tuple[int, int, int]], Child]
 Backend = Literal["landlock", "bubblewrap", "none", "off"]
 #: Testing aid: force a backend (`landlock`, `bubblewrap`, `none`). It can only choose a weaker or equal
 #: sandbox, and with none every command asks: it never lets a command run unconfined without approval.
 BACKEND_ENV = "MYLM_SANDBOX_BACKEND"
+#: Testing aid: `off` starts commands without their own PID and IPC namespaces (the fallback where the system
+#: allows none): the launcher then sweeps a command's processes and the filter refuses SysV IPC.
+NAMESPACES_ENV = "MYLM_SANDBOX_NAMESPACES"
 
 
 @dataclass(frozen=True)
@@ -28,12 +33,12 @@ class Launch:
     """How to start one confined command: words before the shell, the confinement to take, its environment."""
 
     prefix: tuple[str, ...] = ()
-    #: Confines the calling thread for good: call it on a fresh thread that then starts the command, which
-    #: inherits that thread's confinement (see `mylm.sandbox.thread`).
-    restrict: Callable[[], None] | None = None
     env: Mapping[str, str] = field(default_factory=dict)
-    #: A thread already confined as this command must be, to start it on (instead of `restrict`).
-    thread: ConfinedThread | None = None
+    #: Starts the command in a confined launcher process (Landlock): (argv, env, cwd, (stdin, stdout,
+    #: stderr) descriptors) -> the command's handle. None: start it with Popen (after `prefix`).
+    start: Starter | None = None
+    #: Descriptors the command (bubblewrap) must inherit: its seccomp program.
+    pass_fds: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,17 @@ class Sandbox:
         net = "network on" if self.network else "no network"
         return f"runs with write access to {workspace} and a private TMPDIR only; {net}{self._unix_note()}"
 
+    def explain(self, grant: Grant, workspace: str | os.PathLike[str], environ: Mapping[str, str] | None,
+                output: str) -> str:
+        """One line when a confined command's `output` shows the sandbox stopped it (see
+        `mylm.sandbox.explain`), else ""."""
+        from .explain import explain, worth_a_look
+
+        if not self.confines or not worth_a_look(output):
+            return ""
+        profile = build_profile(grant, workspace, network=self.network, environ=environ, private=self.private)
+        return explain(profile, output, profile.workspace)
+
     def _unix_note(self) -> str:
         """What approved commands may do with UNIX sockets, where the seccomp filter says so (Landlock on a
         machine mylm has system call numbers for); bubblewrap mounts only the granted trees instead."""
@@ -95,53 +111,93 @@ class Sandbox:
         if not self.confines:
             yield Launch()
             return
-        tmpdir = tempfile.mkdtemp(prefix="mylm-cmd-") if grant == "workspace-write" else None
+        unix = seccomp.UNIX if self.unix_sockets else ()
+        if grant == "read-only":
+            families: tuple[int, ...] = ()
+        else:
+            families = (*seccomp.INTERNET, *unix) if self.network else unix
+        if self.backend == "bubblewrap":
+            with self._bubblewrap(grant, workspace, environ, families) as launch:
+                yield launch
+            return
+        base = build_profile(grant, workspace, network=self.network, environ=environ, private=self.private)
+
+        namespaces = os.environ.get(NAMESPACES_ENV) != "off"
+
+        def make(ruleset: int, tmproot: str | None) -> Launcher:
+            protected = _protected_ids()
+            return Launcher(LauncherSpec(
+                ruleset, seccomp.command_program(families, protected), seccomp.command_program(
+                    families, protected, sysv=False), caps.bounding_drop(), tmproot, namespaces))
+
+        extra = (self.unix_sockets, namespaces)
+        with kept_rulesets.launcher(self.landlock_abi, base, make, extra) as launcher:
+            with self._own_layer(base, launcher, environ) as (ruleset, tmp_env):
+                def start(argv: Sequence[str], env: Mapping[str, str], cwd: str | os.PathLike[str],
+                          stdio: tuple[int, int, int]) -> Child:
+                    try:
+                        return launcher.start(argv, env, cwd, stdio, ruleset)
+                    except LauncherGone:
+                        kept_rulesets.discard(launcher)  # the next command starts another
+                        raise
+
+                yield Launch(env=tmp_env, start=start)
+
+    @contextmanager
+    def _own_layer(self, base: Profile, launcher: Launcher, environ: Mapping[str, str] | None
+                   ) -> Iterator[tuple[int | None, dict[str, str]]]:
+        """A read-only command runs in a copy of its launcher's domain (no ruleset to make); a workspace-write
+        one gets a TMPDIR inside the launcher's and a ruleset granting only that one."""
+        if launcher.tmproot is None:
+            yield None, {}
+            return
+        tmpdir = tempfile.mkdtemp(prefix="mylm-cmd-", dir=launcher.tmproot)
         ruleset: int | None = None
         try:
-            profile = build_profile(grant, workspace, network=self.network, tmpdir=tmpdir, environ=environ,
-                                    private=self.private)
-            env = {"TMPDIR": tmpdir} if tmpdir else {}
-            if self.backend == "bubblewrap":
-                assert self.bwrap_program is not None
-                yield Launch(prefix=tuple(bwrap.argv(self.bwrap_program, profile)), env=env)
-                return
-            unix = seccomp.UNIX if self.unix_sockets else ()
-            if grant == "read-only":
-                families: tuple[int, ...] = ()
-            else:
-                families = (*seccomp.INTERNET, *unix) if profile.network else unix
-
-            def restrictor(ruleset: int) -> Callable[[], None]:
-                def restrict() -> None:
-                    # Built on the thread that confines itself, whose id is then among those protected.
-                    guard = seccomp.command_filter(families, _protected_ids())
-                    landlock.restrictor(ruleset, drop_caps=caps.bounding_drop(), seccomp=guard)()
-
-                return restrict
-
-            if grant == "read-only" and process.dumpable() is False:
-                # The same confinement for every read-only command in this workspace: a thread kept for it.
-                # Only in a non-dumpable process: a kept thread shares the commands' Landlock domain, so its
-                # /proc/PID/task/TID files (mylm's environment, memory) are as readable to them as
-                # dumpability lets them be. Elsewhere a thread confines itself per command and ends.
-                with kept_rulesets.read_only_thread(self.landlock_abi, profile, restrictor) as thread:
-                    yield Launch(env=env, thread=thread)
-                return
-            ruleset = kept_rulesets.ruleset(self.landlock_abi, profile)
-            yield Launch(restrict=restrictor(ruleset), env=env)
+            own = build_profile(base.grant, base.workspace, network=self.network, tmpdir=tmpdir,
+                                environ=environ,
+                                private=self.private)
+            ruleset = kept_rulesets.ruleset(self.landlock_abi, own)
+            yield ruleset, {"TMPDIR": tmpdir}
         finally:
             if ruleset is not None:
                 os.close(ruleset)
+            shutil.rmtree(tmpdir, ignore_errors=True)
+
+    @contextmanager
+    def _bubblewrap(self, grant: Grant, workspace: str | os.PathLike[str], environ: Mapping[str, str] | None,
+                    families: tuple[int, ...]) -> Iterator[Launch]:
+        """bubblewrap's words for one command, with the seccomp filter handed to it in a memfd (its own
+        namespaces hold the command's processes, IPC and, without network, its sockets)."""
+        assert self.bwrap_program is not None
+        tmpdir = tempfile.mkdtemp(prefix="mylm-cmd-") if grant == "workspace-write" else None
+        program = seccomp.command_program(families)
+        memfd: int | None = None
+        try:
+            profile = build_profile(grant, workspace, network=self.network, tmpdir=tmpdir, environ=environ,
+                                    private=self.private)
+            words = bwrap.argv(self.bwrap_program, profile, caps.bounding_drop())
+            if program:
+                memfd = os.memfd_create("mylm-seccomp", 0)
+                os.write(memfd, program)
+                os.lseek(memfd, 0, os.SEEK_SET)
+                words[-1:-1] = ["--seccomp", str(memfd)]
+            yield Launch(prefix=tuple(words), env={"TMPDIR": tmpdir} if tmpdir else {},
+                         pass_fds=(memfd,) if memfd is not None else ())
+        finally:
+            if memfd is not None:
+                os.close(memfd)
             if tmpdir is not None:
                 shutil.rmtree(tmpdir, ignore_errors=True)
 
 
 #: The most thread ids a command's filter protects (a jump in classic BPF reaches 255 instructions).
-_MAX_PROTECTED = 128
+_MAX_PROTECTED = 64
 
 
 def _protected_ids() -> tuple[int, ...]:
-    """mylm's pid and its threads' ids, the calling thread's first: what a command may not signal or inspect."""
+    """mylm's pid and its threads' ids when a launcher starts: what a command may not signal or inspect, where
+    neither its PID namespace nor Landlock's scoping already hides them."""
     own = threading.get_native_id()
     others = [t.native_id for t in threading.enumerate() if t.native_id and t.native_id != own]
     return (os.getpid(), own, *others[: _MAX_PROTECTED - 2])

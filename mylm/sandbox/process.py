@@ -15,8 +15,8 @@ def protect_process() -> bool:
     program embedding mylm decides for itself. Returns whether it is in effect.
 
     Root (CAP_SYS_PTRACE) is not held back by it; a confined command runs without CAP_SYS_PTRACE (see
-    `mylm.sandbox.caps`). It also lets the sandbox keep a confined thread for read-only commands (see
-    `mylm.sandbox.confine`), which would otherwise share their Landlock domain in a process they could inspect.
+    `mylm.sandbox.caps`). Confined commands never share a Landlock domain with mylm (a separate launcher
+    process starts them, see `mylm.sandbox.launcher`); this keeps out everything else the user runs.
     """
     if not sys.platform.startswith("linux"):
         return False

@@ -19,15 +19,39 @@ SYSTEM_READ = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "
 DEVICES_READ = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/fd",
                 "/dev/stdin", "/dev/stdout", "/dev/stderr")
 DEVICES_WRITE = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty")
-#: Credential places in $HOME: never readable, even when the workspace or a tool install contains them.
+#: Credential places in $HOME: never readable, even when the workspace or a tool install contains them. A floor,
+#: not the rule: outside the workspace, commands read only what is granted (the system, what the programs on
+#: PATH need, `HOME_READ`), and a workspace that holds $HOME hides its dot-entries but `HOME_DOTFILES`.
 HOME_SECRETS = (
     ".ssh", ".aws", ".gnupg", ".netrc", ".config/gh", ".docker", ".kube", ".git-credentials", ".pypirc",
     ".npmrc", ".azure", ".password-store", ".pgpass", ".config/gcloud", ".local/share/keyrings",
     ".cargo/credentials", ".cargo/credentials.toml", ".config/hub", ".vault-token",
+    ".config/git/credentials", ".s3cfg", ".boto", ".fly/config.yml", ".pulumi/credentials.json",
+    ".terraform.d/credentials.tfrc.json", ".terraformrc", ".config/doctl", ".config/rclone", ".config/hcloud",
+    ".config/op", ".config/sops", ".config/pip", ".config/configstore", ".config/stripe", ".netlify",
+    ".wrangler", ".config/.wrangler", ".oci", ".m2/settings.xml", ".gradle/gradle.properties",
+    ".gem/credentials",
+    ".composer/auth.json", ".config/composer/auth.json", ".huggingface", ".cache/huggingface/token",
+    ".ollama/id_ed25519", ".Xauthority", ".ICEauthority", ".mozilla", ".thunderbird", ".config/google-chrome",
+    ".config/chromium", ".config/BraveSoftware", ".bash_history", ".zsh_history", ".history", ".sh_history",
+    ".python_history", ".psql_history", ".mysql_history", ".sqlite_history", ".node_repl_history",
+    ".rediscli_history", ".dbshell", ".irb_history", ".lesshst", ".viminfo", ".local/share/fish/fish_history",
+    ".local/share/com.vercel.cli", ".config/heroku", ".kaggle", ".databrickscfg", ".dropbox",
 )
 #: Files in $HOME that programs cannot run without: git stops at an unreadable ~/.gitconfig ("unknown error
-#: occurred while reading the configuration files"); its credentials (~/.git-credentials) stay hidden.
-HOME_READ = (".gitconfig", ".config/git")
+#: occurred while reading the configuration files"). Of ~/.config/git only the files git reads as configuration:
+#: the directory also holds git's credential store.
+HOME_READ = (".gitconfig", ".config/git/config", ".config/git/attributes", ".config/git/ignore")
+#: When the workspace holds $HOME, the dot-entries at its top that stay readable: shell and editor settings
+#: (and what the floor above still carves). Every other dot-entry there (a tool's state, often a token) is
+#: hidden until the user grants it by making it the workspace.
+HOME_DOTFILES = (
+    ".bashrc", ".bash_profile", ".bash_logout", ".profile", ".zshrc", ".zprofile", ".zshenv", ".inputrc",
+    ".gitconfig", ".gitignore", ".gitignore_global", ".vimrc", ".vim", ".tmux.conf", ".editorconfig",
+    ".config", ".local", ".cache", ".npm", ".cargo", ".rustup", ".pyenv", ".nvm", ".rbenv", ".asdf", ".deno",
+    ".bun", ".go", ".dotnet", ".sdkman", ".condarc", ".conda", ".julia", ".ghcup", ".opam", ".ipython",
+    ".jupyter", ".pylintrc", ".flake8", ".npmrc.example", ".clang-format", ".selected_editor", ".wget-hsts",
+)
 #: Secrets of the system itself (readable by root, who may run mylm).
 SYSTEM_SECRETS = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers",
                   "/etc/sudoers.d", "/etc/ssl/private", "/etc/security/opasswd")
@@ -68,6 +92,9 @@ def build_profile(
     system, hidden = _system(env.get("PATH", os.defpath), env.get("HOME") or str(Path.home()),
                              tuple(str(p) for p in private), os.geteuid() == 0)
     ws = _real(str(workspace))
+    home = _real(env.get("HOME") or str(Path.home()))
+    if home == ws or home.startswith(ws.rstrip(os.sep) + os.sep):
+        hidden = hidden | _home_dot_entries(home, system)
     writing = grant == "workspace-write"
     write = [ws, *([_real(tmpdir)] if tmpdir else [])] if writing else []
     return Profile(
@@ -100,6 +127,31 @@ def _system(
     return tuple(dict.fromkeys(_real(p) for p in read if p)), frozenset(_real(h) for h in hidden)
 
 
+def _home_dot_entries(home: str, granted: tuple[str, ...]) -> frozenset[str]:
+    """The dot-entries at the top of `home` that a workspace holding it does not show: all but `HOME_DOTFILES`
+    and what a granted tree (a program on PATH) needs."""
+    try:
+        names = [entry.name for entry in os.scandir(home) if entry.name.startswith(".")]
+    except OSError:
+        return frozenset()
+    hidden: set[str] = set()
+    for name in names:
+        if name in HOME_DOTFILES:
+            continue
+        path = os.path.join(home, name)
+        needed = [g for g in granted if g == path or g.startswith(path + os.sep)]
+        if not needed:
+            hidden.add(path)
+        elif path not in needed:
+            # An install such as ~/.pulumi with bin/ on PATH: what is beside what its programs need is hidden.
+            try:
+                children = [entry.path for entry in os.scandir(path)]
+            except OSError:
+                continue
+            hidden |= {c for c in children if not any(g == c or g.startswith(c + os.sep) for g in needed)}
+    return frozenset(hidden)
+
+
 def _account_home() -> list[str]:
     try:
         import pwd
@@ -113,10 +165,18 @@ def _real(path: str) -> str:
     return os.path.realpath(os.path.expanduser(path))
 
 
+#: What an install prefix holds that its programs need to run: libraries, data, helpers, a venv's settings.
+_PREFIX_PARTS = ("bin", "lib", "lib64", "libexec", "share", "pyvenv.cfg")
+#: Beside a `shims` directory (pyenv, rbenv, nodenv, asdf): what a shim runs.
+_SHIM_PARTS = ("bin", "libexec", "plugins", "versions", "installs", "lib", "version")
+
+
 def _path_dirs(path: str, home: str) -> list[str]:
-    """The directories on PATH and the installs they belong to: for a `bin` directory its prefix (a virtual
-    environment's python needs its lib/ and pyvenv.cfg); in $HOME, the install's top directory (~/.pyenv for
-    ~/.pyenv/shims, since a shim runs the rest of it), but of ~/.local only bin/ and lib/."""
+    """The directories on PATH and what their programs need, never the directory they were installed in:
+    for `PREFIX/bin`, PREFIX's bin, lib, share, libexec and pyvenv.cfg (and, for a virtual environment, the
+    same of the installation its python links to); for a `shims` directory, the version manager's own
+    parts; for ~/.cargo/bin, ~/.rustup (cargo's binaries are rustup's proxies). ~/.pulumi/bin or ~/.fly/bin
+    thus grant their programs but not the tokens kept beside them."""
     found: list[str] = []
     for entry in path.split(os.pathsep):
         if not entry or not os.path.isabs(entry):
@@ -125,17 +185,18 @@ def _path_dirs(path: str, home: str) -> list[str]:
         if real == home or home.startswith(real.rstrip(os.sep) + os.sep):
             continue  # $HOME itself (or a directory holding it) on PATH is not a tool install
         found.append(real)
-        if real.startswith(home + os.sep):
-            top = real[len(home) + 1 :].split(os.sep, 1)[0]
-            if top == ".local":
-                found += [os.path.join(home, ".local", "bin"), os.path.join(home, ".local", "lib")]
-            elif top not in (".config", ".cache", ".ssh") and real != os.path.join(home, top):
-                found.append(os.path.join(home, top))
-                if top == ".cargo":
-                    found.append(os.path.join(home, ".rustup"))  # cargo's binaries are rustup's proxies
-        elif os.path.basename(real) == "bin" and os.path.dirname(real) not in ("/", home):
-            found.append(os.path.dirname(real))
-            found += _venv_base(os.path.dirname(real))
+        parent, name = os.path.dirname(real), os.path.basename(real)
+        if parent in ("/", home):
+            continue
+        if name == "bin" and parent == os.path.join(home, ".local"):
+            found.append(os.path.join(parent, "lib"))  # not ~/.local/share: other programs' data and state
+        elif name == "bin":
+            found += [os.path.join(parent, part) for part in _PREFIX_PARTS]
+            found += _venv_base(parent)
+        elif name == "shims":
+            found += [os.path.join(parent, part) for part in _SHIM_PARTS]
+        if real == os.path.join(home, ".cargo", "bin"):
+            found.append(os.path.join(home, ".rustup"))
     # Never $HOME itself or a directory holding it, whatever a PATH entry or a pyvenv.cfg says.
     return [p for p in found if p != home and not home.startswith(p.rstrip(os.sep) + os.sep)]
 
@@ -150,7 +211,8 @@ def _venv_base(prefix: str) -> list[str]:
     for line in lines:
         key, _, value = line.partition("=")
         if key.strip() == "home" and os.path.isabs(value.strip()):
-            return [os.path.dirname(_real(value.strip()))]
+            base = os.path.dirname(_real(value.strip()))
+            return [os.path.join(base, part) for part in _PREFIX_PARTS]
     return []
 
 

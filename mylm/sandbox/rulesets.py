@@ -1,21 +1,26 @@
-"""Landlock rules for a profile; rulesets and confined threads kept while their directories are unchanged."""
+"""Landlock rules for a profile; rulesets and launchers kept while their directories are unchanged."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 import threading
 from collections import OrderedDict
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Callable, Iterator
 
 from . import landlock
+from .launcher import Launcher
 from .profile import Profile, split_hidden
-from .thread import ConfinedThread, forget_after_fork
 
-#: Read-only confinements kept, one per workspace (a batch runs many): each is one idle thread.
-KEPT_READ_ONLY = 16
+#: Launchers kept, one per grant and workspace (a batch runs many): each is two idle processes.
+KEPT_LAUNCHERS = 16
+#: Kept name for what tests and benchmarks import.
+KEPT_READ_ONLY = KEPT_LAUNCHERS
 
 
 def landlock_rules(profile: Profile) -> list[landlock.Rule]:
@@ -48,8 +53,11 @@ def _rules(profile: Profile, *, system: bool) -> list[landlock.Rule]:
 
 @lru_cache(maxsize=1)
 def _forget_in_forked_children() -> None:
-    """Once, when the first thread is kept (not at import): a forked child has none of them."""
-    forget_after_fork(lambda: kept_rulesets.forget())
+    """Once, when the first launcher is kept (not at import): a forked child does not own them, and this
+    process ends them (and collects them) when it exits."""
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=lambda: kept_rulesets.forget())
+    atexit.register(lambda: kept_rulesets.close_all())
 
 
 @lru_cache(maxsize=256)
@@ -94,32 +102,36 @@ def _stamp(path: str, *, contents: bool) -> tuple[int, int, int]:
 
 
 class _Kept:
-    """A confined thread kept for one read-only confinement, and how many launches are using it."""
+    """A launcher kept for one confinement, and how many commands are using it."""
 
-    def __init__(self, generation: int, watched: _Watched, thread: ConfinedThread) -> None:
-        self.generation, self.watched, self.thread = generation, watched, thread
+    def __init__(self, generation: int, watched: _Watched, launcher: Launcher) -> None:
+        self.generation, self.watched, self.launcher = generation, watched, launcher
         self.users = 0
         self.retired = False
 
 
+#: (grant, abi, readable trees, hidden paths, network, workspace, what else the launcher was made with)
+Key = tuple[object, ...]
+
+
 class KeptRulesets:
-    """Rulesets made once and kept while the directories they were split from are unchanged.
+    """Rulesets made once and kept while the directories they were split from are unchanged, and the
+    launchers confined by them (see `mylm.sandbox.launcher`).
 
     The system's rules are the same for every command of a process (one PATH and HOME) and for both grants:
-    their paths are opened once. A read-only command adds only its workspace, so its confinement is kept
-    whole per workspace, as a thread already confined (`ConfinedThread`) that starts its commands: that saves
-    building a ruleset (~0.6 ms), a thread and the confining system calls (~0.4 ms) per command. A
-    workspace-write command has a fresh TMPDIR, so its ruleset is made per command from the opened system
-    rules. Everything is added to a ruleset under the lock: a descriptor closed by another thread could
-    otherwise be reused by an unrelated file between the check and the add. A kept thread that is replaced
-    ends only once no launch uses it.
+    their paths are opened once. A launcher is kept per grant and workspace, confined once: a read-only
+    command starts in a copy of its domain, so it costs no ruleset at all; a workspace-write command has a
+    fresh TMPDIR under the launcher's, so its own layer is made per command from the opened system rules.
+    Everything is added to a ruleset under the lock: a descriptor closed by another thread could otherwise be
+    reused by an unrelated file between the check and the add. A kept launcher that is replaced ends only once
+    no command uses it.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._system: tuple[tuple[object, ...], _Watched, landlock.OpenedRules] | None = None
         self._generation = 0
-        self._read_only: OrderedDict[tuple[object, ...], _Kept] = OrderedDict()
+        self._kept: OrderedDict[Key, _Kept] = OrderedDict()
 
     def ruleset(self, abi: int, profile: Profile) -> int:
         """A new ruleset descriptor for `profile`: the caller closes it."""
@@ -127,47 +139,73 @@ class KeptRulesets:
             return self._build(abi, profile, self._system_rules(abi, profile))[0]
 
     @contextmanager
-    def read_only_thread(
-        self, abi: int, profile: Profile, restrictor: Callable[[int], Callable[[], None]]
-    ) -> Iterator[ConfinedThread]:
-        """A thread confined by `restrictor(ruleset)` for read-only `profile`, kept for later commands."""
-        key = (abi, profile.read, profile.hidden, profile.network, profile.workspace)
+    def launcher(self, abi: int, profile: Profile, make: Callable[[int, str | None], Launcher],
+                 extra: tuple[object, ...] = ()) -> Iterator[Launcher]:
+        """A launcher for `profile` (without its TMPDIR), kept for later commands: `make(ruleset, tmproot)`
+        starts one, confined by the ruleset; a workspace-write one gets a directory for its commands' TMPDIRs,
+        granted to it (each command is then confined to its own)."""
+        key = (profile.grant, abi, profile.read, profile.hidden, profile.network, profile.workspace, *extra)
         with self._lock:
             system = self._system_rules(abi, profile)
-            kept = self._read_only.get(key)
-            if kept is None or kept.generation != self._generation or not kept.watched.current():
-                fd, watched = self._build(abi, profile, system)
+            kept = self._kept.get(key)
+            if (kept is None or kept.generation != self._generation or not kept.watched.current()
+                    or not kept.launcher.alive()):
+                kept = self._start(abi, profile, system, make)
                 _forget_in_forked_children()
-                try:
-                    kept = _Kept(self._generation, watched, ConfinedThread(restrictor(fd)))
-                finally:
-                    os.close(fd)  # the thread is confined now: the ruleset is not needed again
-                if kept.thread.failed:
-                    kept.retired = True  # its one launch raises the failure; the next one tries again
-                else:
-                    self._keep(key, kept)
-            if not kept.retired:
-                self._read_only.move_to_end(key)
+                self._keep(key, kept)
+            self._kept.move_to_end(key)
             kept.users += 1
         try:
-            yield kept.thread
+            yield kept.launcher
         finally:
             with self._lock:
                 kept.users -= 1
-                if kept.retired and not kept.users:
-                    kept.thread.close()
+                done = kept.retired and not kept.users
+            if done:
+                _end(kept.launcher)
 
-    def threads(self) -> list[threading.Thread]:
-        """The threads kept now (one per workspace, at most `KEPT_READ_ONLY`)."""
+    def discard(self, launcher: Launcher) -> None:
+        """Forget `launcher` (it ended): the next command starts another."""
         with self._lock:
-            return [kept.thread.thread for kept in self._read_only.values()]
+            for key, kept in list(self._kept.items()):
+                if kept.launcher is launcher:
+                    del self._kept[key]
+                    kept.retired = True
+
+    def launchers(self) -> list[Launcher]:
+        """The launchers kept now (one per grant and workspace, at most `KEPT_LAUNCHERS`)."""
+        with self._lock:
+            return [kept.launcher for kept in self._kept.values()]
+
+    def close_all(self) -> None:
+        """End every launcher kept (at exit: their commands are over)."""
+        with self._lock:
+            kept, self._kept = list(self._kept.values()), OrderedDict()
+        for one in kept:
+            one.launcher.close()
 
     def forget(self) -> None:
-        """Drop everything kept (in a forked child: its threads are the parent's, and not there)."""
+        """Drop everything kept (in a forked child: the launchers are the parent's)."""
         self._lock = threading.Lock()
         self._system = None
-        self._read_only = OrderedDict()
+        self._kept = OrderedDict()
         _split_system.cache_clear()
+
+    def _start(self, abi: int, profile: Profile, system: landlock.OpenedRules,
+               make: Callable[[int, str | None], Launcher]) -> _Kept:
+        tmproot = tempfile.mkdtemp(prefix="mylm-cmds-") if profile.grant == "workspace-write" else None
+        base = profile
+        if tmproot is not None:
+            base = replace(profile, write=(*profile.write, tmproot), tmpdir=tmproot)
+        fd, watched = self._build(abi, base, system)
+        try:
+            return _Kept(self._generation, watched, make(fd, tmproot))
+        except BaseException:
+            if tmproot is not None:
+                shutil.rmtree(tmproot, ignore_errors=True)
+            raise
+        finally:
+            os.close(fd)  # the launcher has its copy
 
     def _build(self, abi: int, profile: Profile, system: landlock.OpenedRules) -> tuple[int, _Watched]:
         own = _rules(profile, system=False)
@@ -187,11 +225,11 @@ class KeptRulesets:
         self._generation += 1
         return self._system[2]
 
-    def _keep(self, key: tuple[object, ...], kept: _Kept) -> None:
-        old = self._read_only.pop(key, None)
-        self._read_only[key] = kept
-        while len(self._read_only) > KEPT_READ_ONLY:
-            self._retire(self._read_only.popitem(last=False)[1])
+    def _keep(self, key: Key, kept: _Kept) -> None:
+        old = self._kept.pop(key, None)
+        self._kept[key] = kept
+        while len(self._kept) > KEPT_LAUNCHERS:
+            self._retire(self._kept.popitem(last=False)[1])
         if old is not None:
             self._retire(old)
 
@@ -199,7 +237,12 @@ class KeptRulesets:
     def _retire(kept: _Kept) -> None:
         kept.retired = True
         if not kept.users:
-            kept.thread.close()
+            _end(kept.launcher)
+
+
+def _end(launcher: Launcher) -> None:
+    """End a launcher no command uses (on its own thread: collecting it may take a moment)."""
+    threading.Thread(target=launcher.close, name="mylm-launcher-end", daemon=True).start()
 
 
 kept_rulesets = KeptRulesets()

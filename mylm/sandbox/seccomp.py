@@ -1,20 +1,24 @@
-"""A seccomp filter for what Landlock does not cover: sockets, io_uring, and signals to mylm's own threads."""
+"""A seccomp filter for what Landlock does not cover: socket families, io_uring, set-id modes, SysV IPC."""
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import platform
 import socket
+import struct
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Callable
 
-_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 _RET_ALLOW, _RET_ERRNO = 0x7FFF0000, 0x00050000
-_LD_W_ABS, _JEQ_K, _JGE_K, _JA, _RET_K = 0x20, 0x15, 0x35, 0x05, 0x06
-_NR, _ARCH, _ARG0, _ARG1 = 0, 4, 16, 24
+_LD_W_ABS, _JEQ_K, _JGE_K, _JSET_K, _JA, _RET_K = 0x20, 0x15, 0x35, 0x45, 0x05, 0x06
+_NR, _ARCH = 0, 4
 _X32_BIT = 0x40000000
+#: The set-user-ID and set-group-ID mode bits; O_CREAT and O_TMPFILE's own bit (the same on both machines).
+_SET_ID, _CREATING = 0o6000, 0o100 | 0o20000000
+
+
+def _arg(index: int) -> int:
+    """Where the low 32 bits of a system call's argument are in `struct seccomp_data` (little-endian)."""
+    return 16 + 8 * index
 
 
 @dataclass(frozen=True)
@@ -23,29 +27,35 @@ class _Numbers:
 
     arch: int
     socket: int
-    io_uring_setup: int
+    #: io_uring_setup (it can open sockets and files without the calls checked here), openat2 (its mode is
+    #: behind a pointer the filter cannot read; libc falls back to openat on ENOSYS).
+    unavailable: tuple[int, ...]
     pidfd_send_signal: int
     #: Calls whose first argument names a process or thread: kill, tkill, tgkill, rt_sigqueueinfo,
     #: rt_tgsigqueueinfo, pidfd_open, process_vm_readv, process_vm_writev, prlimit64.
     targeting_arg0: tuple[int, ...]
     #: ptrace, whose second argument is the pid.
     targeting_arg1: tuple[int, ...]
+    #: (call, argument holding a mode): chmod, fchmod, fchmodat, fchmodat2, mknod, mknodat, creat.
+    mode_args: tuple[tuple[int, int], ...]
+    #: (call, argument holding the flags): open, openat (the mode is the next argument).
+    open_args: tuple[tuple[int, int], ...]
+    #: SysV shared memory, semaphores and message queues (refused when commands share an IPC namespace).
+    sysv: tuple[int, ...]
 
 
 #: Per machine; elsewhere there is no filter and the README says so.
 _ARCHES = {
-    "x86_64": _Numbers(0xC000003E, 41, 425, 424, (62, 200, 234, 129, 297, 434, 310, 311, 302), (101,)),
-    "aarch64": _Numbers(0xC00000B7, 198, 425, 424, (129, 130, 131, 138, 240, 434, 270, 271, 261), (117,)),
+    "x86_64": _Numbers(
+        0xC000003E, 41, (425, 437), 424, (62, 200, 234, 129, 297, 434, 310, 311, 302), (101,),
+        ((90, 1), (91, 1), (268, 2), (452, 2), (133, 1), (259, 2), (85, 1)), ((2, 1), (257, 2)),
+        (29, 30, 31, 64, 65, 66, 67, 68, 69, 70, 71, 220),
+    ),
+    "aarch64": _Numbers(
+        0xC00000B7, 198, (425, 437), 424, (129, 130, 131, 138, 240, 434, 270, 271, 261), (117,),
+        ((52, 1), (53, 2), (452, 2), (33, 2)), ((56, 2),), tuple(range(186, 198)),
+    ),
 }
-
-
-class _Filter(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
-                ("k", ctypes.c_uint32)]
-
-
-class _Program(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_Filter))]
 
 
 def supported() -> bool:
@@ -57,47 +67,61 @@ def supported() -> bool:
 _Step = tuple[int, int, "str | None", "str | None"]
 
 
-def command_filter(
-    allowed_families: tuple[int, ...], protected: tuple[int, ...] = ()
-) -> Callable[[], None] | None:
-    """A function installing a filter on the calling thread, inherited by the commands it starts:
+def command_program(
+    allowed_families: tuple[int, ...], protected: tuple[int, ...] = (), *, sysv: bool = True
+) -> bytes:
+    """The filter for confined commands, as the bytes of a `struct sock_filter` array (empty on machines
+    mylm has no numbers for), installed by the launcher (or bubblewrap) and inherited by every command:
 
     - socket() fails with EACCES unless its family is allowed (socketpair() is another call);
-    - io_uring (which can open sockets without socket()) is unavailable, and so is every system call of
-      another ABI (x32, 32-bit) whose numbers the filter does not check;
+    - io_uring and openat2 are unavailable, and so is every system call of another ABI (x32, 32-bit) whose
+      numbers the filter does not check;
+    - a set-user-ID or set-group-ID mode fails with EPERM (chmod and its kin, mknod, creat, and open with
+      O_CREAT or O_TMPFILE): Landlock does not look at modes, and an approved command run as root could
+      otherwise leave a set-uid root shell in the workspace;
+    - without `sysv`, SysV shared memory, semaphores and message queues fail with EPERM (used when the
+      command has no IPC namespace of its own, where it would reach other processes' segments);
     - signals, pidfds, ptrace, process memory and resource limits aimed at a `protected` pid or thread id
-      (mylm and its threads) fail with EPERM, and pidfd_send_signal altogether: the thread that confined
-      itself to start a command is in the command's Landlock domain, so Landlock's own scoping lets the
-      command signal that thread, and a signal such as SIGKILL or SIGSTOP sent to one thread acts on all of
-      mylm. Only the low 32 bits of a pid argument are compared, as the kernel reads only those.
-
-    None on machines mylm has no numbers for. The returned function only makes one prctl call.
+      fail with EPERM, and pidfd_send_signal altogether. Commands run in a Landlock domain nested below their
+      launcher's (scoped signals, ABI 6+) and, where the system allows, in a PID namespace of their own, where
+      no pid outside has a number: this list is the last guard, for kernels without either. Only the low 32
+      bits of a pid argument are compared, as the kernel reads only those.
     """
     numbers = _ARCHES.get(platform.machine())
     if numbers is None:
-        return None
+        return b""
     targets = sorted({pid & 0xFFFFFFFF for pid in protected})
     steps: list[_Step | str] = [
         (_LD_W_ABS, _ARCH, None, None),
         (_JEQ_K, numbers.arch, None, "enosys"),
         (_LD_W_ABS, _NR, None, None),
         (_JGE_K, _X32_BIT, "enosys", None),
-        (_JEQ_K, numbers.io_uring_setup, "enosys", None),
+        *((_JEQ_K, nr, "enosys", None) for nr in numbers.unavailable),
         (_JEQ_K, numbers.pidfd_send_signal, "eperm", None),
+        *((_JEQ_K, nr, "eperm", None) for nr in (() if sysv else numbers.sysv)),
+        *((_JEQ_K, nr, f"mode{arg}", None) for nr, arg in numbers.mode_args),
+        *((_JEQ_K, nr, f"open{arg}", None) for nr, arg in numbers.open_args),
         *((_JEQ_K, nr, "arg0", None) for nr in numbers.targeting_arg0),
         *((_JEQ_K, nr, "arg1", None) for nr in numbers.targeting_arg1),
         (_JEQ_K, numbers.socket, "socket", None),
         (_RET_K, _RET_ALLOW, None, None),
+    ]
+    for arg in sorted({arg for _, arg in numbers.open_args}):
+        steps += [f"open{arg}", (_LD_W_ABS, _arg(arg), None, None),
+                  (_JSET_K, _CREATING, f"mode{arg + 1}", "allow")]
+    for arg in sorted({arg for _, arg in numbers.mode_args} | {arg + 1 for _, arg in numbers.open_args}):
+        steps += [f"mode{arg}", (_LD_W_ABS, _arg(arg), None, None), (_JSET_K, _SET_ID, "eperm", "allow")]
+    steps += [
         "arg0",
-        (_LD_W_ABS, _ARG0, None, None),
+        (_LD_W_ABS, _arg(0), None, None),
         (_JA, 0, "target", None),
         "arg1",
-        (_LD_W_ABS, _ARG1, None, None),
+        (_LD_W_ABS, _arg(1), None, None),
         "target",
         *((_JEQ_K, target, "eperm", None) for target in targets),
         (_RET_K, _RET_ALLOW, None, None),
         "socket",
-        (_LD_W_ABS, _ARG0, None, None),
+        (_LD_W_ABS, _arg(0), None, None),
         *((_JEQ_K, family, "allow", None) for family in sorted(set(allowed_families))),
         (_RET_K, _RET_ERRNO | errno.EACCES, None, None),
         "allow",
@@ -107,18 +131,7 @@ def command_filter(
         "eperm",
         (_RET_K, _RET_ERRNO | errno.EPERM, None, None),
     ]
-    code = _assemble(steps)
-    filters = (_Filter * len(code))(*(_Filter(c, jt, jf, k) for c, jt, jf, k in code))
-    program = _Program(len(code), ctypes.cast(filters, ctypes.POINTER(_Filter)))
-    prctl = _prctl()
-    pointer = ctypes.addressof(program)
-    keep = (filters, program)  # alive as long as the closure: the kernel copies them during the call
-
-    def install() -> None:
-        if prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, pointer, 0, 0) != 0 or keep is None:
-            raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
-
-    return install
+    return b"".join(struct.pack("=HBBI", *step) for step in _assemble(steps))
 
 
 def _assemble(steps: list[_Step | str]) -> list[tuple[int, int, int, int]]:
@@ -146,15 +159,6 @@ def _assemble(steps: list[_Step | str]) -> list[tuple[int, int, int, int]]:
         else:
             code.append((op, offset(yes, at), offset(no, at), k))
     return code
-
-
-@lru_cache(maxsize=1)
-def _prctl() -> Callable[..., int]:
-    libc = ctypes.CDLL(None, use_errno=True)
-    prctl = libc.prctl
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
-    function: Callable[..., int] = prctl
-    return function
 
 
 #: Families an approved command with the network on may open: IP, and netlink (glibc's getaddrinfo asks the

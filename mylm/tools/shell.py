@@ -6,11 +6,10 @@ import os
 import secrets
 import selectors
 import subprocess
-import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
 
 from ..cancel import CancelToken
 from ..errors import CancelledError, ToolError
@@ -21,6 +20,7 @@ from .environment import child_environment, neutralised
 
 if TYPE_CHECKING:
     from ..sandbox import Launch, Sandbox
+    from ..sandbox.launcher import Child
 
 DEFAULT_TIMEOUT = 30.0
 
@@ -125,53 +125,27 @@ def run_command(
     """
     tag = secrets.token_hex(12)
     child_env = dict(env if env is not None else child_environment())
-    prefix: tuple[str, ...] = ()
     if launch is not None:
         child_env.update(launch.env)
-        prefix = launch.prefix
     child_env[procs.TAG_VARIABLE] = tag
     started = time.monotonic()
-    target = procs.Command(tag)
     out = _Capture(limits.head_bytes, limits.tail_bytes)
     err = _Capture(limits.stderr_bytes, limits.stderr_bytes)
     cancelled: list[bool] = []
     pipe: tuple[int, int] | None = None
-    pidfd: int | None = None
     selector: selectors.BaseSelector | None = None
     unregister: Callable[[], None] = lambda: None  # noqa: E731
     stopped, lingering, graceful = "", False, True
-    try:
-        with procs.starting() as register:
-            process = spawn(
-                [*prefix, *_shell(), command],
-                launch,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,  # own group and session: no controlling terminal, no Ctrl-C from ours
-                cwd=cwd,
-                env=child_env,
-            )
-            since = procs.start_time(process.pid)
-            target = procs.Command(tag, group=process.pid, root=process.pid, since=since)
-            register(target)
-    except BaseException:
-        # Ctrl-C inside Popen, after the fork: the child may exist with no handle to it; its tag finds it.
-        try:
-            procs.stop_all(target, grace=0)
-        finally:
-            procs.finished(tag)
-        raise
-    assert process.stdout is not None and process.stderr is not None
-    streams = {process.stdout.fileno(): out, process.stderr.fileno(): err}
-    # Everything after Popen is inside the try: a Ctrl-C at any point still stops the command.
+    running = _start(command, cwd, child_env, tag, launch)
+    streams = {running.stdout: out, running.stderr: err}
+    # Everything after the start is inside the try: a Ctrl-C at any point still stops the command.
     try:
         pipe = os.pipe()
         wake_r, wake_w = pipe
 
         def on_cancel() -> None:  # runs on the canceller's thread: stop the command now, then wake the loop
             cancelled.append(True)
-            procs.stop_all(target, grace=0)
+            running.kill()
             try:
                 os.write(wake_w, b"x")
             except OSError:
@@ -179,21 +153,21 @@ def run_command(
 
         unregister = cancel.on_cancel(on_cancel) if cancel is not None else (lambda: None)
         selector = selectors.DefaultSelector()
-        pidfd = _open_pidfd(process.pid)
+        exit_fd = running.exit_fd
         for fd in streams:
             os.set_blocking(fd, False)
             selector.register(fd, selectors.EVENT_READ)
         selector.register(wake_r, selectors.EVENT_READ)
-        if pidfd is not None:
-            selector.register(pidfd, selectors.EVENT_READ)
+        if exit_fd is not None:
+            selector.register(exit_fd, selectors.EVENT_READ)
         deadline = started + timeout
         exited_at: float | None = None
         while not cancelled:
             now = time.monotonic()
-            if exited_at is None and _exited(process):
+            if exited_at is None and running.exited():
                 exited_at = now
-                if pidfd is not None:
-                    selector.unregister(pidfd)
+                if exit_fd is not None:
+                    selector.unregister(exit_fd)
             if exited_at is not None and not streams:
                 break
             if exited_at is None and now >= deadline:
@@ -203,8 +177,8 @@ def run_command(
                 lingering = True  # a background process holds the pipe; do not wait for it
                 break
             until = deadline if exited_at is None else exited_at + limits.drain_seconds
-            # Without a pidfd, poll for the shell's exit a few times a second.
-            wait = min(until - now, 0.1 if pidfd is None else until - now)
+            # Without an exit descriptor, poll for the shell's exit a few times a second.
+            wait = min(until - now, 0.1 if exit_fd is None else until - now)
             for key, _ in selector.select(timeout=max(wait, 0.0)):
                 fd = int(key.fd)
                 if fd not in streams:
@@ -229,22 +203,17 @@ def run_command(
     finally:
         try:
             unregister()
-            survivors = procs.stop_all(target, grace=limits.kill_grace if graceful else 0)
-            process.wait()
+            survivors = running.stop(grace=limits.kill_grace if graceful else 0)
         finally:
-            # Even when the clean-up itself is interrupted (a second Ctrl-C): registered, this command's
-            # processes would be spared by every other command's clean-up for good.
-            procs.finished(tag)
+            running.close()
         if selector is not None:
             selector.close()
-        for fd in (*(pipe or ()), *([pidfd] if pidfd is not None else [])):
+        for fd in pipe or ():
             os.close(fd)
-        process.stdout.close()
-        process.stderr.close()
     if cancelled:
         raise CancelledError("cancelled while the command was running; it was stopped")
     return CommandResult(
-        exit_code=None if stopped else process.returncode,
+        exit_code=None if stopped else running.returncode,
         stdout=out.text(),
         stderr=err.text(),
         stopped=stopped,
@@ -255,17 +224,136 @@ def run_command(
     )
 
 
-def spawn(args: list[str], launch: Launch | None, **popen: Any) -> subprocess.Popen[bytes]:
-    """`Popen(args, **popen)`, from a thread confined as `launch` says (a kept one, or a fresh one confined
-    first) when it confines: the command inherits the thread's confinement, and mylm's other threads keep
-    theirs. Raises `ToolError` if the confinement cannot be applied, before anything runs."""
-    if launch is not None and launch.thread is not None:
-        return launch.thread.run(lambda: subprocess.Popen(args, **popen))
-    if launch is not None and launch.restrict is not None:
-        from ..sandbox.thread import run_confined
+def _start(command: str, cwd: str | os.PathLike[str], env: dict[str, str], tag: str,
+           launch: Launch | None) -> _Running:
+    """Start the shell: through the sandbox's launcher when it has one, else with Popen in a new session."""
+    if launch is not None and launch.start is not None:
+        return _Launched.start(launch, [*_shell(), command], env, cwd)
+    target = procs.Command(tag)
+    try:
+        with procs.starting() as register:
+            process = subprocess.Popen(
+                [*(launch.prefix if launch is not None else ()), *_shell(), command],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,  # own group and session: no controlling terminal, no Ctrl-C from ours
+                cwd=cwd,
+                env=env,
+                pass_fds=launch.pass_fds if launch is not None else (),
+            )
+            since = procs.start_time(process.pid)
+            target = procs.Command(tag, group=process.pid, root=process.pid, since=since)
+            register(target)
+    except BaseException:
+        # Ctrl-C inside Popen, after the fork: the child may exist with no handle to it; its tag finds it.
+        try:
+            procs.stop_all(target, grace=0)
+        finally:
+            procs.finished(tag)
+        raise
+    return _Popened(process, target)
 
-        return run_confined(launch.restrict, lambda: subprocess.Popen(args, **popen))
-    return subprocess.Popen(args, **popen)
+
+class _Running(Protocol):
+    """A started command as the read loop sees it."""
+
+    stdout: int
+    stderr: int
+    #: Readable when the shell may have exited (None: poll `exited`).
+    exit_fd: int | None
+
+    def exited(self) -> bool: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def kill(self) -> None: ...
+
+    def stop(self, grace: float) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class _Popened:
+    """A command started with Popen (unconfined or under bubblewrap): found and killed by `procs`' sweep."""
+
+    def __init__(self, process: subprocess.Popen[bytes], target: procs.Command) -> None:
+        assert process.stdout is not None and process.stderr is not None
+        self.process, self.target = process, target
+        self.stdout, self.stderr = process.stdout.fileno(), process.stderr.fileno()
+        self.exit_fd = _open_pidfd(process.pid)
+
+    def exited(self) -> bool:
+        return _exited(self.process)
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.returncode
+
+    def kill(self) -> None:
+        procs.stop_all(self.target, grace=0)
+
+    def stop(self, grace: float) -> int:
+        survivors = procs.stop_all(self.target, grace=grace)
+        self.process.wait()
+        return survivors
+
+    def close(self) -> None:
+        # Even when the clean-up itself was interrupted (a second Ctrl-C): registered, this command's
+        # processes would be spared by every other command's clean-up for good.
+        procs.finished(self.target.tag)
+        if self.exit_fd is not None:
+            os.close(self.exit_fd)
+        assert self.process.stdout is not None and self.process.stderr is not None
+        self.process.stdout.close()
+        self.process.stderr.close()
+
+
+class _Launched:
+    """A command started by the sandbox's launcher: its init reports its exit and empties its namespace."""
+
+    def __init__(self, child: Child, stdout: int, stderr: int) -> None:
+        self.child, self.stdout, self.stderr = child, stdout, stderr
+        self.exit_fd: int | None = child.fileno()
+
+    @classmethod
+    def start(cls, launch: Launch, argv: list[str], env: Mapping[str, str], cwd: str | os.PathLike[str]
+              ) -> _Launched:
+        assert launch.start is not None
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            child = launch.start(argv, env, cwd, (null, out_w, err_w))
+        except BaseException:
+            os.close(out_r)
+            os.close(err_r)
+            raise
+        finally:
+            for fd in (null, out_w, err_w):
+                os.close(fd)
+        return cls(child, out_r, err_r)
+
+    def exited(self) -> bool:
+        self.child.read_reports()
+        return self.child.exited
+
+    @property
+    def returncode(self) -> int | None:
+        # An init that ended without a word was killed from outside, and its namespace with it.
+        return self.child.returncode if self.child.returncode is not None else -9
+
+    def kill(self) -> None:
+        self.child.kill()
+
+    def stop(self, grace: float) -> int:
+        return self.child.stop(grace)
+
+    def close(self) -> None:
+        self.child.close()
+        os.close(self.stdout)
+        os.close(self.stderr)
 
 
 def _open_pidfd(pid: int) -> int | None:
@@ -276,15 +364,16 @@ def _open_pidfd(pid: int) -> int | None:
         return None
 
 
-def format_result(result: CommandResult) -> str:
-    """The observation text for a command: its status line, then stdout and stderr when they are not empty."""
+def format_result(result: CommandResult, note: str = "") -> str:
+    """The observation text for a command: its status line (and `note`, the sandbox's line when it stopped
+    something), then stdout and stderr when they are not empty."""
     if result.stopped:
         status = f"[stopped: {result.stopped}; the command and its children were killed]"
     elif result.exit_code is not None and result.exit_code < 0:
         status = f"[killed by signal {-result.exit_code}]"
     else:
         status = f"[exit code {result.exit_code}]"
-    parts = [status]
+    parts = [status, *([note] if note else [])]
     if result.lingering:
         parts.append("[a background process kept the output open after the command exited; it was stopped]")
     if result.survivors:
@@ -335,7 +424,8 @@ def shell_tool(
             )
         if result.stopped.startswith("timed out") and limit < min(float(timeout), limits.max_timeout):
             result = replace(result, stopped=f"the run's time budget ran out after {limit:.3g} s")
-        text = format_result(result)
+        note = confinement.explain(ctx.grant, workspace, env, f"{result.stderr}\n{result.stdout}")
+        text = format_result(result, note)
         if result.stopped:
             raise ToolError(text)
         return text

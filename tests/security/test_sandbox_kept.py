@@ -1,4 +1,4 @@
-"""The confinement kept between read-only commands: never staler, looser or longer-lived than a fresh one."""
+"""The launchers kept between commands: never staler, looser or longer-lived than a fresh one, restarted if killed."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import shutil
 import signal
 import threading
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import pytest
 from sandbox_support import landlock_sandbox
 
 from mylm.sandbox import Sandbox, protect_process
-from mylm.sandbox.rulesets import KEPT_READ_ONLY, kept_rulesets
+from mylm.sandbox.rulesets import KEPT_LAUNCHERS, kept_rulesets
 from mylm.tools.shell import CommandResult, child_environment, run_command
 from mylm.types import Grant
 
@@ -35,10 +35,6 @@ def run(sandbox: Sandbox, grant: Grant, command: str, workspace: Path) -> Comman
     env = child_environment()
     with sandbox.launch(grant, workspace, env) as launch:
         return run_command(command, cwd=workspace, timeout=20, env=env, launch=launch)
-
-
-def kept_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "mylm-confined"]
 
 
 def test_a_file_made_after_the_first_command_is_readable_and_secrets_stay_hidden(
@@ -76,11 +72,18 @@ def test_a_workspace_replaced_under_the_same_name_is_the_one_read(
     assert result.exit_code == 0 and "second" in result.stdout, result.stderr
 
 
-def test_read_only_commands_in_many_workspaces_at_once(isolated_user_state: Path, tmp_path: Path) -> None:
+def test_read_only_commands_in_many_workspaces_at_once(
+    isolated_user_state: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """More workspaces than are kept, from several threads (a batch): each command reads its own workspace
-    and writes nothing; replaced confinements end once no command uses them."""
+    and writes nothing; replaced launchers end once no command uses them."""
+    from mylm.sandbox import rulesets
+
     sandbox = landlock_sandbox()
-    count = KEPT_READ_ONLY + 8
+    ended: list[object] = []
+    # Retired launchers end on a thread of their own; here at once, to see them go.
+    monkeypatch.setattr(rulesets, "_end", lambda launcher: (launcher.close(), ended.append(launcher)))
+    count = KEPT_LAUNCHERS + 8
     spaces = []
     for index in range(count):
         space = tmp_path / f"w{index}"
@@ -104,12 +107,11 @@ def test_read_only_commands_in_many_workspaces_at_once(isolated_user_state: Path
     for thread in threads:
         thread.join()
     assert not failures
-    kept = kept_rulesets.threads()
-    assert 0 < len(kept) <= KEPT_READ_ONLY
-    for thread in kept_threads():
-        if thread not in kept:
-            thread.join(timeout=10)  # retired: it ends once its last command has started
-            assert not thread.is_alive()
+    kept = kept_rulesets.launchers()
+    assert 0 < len(kept) <= KEPT_LAUNCHERS
+    assert len(ended) >= count - KEPT_LAUNCHERS
+    assert not set(ended) & set(kept)
+    assert all(launcher._process.returncode is not None for launcher in ended)  # type: ignore[attr-defined]
 
 
 def test_a_read_only_command_denied_to_another_workspace_in_the_same_process(
@@ -159,74 +161,27 @@ def test_a_forked_child_runs_read_only_commands(isolated_user_state: Path) -> No
     assert "from-the-child" in out and "rc=1" in out and not (workspace / "g").exists()
 
 
-def test_collection_stays_off_until_the_last_confined_start_is_done() -> None:
-    """Two threads starting confined commands at once: the first to finish must not turn collection back on
-    while the other's confined thread may still run a finalizer."""
-    import gc
-
-    from mylm.sandbox.thread import no_collection
-
-    assert gc.isenabled()
-    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
-    seen: list[bool] = []
-
-    def first() -> None:
-        with no_collection:
-            first_in.set()
-            second_in.wait()
-        first_out.set()
-
-    def second() -> None:
-        first_in.wait()
-        with no_collection:
-            second_in.set()
-            first_out.wait()
-            seen.append(gc.isenabled())
-
-    threads = [threading.Thread(target=first), threading.Thread(target=second)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert seen == [False] and gc.isenabled()
-
-
-def test_a_confinement_that_cannot_be_applied_runs_nothing_on_a_kept_thread() -> None:
+def test_a_launcher_that_cannot_confine_itself_runs_nothing(tmp_path: Path) -> None:
+    """A descriptor that is not a Landlock ruleset: the launcher fails before it serves, and says why."""
     from mylm.errors import ToolError
-    from mylm.sandbox.thread import ConfinedThread
+    from mylm.sandbox.launcher import Launcher, LauncherSpec
 
-    def broken() -> None:
-        raise OSError(1, "landlock_restrict_self failed")
-
-    ran: list[bool] = []
-    thread = ConfinedThread(broken)
-    with pytest.raises(ToolError, match="sandbox could not be applied"):
-        thread.run(lambda: ran.append(True))
-    assert not ran
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        with pytest.raises(ToolError, match="sandbox could not be applied .*landlock_restrict_self"):
+            Launcher(LauncherSpec(null, b"", b"", ()))
+    finally:
+        os.close(null)
 
 
-def test_a_confinement_that_failed_is_not_kept(isolated_user_state: Path, tmp_path: Path) -> None:
-    """A thread whose confinement failed refuses its command, and is not kept for the next one."""
-    from mylm.errors import ToolError
-    from mylm.sandbox.profile import build_profile
-
+def test_a_launcher_killed_from_outside_is_replaced(isolated_user_state: Path) -> None:
+    """Killed (by the user, the OOM killer), it takes its commands with it; the next command gets a new one."""
     sandbox = landlock_sandbox()
-    profile = build_profile("read-only", isolated_user_state, network=False)
-    calls: list[int] = []
-
-    def restrictor(ruleset: int) -> Callable[[], None]:
-        def restrict() -> None:
-            calls.append(ruleset)
-            if len(calls) == 1:
-                raise OSError(1, "landlock_restrict_self failed")
-
-        return restrict
-
-    for _ in range(2):
-        with kept_rulesets.read_only_thread(sandbox.landlock_abi, profile, restrictor) as thread:
-            if len(calls) == 1:
-                with pytest.raises(ToolError, match="could not be applied"):
-                    thread.run(lambda: None)
-            else:
-                thread.run(lambda: None)
-    assert len(calls) == 2
+    assert run(sandbox, "read-only", "true", isolated_user_state).exit_code == 0
+    launcher = kept_rulesets.launchers()[-1]
+    os.kill(launcher._process.pid, signal.SIGKILL)
+    launcher._process.wait(timeout=10)
+    (isolated_user_state / "n.txt").write_text("after-the-kill\n")
+    result = run(sandbox, "read-only", "cat n.txt", isolated_user_state)
+    assert result.exit_code == 0 and "after-the-kill" in result.stdout
+    assert kept_rulesets.launchers()[-1] is not launcher

@@ -189,11 +189,15 @@ def test_sandbox_unix_socket_setting_is_described() -> None:
 
 
 def test_sandbox_landlock_cannot_signal_or_inspect_mylm(isolated_user_state: Path) -> None:
+    """mylm is not the command's parent (its launcher's init is): by its pid, as found in /proc, it can be
+    neither signalled nor inspected; the init the command can see cannot be killed or inspected either."""
+    mylm = os.getpid()
     result = run(landlock_sandbox(), "workspace-write",
-                 "kill -0 $PPID && echo SIGNALLED; ls -l /proc/$PPID/cwd /proc/$PPID/fd/ 2>&1 | grep -c -- '->'",
+                 f"kill -0 {mylm} && echo SIGNALLED; kill -KILL $PPID; kill -STOP $PPID; "
+                 f"ls -l /proc/{mylm}/cwd /proc/{mylm}/fd/ /proc/$PPID/root /proc/$PPID/fd/ 2>&1 | grep -c -- '->'",
                  isolated_user_state)
     assert "SIGNALLED" not in result.stdout
-    assert result.stdout.strip().endswith("0")
+    assert result.stdout.strip().endswith("0"), result  # the init survived: the command ran on
 
 
 def test_sandbox_confines_only_the_command_not_mylm(isolated_user_state: Path, tmp_path: Path) -> None:
@@ -203,19 +207,6 @@ def test_sandbox_confines_only_the_command_not_mylm(isolated_user_state: Path, t
     with open("/proc/thread-self/status") as status:
         fields = dict(line.split(":", 1) for line in status if ":" in line)
     assert fields["NoNewPrivs"].strip() == "0" and fields["Seccomp"].strip() == "0"
-
-
-def test_sandbox_that_cannot_be_applied_runs_nothing(isolated_user_state: Path, tmp_path: Path) -> None:
-    from mylm.errors import ToolError
-    from mylm.sandbox import Launch
-
-    def broken() -> None:
-        raise OSError(1, "landlock_restrict_self failed")
-
-    marker = tmp_path / "ran"
-    with pytest.raises(ToolError, match="sandbox could not be applied"):
-        run_command(f"touch {marker}", cwd=isolated_user_state, timeout=10, launch=Launch(restrict=broken))
-    assert not marker.exists()
 
 
 def test_sandbox_read_only_git_works_and_its_credentials_stay_hidden(backend: str, isolated_user_state: Path) -> None:

@@ -1,0 +1,487 @@
+"""The launcher: a small confined process that starts mylm's commands, so no thread of mylm holds their
+confinement.
+
+Run by `mylm.sandbox.launcher` as `python -I -S launcher_main.py CONFIG` with the standard library only (it
+never imports mylm: a fresh interpreter without site-packages starts in ~15 ms, once per profile and workspace).
+
+It confines itself once (capabilities, no_new_privs, the seccomp filter, the profile's Landlock ruleset), then
+for each request received on its control socket (SEQPACKET: a JSON header and, with SCM_RIGHTS, the reply
+socket, stdin, stdout, stderr and, for a workspace-write command, the command's own ruleset) it forks an init
+(pid 1 of a fresh PID and IPC namespace where the system allows them) that forks the command. The command adds
+one more Landlock layer before exec, so its domain is nested below the launcher's: Landlock's scoping keeps it
+from signalling the launcher, its init or a sibling command, and its PID namespace gives it no number for any
+process outside. The init reports on the reply socket ("X<status>" when the shell exits, "E" when nothing of
+the command is left) and obeys it ("T": SIGTERM everything, "K" or the socket closing: SIGKILL everything).
+Killing the init empties its namespace (the kernel kills every process in it); without namespaces the init is
+a subreaper and sweeps its descendants until none is left.
+
+The control socket closing (mylm ended, even by SIGKILL) ends the launcher, and with it, as the init of its
+own PID namespace, every process it started.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import sys
+from typing import Any, NoReturn
+
+CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID = 0x08000000, 0x10000000, 0x20000000
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 1, 4, 24
+PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 22, 38, 36
+LANDLOCK_RESTRICT_SELF = 446
+#: The reply socket, stdin, stdout, stderr, then optionally the command's ruleset and a long request's body.
+FDS_PER_REQUEST = 6
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+
+
+def check(result: int, what: str) -> None:
+    if result != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, f"{what}: {os.strerror(error)}")
+
+
+def restrict_self(ruleset: int) -> None:
+    check(libc.syscall(ctypes.c_long(LANDLOCK_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0)),
+          "landlock_restrict_self")
+
+
+def enter_namespaces(config: dict[str, Any]) -> bool:
+    """Become pid 1 of a PID and IPC namespace of our own (in a user namespace when not root): this process
+    forks, the child goes on as the launcher and the parent waits for it. Returns whether that worked."""
+    flags = CLONE_NEWPID | CLONE_NEWIPC | (CLONE_NEWUSER if config["userns"] else 0)
+    if libc.unshare(flags) != 0:
+        return False
+    if config["userns"]:
+        uid, gid = config["uid"], config["gid"]
+        maps = (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1"))
+        for name, text in maps:
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
+    child = os.fork()
+    if child:
+        # Stay, so the launcher is never anyone else's orphan; leave with it.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        while True:
+            try:
+                _, status = os.waitpid(child, 0)
+                os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+            except InterruptedError:
+                continue
+    check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "PR_SET_PDEATHSIG")
+    return True
+
+
+def nested_namespaces() -> tuple[int, int] | None:
+    """Descriptors of this process's own PID and IPC namespaces, if it may make new ones per command and come
+    back (unshare, then setns); else None."""
+    try:
+        own = (os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC),
+               os.open("/proc/self/ns/ipc", os.O_RDONLY | os.O_CLOEXEC))
+    except OSError:
+        return None
+    if libc.unshare(CLONE_NEWPID | CLONE_NEWIPC) != 0:
+        return None
+    come_back(own)
+    return own
+
+
+def come_back(own: tuple[int, int]) -> None:
+    check(libc.setns(own[0], CLONE_NEWPID), "setns(pid)")
+    check(libc.setns(own[1], CLONE_NEWIPC), "setns(ipc)")
+
+
+def confine(config: dict[str, Any], ruleset: int, own: tuple[int, int] | None) -> None:
+    for cap in config["caps_drop"]:
+        check(libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"PR_CAPBSET_DROP {cap}")
+    check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "PR_SET_NO_NEW_PRIVS")
+    # Without an IPC namespace per command, the filter refuses SysV IPC (other processes' segments, queues).
+    program = bytes.fromhex(config["seccomp" if own is not None else "seccomp_no_ipc_ns"])
+    if program:
+        code = ctypes.create_string_buffer(program, len(program))
+
+        class Prog(ctypes.Structure):
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+        prog = Prog(len(program) // 8, ctypes.addressof(code))
+        libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
+        check(libc.prctl(PR_SET_SECCOMP, 2, ctypes.addressof(prog), 0, 0), "PR_SET_SECCOMP")
+    restrict_self(ruleset)
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
+def main() -> int:
+    config = json.loads(sys.argv[1])
+    control = socket.socket(fileno=config["control"])
+    ruleset = config["ruleset"]
+    os.set_inheritable(ruleset, False)  # a command holding it could add rules to its later siblings' domain
+    try:
+        in_namespace = config["namespaces"] and enter_namespaces(config)
+        own = nested_namespaces() if in_namespace else None
+        confine(config, ruleset, own)
+    except OSError as error:
+        control.send(b"F" + str(error).encode())
+        return 1
+    # No collection: it would write to every object, and each page written after a fork is a page copied.
+    gc.disable()
+    gc.freeze()
+    # Our children (the inits) are reaped by the kernel; theirs are theirs.
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    control.send(b"R" + json.dumps({"pidns": own is not None, "launcher_ns": bool(in_namespace)}).encode())
+    try:
+        serve(control, ruleset, own)
+    finally:
+        if config.get("tmproot"):
+            shutil.rmtree(config["tmproot"], ignore_errors=True)
+        if in_namespace:
+            try:
+                os.kill(-1, signal.SIGKILL)  # everything this launcher started, wherever it is
+            except ProcessLookupError:
+                pass  # nothing was left
+    return 0
+
+
+def serve(control: socket.socket, ruleset: int, own: tuple[int, int] | None) -> None:
+    """Keep mylm supplied with an init forked ahead of time ("S" and the socket it waits on: mylm sends the
+    command straight to it, and says "N" for the next one), so that neither the fork (with its namespaces,
+    ~1 ms) nor a hop through this process is on a command's path. A request sent here instead (two
+    commands at once, or mylm out of spares) gets an init forked on the spot."""
+    supply(control, ruleset, own)
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(control, 65536, FDS_PER_REQUEST)
+        except InterruptedError:
+            continue
+        except OSError:
+            return
+        if not message:
+            return
+        if message == b"N":
+            for fd in fds:
+                os.close(fd)
+            os.sched_yield()  # let the init that was just used take its command first
+            supply(control, ruleset, own)
+            continue
+        try:
+            for fd in fds:
+                os.set_inheritable(fd, False)
+            init = fork_init(control, ruleset, own)
+            socket.send_fds(init, [message], fds)
+            init.close()
+        except OSError as error:  # the reply socket, closed with the fds below, tells mylm it did not start
+            report = f"mylm: the sandbox could not start the command: {error}\n".encode()
+            try:
+                os.write(fds[3], report)
+            except (OSError, IndexError):
+                pass
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+
+def supply(control: socket.socket, ruleset: int, own: tuple[int, int] | None) -> None:
+    """Fork an init and hand mylm the socket it waits on."""
+    init = fork_init(control, ruleset, own)
+    try:
+        socket.send_fds(control, [b"S"], [init.fileno()])
+    except OSError:
+        pass  # mylm is gone: the loop sees it next
+    init.close()
+
+
+def fork_init(control: socket.socket, ruleset: int, own: tuple[int, int] | None) -> socket.socket:
+    """Fork an init (into fresh PID and IPC namespaces when `own`), waiting on the socket returned for its
+    command."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    if own is not None:
+        check(libc.unshare(CLONE_NEWPID | CLONE_NEWIPC), "unshare")
+    try:
+        pid = os.fork()
+    except BaseException:
+        if own is not None:
+            come_back(own)
+        raise
+    if pid:
+        if own is not None:
+            come_back(own)  # only here: the child is pid 1 of the new namespace, and cannot leave it
+        theirs.close()
+        return ours
+    code = 1
+    try:
+        # Only its socket and the ruleset: a fork copies every descriptor, close-on-exec or not, and one
+        # kept here (another command's stdout, held by the launcher while it forked) would hold it open.
+        low = 3
+        for keep in sorted((theirs.fileno(), ruleset)):
+            os.closerange(low, keep)
+            low = keep + 1
+        os.closerange(low, 1 << 16)
+        control.detach()
+        ours.detach()
+        code = wait_and_run(theirs, ruleset, own is not None)
+    finally:
+        os._exit(code)
+
+
+def wait_and_run(waiting: socket.socket, ruleset: int, namespace: bool) -> int:
+    """In a spare init: wait for a request (none: the launcher ended), then run it."""
+    init = Init(namespace)
+    try:
+        message, fds, _, _ = socket.recv_fds(waiting, 65536, FDS_PER_REQUEST)
+    except OSError:
+        return 0
+    waiting.close()
+    if not message:
+        return 0
+    request = json.loads(message)
+    if request.get("body") is not None:  # too long for one message: the rest is in a memfd
+        with os.fdopen(os.dup(fds[request["body"]]), "rb") as f:
+            request.update(json.loads(f.read()))
+    layer = ruleset if request.get("ruleset") is None else fds[request["ruleset"]]
+    init.start(fds[0], fds[1:4], layer, request)
+    return init.run(fds[1:])
+
+
+class Init:
+    """Pid 1 of one command's namespace (or, without one, the subreaper above it)."""
+
+    def __init__(self, namespace: bool) -> None:
+        """Everything that does not depend on the command, done while the init waits for one (the pages it
+        writes are copied from the launcher's now, not on the command's path)."""
+        self.namespace = namespace
+        self._reply: socket.socket | None = None  # the command's, set by `start`
+        self.shell = 0
+        self.reported = False
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        if not namespace:
+            check(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "PR_SET_CHILD_SUBREAPER")
+        self.wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        # As pid 1, a signal from inside the namespace is dropped unless handled: SIGINT must not be.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        json.loads('{"argv": ["/bin/bash", "-c", "true"], "env": {"PATH": "/usr/bin"}, "cwd": "/"}')
+
+    def start(self, reply: int, stdio: list[int], layer: int, request: dict[str, Any]) -> None:
+        """Start the command."""
+        self._reply = socket.socket(fileno=reply)
+        namespace = self.namespace
+        if namespace:
+            try:
+                self.shell = spawn_command(stdio, layer, request)
+            except OSError as error:
+                os.write(stdio[2], f"mylm: the command could not start: {error}\n".encode())
+                self.reported = True
+                self.send(b"X127")
+            return
+        self.shell = os.fork()
+        if self.shell == 0:
+            exec_command(stdio, layer, request)
+
+    def run(self, held: list[int]) -> int:
+        for fd in held:  # the command has its copies: its output ends when it and its children close theirs
+            os.close(fd)
+        self.reap()
+        while True:
+            ready, _, _ = select.select([self.reply.fileno(), self.wake_r], [], [])
+            if self.wake_r in ready:
+                try:
+                    while os.read(self.wake_r, 512):
+                        pass
+                except BlockingIOError:
+                    pass
+                self.reap()
+            if self.reply.fileno() in ready:
+                try:
+                    order = self.reply.recv(16)
+                except OSError:
+                    order = b""
+                if order == b"T":
+                    self.signal_all(signal.SIGTERM)
+                    self.signal_all(signal.SIGCONT)
+                elif order in (b"K", b""):
+                    self.kill_all()
+                    self.send(b"E")
+                    return 0
+
+    @property
+    def reply(self) -> socket.socket:
+        assert self._reply is not None
+        return self._reply
+
+    def send(self, data: bytes) -> None:
+        try:
+            self.reply.send(data)
+        except OSError:
+            pass
+
+    def reap(self) -> None:
+        """Collect every child that ended; report the shell's status, then whether nothing is left."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                if self.reported:
+                    self.send(b"E")
+                return
+            if pid == 0:
+                return
+            if pid == self.shell:
+                self.reported = True
+                self.send(b"X%d" % os.waitstatus_to_exitcode(status))
+
+    def signal_all(self, sig: int) -> None:
+        if self.namespace:
+            try:
+                os.kill(-1, sig)  # from pid 1: every other process of the namespace
+            except ProcessLookupError:
+                pass
+            return
+        for pid, _ in descendants(os.getpid()):
+            send_signal(pid, sig)
+
+    def kill_all(self) -> None:
+        """SIGKILL everything below and collect it until nothing is left. In a namespace one signal does it;
+        without, a process forking as fast as the sweep would stay one step ahead of it, so everything is
+        stopped first (a stopped process forks nothing), scan after scan until none is running, then killed."""
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        if self.namespace:
+            self.signal_all(signal.SIGKILL)
+            try:
+                while os.waitpid(-1, 0)[0]:
+                    pass
+            except ChildProcessError:
+                return
+        while True:
+            while True:
+                found = descendants(os.getpid())
+                running = [pid for pid, state in found if state not in b"TtZX"]
+                if not running:
+                    break
+                for pid in running:
+                    send_signal(pid, signal.SIGSTOP)
+            for pid, _ in found:
+                send_signal(pid, signal.SIGKILL)
+            try:
+                while os.waitpid(-1, os.WNOHANG)[0]:
+                    pass
+            except ChildProcessError:
+                return
+
+
+def send_signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def descendants(root: int) -> list[tuple[int, bytes]]:
+    """Every process below `root` and its state letter (only used without a PID namespace). Followed through
+    /proc's `children` files: reading the subtree only, a sweep outpaces a process that forks and exits in a
+    loop, which a scan of all of /proc (milliseconds on a busy machine) does not."""
+    found: list[tuple[int, bytes]] = []
+    stack = [root]
+    while stack:
+        parent = stack.pop()
+        try:
+            threads = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for thread in threads:
+            try:
+                with open(f"/proc/{parent}/task/{thread}/children", "rb") as f:
+                    children = [int(c) for c in f.read().split()]
+            except FileNotFoundError:
+                if parent == root and not os.path.exists(f"/proc/{root}/task/{thread}/children"):
+                    return _scan(root)  # a kernel without the children files
+                continue
+            except OSError:
+                continue
+            for child in children:
+                found.append((child, _state(child)))
+                stack.append(child)
+    return found
+
+
+def _state(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return b"X"
+    return raw[raw.rfind(b")") + 2:].split()[0]
+
+
+def _scan(root: int) -> list[tuple[int, bytes]]:
+    """`descendants` from a scan of every process."""
+    children: dict[int, list[tuple[int, bytes]]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    raw = f.read()
+            except OSError:
+                continue
+            fields = raw[raw.rfind(b")") + 2:].split()
+            children.setdefault(int(fields[1]), []).append((int(name), fields[0]))
+    found: list[tuple[int, bytes]] = []
+    stack = [root]
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            found.append(child)
+            stack.append(child[0])
+    return found
+
+
+def spawn_command(stdio: list[int], layer: int, request: dict[str, Any]) -> int:
+    """As pid 1 of the command's namespace: take the command's own Landlock layer here, then start it with
+    posix_spawn (vfork: no second copy of this interpreter per command). Sharing the command's domain costs
+    nothing there: no signal from inside its namespace reaches its init unless the init handles it (only
+    SIGCHLD is handled, and it only wakes the reaping), and without CAP_SYS_PTRACE nothing traces it."""
+    os.chdir(request["cwd"])
+    restrict_self(layer)
+    argv = request["argv"]
+    try:
+        return os.posix_spawn(
+            argv[0], argv, request["env"],
+            file_actions=[(os.POSIX_SPAWN_DUP2, fd, i) for i, fd in enumerate(stdio)],
+            setsid=True, setsigmask=(),
+            setsigdef=(signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGCHLD, signal.SIGTERM,
+                       signal.SIGQUIT),
+        )
+    finally:
+        os.chdir("/")  # the init holds no directory of the command's
+
+
+def exec_command(stdio: list[int], layer: int, request: dict[str, Any]) -> NoReturn:
+    """In the command's process: its own session, stdio, directory and Landlock layer, then exec."""
+    try:
+        os.setsid()
+        for target, fd in enumerate(stdio):
+            os.dup2(fd, target)
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGINT):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.set_wakeup_fd(-1)
+        os.chdir(request["cwd"])
+        restrict_self(layer)
+        os.closerange(3, 1 << 16)
+        argv = request["argv"]
+        os.execve(argv[0], argv, request["env"])
+    except BaseException as error:  # noqa: BLE001 - the command could not start: say why on its stderr
+        try:
+            os.write(2, f"mylm: the command could not start: {error}\n".encode())
+        finally:
+            os._exit(127)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

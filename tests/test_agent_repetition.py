@@ -1,0 +1,85 @@
+"""A reply that degenerates into repeating a line is cut short, and the model is told why (issue 20, item 7)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from mylm import Agent, StopReason, tool
+from mylm.llm import LLMChunk, LLMRequest, TextChunk
+from mylm.protocol.parser import format_tool_call
+from mylm.step import ModelStep, StepConfig, drain
+from mylm.testing import ScriptedLLM, ScriptedReply
+from mylm.turn import stream_turn
+from mylm.types import ErrorEvent, FinishReason, Message, ToolCall
+
+LOOP = "Let me count the results.\n" + "".join(f"#{n}\n" for n in range(15, 3015))
+
+
+class Counting:
+    """Wraps a ScriptedLLM and counts the text chunks the consumer actually pulled."""
+
+    def __init__(self, inner: ScriptedLLM) -> None:
+        self.inner = inner
+        self.pulled = 0
+
+    def stream(self, request: LLMRequest) -> Iterator[LLMChunk]:
+        for chunk in self.inner.stream(request):
+            if isinstance(chunk, TextChunk):
+                self.pulled += 1
+            yield chunk
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+def test_agent_cuts_a_looping_reply_short_and_sends_the_correction() -> None:
+    scripted = ScriptedLLM([LOOP, "The sum is 3."], chunk_size=3, stops="ignore")
+    llm = Counting(scripted)
+    result = Agent(llm, [add]).run("Add 1 and 2.")
+    assert result.stop_reason is StopReason.FINAL_ANSWER and result.final_text == "The sum is 3."
+    total = -(-len(LOOP) // 3)
+    assert scripted.closed_early == 1
+    assert llm.pulled < total // 10  # the model did not have to produce the whole loop
+    correction = scripted.requests[1].messages[-1]
+    assert correction.role == "user" and "kept repeating itself" in correction.content
+    assert "'#" in correction.content and "counting up" in correction.content
+    looped = scripted.requests[1].messages[-2]
+    assert looped.role == "assistant" and len(looped.content) < len(LOOP) // 10
+    errors = [e for e in result.events if isinstance(e, ErrorEvent)]
+    assert [e.kind for e in errors] == ["format"] and "repeated" in errors[0].message
+
+
+def test_step_judges_a_degenerate_turn_unusable_even_when_it_parsed_as_an_answer() -> None:
+    loop = "Sure.\n" + "The answer is four.\n" * 400
+    llm = ScriptedLLM([loop], chunk_size=4)
+    step = ModelStep(llm, [], StepConfig(max_tokens=512))
+    messages = [Message("system", step.system_prompt()), Message("user", "2+2?")]
+    _, outcome = drain(step.turn(messages))
+    assert not outcome.usable and outcome.kind == "format"
+    assert outcome.turn.finish is FinishReason.MAX_TOKENS and outcome.turn.degenerate
+    assert outcome.correction is not None and "'The answer is four.'" in outcome.correction
+    assert llm.closed_early == 1
+
+
+def test_a_loop_in_the_reasoning_is_cut_too() -> None:
+    llm = ScriptedLLM([ScriptedReply("", reasoning="Wait.\n" * 400)])
+    request = LLMRequest([Message("user", "hi")], (), 256)
+    turn_gen = stream_turn(llm, request, multiple_calls=False, shown=[])
+    try:
+        while True:
+            next(turn_gen)
+    except StopIteration as stop:
+        turn = stop.value
+    assert turn.degenerate and turn.finish is FinishReason.MAX_TOKENS and llm.closed_early == 1
+
+
+def test_a_long_legit_reply_and_a_call_after_a_list_are_untouched() -> None:
+    rows = "".join(f"| {n} | item {chr(97 + n % 26)}{n * 7 % 11} | {n * n} |\n" for n in range(1, 61))
+    listing = "Here is the table:\n" + rows + format_tool_call(ToolCall("add", {"a": 1, "b": 2}))
+    llm = ScriptedLLM([listing, "3"], chunk_size=2)
+    result = Agent(llm, [add]).run("Table, then add.")
+    assert result.final_text == "3"
+    assert not [e for e in result.events if isinstance(e, ErrorEvent)]
