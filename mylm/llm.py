@@ -3,13 +3,34 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Protocol, Sequence, Union, runtime_checkable
+from typing import Any, Iterator, Mapping, Protocol, Sequence, Union, runtime_checkable
 
 from .cancel import CancelToken
 from .constrain.select import CONSTRAIN_MODES as CONSTRAIN_MODES
 from .constrain.select import ConstrainMode as ConstrainMode
 from .constrain.select import Constraint as Constraint
+from .errors import ConfigError
 from .types import Message, Usage
+
+#: The providers that can forward tools natively (`LLMRequest.native`), for messages naming them.
+NATIVE_TOOL_PROVIDERS = ("openai",)
+
+
+@dataclass(frozen=True)
+class NativeTools:
+    """Tools forwarded to an endpoint with native tool calling, in OpenAI's chat-completions shapes.
+
+    Sent only by providers that speak that API (`supports_native_tools`); the calls come back as
+    `ToolCallChunk`s beside the text."""
+
+    #: The conversation as OpenAI chat messages (assistant `tool_calls`, `tool` results), sent instead of
+    #: `LLMRequest.messages` so a model with native calling sees its own format.
+    messages: tuple[Mapping[str, Any], ...]
+    #: `{"type": "function", "function": {"name", "description", "parameters"}}` entries.
+    tools: tuple[Mapping[str, Any], ...]
+    #: `auto`, `none`, `required`, or `{"type": "function", "function": {"name": ...}}`.
+    tool_choice: str | Mapping[str, Any] = "auto"
+    parallel: bool = True
 
 
 @dataclass(frozen=True)
@@ -25,6 +46,9 @@ class LLMRequest:
     cancel: CancelToken | None = None
     #: A grammar to sample under, where the endpoint can; None: unconstrained.
     constraint: Constraint | None = None
+    #: Tools to forward natively (only to an endpoint that `supports_native_tools`); None: tools, if any, are
+    #: in the prompt.
+    native: NativeTools | None = None
 
 
 @dataclass(frozen=True)
@@ -52,7 +76,18 @@ class FinishChunk:
     usage: Usage | None = None
 
 
-LLMChunk = Union[TextChunk, ReasoningChunk, FinishChunk]
+@dataclass(frozen=True)
+class ToolCallChunk:
+    """A piece of a native tool call (only for a request with `native` tools): the calls are assembled by
+    `index`, the id and name arriving in the first piece of each, the arguments' JSON text in fragments."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+LLMChunk = Union[TextChunk, ReasoningChunk, FinishChunk, ToolCallChunk]
 
 
 @runtime_checkable
@@ -79,6 +114,20 @@ class PromptRenderingLLM(LLM, Protocol):
 
     #: Whether the last prompt this endpoint rendered opened `<think>` for the model (None: not known yet).
     opens_reasoning: bool | None
+
+
+def supports_native_tools(llm: LLM) -> bool:
+    """Whether `llm` forwards `LLMRequest.native` tools (others refuse such a request with a `ConfigError`)."""
+    return bool(getattr(llm, "native_tools", False))
+
+
+def native_refused(provider: str) -> ConfigError:
+    """The error for native tools sent to a provider that cannot forward them."""
+    return ConfigError(
+        f"the {provider} provider cannot forward tools natively; native tool calling works with the "
+        f"{', '.join(NATIVE_TOOL_PROVIDERS)} provider (OpenAI-compatible chat: llama.cpp server, vLLM, Ollama's "
+        "/v1, LM Studio); use --tools emulate for this one"
+    )
 
 
 def alternating(messages: Sequence[Message]) -> tuple[Message, ...]:

@@ -35,9 +35,12 @@ KEY_ENV = "MYLM_SERVE_KEY"
 @click.option("--max-corrections", type=click.IntRange(0, 10), default=2, show_default=True,
               help="Times an unusable reply (malformed call, unknown tool, invalid arguments) is corrected "
                    "upstream before its text is returned.")
-@click.option("--tools", "tools_mode", type=click.Choice(["emulate"]), default="emulate", show_default=True,
+@click.option("--tools", "tools_mode", type=click.Choice(["emulate", "native"]), default="emulate",
+              show_default=True,
               help="emulate: the request's tools go into the prompt in mylm's protocol and calls are parsed "
-                   "back (works with any model).")
+                   "back (works with any model). native: tools, calls and results are forwarded to an upstream "
+                   "with native tool calling (--provider openai: llama.cpp server, vLLM, Ollama's /v1, LM "
+                   "Studio); calls it leaves in the text are rescued by mylm's parser.")
 @click.option("--timeout", type=float, metavar="SECONDS",
               help="Wall-clock budget of one request upstream, corrections included [the timeout setting].")
 @click.option("--max-body", type=click.IntRange(1024, None), default=16 * 1024 * 1024, metavar="BYTES",
@@ -54,6 +57,8 @@ def serve(ctx: click.Context, /, **options: Any) -> None:
     the prompt in its own protocol, samples under a grammar of their schemas where the endpoint can, reads
     the reply with its tolerant parser, corrects unusable replies upstream, and answers with native tool
     calls. Requests without tools are passed through as plain chat. The server runs no tools itself.
+    With --tools native (--provider openai) the tools are forwarded to an upstream that calls natively, and
+    calls it leaves in the text are rescued as native calls.
 
     The upstream is chosen exactly as for `mylm ask` (profiles, --base-url, -m, --provider, ...).
 
@@ -62,6 +67,7 @@ def serve(ctx: click.Context, /, **options: Any) -> None:
       mylm serve --base-url http://localhost:8080/v1
       OPENAI_BASE_URL=http://127.0.0.1:8765/v1 OPENAI_API_KEY=unused python my_agent.py
       MYLM_SERVE_KEY=s3cret mylm serve --host 0.0.0.0
+      mylm serve --tools native --provider openai --base-url http://localhost:8000/v1 -m Qwen/Qwen3-8B
 
     Routes: POST /v1/chat/completions, /v1/responses, /v1/messages; GET /v1/models, /health.
     Exit codes: 0 stopped (Ctrl-C drains the requests in flight), 1 error, 2 usage.
@@ -122,6 +128,7 @@ def build_app(llm: Any, loader: Any, settings: Any, key: str | None, options: di
             max_tokens=settings.max_tokens,
             timeout=settings.timeout,
             stop_strings=stop_strings,
+            tools=options.get("tools_mode", "emulate"),
         ))
     except ValueError as error:
         raise ConfigError(str(error)) from None

@@ -16,7 +16,7 @@ from ..errors import (
     StreamError,
     UnsupportedConstraintError,
 )
-from ..llm import Constraint, FinishChunk, LLMChunk, LLMRequest, ReasoningChunk, TextChunk
+from ..llm import Constraint, FinishChunk, LLMChunk, LLMRequest, ReasoningChunk, TextChunk, native_refused
 from ..protocol.reasoning import prompt_opens_reasoning
 from ..protocol.stops import StopCutter
 from ..types import Usage
@@ -116,6 +116,8 @@ class HTTPProvider(ABC):
     framing: ClassVar[str] = "sse"
     #: Whether the wire format cannot work without a model name.
     requires_model: ClassVar[bool] = False
+    #: Whether `LLMRequest.native` tools are forwarded (the OpenAI chat API); others refuse such requests.
+    native_tools: ClassVar[bool] = False
     #: Whether the conversation is sent as one rendered prompt (a chat format applies); may be set per
     #: instance before `__init__` runs (Ollama switches to `/api/generate` when a chat format is configured).
     raw_prompt: bool = False
@@ -257,6 +259,8 @@ class HTTPProvider(ABC):
         try:
             if self.requires_model and not self.endpoint.model:
                 raise self._missing_model(guard)
+            if request.native is not None and not self.native_tools:
+                raise native_refused(self.name)
             yield from self._attempts(request, guard)
         finally:
             guard.close()

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Mapping
 
 from ..errors import CancelledError, ConfigError, ContextOverflowError, LLMError, LLMTimeoutError
-from ..llm import FinishChunk, LLMChunk, LLMRequest, TextChunk, alternating
+from ..llm import FinishChunk, LLMChunk, LLMRequest, TextChunk, alternating, native_refused
 from ..protocol.stops import StopCutter
 from ..types import Message, Usage
 from .base import Endpoint
@@ -342,6 +342,8 @@ class LocalModel:
 
     def stream(self, request: LLMRequest) -> Iterator[LLMChunk]:
         """Stream one completion (see `mylm.llm.LLM`)."""
+        if request.native is not None:
+            raise native_refused("local")
         engine = self.engine
         _check(request)
         tokens, format_stops = self.render(request)

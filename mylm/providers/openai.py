@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Iterable, Iterator
 from urllib.parse import urlsplit
 
-from ..llm import Constraint, LLMChunk, LLMRequest
+from ..llm import Constraint, LLMChunk, LLMRequest, ToolCallChunk
 from .base import model_rejects_stop, strip_route
 from .engine import Decoder, HTTPProvider, bearer, text_chunks, usage_of
 from .failures import Failure
@@ -44,12 +45,35 @@ class _OpenAIDecoder(Decoder):
                 # llama.cpp, vLLM and DeepSeek send `reasoning_content`; Ollama, OpenRouter `reasoning`.
                 thought = delta.get("reasoning_content") or delta.get("reasoning")
                 yield from text_chunks(delta.get("content"), thought)
+                yield from _call_pieces(delta.get("tool_calls"))
             yield from text_chunks(choice.get("text"))
             if choice.get("finish_reason"):
                 self.reason = str(choice["finish_reason"]).lower()
             # vLLM names the stop string that fired.
             if isinstance(choice.get("stop_reason"), str):
                 self.stop_sequence = choice["stop_reason"]
+
+
+def _call_pieces(calls: Any) -> Iterator[ToolCallChunk]:
+    """Native tool-call deltas (`tool_calls[i]`), by index; a whole message's calls (no index) by position."""
+    if not isinstance(calls, list):
+        return
+    for position, call in enumerate(calls):
+        if not isinstance(call, dict):
+            continue
+        index = call.get("index", position)
+        function = call.get("function")
+        if not isinstance(function, dict):
+            function = {}
+        name, arguments, ident = function.get("name"), function.get("arguments"), call.get("id")
+        if isinstance(arguments, (dict, list)):
+            arguments = json.dumps(arguments, ensure_ascii=False)  # Ollama sends an object, not JSON text
+        yield ToolCallChunk(
+            index if isinstance(index, int) and not isinstance(index, bool) else position,
+            ident if isinstance(ident, str) and ident else None,
+            name if isinstance(name, str) and name else None,
+            arguments if isinstance(arguments, str) else "",
+        )
 
 
 class OpenAIChat(HTTPProvider):
@@ -63,6 +87,7 @@ class OpenAIChat(HTTPProvider):
     #: OpenAI accepts at most four stop strings.
     max_stops = 4
     route = "/chat/completions"
+    native_tools = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -82,7 +107,14 @@ class OpenAIChat(HTTPProvider):
 
     def payload(self, request: LLMRequest) -> dict[str, Any]:
         """The body fields that differ between chat and completions."""
-        return {"messages": [m.to_dict() for m in request.messages]}
+        native = request.native
+        if native is None:
+            return {"messages": [m.to_dict() for m in request.messages]}
+        body: dict[str, Any] = {"messages": [dict(m) for m in native.messages]}
+        if native.tools:
+            body.update(tools=[dict(t) for t in native.tools], tool_choice=native.tool_choice,
+                        parallel_tool_calls=native.parallel)
+        return body
 
     def build_call(self, request: LLMRequest) -> HTTPCall:
         body: dict[str, Any] = {}
@@ -151,6 +183,7 @@ class OpenAICompletions(OpenAIChat):
     route_suffixes = ("/completions", "/chat/completions")
     route = "/completions"
     raw_prompt = True
+    native_tools = False
 
     def payload(self, request: LLMRequest) -> dict[str, Any]:
         return {"prompt": self.prompt(request.messages)}

@@ -19,18 +19,43 @@ import threading
 import time
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from ..cancel import CancelToken
-from ..llm import LLM, ConstrainMode, FinishChunk, LLMRequest, ReasoningChunk, TextChunk, alternating
+from ..llm import (
+    LLM,
+    ConstrainMode,
+    FinishChunk,
+    LLMRequest,
+    NativeTools,
+    ReasoningChunk,
+    TextChunk,
+    alternating,
+    native_refused,
+    supports_native_tools,
+)
 from ..prompts import PromptLoader
 from ..protocol.canonical import format_tool_call
 from ..protocol.defuse import neutralise
 from ..step import Meter, ModelStep, StepConfig, StepOutcome, ToolDefinition
 from ..types import FinishReason, Message, ReasoningEvent, TextEvent, ToolCall, UsageEvent
+from .native import (
+    NOT_RUN,
+    Forwarding,
+    Holdback,
+    call_entry,
+    checked,
+    wire_choice,
+    wire_messages,
+    wire_tools,
+)
+from .native import rescued as rescued_json
 from .wire import CallOut, ChatMessage, ChatRequest, Finished, Out, ReasoningOut, RequestError, TextOut
 
 logger = logging.getLogger("mylm.serve")
+
+ToolsMode = Literal["emulate", "native"]
+TOOLS_MODES: tuple[ToolsMode, ...] = ("emulate", "native")
 
 #: The templates the core renders itself (the step checks its own); checked when the server starts.
 TEMPLATES = ("system.j2", "observation.j2", "tool_error.j2", "denied.j2", "tool_required.j2")
@@ -48,6 +73,9 @@ class CoreSettings:
     timeout: float = 300.0
     #: Whether the upstream accepts stop strings (some hosted models refuse them; the parser cuts anyway).
     stop_strings: bool = True
+    #: `emulate`: tools go into the prompt in mylm's protocol; `native`: they are forwarded to an upstream with
+    #: native tool calling, and calls it leaves in the text are rescued (`native.py`).
+    tools: ToolsMode = "emulate"
 
 
 class Core:
@@ -64,6 +92,8 @@ class Core:
         #: Rendered system prompts by tools, choice and instructions: the same request renders the same bytes.
         self._systems: dict[tuple[Any, ...], str] = {}
         self._lock = threading.Lock()
+        if settings.tools == "native" and not supports_native_tools(llm):
+            raise native_refused(str(getattr(llm, "name", None) or type(llm).__name__))
         prompts.check([*TEMPLATES, *ModelStep(llm, [], prompts=prompts).templates()])
 
     # ------------------------------------------------------------------------------------------ rendering
@@ -151,6 +181,15 @@ class Core:
         """The reply to `request`, as it becomes known: text and reasoning as they stream, each call once it is
         complete and valid, then `Finished`. Raises `LLMError`s from the upstream and `CancelledError`."""
         deadline = time.monotonic() + self.settings.timeout
+        if self.settings.tools == "native" and (request.tools or any(m.calls for m in request.messages)):
+            if self.emulated(request):
+                yield from self._native(request, deadline, cancel)
+            else:
+                # No call is wanted, but the conversation still goes upstream in the model's own format.
+                native = NativeTools(tuple(wire_messages(request)), wire_tools(request.tools),
+                                     wire_choice(request.tool_choice), request.parallel)
+                yield from self._plain(request, self.render(request), deadline, cancel, native)
+            return
         if not self.emulated(request):
             yield from self._plain(request, self.render(request), deadline, cancel)
             return
@@ -158,10 +197,10 @@ class Core:
         yield from self._emulate(request, step, list(self.render(request, step)), deadline, cancel)
 
     def _plain(self, request: ChatRequest, messages: tuple[Message, ...], deadline: float,
-               cancel: CancelToken) -> Iterator[Out]:
+               cancel: CancelToken, native: NativeTools | None = None) -> Iterator[Out]:
         """No tools: the conversation proxied as plain chat, its text and reasoning passed straight on."""
         upstream = LLMRequest(messages, stop=request.stop, max_tokens=request.max_tokens, deadline=deadline,
-                              cancel=cancel)
+                              cancel=cancel, native=native)
         finish: FinishChunk | None = None
         stream = iter(self.llm.stream(upstream))
         try:
@@ -232,9 +271,83 @@ class Core:
         yield Finished("length" if cut else "stop", meter.usage if counted[0] else None, answer)
 
 
-def _relay(steps: Generator[Any, None, StepOutcome], counted: list[bool]) -> Generator[Out, None, StepOutcome]:
+    def _native(self, request: ChatRequest, deadline: float, cancel: CancelToken) -> Iterator[Out]:
+        """`--tools native`: the tools forwarded, native calls validated, calls left in the text rescued; an
+        unusable reply corrected upstream in the native format (see `native.py`)."""
+        tools = [ToolDefinition(t.name, t.description, t.parameters) for t in request.tools]
+        # No grammar and no stop strings: the upstream's own tool-call format must not be cut or constrained.
+        step = ModelStep(self.llm, tools, StepConfig(
+            max_tokens=request.max_tokens or self.settings.max_tokens, multiple_calls=request.parallel,
+            constrain="off", tool_choice=request.tool_choice, stop_strings=False), prompts=self.prompts)
+        step.stops = tuple(request.stop)
+        wire = wire_messages(request)
+        seed = stable_id("", json.dumps(wire, sort_keys=True, default=str))
+        shown = list(self.render(request))  # what the step calibrates its token estimate with
+        corrections, meter, counted = step.corrections(), Meter(), [False]
+        settled: str = ""
+        cut = False
+        for attempt in range(self.settings.max_corrections + 1):
+            upstream = Forwarding(self.llm, NativeTools(tuple(wire), wire_tools(request.tools),
+                                                        wire_choice(request.tool_choice), request.parallel))
+            step.llm = upstream
+            hold = Holdback()
+            outcome = yield from _relay(step.turn(shown, deadline=deadline, cancel=cancel, corrections=corrections,
+                                                  meter=meter), counted, hold)
+            parsed = outcome.turn.parsed
+            cut = outcome.turn.finish is FinishReason.MAX_TOKENS
+            native = upstream.calls if request.parallel else upstream.calls[:1]
+            for index, call in enumerate(native):
+                call.id = call.id or stable_id("call_", seed, str(attempt), "native", str(index))
+            rescued = list(parsed.tool_calls) if request.parallel or not native else []
+            # Beside native calls the text is their thought: its problems (empty, no call where one is
+            # required, a malformed block) do not make the turn unusable.
+            problem = None if native else outcome.correction
+            thought = parsed.thought
+            printed = None if native or rescued else rescued_json(parsed.thought, {t.name for t in tools})
+            if printed is not None:
+                # The whole reply, or a fenced block ending it, is call JSON: what vLLM's and llama.cpp's tool
+                # parsers leave in `content`. Its text was held back, so the client never saw it as text.
+                rescued, thought, problem = list(printed[0]), printed[1], None
+            else:
+                rest = hold.rest()
+                if rest:
+                    yield TextOut(rest)
+            results = [checked(step, corrections, call) for call in native]
+            found = [step.check_call(call, corrections) for call in rescued[: None if request.parallel else 1]]
+            text_problems = [o for _, o in found if o is not None] + ([problem] if problem else [])
+            if not text_problems and all(o is None for _, o in results):
+                ids = [c.id or "" for c in native] + [stable_id("call_", seed, str(attempt), str(i))
+                                                     for i in range(len(found))]
+                for call_id, (good, _) in zip(ids, [*results, *found]):
+                    yield CallOut(call_id, good.name, json.dumps(good.arguments, ensure_ascii=False))
+                calls = bool(native or found)
+                text = thought if calls else (parsed.final_answer or parsed.thought)
+                usage = meter.usage if counted[0] else None
+                yield Finished("tool_calls" if calls else ("length" if cut else "stop"), usage, text)
+                return
+            logger.info("Unusable reply (attempt %d): %s", attempt + 1,
+                        outcome.problem or "; ".join(o for _, o in results if o) or text_problems[0])
+            settled = parsed.final_answer or parsed.thought
+            if attempt == self.settings.max_corrections:
+                break
+            reply: dict[str, Any] = {"role": "assistant", "content": parsed.text.strip() or
+                                     ("" if native else "(empty reply)")}
+            if native:
+                reply["tool_calls"] = [call_entry(c.id or "", c.name, c.arguments) for c in native]
+            wire.append(reply)
+            for call, (_, observation) in zip(native, results):
+                wire.append({"role": "tool", "tool_call_id": call.id, "content": observation or NOT_RUN})
+            if text_problems:
+                wire.append({"role": "user", "content": "\n".join(text_problems)})
+        # Out of corrections: the text the reply had, never a half call.
+        yield Finished("length" if cut else "stop", meter.usage if counted[0] else None, settled)
+
+
+def _relay(steps: Generator[Any, None, StepOutcome], counted: list[bool],
+           hold: Holdback | None = None) -> Generator[Out, None, StepOutcome]:
     """The step's text and reasoning events as the server's `Out` items; returns its outcome. `counted[0]` is
-    set once the upstream has reported usage."""
+    set once the upstream has reported usage; text passes through `hold` (what may be a call printed as JSON
+    waits), if given."""
     try:
         while True:
             try:
@@ -243,8 +356,9 @@ def _relay(steps: Generator[Any, None, StepOutcome], counted: list[bool]) -> Gen
                 result: StepOutcome = stop.value
                 return result
             if isinstance(event, TextEvent):
-                if event.text:
-                    yield TextOut(event.text)
+                shown = hold.feed(event.text) if hold is not None else event.text
+                if shown:
+                    yield TextOut(shown)
             elif isinstance(event, ReasoningEvent):
                 if event.text:
                     yield ReasoningOut(event.text)

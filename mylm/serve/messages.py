@@ -184,7 +184,9 @@ def _start(request: ChatRequest) -> dict[str, Any]:
 
 
 def _tool_id(call: CallOut) -> str:
-    return "toolu_" + call.id.removeprefix("call_")
+    # Reversible (`native.upstream_id`), so `--tools native` hands an upstream back the ids it issued; an id
+    # without the prefix (an upstream's own, passed through) is kept as it is.
+    return "toolu_" + call.id.removeprefix("call_") if call.id.startswith("call_") else call.id
 
 
 def answer(request: ChatRequest, items: list[Out], body: dict[str, Any]) -> dict[str, Any]:

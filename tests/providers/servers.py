@@ -47,6 +47,9 @@ class Completion:
     #: The error payload (the whole JSON object, e.g. `{"error": {...}}`) the server puts into the stream after the
     #: text, framed as that server frames it (the HTTP status stays 200).
     error_after: Mapping[str, Any] | None = None
+    #: Native tool calls (`{"id", "name", "arguments"}`, arguments as JSON text) the OpenAI server streams after
+    #: the text as `delta.tool_calls`: a header piece with id and name, then the arguments in small fragments.
+    tool_calls: Sequence[Mapping[str, str]] = ()
 
 
 @dataclass(frozen=True)
@@ -513,10 +516,17 @@ class OpenAIServer(LoopbackServer):
             while True:
                 for piece in pieces(FILLER):
                     yield chunk({"content": piece})
+        for index, native in enumerate(completion.tool_calls if chat else ()):
+            header = {"index": index, "id": native["id"], "type": "function",
+                      "function": {"name": native["name"], "arguments": ""}}
+            yield chunk({"tool_calls": [header]})
+            for piece in pieces(native["arguments"]):
+                count += 1
+                yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
         if completion.error_after is not None:
             yield sse(dict(completion.error_after), crlf=self.crlf)
             return
-        yield chunk({}, completion.finish or "stop")
+        yield chunk({}, completion.finish or ("tool_calls" if completion.tool_calls and chat else "stop"))
         if self.usage and (body.get("stream_options") or {}).get("include_usage"):
             usage = {
                 "prompt_tokens": completion.prompt_tokens,

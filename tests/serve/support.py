@@ -43,13 +43,15 @@ def call(name: str, arguments: str, thought: str = "") -> str:
 
 @contextlib.contextmanager
 def serving(upstream_url: str, *, provider: str = "openai", model: str = "test-model", client_key: str | None = None,
-            constrain: str = "off", max_corrections: int = 2, **config: Any) -> Iterator[str]:
+            constrain: str = "off", max_corrections: int = 2, tools: str = "emulate",
+            **config: Any) -> Iterator[str]:
     """`mylm serve` in a thread on an ephemeral loopback port in front of `upstream_url`; yields its root URL."""
     endpoint = Endpoint(provider=provider, base_url=upstream_url, model=model, api_key="upstream-secret-key",
                         max_tokens=512)
     loader = PromptLoader.default()
     core = Core(create_llm(endpoint, prompts=loader), loader,
-                CoreSettings(constrain=constrain, max_corrections=max_corrections, timeout=30))  # type: ignore[arg-type]
+                CoreSettings(constrain=constrain, max_corrections=max_corrections, timeout=30,
+                             tools=tools))  # type: ignore[arg-type]
     app = create_app(core, ServeConfig(model=model, client_key=client_key, **config),
                      redact=lambda s: s.replace("upstream-secret-key", "[REDACTED]"))
     with Background(app) as url:

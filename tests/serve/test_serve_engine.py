@@ -127,3 +127,40 @@ def test_a_base_model_through_raw_completions_and_a_chat_format_under_the_gramma
             assert calls and all(_valid(c.function.arguments) for c in calls)
     finally:
         server.stop()
+
+
+def test_native_mode_forwards_tools_to_llama_cpp_python_function_calling() -> None:
+    """`--tools native` in front of llama-cpp-python's own tool calling (`chatml-function-calling`): the calls are
+    the engine's native ones, streamed and not, and the tool result goes back as a `tool` message it accepts."""
+    server = EngineServer(_need(SMOLLM), n_ctx=4096, threads=2, extra=("--chat_format", "chatml-function-calling"))
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city.",
+                                               "parameters": PARAMETERS}}]
+    choice = {"type": "function", "function": {"name": "get_weather"}}
+    try:
+        server.wait_ready(timeout=180)
+        endpoint = Endpoint(provider="openai", base_url=server.base_url, model="smollm2",
+                            options={"temperature": 0.0, "seed": 7})
+        loader = PromptLoader.default()
+        core = Core(create_llm(endpoint, prompts=loader), loader,
+                    CoreSettings(tools="native", max_corrections=1, max_tokens=96, timeout=1800))
+        with Background(create_app(core, ServeConfig(model="small"))) as url:
+            api = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=1800)
+            reply = api.chat.completions.create(model="small", messages=QUESTION, tools=tools, tool_choice=choice,
+                                                max_tokens=96)
+            (tool_call,) = reply.choices[0].message.tool_calls or []
+            # The engine's own id, passed through: mylm neither renders nor re-numbers the call.
+            assert tool_call.id.startswith("call__0_get_weather") and reply.choices[0].finish_reason == "tool_calls"
+            _valid(tool_call.function.arguments)
+            streamed: dict[int, str] = {}
+            for chunk in api.chat.completions.create(model="small", messages=QUESTION, tools=tools, stream=True,
+                                                     tool_choice=choice, max_tokens=96):
+                for piece in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+                    streamed[piece.index] = streamed.get(piece.index, "") + (piece.function.arguments or "")
+            assert streamed and all(_valid(arguments) for arguments in streamed.values())
+            conversation = [*QUESTION, reply.choices[0].message.model_dump(exclude_none=True),
+                            {"role": "tool", "tool_call_id": tool_call.id, "content": "sunny, 21 C"}]
+            answer = api.chat.completions.create(model="small", messages=conversation, tools=tools,
+                                                 tool_choice="none", max_tokens=32)
+            assert answer.choices[0].finish_reason in ("stop", "length") and answer.choices[0].message.content
+    finally:
+        server.stop()
