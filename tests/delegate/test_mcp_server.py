@@ -219,23 +219,36 @@ def test_cancelling_mid_command_stops_the_run_and_its_process_group(
     import anyio
     from mcp import Client
 
-    fifo = isolated_user_state / "pgid.fifo"
+    fifo = isolated_user_state / "ready.fifo"
     os.mkfifo(fifo)
+    # The command runs in the sandbox's own PID namespace, where `$$` means nothing to this process: it is found
+    # on the host by a sleep argument no other process has.
+    token = f"300.{os.getpid()}{id(fifo) % 1000:03d}"
     script = write_script(tmp_path / "script.json", [
-        call("execute_command", command="echo $$ > pgid.fifo; sleep 300; echo never"), "unused"])
-    seen: dict[str, int] = {}
+        call("execute_command", command=f"echo ready > ready.fifo; sleep {token}; echo never"), "unused"])
 
-    def read_group() -> None:
+    def sleepers() -> list[int]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            try:
+                if entry.name.isdigit() and (entry / "cmdline").read_bytes() == f"sleep\0{token}\0".encode():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+        return found
+
+    def wait_ready() -> None:
         with open(fifo, encoding="utf-8") as handle:  # blocks until the command opens it
-            seen["pgid"] = int(handle.readline())
+            handle.readline()
 
     async def cancel_mid_command(server: Any) -> None:
         async with Client(server) as client:
             with anyio.fail_after(120):
                 async with anyio.create_task_group() as group:
                     group.start_soon(client.call_tool, "run_task", {"prompt": "wait"})
-                    await anyio.to_thread.run_sync(read_group, abandon_on_cancel=True)
-                    os.killpg(seen["pgid"], 0)  # the command runs in its own group
+                    await anyio.to_thread.run_sync(wait_ready, abandon_on_cancel=True)
+                    while not sleepers():  # the command is running
+                        await anyio.sleep(0.05)
                     group.cancel_scope.cancel()
                 # The server saves the cancelled run only once it has stopped and reaped the command.
                 while not mcp_sessions(data_home()):
@@ -247,8 +260,7 @@ def test_cancelling_mid_command_stops_the_run_and_its_process_group(
     else:
         with http_server(["--yes"], env, isolated_user_state) as url:
             run(lambda: cancel_mid_command(url))
-    with pytest.raises(ProcessLookupError):
-        os.killpg(seen["pgid"], 0)
+    assert sleepers() == []
     (records,) = mcp_sessions(data_home())
     assert records[-1]["type"] == "run_end" and records[-1]["stop_reason"] == "cancelled"
     assert any("interrupted by the user" in r.get("content", "") for r in records)
