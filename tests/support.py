@@ -36,3 +36,19 @@ def engine_missing(needs: tuple[str, ...] = ("gguf", "numpy")) -> str | None:
         f"the engine is installed, but {' and '.join(missing)}, which the engine tests need, {verb} not: "
         f"run `pip install -e '.[test]'` (or `{INSTALL_ENGINE}`)"
     )
+
+
+def running(*argv: str) -> list[int]:
+    """Host pids of the processes whose command line is exactly `argv`.
+
+    Commands run in the sandbox's own PID namespace, where `$$` is no host pid: tests that must see a command
+    die give it an argument no other process has (`sleep 600.<unique>`) and look for it here."""
+    wanted = "".join(f"{arg}\0" for arg in argv).encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "cmdline").read_bytes() == wanted:
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found

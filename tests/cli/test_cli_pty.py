@@ -10,6 +10,7 @@ import io
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from cli_support import Gate, call, finish, read_fifo_line, spawn, spawn_shell, 
 
 from mylm.paths import data_dir
 from mylm.sessions import INTERRUPTED, load
+from tests.support import running
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="pseudo-terminals are POSIX")
 
@@ -77,23 +79,28 @@ def test_pty_ctrl_c_during_a_reply_exits_130_and_keeps_it(env: dict[str, str], t
 
 
 def test_pty_chat_ctrl_c_during_a_tool_kills_it_and_returns_to_the_prompt(env: dict[str, str], tmp_path: Path) -> None:
-    fifo = Path.cwd() / "pid"  # in the workspace: a command, even approved, writes nowhere else (the sandbox)
+    fifo = Path.cwd() / "ready"  # in the workspace: a command, even approved, writes nowhere else (the sandbox)
     os.mkfifo(fifo)
+    # The command runs in the sandbox's PID namespace, where `$$` is no host pid: it is found by its argument.
+    token = f"600.{os.getpid()}"
     # More output than a pipe holds first: once the pid arrives, mylm is reading the output, i.e. inside the
     # tool's run loop, so Ctrl-C lands there (not in the instant between starting the process and reading it).
-    command = f"yes | head -c 200000; echo $$ > {fifo}; exec sleep 600"
+    command = f"yes | head -c 200000; echo ready > {fifo}; exec sleep {token}"
     replies = [call("execute_command", command=command), "Back at work."]
     child = spawn(["chat", "--yes"], scripted(env, tmp_path, replies))
     child.expect("> ")
     child.sendline("run the slow thing")
-    pid = int(read_fifo_line(fifo))  # the command is running now
+    read_fifo_line(fifo)
+    deadline = time.monotonic() + 30
+    while not running("sleep", token) and time.monotonic() < deadline:
+        os.sched_yield()
+    assert running("sleep", token), "the command never started its sleep"  # the command is running now
     child.sendintr()
     child.expect(r"  (error|interrupted) (in|after) [0-9.]+s")  # issue 20: Ctrl-C is not an error
     assert child.match.group(1) == "interrupted"
     child.expect("Stopped; what was said so far is kept")
     child.expect("> ")
-    with pytest.raises(ProcessLookupError):
-        os.kill(pid, 0)  # killed and reaped with its process group, not left behind
+    assert running("sleep", token) == []  # killed and reaped with its process group, not left behind
     child.sendline("carry on")
     child.expect("Back at work.")
     child.expect("> ")

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.delegate.mcp_support import call, child_env, http_server, mcp_sessions, stdio, write_script
+from tests.support import running
 
 pytestmark = [
     pytest.mark.slow,
@@ -228,14 +229,7 @@ def test_cancelling_mid_command_stops_the_run_and_its_process_group(
         call("execute_command", command=f"echo ready > ready.fifo; sleep {token}; echo never"), "unused"])
 
     def sleepers() -> list[int]:
-        found = []
-        for entry in Path("/proc").iterdir():
-            try:
-                if entry.name.isdigit() and (entry / "cmdline").read_bytes() == f"sleep\0{token}\0".encode():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-        return found
+        return running("sleep", token)
 
     def wait_ready() -> None:
         with open(fifo, encoding="utf-8") as handle:  # blocks until the command opens it
