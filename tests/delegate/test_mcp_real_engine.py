@@ -74,7 +74,8 @@ def test_a_delegated_task_on_a_real_model_under_the_grammar_ends_cleanly(isolate
     # The run ends by itself (two shared cores may spend the whole budget on this model: a timeout is a clean
     # ending too), and under the grammar every turn the model finished was a call or an answer, never a format
     # error sent back.
-    assert report["stop_reason"] in ("final_answer", "max_iterations", "timeout"), report
+    # An answer cut at the 96-token cap is a clean ending too (the tiny model often writes long ones).
+    assert report["stop_reason"] in ("final_answer", "max_iterations", "max_tokens", "timeout"), report
     assert report["tool_calls"] or report["answer"], report
     assert 1 <= report["iterations"] <= 2 and progress[0] == "iteration 1/2"
     (records,) = mcp_sessions(Path(os.environ["XDG_DATA_HOME"]))
