@@ -7,6 +7,15 @@ from pathlib import Path
 
 import pytest
 
+try:
+    # The MCP SDK binds `stdio_client`'s default errlog to whatever sys.stderr is when the module is first
+    # imported. Imported first inside a CliRunner (a CLI test with MCP servers configured), it keeps click's
+    # swapped-out stream, and every later SDK client in the session fails at `stderr.fileno()`. mylm itself
+    # passes errlog explicitly; the tests' SDK clients use the default, so it is bound here, to the real stderr.
+    import mcp.client.stdio  # noqa: F401
+except ImportError:  # the mcp extra is optional; its tests skip without it
+    pass
+
 _ENDPOINT_PREFIXES = ("MYLM_", "OPENAI_", "OLLAMA_", "ANTHROPIC_", "GEMINI_", "GOOGLE_API_KEY")
 
 
