@@ -131,7 +131,9 @@ class ToolRunner:
         if replaced:
             logger.warning("%s returned text that is not valid UTF-8; replaced it with U+FFFD", call.name)
             outcome = replace(outcome, output=output)
-        repeated = self._repeated(run, call, outcome) if ran else self._forget(run)
+        # A refused call counts like one that ran: repeated with the same refusal, it is the same doom loop (a tiny
+        # model re-sending a command no one can approve). An invalid one is a new mistake each time.
+        repeated = self._repeated(run, call, outcome) if ran or status == "denied" else self._forget(run)
         observation = run.corrections.repeated_call(call.name) if repeated else None
         yield from self._report(call, outcome, status, observations, observation)
         return outcome, valid

@@ -97,6 +97,17 @@ def test_invalid_or_refused_calls_are_not_counted_as_repeats(tmp_path: Path) -> 
     assert not any(NOTE in r.messages[-1].content for r in llm.requests)
 
 
+def test_a_call_refused_the_same_way_again_and_again_ends_the_run(tmp_path: Path) -> None:
+    # The quick start's tiny model, with no terminal to ask, re-sent one unapprovable command until the timeout.
+    from mylm.types import Permission
+
+    same = call("list_dir", path=".")
+    llm = ScriptedLLM([same] * 3 + ["never reached"])
+    result = Agent(llm, [listing(tmp_path)], permission=lambda call: Permission(False, "no one can approve it")).run("x")
+    assert result.stop_reason is StopReason.REPEATED_CALL and result.iterations_used == 3
+    assert NOTE in llm.requests[2].messages[-1].content
+
+
 def test_repeated_call_limit_is_a_setting(tmp_path: Path) -> None:
     same = call("list_dir", path=".")
     tools = [listing(tmp_path)]
