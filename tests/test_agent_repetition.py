@@ -83,3 +83,15 @@ def test_a_long_legit_reply_and_a_call_after_a_list_are_untouched() -> None:
     result = Agent(llm, [add]).run("Table, then add.")
     assert result.final_text == "3"
     assert not [e for e in result.events if isinstance(e, ErrorEvent)]
+
+
+def test_a_reply_looping_inside_one_line_is_cut_and_the_model_told_what_repeated() -> None:
+    # A small model that never emits a newline: "Python 3.11.2 Python 3.11.2 ..." to the token limit.
+    loop = "The installed version is " + "Python 3.11.2 " * 3000
+    scripted = ScriptedLLM([loop, "It is Python 3.11.2."], chunk_size=4, stops="ignore")
+    llm = Counting(scripted)
+    result = Agent(llm, [add]).run("Which Python is installed?")
+    assert result.stop_reason is StopReason.FINAL_ANSWER and result.final_text == "It is Python 3.11.2."
+    assert scripted.closed_early == 1 and llm.pulled < len(loop) // 4 // 10
+    correction = scripted.requests[1].messages[-1]
+    assert "kept repeating itself" in correction.content and "in one line" in correction.content

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+
 import pytest
 
 from mylm.protocol.repetition import COUNTED_LINES, EXACT_LINES, Repetition, RepetitionGuard
@@ -98,3 +101,51 @@ def test_a_line_without_newline_is_not_judged_until_it_ends() -> None:
         guard.feed("x\n")
     assert guard.feed("x") is None  # the fourth line may still go on
     assert guard.feed("yz\n") is None
+
+
+# ------------------------------------------------------------------------------------ inside one line
+
+
+@pytest.mark.parametrize("unit", ["Python 3.11.2 ", "a", "ab", "I will check the file again. ",
+                                  "<tool_code> " * 3, "x" * 100 + " "])
+@pytest.mark.parametrize("chunk", [1, 7, 4096])
+def test_a_unit_repeated_inside_one_line_trips(unit: str, chunk: int) -> None:
+    text = "The version is: " + unit * (20_000 // len(unit))
+    found, read = scan(text, chunk=chunk)
+    assert found is not None and found.inline and not found.counted
+    assert found.period == len(unit) or len(unit) % found.period == 0  # "ab" repeated is also "abab" repeated
+    assert found.line * (len(unit) // found.period) == unit or found.line in unit * 2
+    if chunk < 4096:
+        assert read < 2048  # stopped a kilobyte or so in, not at the token limit
+    assert "in one line" in found.describe()
+
+
+def test_a_unit_whose_probe_recurs_inside_it_is_still_found() -> None:
+    # The unit's last 16 characters also occur earlier in the unit: the nearest occurrence is not the period.
+    unit = "0123456789abcdef-0123456789abcdef+"
+    found, _ = scan("start " + unit * 200, chunk=11)
+    assert found is not None and found.inline and found.period == len(unit)
+
+
+def test_repetition_inside_a_line_after_normal_lines_trips_and_counts_from_its_start() -> None:
+    text = "First a plan.\nThen:\n" + "ok " * 1000
+    found, _ = scan(text, chunk=5)
+    assert found is not None and found.inline
+    assert found.line in ("ok ", "k o", " ok")
+    assert found.lines >= 1024 // 3
+
+
+@pytest.mark.parametrize("line", [
+    # a long paragraph, minified code, a long JSON argument, base64: long lines without one repeated unit
+    " ".join(f"word{n % 37}x{n % 11}" for n in range(600)),
+    ";".join(f"function f{n}(a){{return a*{n}+{n % 7}}}" for n in range(120)),
+    '{"path": "a.txt", "content": "' + "".join(f"line {n}\\n" for n in range(400)) + '"}',
+    base64.b64encode(hashlib.sha512(b"seed").digest() * 1 + b"".join(
+        hashlib.sha256(str(n).encode()).digest() for n in range(120))).decode(),
+])
+def test_long_lines_without_a_repeated_unit_do_not_trip(line: str) -> None:
+    assert scan(line, chunk=9)[0] is None
+
+
+def test_a_separator_shorter_than_the_limit_does_not_trip() -> None:
+    assert scan("Title\n" + "=" * 900 + "\nBody text.\n" + "-" * 1000 + "\n", chunk=13)[0] is None

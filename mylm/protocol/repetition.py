@@ -8,6 +8,12 @@ to 16), either exactly or with only their numbers stepping by one (a counter). L
 table's rows or a list's items differ in words or in several numbers at once, and code's closing braces
 come a few at a time. So the thresholds are in whole lines, and a counter, which a requested list of numbers
 can legitimately be, needs many more of them than an exact copy. Cost: a few comparisons per completed line.
+
+A reply can also degenerate inside one line, with no newline at all ("Python 3.11.2 Python 3.11.2 ..."). So a
+line that keeps growing is looked at every `INLINE_STEP` characters: if its tail is one short unit (up to
+`INLINE_MAX_PERIOD` characters) copied end to end over `INLINE_CHARS` characters and at least `INLINE_COPIES`
+times, it is cut too. A legit long line (a paragraph, minified code, a long JSON argument) does not repeat one
+unit for a kilobyte. Cost: one `rfind` and one comparison of the tail per step.
 """
 
 from __future__ import annotations
@@ -23,6 +29,14 @@ EXACT_LINES = 48
 COUNTED_LINES = 128
 #: The longest repeated block looked for, in lines.
 MAX_PERIOD = 16
+#: Characters of one line a repetition inside it must cover before the reply is cut.
+INLINE_CHARS = 1024
+#: Copies of the unit it must hold (a short unit covers INLINE_CHARS long before this many copies of a long one).
+INLINE_COPIES = 8
+#: The longest unit looked for inside a line, in characters.
+INLINE_MAX_PERIOD = 128
+#: How often, in characters of a growing line, its tail is looked at.
+INLINE_STEP = 256
 
 
 @dataclass(frozen=True)
@@ -33,10 +47,15 @@ class Repetition:
     period: int
     lines: int
     counted: bool
+    #: The repetition is inside one line: `line` is the repeated unit, `period` its length in characters and
+    #: `lines` its number of copies.
+    inline: bool = False
 
     def describe(self) -> str:
         """One sentence for the model and the user."""
         shown = self.line if len(self.line) <= 60 else self.line[:57] + "..."
+        if self.inline:
+            return f"the reply repeated {shown!r} {self.lines} times in one line, so it was stopped"
         what = f"the line {shown!r}" if self.period == 1 else f"a block of {self.period} lines ending {shown!r}"
         how = "with only its numbers counting up" if self.counted else "unchanged"
         return f"the reply repeated {what} {how} for {self.lines} lines, so it was stopped"
@@ -53,12 +72,16 @@ class RepetitionGuard:
     """Watches one streamed reply; `feed` returns the repetition once the tail is degenerate (then stays so)."""
 
     def __init__(
-        self, *, exact_lines: int = EXACT_LINES, counted_lines: int = COUNTED_LINES, max_period: int = MAX_PERIOD
+        self, *, exact_lines: int = EXACT_LINES, counted_lines: int = COUNTED_LINES, max_period: int = MAX_PERIOD,
+        inline_chars: int = INLINE_CHARS,
     ) -> None:
         self.exact_lines = exact_lines
         self.counted_lines = counted_lines
         self.max_period = max_period
+        self.inline_chars = inline_chars
         self._partial: list[str] = []
+        self._partial_len = 0  # characters in `_partial`
+        self._inline_at = INLINE_STEP  # the partial line's length at which its tail is next looked at
         self._recent: list[_Line] = []  # the last max_period lines, oldest first
         self._shapes: dict[str, int] = {}  # how many of them have each shape: most lines match none (fast path)
         # For each period p (index p - 1): how many lines in a row equal the line p before them.
@@ -71,6 +94,9 @@ class RepetitionGuard:
         if "\n" not in text:  # most chunks: a few characters of the current line
             if text and self.found is None:
                 self._partial.append(text)
+                self._partial_len += len(text)
+                if self._partial_len >= self._inline_at:
+                    self._look_inline()
             return self.found
         if self.found is not None:
             return self.found
@@ -82,7 +108,37 @@ class RepetitionGuard:
                 break
             self._line(line)
         self._partial = [lines[-1]] if lines[-1] else []
+        self._partial_len = len(lines[-1])
+        self._inline_at = INLINE_STEP
+        if self._partial_len >= self._inline_at and self.found is None:
+            self._look_inline()
         return self.found
+
+    def _look_inline(self) -> None:
+        """Whether the growing line's tail is one short unit copied end to end (see the module's docstring)."""
+        line = "".join(self._partial)
+        self._partial = [line]  # joined once per step, not per chunk
+        self._inline_at = len(line) + INLINE_STEP
+        if len(line) <= self.inline_chars:
+            return
+        # The unit's length is the distance back to the tail's last 16 characters' previous occurrence.
+        probe, end = line[-16:], len(line) - 1
+        lowest = max(0, len(line) - 16 - INLINE_MAX_PERIOD)
+        while True:
+            at = line.rfind(probe, lowest, end)
+            if at < 0:
+                return
+            period = len(line) - 16 - at
+            window = max(self.inline_chars, period * INLINE_COPIES)
+            if len(line) >= window + period and line[-window:] == line[-window - period:-period]:
+                break
+            end = at + 15  # the next occurrence further back (a unit with the probe inside it more than once)
+        # How far back the copies go, for the message: the tail matches itself shifted by one unit.
+        start = len(line) - window - period
+        while start >= period and line[start - period:start] == line[start:start + period]:
+            start -= period
+        unit = line[-period:]
+        self.found = Repetition(unit, period, (len(line) - start) // period, counted=False, inline=True)
 
     def _line(self, raw: str) -> None:
         text = raw.rstrip()
