@@ -124,9 +124,11 @@ def git_problem(
     return None
 
 
-#: Options that make `git log` print diffs, that is file contents.
+#: Options that make `git log` reveal file contents: the ones that print diffs, and the pickaxe (`-S`, `-G`),
+#: which prints nothing of a file but answers whether a guessed string was ever in it (an oracle that confirms
+#: a secret's value one guess at a time).
 _PATCH = frozenset({"-p", "-u", "-U", "-W", "-c", "--patch", "--unified", "--word-diff", "--color-words",
-                    "--cc", "--binary", "--function-context", "--text", "--full-diff"})
+                    "--cc", "--binary", "--function-context", "--text", "--full-diff", "-S", "-G"})
 #: `git log` options that choose the revisions to walk, handed to `git rev-list` as they are.
 _REF_SETS = ("--all", "--branches", "--tags", "--remotes")
 

@@ -43,6 +43,9 @@ def history(workspace: Path) -> Path:
 @pytest.mark.parametrize("command", [
     "git log -p", "git log --patch -3", "git log -p -- a.txt", "git log --all -U1", "git show", "git show HEAD~1",
     "git diff HEAD~1", "git diff HEAD~1 HEAD", "git grep HISTORY HEAD~1", "git log -p HEAD~1..HEAD",
+    # The pickaxe prints no contents but confirms a guessed secret: `git log -S9f8e --oneline` lists the commits
+    # whose files gained or lost that string.
+    "git log -S HISTORYSECRET", "git log -G 9f8e --oneline", "git log -S9f8e --all --format=%H",
 ])
 def test_contents_from_a_history_holding_a_secret_ask(history: Path, command: str) -> None:
     assert level(history, command) == "unknown"
@@ -57,7 +60,7 @@ def test_a_blob_by_its_hash_asks(history: Path) -> None:
 
 
 @pytest.mark.parametrize("command", [
-    "git log --oneline", "git log --stat", "git show HEAD:a.txt", "git diff", "git grep text", "git status",
+    "git log --oneline", "git log --stat", "git log --grep=one", "git show HEAD:a.txt", "git diff", "git grep text", "git status",
     "git blame a.txt",
 ])
 def test_forms_that_print_no_history_contents_stay_auto_approved(history: Path, command: str) -> None:
@@ -70,7 +73,7 @@ def test_a_clean_history_keeps_log_p_and_show_auto_approved(workspace: Path) -> 
     git(workspace, "add", "a.txt")
     git(workspace, "commit", "-qm", "one")
     (workspace / "a.txt").write_text("two\n")
-    for command in ("git log -p", "git show", "git diff HEAD", "git grep one HEAD"):
+    for command in ("git log -p", "git show", "git diff HEAD", "git grep one HEAD", "git log -S one --oneline"):
         assert level(workspace, command) == "safe", command
     assert "+two" in (run(workspace, "git diff HEAD") or "")
 
