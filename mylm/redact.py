@@ -43,8 +43,17 @@ _ASSIGNMENTS = (
     r"(?P<value>(?P<q>[\"']?)[^\s'\"]+(?P=q))",
     (
         rf"(?im)((?:^[ \t]*(?:-[ \t]+)?|[{{,][ \t]*)(?P<kq>[\"']?){_KEY_NAME}(?P=kq)"
-        r"(?:[ \t]*:[ \t]+|[ \t]*:(?=[\"'])))(?P<value>(?P<q>[\"']?)[^\s'\",]+(?P=q))"
+        r"(?:[ \t]*:[ \t]+|[ \t]*:(?=[\"'])))(?P<value>(?P<q>[\"']?)[^\s'\",}\]]+(?P=q))"
     ),
+    # `.netrc` and `.authinfo` (`machine h login bob password x`, on one line or many).
+    r"(?i)(\b(?:login|machine|account)[ \t]+\S+\s+(?:(?:login|account|port)[ \t]+\S+\s+)?(?:password|passwd)[ \t]+)"
+    r"(?P<value>(?P<q>[\"']?)[^\s'\"]+(?P=q))",
+    # A config line that is only a secret's name and its value (redis' `requirepass x`, `DB_PASSWD x`): the
+    # value must look like one (8 characters or more, with a digit or a sign), which a word of prose does not.
+    rf"(?im)(^[ \t]*{_KEY_NAME}[ \t]+)(?P<value>(?P<q>)(?=[^\s]*[0-9!#$%^&*+/=_\-])[^\s'\"]{{8,}})[ \t]*$",
+    # An XML element named for a secret: `<password>x</password>`, `<apiKey>x</apiKey>` (not a plist's `<key>`,
+    # which names a setting).
+    rf"(?i)(<(?!key>)(?P<tag>{_KEY_NAME})(?:[ \t][^<>]*)?>)(?P<value>(?P<q>)[^<>\s]+)(?=</(?P=tag)>)",
 )
 #: Values of secret-named keys that are not secrets: settings, placeholders, references and code.
 _SETTLED = re.compile(

@@ -25,6 +25,18 @@ R = Redactor()
     ("apiKey = 'AbC123'", f"apiKey = '{REDACTED}'"),
     ("origin\thttps://ghtoken0123456789@github.com/a.git (fetch)",
      f"origin\thttps://{REDACTED}@github.com/a.git (fetch)"),
+    # .netrc / .authinfo, on one line or several
+    ("machine api.example.com login bob password hunter2", f"machine api.example.com login bob password {REDACTED}"),
+    ("machine h\n  login bob\n  password hunter2\n", f"machine h\n  login bob\n  password {REDACTED}\n"),
+    ("default login anonymous passwd me@x.org", f"default login anonymous passwd {REDACTED}"),
+    # a config line that is a secret's name and its value
+    ("requirepass foobared1", f"requirepass {REDACTED}"),
+    ("  DB_PASSWD  hunter2x!", f"  DB_PASSWD  {REDACTED}"),
+    # XML elements named for a secret
+    ("<password>hunter2</password>", f"<password>{REDACTED}</password>"),
+    ('<apiKey env="prod">AbC123xyz</apiKey>', f'<apiKey env="prod">{REDACTED}</apiKey>'),
+    # a YAML flow mapping keeps its closing brace
+    ("auth: {user: a, pass: hunter2}", f"auth: {{user: a, pass: {REDACTED}}}"),
 ])
 def test_secret_assignments_are_redacted(text: str, shown: str) -> None:
     assert R.redact(text) == shown
@@ -48,6 +60,12 @@ def test_secret_assignments_are_redacted(text: str, shown: str) -> None:
     "password: null",
     "secret: ${SECRET}",
     "ssh://git@github.com/a.git",
+    "Password reset",
+    "token expired",
+    "password required for this action",
+    "<key>CFBundleName</key>",
+    "<token>${TOKEN}</token>",
+    "token_count 12345678",
 ])
 def test_code_settings_and_prose_are_left_alone(text: str) -> None:
     assert R.redact(text) == text
