@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from typing import Any, Callable, Sequence
 
@@ -15,6 +16,11 @@ from .tasks import Task
 
 #: How often the driver looks up from waiting on the cluster to notice a Ctrl-C.
 _POLL_S = 0.2
+#: Ray's cancel is best effort: one sent while a task is still being handed to its worker can be lost. So it
+#: is sent again this often while tasks run on after a stop...
+_RECANCEL_S = 1.0
+#: ...and after this long, the tasks still running are cancelled by force (their worker process is killed).
+_FORCE_AFTER_S = 5.0
 
 _worker_gates: dict[int, RateGate] = {}
 _worker_gates_lock = threading.Lock()
@@ -122,7 +128,9 @@ class RayExecutor:
         job_ref = ray.put(job)
         pending = deque(tasks)
         running: dict[Any, Task] = {}
-        cancel_sent = False
+        cancelled_at: float | None = None
+        sent_at = 0.0
+        forced = False
         while pending or running:
             while pending and len(running) < self.concurrency and not context.cancel.cancelled:
                 task = pending.popleft()
@@ -131,10 +139,13 @@ class RayExecutor:
                 running[remote.remote(job_ref, task, self.concurrency)] = task
             if context.cancel.cancelled:
                 pending.clear()
-                if not cancel_sent:
+                now = time.monotonic()
+                cancelled_at = now if cancelled_at is None else cancelled_at
+                if not forced and now - sent_at >= _RECANCEL_S:
+                    forced = now - cancelled_at >= _FORCE_AFTER_S
                     for ref in running:
-                        ray.cancel(ref)
-                    cancel_sent = True
+                        ray.cancel(ref, force=forced)
+                    sent_at = now
             if not running:
                 break
             ready, _ = ray.wait(list(running), num_returns=1, timeout=_POLL_S)
