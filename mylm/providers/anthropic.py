@@ -13,6 +13,8 @@ from .framing import SSEEvent, sse_json
 from .transport import HTTPCall
 
 API_VERSION = "2023-06-01"
+#: The sampling options the Messages API has (no seed, no penalties), under the same names.
+_SAMPLING = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k"}
 
 
 class _AnthropicDecoder(Decoder):
@@ -90,7 +92,7 @@ class Anthropic(HTTPProvider):
         stops = self.stops(request)
         if stops:
             body["stop_sequences"] = stops
-        body.update(self.endpoint.options)
+        body.update(request.sampling.over(self.endpoint.options, _SAMPLING))
         return self.json_call(
             self._url("/messages"), body, {"Accept": "text/event-stream", **self._headers()}
         )

@@ -96,8 +96,8 @@ class OpenAIChat(HTTPProvider):
         # OpenAI itself wants the newer field name; compatible servers mostly know only `max_tokens`.
         if (urlsplit(self.endpoint.base_url).hostname or "") == "api.openai.com":
             self.quirks.add("max_completion_tokens")
-            # ... and has no grammar field: known, so not learned from a refused call.
-            self.quirks.add("no_grammar")
+            # ... and has no grammar field or `top_k`: known, so not learned from a refused call.
+            self.quirks.update(("no_grammar", "no_top_k"))
 
     @classmethod
     def normalise_base_url(cls, base_url: str) -> str:
@@ -130,7 +130,10 @@ class OpenAIChat(HTTPProvider):
         if stops:
             body["stop"] = stops
         body.update(self.grammar_fields(request))
-        body.update(self.endpoint.options)
+        # The request's sampling under OpenAI's names, over the configured options (a request's value wins).
+        body.update(request.sampling.over(self.endpoint.options))
+        if "no_top_k" in self.quirks:
+            body.pop("top_k", None)  # llama.cpp's, vLLM's and LM Studio's extension; OpenAI itself refuses it
         return self.json_call(
             self.endpoint.base_url + self.route,
             body,
@@ -157,6 +160,8 @@ class OpenAIChat(HTTPProvider):
             return "max_completion_tokens"
         if "no_stream_options" not in self.quirks and failure.blames("stream_options"):
             return "no_stream_options"
+        if "no_top_k" not in self.quirks and failure.blames("top_k"):
+            return "no_top_k"
         return super().adapt(failure)
 
     def new_decoder(self) -> Decoder:
