@@ -64,7 +64,7 @@ class Ollama(HTTPProvider):
         else:
             body["messages"] = [m.to_dict() for m in request.messages]
             route = "/api/chat"
-        # Sampling options go into `options` under their own names, the request's after (so over) the configured.
+        # The request's sampling comes last (`Sampling.over`), so it wins inside `options` too.
         for key, value in request.sampling.over(self.endpoint.options).items():
             if key in _TOP_LEVEL:
                 body[key] = value
