@@ -25,6 +25,7 @@ _EXPORTS: dict[str, str] = {
     # Models: the seam, and endpoints behind it.
     "LLM": "mylm.llm",
     "LLMRequest": "mylm.llm",
+    "Sampling": "mylm.llm",
     "Endpoint": "mylm.providers.base",
     "create_llm": "mylm.providers",
     "PromptLoader": "mylm.prompts",
@@ -61,6 +62,7 @@ if TYPE_CHECKING:  # the same names for type checkers, which cannot follow __get
     from .errors import MylmError as MylmError
     from .llm import LLM as LLM
     from .llm import LLMRequest as LLMRequest
+    from .llm import Sampling as Sampling
     from .prompts import PromptLoader as PromptLoader
     from .providers import create_llm as create_llm
     from .providers.base import Endpoint as Endpoint

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any, Iterator, Mapping, Protocol, Sequence, Union, runtime_checkable
 
 from .cancel import CancelToken
@@ -34,6 +34,49 @@ class NativeTools:
 
 
 @dataclass(frozen=True)
+class Sampling:
+    """The sampling settings one request asks for (a `mylm serve` client's `temperature`, ...); None leaves the
+    option to the endpoint's configured `options`, else to the server's default.
+
+    A value set here wins over the configured option of the same name, as a model server lets a request's own
+    value win over its command line's default. Each provider sends the values where its wire format expects them
+    (`over`), and drops those its API has no field for (Anthropic has no `seed` or penalties)."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    #: Not in OpenAI's API; llama.cpp, vLLM, Ollama, Anthropic and Gemini take it.
+    top_k: int | None = None
+    seed: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+
+    def items(self) -> tuple[tuple[str, float | int], ...]:
+        """The options this request sets, as `(name, value)` pairs in `SAMPLING_OPTIONS` order."""
+        found = ((f.name, getattr(self, f.name)) for f in fields(self))
+        return tuple((name, value) for name, value in found if value is not None)
+
+    def over(self, options: Mapping[str, Any], names: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """`options` (an endpoint's configured ones) with this request's values on top, each under the name the
+        wire gives it in `names` (None: the names of `SAMPLING_OPTIONS`; an option missing from `names` has no
+        field in that wire and is dropped). A configured option of the same meaning, spelt either way, is
+        replaced and moves last, so a provider that files options in order (Ollama's nested `options`) lets
+        the request's value win too."""
+        merged = dict(options)
+        for option, value in self.items():
+            wire = option if names is None else names.get(option)
+            if wire is None:
+                continue
+            merged.pop(option, None)
+            merged.pop(wire, None)
+            merged[wire] = value
+        return merged
+
+
+#: The sampling options one request may set (`Sampling`'s fields), in the words of OpenAI's and llama.cpp's APIs.
+SAMPLING_OPTIONS: tuple[str, ...] = tuple(f.name for f in fields(Sampling))
+
+
+@dataclass(frozen=True)
 class LLMRequest:
     """One completion request; `messages` starts with the system message."""
 
@@ -49,6 +92,8 @@ class LLMRequest:
     #: Tools to forward natively (only to an endpoint that `supports_native_tools`); None: tools, if any, are
     #: in the prompt.
     native: NativeTools | None = None
+    #: The request's own sampling settings, over the endpoint's configured `options`.
+    sampling: Sampling = field(default_factory=Sampling)
 
 
 @dataclass(frozen=True)

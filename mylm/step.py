@@ -43,7 +43,7 @@ from .constrain.select import TOOL_CHOICES, ConstrainMode, select_constraints
 from .context import TokenEstimator
 from .corrections import TEMPLATES, Corrections
 from .decoding import clean_text
-from .llm import LLM, Constraint, LLMRequest, alternating
+from .llm import LLM, Constraint, LLMRequest, Sampling, alternating
 from .prompts import PromptLoader, tool_view
 from .protocol.defuse import defuse_special_tokens, neutralise
 from .protocol.stops import DEFAULT_STOPS, OBSERVATION_STOP, TOOL_STOP
@@ -99,6 +99,9 @@ class StepConfig:
     stop_strings: bool = True
     #: More reasoning dialects as `(open, close)` pairs, beyond `protocol.tags.REASONING_DIALECTS`.
     reasoning_markers: tuple[tuple[str, str], ...] = ()
+    #: Sampling settings sent with every completion of the step (corrections and retries too), over the
+    #: endpoint's configured `options` (a server's client asks for them per request).
+    sampling: Sampling = field(default_factory=Sampling)
 
 
 @dataclass
@@ -320,7 +323,8 @@ class ModelStep:
             # lone </think> turns into reasoning: let the model go on past it (docs/parser.md, "Reasoning").
             stops = tuple(s for s in stops if s != TOOL_STOP)
         # Roles alternate in the request, as strict chat templates require; the caller's history is unchanged.
-        request = LLMRequest(alternating(messages), stops, self.config.max_tokens, deadline, cancel, constraint)
+        request = LLMRequest(alternating(messages), stops, self.config.max_tokens, deadline, cancel, constraint,
+                             sampling=self.config.sampling)
         meter.calls += 1
         shown: list[str] = []
         started = time.monotonic()

@@ -7,12 +7,15 @@ from urllib.parse import urlsplit
 
 from ..llm import LLMChunk, LLMRequest
 from ..types import Usage
-from .base import merge_turns
+from .base import merge_turns, refused_sampling, without_refused
 from .engine import Decoder, HTTPProvider, text_chunks
+from .failures import Failure
 from .framing import SSEEvent, sse_json
 from .transport import HTTPCall
 
 API_VERSION = "2023-06-01"
+#: The sampling options the Messages API has (no seed, no penalties), under the same names.
+_SAMPLING = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k"}
 
 
 class _AnthropicDecoder(Decoder):
@@ -90,10 +93,15 @@ class Anthropic(HTTPProvider):
         stops = self.stops(request)
         if stops:
             body["stop_sequences"] = stops
-        body.update(self.endpoint.options)
+        body.update(request.sampling.over(self.endpoint.options, _SAMPLING))
+        without_refused(body, self.quirks)
         return self.json_call(
             self._url("/messages"), body, {"Accept": "text/event-stream", **self._headers()}
         )
+
+    def adapt(self, failure: Failure) -> str | None:
+        # Newer Claude models refuse `temperature`, `top_p` and `top_k` (or two of them together).
+        return refused_sampling(failure, self.quirks) or super().adapt(failure)
 
     def _url(self, route: str) -> str:
         base = self.endpoint.base_url

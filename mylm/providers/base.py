@@ -6,12 +6,16 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Collection, Mapping, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import ConfigError
+from ..llm import SAMPLING_OPTIONS
 from ..types import Message
 from .registry import PROVIDERS
+
+if TYPE_CHECKING:
+    from .failures import Failure
 
 #: Local CPU models can take minutes over a long prompt before the first byte, so the idle limit is generous;
 #: the run's deadline still bounds every call.
@@ -118,6 +122,27 @@ def merge_turns(messages: Sequence[Message]) -> tuple[str, list[Message]]:
         else:
             turns.append(message)
     return system, turns
+
+
+def refused_sampling(failure: Failure, quirks: Collection[str]) -> str | None:
+    """The quirk `no_OPTION` for a sampling option that a 400 blames, or None.
+
+    Models refuse options their API otherwise has (OpenAI's reasoning models `temperature`, newer Claude models
+    any sampling option, or `temperature` and `top_p` together; OpenAI itself llama.cpp's `top_k`): the call is
+    sent again without it, as for a refused `stop`. The options are tried from the least to the most telling, so
+    when a pair is refused together the temperature is what stays."""
+    for option in reversed(SAMPLING_OPTIONS):
+        if f"no_{option}" not in quirks and failure.blames(option):
+            return f"no_{option}"
+    return None
+
+
+def without_refused(body: dict[str, Any], quirks: Collection[str]) -> dict[str, Any]:
+    """`body` without the sampling options the endpoint has refused (`refused_sampling`)."""
+    for option in SAMPLING_OPTIONS:
+        if f"no_{option}" in quirks:
+            body.pop(option, None)
+    return body
 
 
 _NO_STOP_MODEL = re.compile(r"^(o3(?!-mini)|o4|gpt-5)", re.IGNORECASE)

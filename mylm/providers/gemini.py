@@ -14,6 +14,9 @@ from .transport import HTTPCall
 
 #: Request fields outside `generationConfig`; every other option is a generation setting.
 _TOP_LEVEL = frozenset({"safetySettings", "cachedContent", "toolConfig", "labels"})
+#: The sampling options under their `generationConfig` names.
+_SAMPLING = {"temperature": "temperature", "top_p": "topP", "top_k": "topK", "seed": "seed",
+             "presence_penalty": "presencePenalty", "frequency_penalty": "frequencyPenalty"}
 
 
 class _GeminiDecoder(Decoder):
@@ -84,7 +87,7 @@ class Gemini(HTTPProvider):
         }
         if system:
             body["systemInstruction"] = {"parts": [{"text": system}]}
-        for key, value in self.endpoint.options.items():
+        for key, value in request.sampling.over(self.endpoint.options, _SAMPLING).items():
             if key in _TOP_LEVEL:
                 body[key] = value
             else:

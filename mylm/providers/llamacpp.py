@@ -78,7 +78,7 @@ class LlamaCpp(HTTPProvider):
         if stops:
             body["stop"] = stops
         body.update(self.grammar_fields(request))
-        body.update(self.endpoint.options)
+        body.update(request.sampling.over(self.endpoint.options))
         return self.json_call(
             self.endpoint.base_url + "/completion",
             body,

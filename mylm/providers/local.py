@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Mapping
 
 from ..errors import CancelledError, ConfigError, ContextOverflowError, LLMError, LLMTimeoutError
-from ..llm import FinishChunk, LLMChunk, LLMRequest, TextChunk, alternating, native_refused
+from ..llm import SAMPLING_OPTIONS, FinishChunk, LLMChunk, LLMRequest, TextChunk, alternating, native_refused
 from ..protocol.stops import StopCutter
 from ..types import Message, Usage
 from .base import Endpoint
@@ -49,6 +49,8 @@ _SAMPLING = (
     "frequency_penalty",
 )
 _LOAD_OPTIONS = ("n_threads", "n_gpu_layers", "n_batch", "seed")
+#: A request's own sampling options that `Llama.generate` takes (its `seed` is the sampler's, set apart).
+_REQUEST_SAMPLING = {name: name for name in SAMPLING_OPTIONS if name in _SAMPLING}
 INSTALL_HINT = "pip install 'mylm[local]'"
 
 
@@ -371,7 +373,13 @@ class LocalModel:
         first: float | None = None
         produced: list[int] = []
         reason = "length"
-        worker = _Sampler(self.engine, prompt, grammar, self._sampler_args())
+        seed = request.sampling.seed
+        saved = getattr(llama, "_seed", None)
+        if seed is not None:
+            # The request's seed, for this generation only: the model is shared, and the next request without one
+            # samples with the seed it was loaded with (`options.seed`, else a random one).
+            llama.set_seed(seed & 0xFFFFFFFF)  # llama.cpp's seeds are 32-bit; -1 wraps to its "random"
+        worker = _Sampler(self.engine, prompt, grammar, self._sampler_args(request))
         try:
             for token in worker.tokens(request):
                 if first is None:
@@ -390,14 +398,17 @@ class LocalModel:
                     break
         finally:
             worker.stop()
+            if seed is not None and saved is not None:
+                llama.set_seed(saved)
         rest = "" if cutter.hit is not None else cutter.feed(decoder.decode(b"", final=True)) + cutter.flush()
         if rest:
             yield TextChunk(rest)
         self._report(len(prompt), len(produced), started, first)
         yield FinishChunk(reason=reason, stop_sequence=cutter.hit, usage=Usage(len(prompt), len(produced)))
 
-    def _sampler_args(self) -> dict[str, Any]:
-        args = dict(self.sampling)
+    def _sampler_args(self, request: LLMRequest) -> dict[str, Any]:
+        """`Llama.generate`'s sampling arguments: the configured options, the request's own over them."""
+        args = request.sampling.over(self.sampling, _REQUEST_SAMPLING)
         if "temperature" in args:
             args["temp"] = args.pop("temperature")
         return args

@@ -64,7 +64,8 @@ class Ollama(HTTPProvider):
         else:
             body["messages"] = [m.to_dict() for m in request.messages]
             route = "/api/chat"
-        for key, value in self.endpoint.options.items():
+        # The request's sampling comes last (`Sampling.over`), so it wins inside `options` too.
+        for key, value in request.sampling.over(self.endpoint.options).items():
             if key in _TOP_LEVEL:
                 body[key] = value
             elif key == "options" and isinstance(value, dict):

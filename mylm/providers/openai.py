@@ -7,7 +7,7 @@ from typing import Any, Iterable, Iterator
 from urllib.parse import urlsplit
 
 from ..llm import Constraint, LLMChunk, LLMRequest, ToolCallChunk
-from .base import model_rejects_stop, strip_route
+from .base import model_rejects_stop, refused_sampling, strip_route, without_refused
 from .engine import Decoder, HTTPProvider, bearer, text_chunks, usage_of
 from .failures import Failure
 from .framing import SSEEvent, sse_json
@@ -96,8 +96,9 @@ class OpenAIChat(HTTPProvider):
         # OpenAI itself wants the newer field name; compatible servers mostly know only `max_tokens`.
         if (urlsplit(self.endpoint.base_url).hostname or "") == "api.openai.com":
             self.quirks.add("max_completion_tokens")
-            # ... and has no grammar field: known, so not learned from a refused call.
-            self.quirks.add("no_grammar")
+            # ... and has no grammar field and no `top_k` (llama.cpp's, vLLM's and LM Studio's extension):
+            # known, so not learned from a refused call.
+            self.quirks.update(("no_grammar", "no_top_k"))
 
     @classmethod
     def normalise_base_url(cls, base_url: str) -> str:
@@ -130,7 +131,9 @@ class OpenAIChat(HTTPProvider):
         if stops:
             body["stop"] = stops
         body.update(self.grammar_fields(request))
-        body.update(self.endpoint.options)
+        # The request's sampling under OpenAI's names, over the configured options (a request's value wins).
+        body.update(request.sampling.over(self.endpoint.options))
+        without_refused(body, self.quirks)
         return self.json_call(
             self.endpoint.base_url + self.route,
             body,
@@ -157,7 +160,7 @@ class OpenAIChat(HTTPProvider):
             return "max_completion_tokens"
         if "no_stream_options" not in self.quirks and failure.blames("stream_options"):
             return "no_stream_options"
-        return super().adapt(failure)
+        return refused_sampling(failure, self.quirks) or super().adapt(failure)
 
     def new_decoder(self) -> Decoder:
         return _OpenAIDecoder(self.place, self.endpoint.api_key)

@@ -7,15 +7,18 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+from ..llm import Sampling
+from ..step import ToolDefinition
 from ..types import Usage
 from .http import sse
 from .wire import (
+    MAX_TOP_K,
+    SEED_RANGE,
     CallIn,
     CallOut,
     ChatMessage,
     ChatRequest,
     Finished,
-    FunctionTool,
     Out,
     ReasoningOut,
     RequestError,
@@ -27,6 +30,7 @@ from .wire import (
     checked_tools,
     count,
     flag,
+    integer,
     number,
     obj,
     said,
@@ -58,8 +62,7 @@ def parse(body: dict[str, Any]) -> ChatRequest:
     n = body.get("n")
     if n is not None and n != 1:
         raise RequestError("n must be 1: this server returns one choice", param="n")
-    number(body.get("temperature"), "temperature", 0, 2)
-    number(body.get("top_p"), "top_p", 0, 1)
+    sampling = _sampling(body)
     tools = checked_tools([_tool(t, f"tools[{i}]") for i, t in enumerate(array(body.get("tools") or [], "tools"))],
                           "tools")
     options = body.get("stream_options")
@@ -78,15 +81,29 @@ def parse(body: dict[str, Any]) -> ChatRequest:
         or count(body.get("max_tokens"), "max_tokens"),
         stop=stops(body.get("stop"), "stop"),
         stream=flag(body.get("stream"), "stream", False),
+        sampling=sampling,
     )
 
 
-def _tool(value: Any, param: str) -> FunctionTool:
+def _sampling(body: dict[str, Any]) -> Sampling:
+    """The sampling fields, in OpenAI's ranges; `top_k` is not OpenAI's but llama.cpp's, vLLM's and LM Studio's
+    extension, which clients send to such servers (the OpenAI SDK's `extra_body`)."""
+    return Sampling(
+        temperature=number(body.get("temperature"), "temperature", 0, 2),
+        top_p=number(body.get("top_p"), "top_p", 0, 1),
+        top_k=integer(body.get("top_k"), "top_k", 0, MAX_TOP_K),
+        seed=integer(body.get("seed"), "seed", *SEED_RANGE),
+        presence_penalty=number(body.get("presence_penalty"), "presence_penalty", -2, 2),
+        frequency_penalty=number(body.get("frequency_penalty"), "frequency_penalty", -2, 2),
+    )
+
+
+def _tool(value: Any, param: str) -> ToolDefinition:
     tool = obj(value, param)
     if tool.get("type", "function") != "function":
         raise RequestError(f"{param}.type must be \"function\", not {tool.get('type')!r}", param=f"{param}.type")
     function = obj(tool.get("function"), f"{param}.function")
-    return FunctionTool(
+    return ToolDefinition(
         name=tool_name(function.get("name"), f"{param}.function.name"),
         description=text(function.get("description"), f"{param}.function.description", required=False),
         parameters=schema(function.get("parameters"), f"{param}.function.parameters"),

@@ -37,7 +37,7 @@ from ..llm import (
 from ..prompts import PromptLoader
 from ..protocol.canonical import format_tool_call
 from ..protocol.defuse import neutralise
-from ..step import Meter, ModelStep, StepConfig, StepOutcome, ToolDefinition
+from ..step import Meter, ModelStep, StepConfig, StepOutcome
 from ..types import FinishReason, Message, ReasoningEvent, TextEvent, ToolCall, UsageEvent
 from .native import (
     NOT_RUN,
@@ -100,11 +100,11 @@ class Core:
 
     def step(self, request: ChatRequest) -> ModelStep:
         """The model step for `request`'s tools and choices, with what earlier replies taught about the upstream."""
-        tools = [ToolDefinition(t.name, t.description, t.parameters) for t in request.tools]
+        tools = request.tools
         config = StepConfig(
             max_tokens=request.max_tokens or self.settings.max_tokens, multiple_calls=request.parallel,
             constrain=self.settings.constrain, tool_choice=request.tool_choice,
-            stop_strings=self.settings.stop_strings and not self.stopless,
+            stop_strings=self.settings.stop_strings and not self.stopless, sampling=request.sampling,
         )
         try:
             step = ModelStep(self.llm, tools, config, prompts=self.prompts)
@@ -200,7 +200,7 @@ class Core:
                cancel: CancelToken, native: NativeTools | None = None) -> Iterator[Out]:
         """No tools: the conversation proxied as plain chat, its text and reasoning passed straight on."""
         upstream = LLMRequest(messages, stop=request.stop, max_tokens=request.max_tokens, deadline=deadline,
-                              cancel=cancel, native=native)
+                              cancel=cancel, native=native, sampling=request.sampling)
         finish: FinishChunk | None = None
         stream = iter(self.llm.stream(upstream))
         try:
@@ -274,11 +274,12 @@ class Core:
     def _native(self, request: ChatRequest, deadline: float, cancel: CancelToken) -> Iterator[Out]:
         """`--tools native`: the tools forwarded, native calls validated, calls left in the text rescued; an
         unusable reply corrected upstream in the native format (see `native.py`)."""
-        tools = [ToolDefinition(t.name, t.description, t.parameters) for t in request.tools]
+        tools = request.tools
         # No grammar and no stop strings: the upstream's own tool-call format must not be cut or constrained.
         step = ModelStep(self.llm, tools, StepConfig(
             max_tokens=request.max_tokens or self.settings.max_tokens, multiple_calls=request.parallel,
-            constrain="off", tool_choice=request.tool_choice, stop_strings=False), prompts=self.prompts)
+            constrain="off", tool_choice=request.tool_choice, stop_strings=False, sampling=request.sampling),
+            prompts=self.prompts)
         step.stops = tuple(request.stop)
         wire = wire_messages(request)
         seed = stable_id("", json.dumps(wire, sort_keys=True, default=str))

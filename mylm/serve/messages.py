@@ -7,15 +7,17 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+from ..llm import Sampling
+from ..step import ToolDefinition
 from ..types import Usage
 from .http import sse
 from .wire import (
+    MAX_TOP_K,
     CallIn,
     CallOut,
     ChatMessage,
     ChatRequest,
     Finished,
-    FunctionTool,
     Out,
     ReasoningOut,
     RequestError,
@@ -26,6 +28,7 @@ from .wire import (
     checked_tools,
     count,
     flag,
+    integer,
     number,
     obj,
     said,
@@ -64,7 +67,10 @@ def parse(body: dict[str, Any]) -> ChatRequest:
     listed = array(body.get("messages"), "messages")
     if not listed:
         raise RequestError("messages: at least one message is required", param="messages")
-    number(body.get("temperature"), "temperature", 0, 1)
+    # Anthropic's sampling fields and ranges (no seed, no penalties).
+    sampling = Sampling(temperature=number(body.get("temperature"), "temperature", 0, 1),
+                        top_p=number(body.get("top_p"), "top_p", 0, 1),
+                        top_k=integer(body.get("top_k"), "top_k", 0, MAX_TOP_K))
     tools = checked_tools([_tool(t, f"tools.{i}") for i, t in enumerate(array(body.get("tools") or [], "tools"))],
                           "tools")
     choice, parallel = _choice(body.get("tool_choice"))
@@ -83,16 +89,17 @@ def parse(body: dict[str, Any]) -> ChatRequest:
         max_tokens=max_tokens,
         stop=stops(body.get("stop_sequences"), "stop_sequences"),
         stream=flag(body.get("stream"), "stream", False),
+        sampling=sampling,
     )
 
 
-def _tool(value: Any, param: str) -> FunctionTool:
+def _tool(value: Any, param: str) -> ToolDefinition:
     tool = obj(value, param)
     kind = tool.get("type")
     if kind not in (None, "custom"):
         raise RequestError(f"{param}.type: only custom (client) tools are supported, not {kind!r}",
                            param=f"{param}.type")
-    return FunctionTool(
+    return ToolDefinition(
         name=tool_name(tool.get("name"), f"{param}.name"),
         description=text(tool.get("description"), f"{param}.description", required=False),
         parameters=schema(tool.get("input_schema"), f"{param}.input_schema"),

@@ -21,9 +21,9 @@ from ..llm import LLM, LLMChunk, LLMRequest, NativeTools, ToolCallChunk
 from ..protocol import jsonrepair
 from ..protocol.defuse import defuse_special_tokens, neutralise
 from ..protocol.verdict import reply_calls
-from ..step import ModelStep
+from ..step import ModelStep, ToolDefinition
 from ..types import ToolCall
-from .wire import ChatRequest, FunctionTool
+from .wire import ChatRequest
 
 #: The `tool` result of a valid native call that was not run because another part of the turn was unusable.
 NOT_RUN = "Not run: this turn had an error (see the next message); call again once it is fixed."
@@ -70,7 +70,7 @@ class Forwarding:
         return [self.pieces[i] for i in sorted(self.pieces) if self.pieces[i].name]
 
 
-def wire_tools(tools: tuple[FunctionTool, ...]) -> tuple[dict[str, Any], ...]:
+def wire_tools(tools: tuple[ToolDefinition, ...]) -> tuple[dict[str, Any], ...]:
     """The request's tools as OpenAI function tools."""
     return tuple({"type": "function", "function": {"name": t.name, "description": t.description,
                                                    "parameters": dict(t.parameters)}} for t in tools)

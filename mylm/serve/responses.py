@@ -9,6 +9,8 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+from ..llm import Sampling
+from ..step import ToolDefinition
 from ..types import Usage
 from .chat import content_text, error_body
 from .http import sse
@@ -18,7 +20,6 @@ from .wire import (
     ChatMessage,
     ChatRequest,
     Finished,
-    FunctionTool,
     Out,
     ReasoningOut,
     RequestError,
@@ -53,7 +54,9 @@ def parse(body: dict[str, Any]) -> ChatRequest:
     if body.get("previous_response_id") is not None:
         raise RequestError("previous_response_id is not supported: this server keeps no responses (store is "
                            "false); send the whole conversation in input", param="previous_response_id")
-    number(body.get("temperature"), "temperature", 0, 2)
+    # The Responses API's sampling fields are these two (no seed, no penalties).
+    sampling = Sampling(temperature=number(body.get("temperature"), "temperature", 0, 2),
+                        top_p=number(body.get("top_p"), "top_p", 0, 1))
     # Tools other than functions (web search, file search, ...) are the provider's own, not the client's:
     # this server cannot run them, so they are not offered to the model.
     tools = checked_tools([_tool(t, f"tools[{i}]") for i, t in enumerate(array(body.get("tools") or [], "tools"))
@@ -77,11 +80,12 @@ def parse(body: dict[str, Any]) -> ChatRequest:
         parallel=flag(body.get("parallel_tool_calls"), "parallel_tool_calls", True),
         max_tokens=count(body.get("max_output_tokens"), "max_output_tokens"),
         stream=flag(body.get("stream"), "stream", False),
+        sampling=sampling,
     )
 
 
-def _tool(tool: dict[str, Any], param: str) -> FunctionTool:
-    return FunctionTool(
+def _tool(tool: dict[str, Any], param: str) -> ToolDefinition:
+    return ToolDefinition(
         name=tool_name(tool.get("name"), f"{param}.name"),
         description=text(tool.get("description"), f"{param}.description", required=False),
         parameters=schema(tool.get("parameters"), f"{param}.parameters"),

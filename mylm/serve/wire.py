@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from ..decoding import clean_text
 from ..errors import MylmError, RequestError
+from ..llm import Sampling
+from ..step import ToolDefinition
 from ..types import Usage
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -23,17 +25,10 @@ MAX_NAME = 128
 MAX_COUNT = 10_000_000
 #: How deeply a tool's schema may nest: deeper ones are refused before anything recurses through them.
 MAX_SCHEMA_DEPTH = 48
-
-
-
-
-@dataclass(frozen=True)
-class FunctionTool:
-    """One tool the client offers the model: its name, description and JSON Schema for the arguments."""
-
-    name: str
-    description: str = ""
-    parameters: Mapping[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+#: The range of a `seed`: a signed 64-bit integer, as OpenAI takes it (each upstream reduces it to its own width).
+SEED_RANGE = (-(2**63), 2**63 - 1)
+#: The largest `top_k` accepted (far beyond any vocabulary).
+MAX_TOP_K = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -63,13 +58,16 @@ class ChatRequest:
 
     model: str
     messages: tuple[ChatMessage, ...]
-    tools: tuple[FunctionTool, ...] = ()
+    #: The tools the client offers the model (run by the client: a definition without a function).
+    tools: tuple[ToolDefinition, ...] = ()
     #: `auto`, `none`, `required`, or the name of the one tool the reply must call.
     tool_choice: str = "auto"
     parallel: bool = True
     max_tokens: int | None = None
     stop: tuple[str, ...] = ()
     stream: bool = False
+    #: The client's sampling settings, sent with every upstream call of the request (corrections included).
+    sampling: Sampling = field(default_factory=Sampling)
 
 
 @dataclass(frozen=True)
@@ -210,6 +208,17 @@ def number(value: Any, param: str, low: float, high: float) -> float | None:
     return float(value)
 
 
+def integer(value: Any, param: str, low: int, high: int) -> int | None:
+    """An optional integer field within [low, high] (seed, top_k)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RequestError(f"{param} must be an integer, not {type_name(value)}", param=param)
+    if not low <= value <= high:
+        raise RequestError(f"{param} must be between {low:,} and {high:,}, not {value}", param=param)
+    return value
+
+
 def stops(value: Any, param: str, limit: int = 16) -> tuple[str, ...]:
     """`stop`: a string or an array of non-empty strings."""
     if value is None:
@@ -263,7 +272,7 @@ def _depth(value: Any, limit: int) -> int:
     return deepest
 
 
-def checked_tools(tools: list[FunctionTool], param: str) -> tuple[FunctionTool, ...]:
+def checked_tools(tools: list[ToolDefinition], param: str) -> tuple[ToolDefinition, ...]:
     """The tool list, with the rules every API shares: bounded, names unique."""
     if len(tools) > MAX_TOOLS:
         raise RequestError(f"{param} has {len(tools)} tools; at most {MAX_TOOLS} are accepted", param=param)
@@ -275,7 +284,7 @@ def checked_tools(tools: list[FunctionTool], param: str) -> tuple[FunctionTool, 
     return tuple(tools)
 
 
-def checked_choice(choice: str, tools: tuple[FunctionTool, ...], param: str) -> str:
+def checked_choice(choice: str, tools: tuple[ToolDefinition, ...], param: str) -> str:
     """`tool_choice` against the tools offered."""
     if choice in ("auto", "none"):
         return choice
