@@ -228,11 +228,13 @@ async def run(args: argparse.Namespace, up_port: int, serve_port: int, serve_pid
           f"{parsed / plain:.2f}x (target <= 1.5x)")
 
     d_time, d_done, d_errors = await concurrent(up_port, args.clients, args.rounds, args.words)
+    before = cpu_seconds(serve_pid)
     s_time, s_done, s_errors = await concurrent(serve_port, args.clients, args.rounds, args.words)
+    per_reply = (cpu_seconds(serve_pid) - before) / max(1, s_done)
     d_rate, s_rate = d_done / d_time, s_done / s_time
     print(f"3. {args.clients} concurrent streaming clients x {args.rounds} replies of {args.words} tokens: direct "
           f"{d_rate:.1f} replies/s ({d_errors} errors), through mylm serve {s_rate:.1f} replies/s ({s_errors} errors): "
-          f"{s_rate / d_rate:.2f}x (target >= 0.8x, 0 errors)")
+          f"{s_rate / d_rate:.2f}x (target >= 0.8x, 0 errors); the server's CPU per reply {per_reply * 1000:.2f} ms")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from ..errors import (
     RateLimitError,
 )
 from . import chat, messages, models, responses
-from .bridge import produced
+from .bridge import Backlog, produced
 from .core import Core
 from .http import EventStream, json_response, read_body, unless_disconnected
 from .wire import Out, RequestError, load_json
@@ -117,7 +117,8 @@ class Server:
             return refused
         body = load_json(await read_body(request, self.config.max_body, self.config.body_timeout))
         parsed = api.parse(body)
-        items = self._items(parsed)
+        backlog = Backlog()
+        items = self._items(parsed, backlog)
         if not parsed.stream:
             try:
                 found = await unless_disconnected(request, collected_from(items))
@@ -143,13 +144,13 @@ class Server:
         if first is None:
             await items.aclose()
             return Response(status_code=499)
-        return EventStream(self._guarded(api, api.events(parsed, _prepend(first, items), body)))
+        return EventStream(self._guarded(api, api.events(parsed, _prepend(first, items), body)), more=backlog)
 
-    async def _items(self, parsed: Any) -> AsyncGenerator[Out, None]:
+    async def _items(self, parsed: Any, backlog: Backlog | None = None) -> AsyncGenerator[Out, None]:
         async with self._slots:
             self.active += 1
             try:
-                async for item in produced(lambda cancel: self.core.run(parsed, cancel)):
+                async for item in produced(lambda cancel: self.core.run(parsed, cancel), backlog=backlog):
                     yield item
             finally:
                 self.active -= 1

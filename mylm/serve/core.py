@@ -11,6 +11,7 @@ conversation is a byte-stable extension of the last and the upstream's prompt ca
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..cancel import CancelToken
+from ..context import TokenEstimator
 from ..llm import (
     LLM,
     ConstrainMode,
@@ -91,6 +93,8 @@ class Core:
         self.stopless = False
         #: Rendered system prompts by tools, choice and instructions: the same request renders the same bytes.
         self._systems: dict[tuple[Any, ...], str] = {}
+        #: Model steps by tools and config, each copied per request (see `step`).
+        self._steps: dict[tuple[str, StepConfig], ModelStep] = {}
         self._lock = threading.Lock()
         if settings.tools == "native" and not supports_native_tools(llm):
             raise native_refused(str(getattr(llm, "name", None) or type(llm).__name__))
@@ -106,15 +110,28 @@ class Core:
             constrain=self.settings.constrain, tool_choice=request.tool_choice,
             stop_strings=self.settings.stop_strings and not self.stopless,
         )
-        try:
-            step = ModelStep(self.llm, tools, config, prompts=self.prompts)
-        except Exception as error:  # noqa: BLE001 - any schema the grammar compiler cannot take
-            # A schema the grammar compiler cannot take: parse and validate only (or refuse, if insisted on).
-            if config.constrain == "grammar":
-                raise RequestError(f"the tools' schemas cannot be compiled into a grammar: {error}",
-                                   param="tools") from None
-            logger.warning("No grammar for this request's tools (%s: %s)", type(error).__name__, error)
-            step = ModelStep(self.llm, tools, dataclasses.replace(config, constrain="off"), prompts=self.prompts)
+        # Compiling the grammar and reading the schemas is a pure function of the tools and the config: done
+        # once, and each request gets a copy for what it learns (stops, reasoning, token estimate).
+        key = (_tools_key(request), config)
+        with self._lock:
+            prototype = self._steps.get(key)
+        if prototype is None:
+            try:
+                prototype = ModelStep(self.llm, tools, config, prompts=self.prompts)
+            except Exception as error:  # noqa: BLE001 - any schema the grammar compiler cannot take
+                # A schema the grammar compiler cannot take: parse and validate only (or refuse, if insisted on).
+                if config.constrain == "grammar":
+                    raise RequestError(f"the tools' schemas cannot be compiled into a grammar: {error}",
+                                       param="tools") from None
+                logger.warning("No grammar for this request's tools (%s: %s)", type(error).__name__, error)
+                prototype = ModelStep(self.llm, tools, dataclasses.replace(config, constrain="off"),
+                                      prompts=self.prompts)
+            with self._lock:
+                if len(self._steps) > 256:
+                    self._steps.clear()
+                self._steps[key] = prototype
+        step = copy.copy(prototype)
+        step.estimator = TokenEstimator()
         step.opens_reasoning = self.opens_reasoning
         step.stops = (*step.stops, *(s for s in request.stop if s not in step.stops))
         return step
@@ -126,8 +143,7 @@ class Core:
         if step is None:
             system = (Message("system", instructions),) if instructions else ()
             return alternating((*system, *turns))
-        key = (json.dumps([[t.name, t.description, t.parameters] for t in request.tools], default=str),
-               request.tool_choice, request.parallel, step.config.constrain, instructions)
+        key = (_tools_key(request), request.tool_choice, request.parallel, step.config.constrain, instructions)
         with self._lock:
             system_prompt = self._systems.get(key)
         if system_prompt is None:
@@ -366,6 +382,11 @@ def _relay(steps: Generator[Any, None, StepOutcome], counted: list[bool],
                 counted[0] = True
     finally:
         steps.close()  # a client gone mid-reply: the upstream stream is released now, not when collected
+
+
+def _tools_key(request: ChatRequest) -> str:
+    """The request's tools as a cache key (their JSON: parameters are dicts)."""
+    return json.dumps([[t.name, t.description, t.parameters] for t in request.tools], default=str)
 
 
 def stable_id(prefix: str, *parts: str) -> str:
