@@ -192,14 +192,14 @@ def main() -> None:
     assert serve.stderr is not None
     serve_port = int(re.search(r":(\d+)/v1", serve.stderr.readline()).group(1))  # type: ignore[union-attr]
     try:
-        asyncio.run(run(args, up_port, serve_port, serve.pid))
+        asyncio.run(run(args, up_port, serve_port, serve.pid, upstream.pid))
     finally:
         for process in (serve, upstream):
             process.terminate()
             process.wait(timeout=30)
 
 
-async def run(args: argparse.Namespace, up_port: int, serve_port: int, serve_pid: int) -> None:
+async def run(args: argparse.Namespace, up_port: int, serve_port: int, serve_pid: int, up_pid: int) -> None:
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f}")
     await latency(serve_port, 20, True)  # warm-up: imports, the grammar compiled, connections pooled
     await latency(up_port, 20, True)
@@ -227,14 +227,24 @@ async def run(args: argparse.Namespace, up_port: int, serve_port: int, serve_pid
           f"{plain / tokens * 1e6:.1f} us, parsed (tools) {parsed / tokens * 1e6:.1f} us: "
           f"{parsed / plain:.2f}x (target <= 1.5x)")
 
+    def cpu_now() -> tuple[float, float, float]:
+        return time.process_time(), cpu_seconds(up_pid), cpu_seconds(serve_pid)
+
+    def per_reply(before: tuple[float, float, float], replies: int) -> str:
+        spent = [(after - start) / max(1, replies) * 1000 for start, after in zip(before, cpu_now())]
+        return f"CPU per reply: clients {spent[0]:.2f} ms, upstream {spent[1]:.2f} ms, server {spent[2]:.2f} ms"
+
+    before = cpu_now()
     d_time, d_done, d_errors = await concurrent(up_port, args.clients, args.rounds, args.words)
-    before = cpu_seconds(serve_pid)
+    direct_cpu = per_reply(before, d_done)
+    before = cpu_now()
     s_time, s_done, s_errors = await concurrent(serve_port, args.clients, args.rounds, args.words)
-    per_reply = (cpu_seconds(serve_pid) - before) / max(1, s_done)
+    served_cpu = per_reply(before, s_done)
     d_rate, s_rate = d_done / d_time, s_done / s_time
     print(f"3. {args.clients} concurrent streaming clients x {args.rounds} replies of {args.words} tokens: direct "
           f"{d_rate:.1f} replies/s ({d_errors} errors), through mylm serve {s_rate:.1f} replies/s ({s_errors} errors): "
-          f"{s_rate / d_rate:.2f}x (target >= 0.8x, 0 errors); the server's CPU per reply {per_reply * 1000:.2f} ms")
+          f"{s_rate / d_rate:.2f}x (target >= 0.8x, 0 errors)\n   direct: {direct_cpu}\n   through mylm serve: "
+          f"{served_cpu}")
 
 
 if __name__ == "__main__":
