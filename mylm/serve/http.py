@@ -101,9 +101,10 @@ class EventStream(Response):
     media_type = "text/event-stream"
 
     def __init__(self, events: AsyncIterator[bytes], headers: dict[str, str] | None = None, *,
-                 more: Sized = ()) -> None:
+                 more: Sized = (), closed: Callable[[], None] | None = None) -> None:
         """`more` is non-empty while more events are ready to be taken at once: they are gathered into one write
-        (the client gets them no later: nothing is awaited meanwhile)."""
+        (the client gets them no later: nothing is awaited meanwhile). `closed` is called once the answer is
+        over, however it ended."""
         # No body and so no Content-Length: the answer is chunked, its length unknown until it ends.
         self.status_code = 200
         self.background = None
@@ -111,6 +112,7 @@ class EventStream(Response):
                            **(headers or {})})
         self.events = events
         self.more = more
+        self.closed = closed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         stream = asyncio.ensure_future(self._stream(send))
@@ -122,8 +124,12 @@ class EventStream(Response):
                 task.cancel()
             await asyncio.gather(stream, watcher, return_exceptions=True)
             close: Callable[[], Awaitable[None]] | None = getattr(self.events, "aclose", None)
-            if close is not None:
-                await close()
+            try:
+                if close is not None:
+                    await close()
+            finally:
+                if self.closed is not None:
+                    self.closed()
 
     async def _stream(self, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
