@@ -378,8 +378,10 @@ class Core:
             if attempt == self.settings.max_corrections:
                 break
             if observe is not None:
-                observe(ErrorEvent(outcome.problem or next((o for _, o in results if o), None) or text_problems[0],
-                                   outcome.kind or "call"))
+                # A call that cannot run (native or rescued) is a `call` correction; else the text's own problem.
+                bad = next((o for _, o in [*results, *found] if o), None)
+                observe(ErrorEvent(bad, "call") if bad else ErrorEvent(outcome.problem or problem or "",
+                                                                        outcome.kind or "format"))
             reply: dict[str, Any] = {"role": "assistant", "content": parsed.text.strip() or
                                      ("" if native else "(empty reply)")}
             if native:

@@ -218,3 +218,39 @@ def test_without_an_endpoint_serve_imports_nothing_of_opentelemetry(
     # The same with an endpoint does import it: the check above can fail.
     with OTLPReceiver() as receiver:
         assert "opentelemetry.sdk.trace" in imported(_env(OTEL_EXPORTER_OTLP_ENDPOINT=receiver.url))
+
+
+def test_the_messages_api_and_native_tool_corrections_are_traced_alike(
+    isolated_user_state: Path, upstream: OpenAIServer
+) -> None:
+    import anthropic
+
+    weather = {"name": "get_weather", "description": WEATHER["function"]["description"],  # type: ignore[index]
+               "input_schema": WEATHER["function"]["parameters"]}  # type: ignore[index]
+    with OTLPReceiver() as receiver:
+        process, url = _serve(_env(), "--base-url", upstream.base_url, "-m", "test-model", "--provider", "openai",
+                              "--tools", "native", "--otel", receiver.url)
+        try:
+            # Native calls: arguments that break the schema, corrected upstream in the native format, then good.
+            upstream.script([
+                Completion("", tool_calls=[{"id": "call_bad", "name": "get_weather", "arguments": '{"days": 0}'}]),
+                Completion("", tool_calls=[{"id": "call_ok", "name": "get_weather", "arguments": '{"city": "Oslo"}'}]),
+            ])
+            api = anthropic.Anthropic(base_url=url.removesuffix("/v1"), api_key=CLIENT_KEY, max_retries=0, timeout=60,
+                                      default_headers={"traceparent": TRACEPARENT})
+            with api.messages.stream(model="claude-x", max_tokens=256, tools=[weather],  # type: ignore[list-item]
+                                     messages=[{"role": "user", "content": "weather in Oslo?"}]) as stream:
+                message = stream.get_final_message()
+            assert message.stop_reason == "tool_use"
+        finally:
+            _stop(process)
+        spans = list(receiver.spans)
+    (request,) = [s for s in spans if s.name == "POST /v1/messages"]
+    assert request.kind == SERVER and request.trace_id == CALLER_TRACE and request.parent_id == CALLER_SPAN
+    assert request.attributes["mylm.serve.api"] == "messages" and request.attributes["mylm.serve.stream"] is True
+    assert request.attributes["http.route"] == "/v1/messages" and request.attributes["http.response.status_code"] == 200
+    assert request.attributes["mylm.corrections"] == 1
+    assert [a["mylm.correction.kind"] for n, a in request.events if n == "mylm.correction"] == ["call"]
+    calls = _children(spans, request)
+    assert [c.attributes["mylm.attempt"] for c in calls] == [1, 2]
+    assert all(c.kind == CLIENT and c.attributes["gen_ai.request.model"] == "test-model" for c in calls)
