@@ -122,8 +122,9 @@ class RequestTrace:
                                       "mylm.corrections": self._corrections})
             if error is not None:
                 self.span.set_attribute("error.type", error)
-            # The HTTP conventions: a server span is an error for a 5xx (or a failure), not for the client's 4xx.
-            if status >= 500 or (error is not None and status < 400):
+            # The HTTP conventions: a server span is an error for a 5xx (or a failure after a 200), not for the
+            # client's 4xx, nor for a client that went away.
+            if status >= 500 or (error not in (None, "cancelled") and status < 400):
                 self.span.set_status(Status(StatusCode.ERROR))
             self.span.end()
 

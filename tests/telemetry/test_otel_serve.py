@@ -254,3 +254,22 @@ def test_the_messages_api_and_native_tool_corrections_are_traced_alike(
     calls = _children(spans, request)
     assert [c.attributes["mylm.attempt"] for c in calls] == [1, 2]
     assert all(c.kind == CLIENT and c.attributes["gen_ai.request.model"] == "test-model" for c in calls)
+
+
+def test_a_client_leaving_mid_stream_ends_its_span_as_cancelled_not_failed(
+    isolated_user_state: Path, upstream: OpenAIServer
+) -> None:
+    with OTLPReceiver() as receiver:
+        process, url = _serve(_env(), "--base-url", upstream.base_url, "-m", "test-model", "--otel", receiver.url)
+        try:
+            upstream.script([Completion("Words ", endless=True)])  # generates until its client goes away
+            api = openai.OpenAI(base_url=url, api_key=CLIENT_KEY, max_retries=0, timeout=60)
+            stream = api.chat.completions.create(model="m", stream=True, messages=[{"role": "user", "content": "go"}])
+            assert next(iter(stream)).choices
+            stream.close()
+            spans = receiver.wait_for(CHAT)  # a bound, not a delay: the batch exporter sends it within seconds
+        finally:
+            _stop(process)
+    (request,) = [s for s in spans if s.name == CHAT]
+    assert request.attributes["error.type"] == "cancelled" and request.status != 2
+    assert request.attributes["http.response.status_code"] == 200
