@@ -15,6 +15,7 @@ asyncio sockets in this process; each checks that its reply arrived whole.
 
     python scripts/bench_serve.py                 # the defaults below, about a minute
     python scripts/bench_serve.py --clients 64 --rounds 4 --latency-requests 300
+    python scripts/bench_serve.py --otel-sink     # the same with every request traced (`mylm serve --otel`)
 """
 
 from __future__ import annotations
@@ -169,6 +170,27 @@ async def concurrent(port: int, clients: int, rounds: int, words: int) -> tuple[
     return time.perf_counter() - started, completed, errors
 
 
+def otel_sink() -> str:
+    """An OTLP/HTTP receiver in a thread of this process that answers every export with success; its URL."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Sink(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--latency-requests", type=int, default=200)
@@ -177,6 +199,9 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--words", type=int, default=200, help="words in each reply of the concurrency test")
+    parser.add_argument("--otel-sink", action="store_true",
+                        help="trace every request (`--otel`) to an OTLP/HTTP sink in this process that accepts and "
+                             "drops the spans")
     parser.add_argument("--upstream", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.upstream:
@@ -186,9 +211,10 @@ def main() -> None:
     upstream = subprocess.Popen([sys.executable, __file__, "--upstream"], stdout=subprocess.PIPE, text=True, env=env)
     assert upstream.stdout is not None
     up_port = int(upstream.stdout.readline())
+    traced = ["--otel", otel_sink()] if args.otel_sink else []
     serve = subprocess.Popen(
         [sys.executable, "-m", "mylm", "serve", "--base-url", f"http://127.0.0.1:{up_port}/v1", "-m", "bench",
-         "--port", "0"], stderr=subprocess.PIPE, text=True, env={**env, "MYLM_SERVE_KEY": "bench"})
+         "--port", "0", *traced], stderr=subprocess.PIPE, text=True, env={**env, "MYLM_SERVE_KEY": "bench"})
     assert serve.stderr is not None
     serve_port = int(re.search(r":(\d+)/v1", serve.stderr.readline()).group(1))  # type: ignore[union-attr]
     try:
