@@ -15,6 +15,7 @@ asyncio sockets in this process; each checks that its reply arrived whole.
 
     python scripts/bench_serve.py                 # the defaults below, about a minute
     python scripts/bench_serve.py --clients 64 --rounds 4 --latency-requests 300
+    python scripts/bench_serve.py --otel-sink     # the same with every request traced (`mylm serve --otel`)
 """
 
 from __future__ import annotations
@@ -169,6 +170,27 @@ async def concurrent(port: int, clients: int, rounds: int, words: int) -> tuple[
     return time.perf_counter() - started, completed, errors
 
 
+def otel_sink() -> str:
+    """An OTLP/HTTP receiver in a thread of this process that answers every export with success; its URL."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Sink(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--latency-requests", type=int, default=200)
@@ -177,6 +199,9 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--words", type=int, default=200, help="words in each reply of the concurrency test")
+    parser.add_argument("--otel-sink", action="store_true",
+                        help="trace every request (`--otel`) to an OTLP/HTTP sink in this process that accepts and "
+                             "drops the spans")
     parser.add_argument("--upstream", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.upstream:
@@ -186,20 +211,21 @@ def main() -> None:
     upstream = subprocess.Popen([sys.executable, __file__, "--upstream"], stdout=subprocess.PIPE, text=True, env=env)
     assert upstream.stdout is not None
     up_port = int(upstream.stdout.readline())
+    traced = ["--otel", otel_sink()] if args.otel_sink else []
     serve = subprocess.Popen(
         [sys.executable, "-m", "mylm", "serve", "--base-url", f"http://127.0.0.1:{up_port}/v1", "-m", "bench",
-         "--port", "0"], stderr=subprocess.PIPE, text=True, env={**env, "MYLM_SERVE_KEY": "bench"})
+         "--port", "0", *traced], stderr=subprocess.PIPE, text=True, env={**env, "MYLM_SERVE_KEY": "bench"})
     assert serve.stderr is not None
     serve_port = int(re.search(r":(\d+)/v1", serve.stderr.readline()).group(1))  # type: ignore[union-attr]
     try:
-        asyncio.run(run(args, up_port, serve_port, serve.pid))
+        asyncio.run(run(args, up_port, serve_port, serve.pid, upstream.pid))
     finally:
         for process in (serve, upstream):
             process.terminate()
             process.wait(timeout=30)
 
 
-async def run(args: argparse.Namespace, up_port: int, serve_port: int, serve_pid: int) -> None:
+async def run(args: argparse.Namespace, up_port: int, serve_port: int, serve_pid: int, up_pid: int) -> None:
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f}")
     await latency(serve_port, 20, True)  # warm-up: imports, the grammar compiled, connections pooled
     await latency(up_port, 20, True)
@@ -227,12 +253,24 @@ async def run(args: argparse.Namespace, up_port: int, serve_port: int, serve_pid
           f"{plain / tokens * 1e6:.1f} us, parsed (tools) {parsed / tokens * 1e6:.1f} us: "
           f"{parsed / plain:.2f}x (target <= 1.5x)")
 
+    def cpu_now() -> tuple[float, float, float]:
+        return time.process_time(), cpu_seconds(up_pid), cpu_seconds(serve_pid)
+
+    def per_reply(before: tuple[float, float, float], replies: int) -> str:
+        spent = [(after - start) / max(1, replies) * 1000 for start, after in zip(before, cpu_now())]
+        return f"CPU per reply: clients {spent[0]:.2f} ms, upstream {spent[1]:.2f} ms, server {spent[2]:.2f} ms"
+
+    before = cpu_now()
     d_time, d_done, d_errors = await concurrent(up_port, args.clients, args.rounds, args.words)
+    direct_cpu = per_reply(before, d_done)
+    before = cpu_now()
     s_time, s_done, s_errors = await concurrent(serve_port, args.clients, args.rounds, args.words)
+    served_cpu = per_reply(before, s_done)
     d_rate, s_rate = d_done / d_time, s_done / s_time
     print(f"3. {args.clients} concurrent streaming clients x {args.rounds} replies of {args.words} tokens: direct "
           f"{d_rate:.1f} replies/s ({d_errors} errors), through mylm serve {s_rate:.1f} replies/s ({s_errors} errors): "
-          f"{s_rate / d_rate:.2f}x (target >= 0.8x, 0 errors)")
+          f"{s_rate / d_rate:.2f}x (target >= 0.8x, 0 errors)\n   direct: {direct_cpu}\n   through mylm serve: "
+          f"{served_cpu}")
 
 
 if __name__ == "__main__":

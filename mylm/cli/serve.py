@@ -19,6 +19,7 @@ from .common import (
     settings_from,
     verbose_option,
 )
+from .tracing import otel_option
 
 #: The variable the client key may come from (a flag's value is visible in `ps`).
 KEY_ENV = "MYLM_SERVE_KEY"
@@ -47,6 +48,7 @@ KEY_ENV = "MYLM_SERVE_KEY"
               help="Largest request body accepted; larger ones get a 413 [16 MiB].")
 @click.option("--max-concurrency", type=click.IntRange(1, 4096), default=128, show_default=True,
               help="Requests served upstream at once (and the upstream connections kept); more wait their turn.")
+@otel_option
 @verbose_option
 @click.pass_context
 @handles_errors
@@ -68,6 +70,9 @@ def serve(ctx: click.Context, /, **options: Any) -> None:
       OPENAI_BASE_URL=http://127.0.0.1:8765/v1 OPENAI_API_KEY=unused python my_agent.py
       MYLM_SERVE_KEY=s3cret mylm serve --host 0.0.0.0
       mylm serve --tools native --provider openai --base-url http://localhost:8000/v1 -m Qwen/Qwen3-8B
+
+    With --otel (or OTEL_EXPORTER_OTLP_ENDPOINT) each request is traced: a server span per request, continuing
+    the client's traceparent, with a span per upstream model call.
 
     Routes: POST /v1/chat/completions, /v1/responses, /v1/messages; GET /v1/models, /health.
     Exit codes: 0 stopped (Ctrl-C drains the requests in flight), 1 error, 2 usage.
@@ -94,8 +99,9 @@ def serve(ctx: click.Context, /, **options: Any) -> None:
     configure_logging(options["verbose"], redactor)
     loader = prompt_loader(settings)
     llm = make_llm(ctx, settings, loader)
+    tracing = serve_tracer(settings, redactor, options["otel_endpoint"])
     app = build_app(llm, loader, settings, key, options, redactor.redact,
-                    stop_strings=getattr(known_model(settings), "stop_strings", True))
+                    stop_strings=getattr(known_model(settings), "stop_strings", True), tracing=tracing)
     try:
         sock = listen(host, options["port"])
     except OSError as error:
@@ -110,12 +116,27 @@ def serve(ctx: click.Context, /, **options: Any) -> None:
         run(app, sock)
     except KeyboardInterrupt:
         pass  # uvicorn drained the requests in flight, then re-raised the signal it caught: a clean stop
+    finally:
+        if tracing is not None:
+            tracing.shutdown()  # exports the last requests' spans
     click.echo("mylm serve: stopped", err=True)
     ctx.exit(EXIT_OK)
 
 
+def serve_tracer(settings: Any, redactor: Any, endpoint: str | None) -> Any:
+    """The tracer of each request, or None (nothing of OpenTelemetry imported) when no endpoint is set."""
+    from .tracing import open_telemetry, system_of
+
+    telemetry = open_telemetry(settings, redactor, endpoint)
+    if telemetry is None:
+        return None
+    from ..telemetry.serving import ServeTracer
+
+    return ServeTracer(telemetry, model=settings.model, system=system_of(settings))
+
+
 def build_app(llm: Any, loader: Any, settings: Any, key: str | None, options: dict[str, Any], redact: Any,
-              *, stop_strings: bool = True) -> Any:
+              *, stop_strings: bool = True, tracing: Any = None) -> Any:
     """The ASGI application for these settings (the CLI's composition of core, config and routes)."""
     from ..errors import ConfigError
     from ..serve.app import ServeConfig, create_app
@@ -134,4 +155,4 @@ def build_app(llm: Any, loader: Any, settings: Any, key: str | None, options: di
         raise ConfigError(str(error)) from None
     config = ServeConfig(model=settings.model or "mylm", client_key=key, max_body=options["max_body"],
                          max_concurrency=options["max_concurrency"])
-    return create_app(core, config, redact)
+    return create_app(core, config, redact, tracing)

@@ -510,12 +510,15 @@ def _coalesced(chunks: list[LLMChunk]) -> list[LLMChunk]:
     return out
 
 
-def text_chunks(text: Any, reasoning: Any = None) -> Iterator[LLMChunk]:
-    """Reasoning then text chunks for the non-empty strings given (wire formats send empty deltas often)."""
-    if isinstance(reasoning, str) and reasoning:
-        yield ReasoningChunk(reasoning)
-    if isinstance(text, str) and text:
-        yield TextChunk(text)
+def text_chunks(text: Any, reasoning: Any = None) -> list[LLMChunk]:
+    """Reasoning then text chunks for the non-empty strings given (wire formats send empty deltas often); a list,
+    not a generator: decoders call this once per token."""
+    chunks: list[LLMChunk] = []
+    if reasoning and isinstance(reasoning, str):
+        chunks.append(ReasoningChunk(reasoning))
+    if text and isinstance(text, str):
+        chunks.append(TextChunk(text))
+    return chunks
 
 
 def usage_of(prompt: Any, completion: Any) -> Usage | None:

@@ -17,20 +17,27 @@ from .transport import HTTPCall
 class _OpenAIDecoder(Decoder):
     """Chunks from `chat.completion.chunk` or `text_completion` events; the usage chunk follows the finish."""
 
-    def feed(self, item: SSEEvent) -> Iterator[LLMChunk]:
+    def feed(self, item: SSEEvent) -> list[LLMChunk]:
+        # Lists, not generators, here and in `_object`: this runs once per token (scripts/bench_serve.py).
+        data = item.data
         if item.event == "error":
-            self.fail_on_error(sse_json(item)[0] if item.data.strip() else {"error": "unknown error"})
-        if item.data.strip() == "[DONE]":
+            self.fail_on_error(sse_json(item)[0] if data.strip() else {"error": "unknown error"})
+        if data[:1] != "{" and data.strip() == "[DONE]":
             self.done = True
-            return
+            return []
+        chunks: list[LLMChunk] = []
         for obj in sse_json(item):
-            yield from self._object(obj)
+            self._object(obj, chunks)
+        return chunks
 
     def whole(self, document: Any) -> Iterable[LLMChunk]:
         # A server that ignored `stream: true` sends one `chat.completion`; its `message` reads like a delta.
-        return list(self._object(document))
+        chunks: list[LLMChunk] = []
+        self._object(document, chunks)
+        return chunks
 
-    def _object(self, obj: Any) -> Iterator[LLMChunk]:
+    def _object(self, obj: Any, out: list[LLMChunk]) -> None:
+        """Appends the chunks of one `chat.completion.chunk` (or `text_completion`) object to `out`."""
         self.fail_on_error(obj)
         if not isinstance(obj, dict):
             return
@@ -44,9 +51,13 @@ class _OpenAIDecoder(Decoder):
             if isinstance(delta, dict):
                 # llama.cpp, vLLM and DeepSeek send `reasoning_content`; Ollama, OpenRouter `reasoning`.
                 thought = delta.get("reasoning_content") or delta.get("reasoning")
-                yield from text_chunks(delta.get("content"), thought)
-                yield from _call_pieces(delta.get("tool_calls"))
-            yield from text_chunks(choice.get("text"))
+                out += text_chunks(delta.get("content"), thought)
+                calls = delta.get("tool_calls")
+                if calls is not None:
+                    out += _call_pieces(calls)
+            text = choice.get("text")
+            if text is not None:
+                out += text_chunks(text)
             if choice.get("finish_reason"):
                 self.reason = str(choice["finish_reason"]).lower()
             # vLLM names the stop string that fired.

@@ -29,11 +29,12 @@ from ..errors import (
     MylmError,
     RateLimitError,
 )
+from ..telemetry.observer import RequestObserver, RequestTracing
 from . import chat, messages, models, responses
-from .bridge import produced
+from .bridge import Backlog, produced
 from .core import Core
 from .http import EventStream, json_response, read_body, unless_disconnected
-from .wire import Out, RequestError, load_json
+from .wire import CallOut, ChatMessage, Finished, Out, RequestError, load_json, said
 
 logger = logging.getLogger("mylm.serve")
 
@@ -59,10 +60,13 @@ class ServeConfig:
 class Server:
     """The application's state: the core, the settings, the requests in flight."""
 
-    def __init__(self, core: Core, config: ServeConfig, redact: Callable[[str], str] = lambda s: s) -> None:
+    def __init__(self, core: Core, config: ServeConfig, redact: Callable[[str], str] = lambda s: s,
+                 tracing: RequestTracing | None = None) -> None:
         self.core = core
         self.config = config
         self.redact = redact
+        #: Traces each generation request (None: tracing is off, and nothing of OpenTelemetry is loaded).
+        self.tracing = tracing
         self.active = 0
         self._slots = asyncio.Semaphore(config.max_concurrency)
 
@@ -95,29 +99,55 @@ class Server:
         return self._error(api, RequestError(f"no route {request.method} {request.url.path}", status=404,
                                              kind="not_found_error", code="unknown_url"))
 
-    def generation(self, api: ModuleType) -> Callable[[Request], Any]:
+    def generation(self, api: ModuleType, route: str) -> Callable[[Request], Any]:
         """The handler of a generation route (`api` is its wire module)."""
 
         async def handle(request: Request) -> Response:
+            observer = self._observer(request, route)
+            kind = None
             try:
-                return await self._generate(api, request)
+                response = await self._generate(api, request, observer)
             except RequestError as error:
-                return self._error(api, error)
+                response, kind = self._error(api, error), error.kind
             except Exception as error:  # noqa: BLE001 - a bug must still answer in the API's shape
                 logger.error("Internal error on %s: %s", request.url.path, self.redact(repr(error)))
-                return self._error(api, RequestError("internal server error", status=500, kind="server_error"))
+                response, kind = self._error(api, RequestError("internal server error", status=500,
+                                                               kind="server_error")), "server_error"
+            except BaseException:
+                if observer is not None:
+                    observer.end(499, "cancelled")
+                raise
+            if observer is not None and not isinstance(response, EventStream):
+                status = response.status_code
+                observer.end(status, kind or (str(status) if status >= 400 else None))
+            return response
 
         return handle
 
+    def _observer(self, request: Request, route: str) -> RequestObserver | None:
+        if self.tracing is None:
+            return None
+        server = request.scope.get("server")
+        client = request.client
+        return self.tracing.request(method=request.method, route=route, path=request.url.path,
+                                    headers=request.headers, scheme=request.url.scheme,
+                                    server=(str(server[0]), int(server[1])) if server else None,
+                                    client=client.host if client else None)
+
     # ------------------------------------------------------------------------------------------ helpers
 
-    async def _generate(self, api: ModuleType, request: Request) -> Response:
+    async def _generate(self, api: ModuleType, request: Request, observer: RequestObserver | None = None) -> Response:
         refused = self._refused(request, api)
         if refused is not None:
             return refused
         body = load_json(await read_body(request, self.config.max_body, self.config.body_timeout))
         parsed = api.parse(body)
-        items = self._items(parsed)
+        if observer is not None:
+            observer.request(api=api.__name__.rsplit(".", 1)[-1], model=parsed.model, stream=parsed.stream,
+                             tools=len(parsed.tools), max_tokens=parsed.max_tokens,
+                             messages=[_message(m) for m in parsed.messages])
+        backlog = Backlog()
+        items = self._items(parsed, backlog, observer)
         if not parsed.stream:
             try:
                 found = await unless_disconnected(request, collected_from(items))
@@ -143,28 +173,44 @@ class Server:
         if first is None:
             await items.aclose()
             return Response(status_code=499)
-        return EventStream(self._guarded(api, api.events(parsed, _prepend(first, items), body)))
+        events = self._guarded(api, api.events(parsed, _prepend(first, items), body), observer)
+        # A client gone before the stream ended: the trace ends too (a no-op once the stream has ended it).
+        closed = (lambda: observer.end(200, "cancelled")) if observer is not None else None
+        return EventStream(events, more=backlog, closed=closed)
 
-    async def _items(self, parsed: Any) -> AsyncGenerator[Out, None]:
+    async def _items(self, parsed: Any, backlog: Backlog | None = None,
+                     observer: RequestObserver | None = None) -> AsyncGenerator[Out, None]:
         async with self._slots:
             self.active += 1
+            seen: list[Out] = []
             try:
-                async for item in produced(lambda cancel: self.core.run(parsed, cancel)):
+                async for item in produced(lambda cancel: self.core.run(parsed, cancel, observer),
+                                           backlog=backlog):
+                    if observer is not None:
+                        seen.append(item)
                     yield item
             finally:
                 self.active -= 1
+            if observer is not None:
+                observer.answered([_answer(seen)])
 
-    async def _guarded(self, api: ModuleType, events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    async def _guarded(self, api: ModuleType, events: AsyncIterator[bytes],
+                       observer: RequestObserver | None = None) -> AsyncIterator[bytes]:
         """The stream's events; a failure once it has begun becomes the API's error event."""
+        failed = None
         try:
             async for event in events:
                 yield event
         except (asyncio.CancelledError, GeneratorExit):
             raise
         except BaseException as error:  # noqa: BLE001 - every failure is answered in the API's shape
-            yield api.stream_error(self._failure(error))
+            failure = self._failure(error)
+            failed = failure.kind
+            yield api.stream_error(failure)
         finally:
             await events.aclose()  # type: ignore[attr-defined]
+        if observer is not None:
+            observer.end(200, failed)
 
     def _failure(self, error: BaseException) -> RequestError:
         """What the client is told about `error` (from the upstream, or a bug)."""
@@ -207,6 +253,28 @@ class Server:
         return json_response(api.error_body(error), status=error.status)
 
 
+def _message(message: ChatMessage) -> dict[str, Any]:
+    """A client's message as a trace records it (with content capture)."""
+    entry: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.calls:
+        entry["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": dict(c.arguments)} for c in message.calls]
+    if message.call_id:
+        entry["tool_call_id"] = message.call_id
+    return entry
+
+
+def _answer(items: list[Out]) -> dict[str, Any]:
+    """The answer a client got, as a trace records it (with content capture)."""
+    entry: dict[str, Any] = {"role": "assistant", "content": said(items)}
+    calls = [{"id": i.id, "name": i.name, "arguments": i.arguments} for i in items if isinstance(i, CallOut)]
+    if calls:
+        entry["tool_calls"] = calls
+    finish = next((i for i in items if isinstance(i, Finished)), None)
+    if finish is not None:
+        entry["finish_reason"] = finish.reason
+    return entry
+
+
 async def collected_from(items: AsyncGenerator[Out, None]) -> list[Out]:
     """Every item of `items` (closed even when cancelled, so its upstream call is cancelled too)."""
     try:
@@ -224,9 +292,10 @@ async def _prepend(first: Out, rest: AsyncGenerator[Out, None]) -> AsyncGenerato
         await rest.aclose()
 
 
-def create_app(core: Core, config: ServeConfig, redact: Callable[[str], str] = lambda s: s) -> Starlette:
-    """The ASGI application serving `core`."""
-    server = Server(core, config, redact)
+def create_app(core: Core, config: ServeConfig, redact: Callable[[str], str] = lambda s: s,
+               tracing: RequestTracing | None = None) -> Starlette:
+    """The ASGI application serving `core`; `tracing` traces each generation request."""
+    server = Server(core, config, redact, tracing)
     pool = getattr(core.llm, "pool", None)
     if callable(pool):
         pool(config.max_concurrency)  # one upstream connection pool, as large as the requests served at once
@@ -234,9 +303,9 @@ def create_app(core: Core, config: ServeConfig, redact: Callable[[str], str] = l
         Route("/health", server.health, methods=["GET"]),
         Route("/v1/models", server.list_models, methods=["GET"]),
         Route("/v1/models/{name:path}", server.one_model, methods=["GET"]),
-        Route("/v1/chat/completions", server.generation(chat), methods=["POST"]),
-        Route("/v1/responses", server.generation(responses), methods=["POST"]),
-        Route("/v1/messages", server.generation(messages), methods=["POST"]),
+        *(Route(path, server.generation(api, path), methods=["POST"])
+          for path, api in (("/v1/chat/completions", chat), ("/v1/responses", responses),
+                            ("/v1/messages", messages))),
         Route("/{rest:path}", server.not_found,
               methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]),
     ]

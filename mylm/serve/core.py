@@ -11,17 +11,19 @@ conversation is a byte-stable extension of the last and the upstream's prompt ca
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
 import logging
 import threading
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..cancel import CancelToken
+from ..context import TokenEstimator
 from ..llm import (
     LLM,
     ConstrainMode,
@@ -30,6 +32,7 @@ from ..llm import (
     NativeTools,
     ReasoningChunk,
     TextChunk,
+    Sampling,
     alternating,
     native_refused,
     supports_native_tools,
@@ -37,8 +40,18 @@ from ..llm import (
 from ..prompts import PromptLoader
 from ..protocol.canonical import format_tool_call
 from ..protocol.defuse import neutralise
-from ..step import Meter, ModelStep, StepConfig, StepOutcome
-from ..types import FinishReason, Message, ReasoningEvent, TextEvent, ToolCall, UsageEvent
+from ..step import Meter, ModelStep, StepConfig, StepOutcome, ToolDefinition
+from ..types import (
+    ErrorEvent,
+    Event,
+    FinishReason,
+    Message,
+    ModelCallEvent,
+    ReasoningEvent,
+    TextEvent,
+    ToolCall,
+    UsageEvent,
+)
 from .native import (
     NOT_RUN,
     Forwarding,
@@ -55,6 +68,8 @@ from .wire import CallOut, ChatMessage, ChatRequest, Finished, Out, ReasoningOut
 logger = logging.getLogger("mylm.serve")
 
 ToolsMode = Literal["emulate", "native"]
+#: Sees the events of a request's upstream calls (a trace of the request); see `Core.run`.
+Observe = Callable[[Event], None]
 TOOLS_MODES: tuple[ToolsMode, ...] = ("emulate", "native")
 
 #: The templates the core renders itself (the step checks its own); checked when the server starts.
@@ -91,6 +106,8 @@ class Core:
         self.stopless = False
         #: Rendered system prompts by tools, choice and instructions: the same request renders the same bytes.
         self._systems: dict[tuple[Any, ...], str] = {}
+        #: Model steps by tools and config, each copied per request (see `step`).
+        self._steps: dict[tuple[str, StepConfig], ModelStep] = {}
         self._lock = threading.Lock()
         if settings.tools == "native" and not supports_native_tools(llm):
             raise native_refused(str(getattr(llm, "name", None) or type(llm).__name__))
@@ -106,15 +123,30 @@ class Core:
             constrain=self.settings.constrain, tool_choice=request.tool_choice,
             stop_strings=self.settings.stop_strings and not self.stopless, sampling=request.sampling,
         )
-        try:
-            step = ModelStep(self.llm, tools, config, prompts=self.prompts)
-        except Exception as error:  # noqa: BLE001 - any schema the grammar compiler cannot take
-            # A schema the grammar compiler cannot take: parse and validate only (or refuse, if insisted on).
-            if config.constrain == "grammar":
-                raise RequestError(f"the tools' schemas cannot be compiled into a grammar: {error}",
-                                   param="tools") from None
-            logger.warning("No grammar for this request's tools (%s: %s)", type(error).__name__, error)
-            step = ModelStep(self.llm, tools, dataclasses.replace(config, constrain="off"), prompts=self.prompts)
+        # Compiling the grammar and reading the schemas is a pure function of the tools and the config: done
+        # once, and each request gets a copy for what it learns (stops, reasoning, token estimate).
+        # Sampling is not part of what is compiled: requests differing only in it share one prototype.
+        key = (_tools_key(request), dataclasses.replace(config, sampling=Sampling()))
+        with self._lock:
+            prototype = self._steps.get(key)
+        if prototype is None:
+            try:
+                prototype = ModelStep(self.llm, tools, config, prompts=self.prompts)
+            except Exception as error:  # noqa: BLE001 - any schema the grammar compiler cannot take
+                # A schema the grammar compiler cannot take: parse and validate only (or refuse, if insisted on).
+                if config.constrain == "grammar":
+                    raise RequestError(f"the tools' schemas cannot be compiled into a grammar: {error}",
+                                       param="tools") from None
+                logger.warning("No grammar for this request's tools (%s: %s)", type(error).__name__, error)
+                prototype = ModelStep(self.llm, tools, dataclasses.replace(config, constrain="off"),
+                                      prompts=self.prompts)
+            with self._lock:
+                if len(self._steps) > 256:
+                    self._steps.clear()
+                self._steps[key] = prototype
+        step = copy.copy(prototype)
+        step.config = dataclasses.replace(prototype.config, sampling=request.sampling)
+        step.estimator = TokenEstimator()
         step.opens_reasoning = self.opens_reasoning
         step.stops = (*step.stops, *(s for s in request.stop if s not in step.stops))
         return step
@@ -126,8 +158,7 @@ class Core:
         if step is None:
             system = (Message("system", instructions),) if instructions else ()
             return alternating((*system, *turns))
-        key = (json.dumps([[t.name, t.description, t.parameters] for t in request.tools], default=str),
-               request.tool_choice, request.parallel, step.config.constrain, instructions)
+        key = (_tools_key(request), request.tool_choice, request.parallel, step.config.constrain, instructions)
         with self._lock:
             system_prompt = self._systems.get(key)
         if system_prompt is None:
@@ -177,39 +208,48 @@ class Core:
 
     # ------------------------------------------------------------------------------------------- serving
 
-    def run(self, request: ChatRequest, cancel: CancelToken) -> Iterator[Out]:
+    def run(self, request: ChatRequest, cancel: CancelToken, observe: Observe | None = None) -> Iterator[Out]:
         """The reply to `request`, as it becomes known: text and reasoning as they stream, each call once it is
-        complete and valid, then `Finished`. Raises `LLMError`s from the upstream and `CancelledError`."""
+        complete and valid, then `Finished`. Raises `LLMError`s from the upstream and `CancelledError`.
+        `observe` (a trace) sees the events of each upstream call (`ModelCallEvent` when one ends, its text and
+        reasoning) and an `ErrorEvent` for each correction sent."""
         deadline = time.monotonic() + self.settings.timeout
         if self.settings.tools == "native" and (request.tools or any(m.calls for m in request.messages)):
             if self.emulated(request):
-                yield from self._native(request, deadline, cancel)
+                yield from self._native(request, deadline, cancel, observe)
             else:
                 # No call is wanted, but the conversation still goes upstream in the model's own format.
                 native = NativeTools(tuple(wire_messages(request)), wire_tools(request.tools),
                                      wire_choice(request.tool_choice), request.parallel)
-                yield from self._plain(request, self.render(request), deadline, cancel, native)
+                yield from self._plain(request, self.render(request), deadline, cancel, native, observe)
             return
         if not self.emulated(request):
-            yield from self._plain(request, self.render(request), deadline, cancel)
+            yield from self._plain(request, self.render(request), deadline, cancel, observe=observe)
             return
         step = self.step(request)
-        yield from self._emulate(request, step, list(self.render(request, step)), deadline, cancel)
+        yield from self._emulate(request, step, list(self.render(request, step)), deadline, cancel, observe)
 
     def _plain(self, request: ChatRequest, messages: tuple[Message, ...], deadline: float,
-               cancel: CancelToken, native: NativeTools | None = None) -> Iterator[Out]:
+               cancel: CancelToken, native: NativeTools | None = None, observe: Observe | None = None) -> Iterator[Out]:
         """No tools: the conversation proxied as plain chat, its text and reasoning passed straight on."""
         upstream = LLMRequest(messages, stop=request.stop, max_tokens=request.max_tokens, deadline=deadline,
                               cancel=cancel, native=native, sampling=request.sampling)
         finish: FinishChunk | None = None
+        started, first = time.monotonic(), None
         stream = iter(self.llm.stream(upstream))
         try:
             for chunk in stream:
                 if isinstance(chunk, TextChunk):
                     if chunk.text:
+                        first = first or time.monotonic()
+                        if observe is not None:
+                            observe(TextEvent(chunk.text))
                         yield TextOut(chunk.text)
                 elif isinstance(chunk, ReasoningChunk):
                     if chunk.text:
+                        first = first or time.monotonic()
+                        if observe is not None:
+                            observe(ReasoningEvent(chunk.text))
                         yield ReasoningOut(chunk.text)
                 elif isinstance(chunk, FinishChunk):
                     finish = chunk
@@ -218,11 +258,17 @@ class Core:
             if close is not None:
                 close()
         reason = (finish.reason or "") if finish else ""
+        if observe is not None:
+            cut = reason in ("length", "max_tokens", "limit")
+            ended = FinishReason.MAX_TOKENS if cut else (FinishReason.STOP_SEQUENCE if finish and finish.stop_sequence
+                                                         else FinishReason.END_TURN)
+            observe(ModelCallEvent(ended, time.monotonic() - started, first - started if first else None,
+                                   finish.usage if finish else None))
         yield Finished("length" if reason in ("length", "max_tokens", "limit") else "stop",
                        finish.usage if finish else None)
 
     def _emulate(self, request: ChatRequest, step: ModelStep, messages: list[Message], deadline: float,
-                 cancel: CancelToken) -> Iterator[Out]:
+                 cancel: CancelToken, observe: Observe | None = None) -> Iterator[Out]:
         seed = stable_id("", *(f"{m.role}\x01{m.content}" for m in messages))
         corrections = step.corrections()
         meter = Meter()
@@ -231,7 +277,8 @@ class Core:
         for attempt in range(self.settings.max_corrections + 1):
             stops = step.stops
             outcome = yield from _relay(step.turn(messages, deadline=deadline, cancel=cancel,
-                                                  corrections=corrections, meter=meter), counted)
+                                                  corrections=corrections, meter=meter), counted,
+                                   observe=observe)
             self.opens_reasoning = step.opens_reasoning
             if stops and not step.stops:
                 self.stopless = True  # the step learnt that this upstream's stops cut the model's reasoning
@@ -263,6 +310,8 @@ class Core:
             logger.info("Unusable reply (attempt %d): %s", attempt + 1, outcome.problem or correction)
             if attempt == self.settings.max_corrections:
                 break
+            if observe is not None:
+                observe(ErrorEvent(outcome.problem or correction or "", outcome.kind or "call"))
             messages += [outcome.reply, Message("user", correction or "")]
         # Out of corrections: the text the reply had, never a half call.
         assert outcome is not None
@@ -271,7 +320,8 @@ class Core:
         yield Finished("length" if cut else "stop", meter.usage if counted[0] else None, answer)
 
 
-    def _native(self, request: ChatRequest, deadline: float, cancel: CancelToken) -> Iterator[Out]:
+    def _native(self, request: ChatRequest, deadline: float, cancel: CancelToken,
+                observe: Observe | None = None) -> Iterator[Out]:
         """`--tools native`: the tools forwarded, native calls validated, calls left in the text rescued; an
         unusable reply corrected upstream in the native format (see `native.py`)."""
         tools = request.tools
@@ -293,7 +343,7 @@ class Core:
             step.llm = upstream
             hold = Holdback()
             outcome = yield from _relay(step.turn(shown, deadline=deadline, cancel=cancel, corrections=corrections,
-                                                  meter=meter), counted, hold)
+                                                  meter=meter), counted, hold, observe)
             parsed = outcome.turn.parsed
             cut = outcome.turn.finish is FinishReason.MAX_TOKENS
             native = upstream.calls if request.parallel else upstream.calls[:1]
@@ -331,6 +381,11 @@ class Core:
             settled = parsed.final_answer or parsed.thought
             if attempt == self.settings.max_corrections:
                 break
+            if observe is not None:
+                # A call that cannot run (native or rescued) is a `call` correction; else the text's own problem.
+                bad = next((o for _, o in [*results, *found] if o), None)
+                observe(ErrorEvent(bad, "call") if bad else ErrorEvent(outcome.problem or problem or "",
+                                                                        outcome.kind or "format"))
             reply: dict[str, Any] = {"role": "assistant", "content": parsed.text.strip() or
                                      ("" if native else "(empty reply)")}
             if native:
@@ -344,11 +399,11 @@ class Core:
         yield Finished("length" if cut else "stop", meter.usage if counted[0] else None, settled)
 
 
-def _relay(steps: Generator[Any, None, StepOutcome], counted: list[bool],
-           hold: Holdback | None = None) -> Generator[Out, None, StepOutcome]:
+def _relay(steps: Generator[Any, None, StepOutcome], counted: list[bool], hold: Holdback | None = None,
+           observe: Observe | None = None) -> Generator[Out, None, StepOutcome]:
     """The step's text and reasoning events as the server's `Out` items; returns its outcome. `counted[0]` is
     set once the upstream has reported usage; text passes through `hold` (what may be a call printed as JSON
-    waits), if given."""
+    waits), if given; `observe` sees every event."""
     try:
         while True:
             try:
@@ -356,6 +411,8 @@ def _relay(steps: Generator[Any, None, StepOutcome], counted: list[bool],
             except StopIteration as stop:
                 result: StepOutcome = stop.value
                 return result
+            if observe is not None:
+                observe(event)
             if isinstance(event, TextEvent):
                 shown = hold.feed(event.text) if hold is not None else event.text
                 if shown:
@@ -367,6 +424,11 @@ def _relay(steps: Generator[Any, None, StepOutcome], counted: list[bool],
                 counted[0] = True
     finally:
         steps.close()  # a client gone mid-reply: the upstream stream is released now, not when collected
+
+
+def _tools_key(request: ChatRequest) -> str:
+    """The request's tools as a cache key (their JSON: parameters are dicts)."""
+    return json.dumps([[t.name, t.description, t.parameters] for t in request.tools], default=str)
 
 
 def stable_id(prefix: str, *parts: str) -> str:

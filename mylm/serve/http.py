@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sized
 from typing import Any, TypeVar
 
 from starlette.requests import ClientDisconnect, Request
@@ -100,13 +100,19 @@ class EventStream(Response):
 
     media_type = "text/event-stream"
 
-    def __init__(self, events: AsyncIterator[bytes], headers: dict[str, str] | None = None) -> None:
+    def __init__(self, events: AsyncIterator[bytes], headers: dict[str, str] | None = None, *,
+                 more: Sized = (), closed: Callable[[], None] | None = None) -> None:
+        """`more` is non-empty while more events are ready to be taken at once: they are gathered into one write
+        (the client gets them no later: nothing is awaited meanwhile). `closed` is called once the answer is
+        over, however it ended."""
         # No body and so no Content-Length: the answer is chunked, its length unknown until it ends.
         self.status_code = 200
         self.background = None
         self.init_headers({"Cache-Control": "no-cache", "Content-Type": "text/event-stream; charset=utf-8",
                            **(headers or {})})
         self.events = events
+        self.more = more
+        self.closed = closed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         stream = asyncio.ensure_future(self._stream(send))
@@ -118,14 +124,22 @@ class EventStream(Response):
                 task.cancel()
             await asyncio.gather(stream, watcher, return_exceptions=True)
             close: Callable[[], Awaitable[None]] | None = getattr(self.events, "aclose", None)
-            if close is not None:
-                await close()
+            try:
+                if close is not None:
+                    await close()
+            finally:
+                if self.closed is not None:
+                    self.closed()
 
     async def _stream(self, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        pending: list[bytes] = []
         try:
             async for chunk in self.events:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                pending.append(chunk)
+                if not self.more:
+                    await send({"type": "http.response.body", "body": b"".join(pending), "more_body": True})
+                    pending.clear()
         except OSError:
             return  # the client went away mid-write
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        await send({"type": "http.response.body", "body": b"".join(pending), "more_body": False})

@@ -12,8 +12,9 @@ callers skip tracing. With one, `configure` gives a `Telemetry` (the `otel` extr
     trace.end(stream.result)
     telemetry.shutdown()                                     # exports what is left
 
-`telemetry.batch(...)` opens one span that each task's trace links to; a server (`mylm serve`) calls `run` per
-request the same way.
+`telemetry.batch(...)` opens one span that each task's trace links to. `mylm serve` traces each HTTP request
+with `serving.ServeTracer(telemetry, ...)`: a server span, and under it the same model-call spans and correction
+events a run has.
 """
 
 from __future__ import annotations

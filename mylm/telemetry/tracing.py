@@ -210,30 +210,9 @@ class RunTrace:
                                     self.content([{"role": "assistant", "content": event.text}]))
 
     def _model_call(self, event: ModelCallEvent) -> None:
-        end = time.time_ns()
-        attrs: dict[str, Any] = {
-            "gen_ai.operation.name": "chat", **_model_attributes(self.model, self.system),
-            "gen_ai.response.finish_reasons": [event.finish_reason.value], "mylm.iteration": self._number,
-        }
-        if self.max_tokens:
-            attrs["gen_ai.request.max_tokens"] = self.max_tokens
-        if event.usage is not None:
-            attrs["gen_ai.usage.input_tokens"] = event.usage.prompt_tokens
-            attrs["gen_ai.usage.output_tokens"] = event.usage.completion_tokens
-        if event.time_to_first_token is not None:
-            attrs["gen_ai.response.time_to_first_chunk"] = round(event.time_to_first_token, 6)
-        if self.telemetry.capture_content:
-            output = [{"role": "assistant", "content": "".join(self._text)}]
-            if self._reasoning:
-                output[0]["reasoning"] = "".join(self._reasoning)
-            attrs["gen_ai.output.messages"] = self.content(output)
-        self._text.clear()
-        self._reasoning.clear()
-        name = f"chat {self.model}" if self.model else "chat"
-        span = self.telemetry.tracer.start_span(name, context=trace.set_span_in_context(self._parent()),
-                                                kind=SpanKind.CLIENT, attributes=attrs,
-                                                start_time=end - int(event.duration * 1e9))
-        span.end(end_time=end)
+        model_call_span(self.telemetry, self._parent(), event, model=self.model, system=self.system,
+                        max_tokens=self.max_tokens, text=self._text, reasoning=self._reasoning,
+                        attributes={"mylm.iteration": self._number})
 
     def _approval(self, event: ApprovalEvent) -> None:
         """The verdict as an `mylm.approval` event on the tool's span, and the grant the sandbox enforces as
@@ -263,12 +242,7 @@ class RunTrace:
             self.span.set_attribute("error.type", event.kind)
             self.span.set_status(Status(StatusCode.ERROR, self.telemetry.redactor.redact(event.message)[:500]))
             return
-        # A correction the model is sent (format, invalid arguments, a retry): the kind always, the words
-        # (which may quote the model) only with content capture.
-        attrs: dict[str, Any] = {"mylm.correction.kind": event.kind}
-        if self.telemetry.capture_content:
-            attrs["mylm.correction.message"] = self.telemetry.redactor.redact(event.message)[:CONTENT_CHARS]
-        self._parent().add_event("mylm.correction", attrs)
+        correction_event(self.telemetry, self._parent(), event)
 
     # ------------------------------------------------------------------------------------------ end
 
@@ -304,8 +278,7 @@ class RunTrace:
 
     def content(self, value: Any) -> str:
         """`value` as redacted JSON text for a content attribute, cut to CONTENT_CHARS."""
-        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-        return self.telemetry.redactor.redact(text)[:CONTENT_CHARS]
+        return content(self.telemetry, value)
 
     def _parent(self) -> Span:
         return self._iteration or self.span
@@ -318,6 +291,52 @@ class RunTrace:
         if self._iteration is not None:
             self._iteration.end()
             self._iteration = None
+
+
+def model_call_span(
+    telemetry: Telemetry, parent: Span, event: ModelCallEvent, *, model: str | None, system: str | None,
+    max_tokens: int | None, text: list[str], reasoning: list[str], attributes: Mapping[str, Any],
+) -> None:
+    """The span of one finished model call under `parent` (stamped after the fact from the event's timings); the
+    reply's `text` and `reasoning` (cleared here) become its output content with content capture."""
+    end = time.time_ns()
+    attrs: dict[str, Any] = {
+        "gen_ai.operation.name": "chat", **_model_attributes(model, system),
+        "gen_ai.response.finish_reasons": [event.finish_reason.value], **attributes,
+    }
+    if max_tokens:
+        attrs["gen_ai.request.max_tokens"] = max_tokens
+    if event.usage is not None:
+        attrs["gen_ai.usage.input_tokens"] = event.usage.prompt_tokens
+        attrs["gen_ai.usage.output_tokens"] = event.usage.completion_tokens
+    if event.time_to_first_token is not None:
+        attrs["gen_ai.response.time_to_first_chunk"] = round(event.time_to_first_token, 6)
+    if telemetry.capture_content:
+        output = [{"role": "assistant", "content": "".join(text)}]
+        if reasoning:
+            output[0]["reasoning"] = "".join(reasoning)
+        attrs["gen_ai.output.messages"] = content(telemetry, output)
+    text.clear()
+    reasoning.clear()
+    name = f"chat {model}" if model else "chat"
+    span = telemetry.tracer.start_span(name, context=trace.set_span_in_context(parent), kind=SpanKind.CLIENT,
+                                       attributes=attrs, start_time=end - int(event.duration * 1e9))
+    span.end(end_time=end)
+
+
+def correction_event(telemetry: Telemetry, span: Span, event: ErrorEvent) -> None:
+    """A correction the model is sent (format, invalid arguments, a retry) as an event on `span`: the kind
+    always, the words (which may quote the model) only with content capture."""
+    attrs: dict[str, Any] = {"mylm.correction.kind": event.kind}
+    if telemetry.capture_content:
+        attrs["mylm.correction.message"] = telemetry.redactor.redact(event.message)[:CONTENT_CHARS]
+    span.add_event("mylm.correction", attrs)
+
+
+def content(telemetry: Telemetry, value: Any) -> str:
+    """`value` as redacted JSON text for a content attribute, cut to CONTENT_CHARS."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return telemetry.redactor.redact(text)[:CONTENT_CHARS]
 
 
 def _model_attributes(model: str | None, system: str | None) -> dict[str, Any]:

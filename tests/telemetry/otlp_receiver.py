@@ -24,6 +24,8 @@ class Span:
     start: int
     end: int
     resource: dict[str, Any] = field(default_factory=dict)
+    #: The protobuf's SpanKind: 1 internal, 2 server, 3 client.
+    kind: int = 0
 
 
 def _value(any_value: Any) -> Any:
@@ -111,6 +113,6 @@ def _decode(request: Any) -> list[Span]:
                     links=[(link.trace_id.hex(), link.span_id.hex(), _attributes(link.attributes))
                            for link in span.links],
                     status=span.status.code, start=span.start_time_unix_nano, end=span.end_time_unix_nano,
-                    resource=resource,
+                    resource=resource, kind=span.kind,
                 ))
     return spans

@@ -1,0 +1,119 @@
+"""What `mylm serve` does once per request or once per event so that its CPU cost stays low, checked for its
+behaviour (never for its timing): worker threads reused, a step's grammar compiled once per tool set, and events
+already waiting sent in one write."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from typing import Any
+
+from mylm.prompts import PromptLoader
+from mylm.serve import chat
+from mylm.serve.bridge import Workers, produced
+from mylm.serve.core import Core, CoreSettings
+from mylm.serve.http import EventStream
+from mylm.testing import ScriptedLLM
+from tests.serve.support import SEARCH, WEATHER
+
+
+def test_a_worker_thread_serves_request_after_request() -> None:
+    workers = Workers(max_idle=2)
+    seen: list[int] = []
+
+    async def one() -> list[int]:
+        return [item async for item in produced(lambda cancel: iter([threading.get_ident()]), workers=workers)]
+
+    for _ in range(3):
+        seen += asyncio.run(one())
+    assert len(set(seen)) == 1 and seen[0] != threading.get_ident()
+
+
+def test_more_requests_at_once_than_idle_workers_are_all_served() -> None:
+    workers = Workers(max_idle=1)
+    gate = threading.Barrier(5, timeout=30)  # every job must be running at once to pass it
+
+    def job(cancel: Any) -> Any:
+        gate.wait()
+        yield threading.get_ident()
+
+    async def all_at_once() -> list[int]:
+        async def one() -> list[int]:
+            return [item async for item in produced(job, workers=workers)]
+        return [i for found in await asyncio.gather(*(one() for _ in range(5))) for i in found]
+
+    assert len(set(asyncio.run(all_at_once()))) == 5
+    assert len(workers._idle) <= 1
+
+
+def test_a_failing_job_leaves_its_worker_serving() -> None:
+    workers = Workers(max_idle=1)
+
+    def failing(cancel: Any) -> Any:
+        raise ValueError("upstream garbage")
+        yield  # pragma: no cover
+
+    async def run(produce: Any) -> list[Any]:
+        return [item async for item in produced(produce, workers=workers)]
+
+    try:
+        asyncio.run(run(failing))
+    except ValueError as error:
+        assert "garbage" in str(error)
+    else:
+        raise AssertionError("the job's error was not re-raised")
+    assert asyncio.run(run(lambda cancel: iter(["after"]))) == ["after"]
+
+
+def _request(tools: list[dict[str, Any]], **fields: Any) -> Any:
+    return chat.parse({"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": tools, **fields})
+
+
+def test_requests_with_the_same_tools_share_one_compiled_step_but_not_its_state() -> None:
+    loader = PromptLoader.default()
+    core = Core(ScriptedLLM([]), loader, CoreSettings(constrain="grammar"))
+    first, second = core.step(_request([WEATHER, SEARCH])), core.step(_request([WEATHER, SEARCH]))
+    assert first is not second
+    assert first.constraint is not None and first.constraint is second.constraint
+    first.stops = ()
+    first.opens_reasoning = True
+    assert second.stops and second.opens_reasoning is None
+    other = core.step(_request([WEATHER]))
+    assert other.constraint is not first.constraint and set(other.names) == {"get_weather"}
+    required = core.step(_request([WEATHER, SEARCH], tool_choice="required"))
+    assert required.config.tool_choice == "required" and required.constraint is not first.constraint
+
+
+def _sent(events: list[bytes], waiting: list[int]) -> list[dict[str, Any]]:
+    """The ASGI messages an `EventStream` sends for `events`, while `waiting[i]` more were ready after the i-th."""
+    backlog: list[int] = []
+    messages: list[dict[str, Any]] = []
+
+    async def source() -> AsyncIterator[bytes]:
+        for event, more in zip(events, waiting):
+            backlog[:] = [0] * more
+            yield event
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.Event().wait()  # the client never leaves
+        return {}
+
+    async def send(message: dict[str, Any]) -> None:
+        messages.append(message)
+
+    asyncio.run(EventStream(source(), more=backlog)({"type": "http"}, receive, send))
+    return messages
+
+
+def test_events_already_waiting_go_out_in_one_write_and_the_rest_at_once() -> None:
+    messages = _sent([b"a", b"b", b"c", b"d"], [2, 1, 0, 0])
+    bodies = [m["body"] for m in messages if m["type"] == "http.response.body"]
+    assert bodies == [b"abc", b"d", b""]
+    assert messages[-1]["more_body"] is False
+
+
+def test_without_a_backlog_every_event_is_written_as_it_comes() -> None:
+    bodies = [m["body"] for m in _sent([b"a", b"b"], [0, 0]) if m["type"] == "http.response.body"]
+    assert bodies == [b"a", b"b", b""]
+
