@@ -31,8 +31,8 @@ from ..llm import (
     LLMRequest,
     NativeTools,
     ReasoningChunk,
-    TextChunk,
     Sampling,
+    TextChunk,
     alternating,
     native_refused,
     supports_native_tools,
@@ -40,7 +40,7 @@ from ..llm import (
 from ..prompts import PromptLoader
 from ..protocol.canonical import format_tool_call
 from ..protocol.defuse import neutralise
-from ..step import Meter, ModelStep, StepConfig, StepOutcome, ToolDefinition
+from ..step import Meter, ModelStep, StepConfig, StepOutcome
 from ..types import (
     ErrorEvent,
     Event,

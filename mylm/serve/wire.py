@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..decoding import clean_text
-from ..errors import MylmError, RequestError
+from ..errors import RequestError
 from ..llm import Sampling
 from ..step import ToolDefinition
 from ..types import Usage
