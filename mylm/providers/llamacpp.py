@@ -63,8 +63,6 @@ class LlamaCpp(HTTPProvider):
         self.raw_prompt = bool(endpoint.chat_format)
         super().__init__(endpoint, **kwargs)
         self.tokenizer = ServerTokenizer(self.endpoint.base_url + "/tokenize")
-        #: Whether the last prompt built went as template strings and data token ids.
-        self.sent_tokens = False
 
     def build_call(self, request: LLMRequest) -> HTTPCall:
         prompt = request.prompt if isinstance(request, Prompted) else self.prompt(request.messages)
@@ -104,10 +102,7 @@ class LlamaCpp(HTTPProvider):
         # An older llama-server that knows `grammar` but not the lazy fields (or their shape).
         if "no_lazy" not in self.quirks and failure.blames("grammar_lazy", "grammar_triggers"):
             return "no_lazy"
-        learned = super().adapt(failure)
-        if learned is None and self.sent_tokens:
-            learned = refused_tokens(failure, self.tokenizer)
-        return learned
+        return super().adapt(failure) or refused_tokens(failure, self.tokenizer)
 
     def prepare(self, request: LLMRequest, guard: CallGuard) -> LLMRequest:
         """Render the conversation (with the server's template, a cheap local call, or the chat format), and
@@ -118,7 +113,6 @@ class LlamaCpp(HTTPProvider):
             # An older server or a llama.cpp look-alike: render in mylm from now on.
             self.chat_format = chat_format(DEFAULT_CHAT_FORMAT)
             prompt = self.tokenizer.prompt(self, self._renderer(guard), request.messages, guard)
-        self.sent_tokens = not isinstance(prompt, str)
         return prompted(request, prompt)
 
     def _renderer(self, guard: CallGuard) -> Callable[[list[Message]], str]:

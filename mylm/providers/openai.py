@@ -196,13 +196,10 @@ class OpenAICompletions(OpenAIChat):
         base = self.endpoint.base_url
         root = base[: -len("/v1")] if base.endswith("/v1") else base
         self.tokenizer = ServerTokenizer(root + "/tokenize", probe=True)
-        #: Whether the last prompt built went as template strings and data token ids.
-        self.sent_tokens = False
 
     def prepare(self, request: LLMRequest, guard: CallGuard) -> LLMRequest:
         prompt = self.tokenizer.prompt(self, lambda messages: self.prompt(tuple(messages)), request.messages,
                                        guard)
-        self.sent_tokens = not isinstance(prompt, str)
         return prompted(request, prompt)
 
     def payload(self, request: LLMRequest) -> dict[str, Any]:
@@ -210,7 +207,4 @@ class OpenAICompletions(OpenAIChat):
         return {"prompt": list(prompt) if isinstance(prompt, tuple) else prompt}
 
     def adapt(self, failure: Failure) -> str | None:
-        learned = super().adapt(failure)
-        if learned is None and self.sent_tokens:
-            learned = refused_tokens(failure, self.tokenizer)
-        return learned
+        return super().adapt(failure) or refused_tokens(failure, self.tokenizer)

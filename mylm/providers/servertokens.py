@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
@@ -80,6 +81,8 @@ class ServerTokenizer:
         self.max_tokens, self.max_entries = max_tokens, max_entries
         self._cache: OrderedDict[str, tuple[int, ...]] = OrderedDict()
         self._size = 0
+        # `mylm serve` relays many calls at once through one provider.
+        self._lock = threading.Lock()
         #: How many `/tokenize` calls were made (for tests and `-vv`).
         self.calls = 0
 
@@ -120,10 +123,11 @@ class ServerTokenizer:
         """`text` tokenized as plain text (None: the server has no usable `/tokenize`, remembered)."""
         if not text:
             return ()
-        cached = self._cache.get(text)
-        if cached is not None:
-            self._cache.move_to_end(text)
-            return cached
+        with self._lock:
+            cached = self._cache.get(text)
+            if cached is not None:
+                self._cache.move_to_end(text)
+                return cached
         guard.check()
         size = len(text.encode("utf-8"))
         self.calls += 1
@@ -144,11 +148,14 @@ class ServerTokenizer:
         return tokens
 
     def _remember(self, text: str, tokens: tuple[int, ...]) -> None:
-        self._cache[text] = tokens
-        self._size += len(tokens)
-        while self._cache and (self._size > self.max_tokens or len(self._cache) > self.max_entries):
-            _, dropped = self._cache.popitem(last=False)
-            self._size -= len(dropped)
+        with self._lock:
+            if text in self._cache:  # another call asked for the same text meanwhile
+                return
+            self._cache[text] = tokens
+            self._size += len(tokens)
+            while self._cache and (self._size > self.max_tokens or len(self._cache) > self.max_entries):
+                _, dropped = self._cache.popitem(last=False)
+                self._size -= len(dropped)
 
 
 def _token_ids(body: bytes, size: int, *, exact: bool) -> tuple[int, ...] | None:
@@ -171,7 +178,7 @@ def _token_ids(body: bytes, size: int, *, exact: bool) -> tuple[int, ...] | None
 def refused_tokens(failure: Failure, tokenizer: ServerTokenizer) -> str | None:
     """The quirk to learn when a server refused a prompt of token ids (a look-alike that takes only strings, or
     ids from another vocabulary): the prompt goes as a string from then on, its tokens defused by shape."""
-    if failure.blames("prompt") or _TOKEN_WORD.search(failure.message):
+    if tokenizer.available and (failure.blames("prompt") or _TOKEN_WORD.search(failure.message)):
         tokenizer.available = False
         return "no_token_prompt"
     return None
