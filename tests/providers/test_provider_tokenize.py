@@ -173,16 +173,21 @@ def test_a_tokenize_that_never_answers_ends_on_cancel() -> None:
 
 
 class _StringsOnlyServer(LlamaCppServer):
-    """A llama.cpp look-alike with `/tokenize` whose `/completion` takes only a string prompt."""
+    """A llama.cpp look-alike with `/tokenize` whose `/completion` refuses a prompt of ids (or a llama-server
+    whose model changed, to one with a smaller vocabulary)."""
+
+    message = ""
 
     def rejection(self, request: RecordedRequest) -> HTTPError | None:
         if not isinstance((request.body or {}).get("prompt"), str):
-            return HTTPError(400, {"error": {"code": 400, "message": '"prompt" must be a string'}})
+            return HTTPError(400, {"error": {"code": 400, "message": self.message, "type": "invalid_request_error"}})
         return None
 
 
-def test_a_server_that_refuses_token_ids_gets_the_string_from_then_on() -> None:
+@pytest.mark.parametrize("message", ['"prompt" must be a string', "Prompt contains invalid tokens"])
+def test_a_server_that_refuses_token_ids_gets_the_string_from_then_on(message: str) -> None:
     with _StringsOnlyServer(["one", "two"]) as server:
+        server.message = message
         llm = make("llamacpp", server)
         assert collect(llm.stream(ask(conversation())))[0] == "one"
         assert collect(llm.stream(ask(conversation(extra=1))))[0] == "two"
