@@ -17,12 +17,13 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
 
+from ..errors import StreamError
 from ..llm import LLMRequest
 from ..protocol.reasoning import prompt_opens_reasoning
 from .engine import StatusFailure, bearer
 from .failures import Failure, parse_failure
 from .formats import data_segments
-from .transport import MAX_RESPONSE_BYTES, CallGuard, HTTPCall, read_all, send
+from .transport import MAX_ERROR_BYTES, MAX_RESPONSE_BYTES, CallGuard, HTTPCall, iter_body, read_all, send
 
 if TYPE_CHECKING:
     from ..types import Message
@@ -57,11 +58,27 @@ def post_json(provider: HTTPProvider, url: str, body: Any, guard: CallGuard, *, 
     response = send(provider._session, call, guard, connect_timeout=endpoint.connect_timeout,
                     read_timeout=endpoint.read_timeout)
     try:
-        data = read_all(response, guard, idle=endpoint.read_timeout, limit=limit)
+        if response.status_code >= 300:
+            return response.status_code, read_all(response, guard, idle=endpoint.read_timeout,
+                                                  limit=MAX_ERROR_BYTES), response.headers
+        return response.status_code, _whole(response, guard, endpoint.read_timeout, limit), response.headers
     finally:
         guard.detach()
         response.close()
-    return response.status_code, data, response.headers
+
+
+def _whole(response: Any, guard: CallGuard, idle: float, limit: int) -> bytes:
+    """An answer read to its end: one that breaks off raises (and is retried like the call), so a cut answer
+    is never mistaken for one of another shape; one past `limit` is read as nothing."""
+    parts: list[bytes] = []
+    try:
+        for data in iter_body(response, guard, idle=idle, limit=limit):
+            parts.append(data)
+    except StreamError as error:
+        if error.retryable:
+            raise
+        return b""
+    return b"".join(parts)
 
 
 class ServerTokenizer:

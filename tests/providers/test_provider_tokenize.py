@@ -16,7 +16,7 @@ from mylm.providers import Endpoint, create_llm
 from mylm.types import Message
 from tests.providers.helpers import FAST_RETRY, HANG_GUARD, collect
 from tests.providers.native_servers import LlamaCppServer
-from tests.providers.servers import HTTPError, LoopbackServer, OpenAIServer, RecordedRequest
+from tests.providers.servers import HTTPError, LoopbackServer, OpenAIServer, Raw, RecordedRequest, Reply
 from tests.providers.toy_tokenizer import control_tokens, server_tokens, tokenize, tokenize_answer
 
 #: Control tokens of five families and two no shape rule knows, as data: in a tool result, in the user's own
@@ -146,6 +146,26 @@ def test_tokenize_while_the_model_loads_is_retried_and_a_bad_key_is_reported() -
         with pytest.raises(AuthenticationError):
             collect(make("llamacpp", server, api_key="bad").stream(ask(conversation())))
         assert completions(server) == []
+
+
+class _CutOnceServer(LlamaCppServer):
+    """A llama-server whose first `/tokenize` answer breaks off mid-body (a dropped connection)."""
+
+    cut = True
+
+    def _record(self, request: RecordedRequest) -> Reply | None:
+        reply = super()._record(request)
+        if request.path == "/tokenize" and self.cut:
+            self.cut = False
+            return Raw([b'{"tokens":[1083,1', b"09"], content_type="application/json", then="close")
+        return reply
+
+
+def test_a_tokenize_answer_cut_short_is_retried_not_taken_for_another_shape() -> None:
+    with _CutOnceServer(["ok"]) as server:
+        collect(make("llamacpp", server).stream(ask(conversation())))
+        [sent] = completions(server)
+    assert isinstance(sent.body["prompt"], list) and control_tokens(server.prompt_ids(sent)) == []
 
 
 def test_a_tokenize_that_never_answers_ends_at_the_deadline() -> None:
