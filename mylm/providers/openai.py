@@ -193,9 +193,8 @@ class OpenAICompletions(OpenAIChat):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        base = self.endpoint.base_url
-        root = base[: -len("/v1")] if base.endswith("/v1") else base
-        self.tokenizer = ServerTokenizer(root + "/tokenize", probe=True)
+        # llama-server serves `/tokenize` beside `/v1`, at its root.
+        self.tokenizer = ServerTokenizer(self.endpoint.base_url.removesuffix("/v1") + "/tokenize", probe=True)
 
     def prepare(self, request: LLMRequest, guard: CallGuard) -> LLMRequest:
         prompt = self.tokenizer.prompt(self, lambda messages: self.prompt(tuple(messages)), request.messages,

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
+from typing import TYPE_CHECKING, Any
 
 from ..errors import StreamError
 from ..llm import LLMRequest
@@ -29,8 +31,9 @@ if TYPE_CHECKING:
     from ..types import Message
     from .engine import HTTPProvider
 
+_log = logging.getLogger("mylm.providers")
 #: A prompt as sent: one string, or llama.cpp's flat array of template strings and data token ids.
-Prompt = Union[str, tuple[Union[str, int], ...]]
+Prompt = str | tuple[str | int, ...]
 
 #: Statuses that say "no such route here" (or "not this body shape": another server's `/tokenize`).
 _NOT_HERE = frozenset({400, 404, 405, 422, 501})
@@ -70,15 +73,12 @@ def post_json(provider: HTTPProvider, url: str, body: Any, guard: CallGuard, *, 
 def _whole(response: Any, guard: CallGuard, idle: float, limit: int) -> bytes:
     """An answer read to its end: one that breaks off raises (and is retried like the call), so a cut answer
     is never mistaken for one of another shape; one past `limit` is read as nothing."""
-    parts: list[bytes] = []
     try:
-        for data in iter_body(response, guard, idle=idle, limit=limit):
-            parts.append(data)
+        return b"".join(list(iter_body(response, guard, idle=idle, limit=limit)))
     except StreamError as error:
         if error.retryable:
             raise
         return b""
-    return b"".join(parts)
 
 
 class ServerTokenizer:
@@ -100,8 +100,6 @@ class ServerTokenizer:
         self._size = 0
         # `mylm serve` relays many calls at once through one provider.
         self._lock = threading.Lock()
-        #: How many `/tokenize` calls were made (for tests and `-vv`).
-        self.calls = 0
 
     def prompt(self, provider: HTTPProvider, render: Callable[[list[Message]], str],
                messages: Sequence[Message], guard: CallGuard) -> Prompt:
@@ -147,7 +145,6 @@ class ServerTokenizer:
                 return cached
         guard.check()
         size = len(text.encode("utf-8"))
-        self.calls += 1
         status, body, headers = post_json(
             provider, self.url, {"content": text, "add_special": False, "parse_special": False}, guard,
             # Ids are at most one per byte, and none is longer than 11 characters in JSON.
@@ -158,6 +155,9 @@ class ServerTokenizer:
             raise StatusFailure(parse_failure(status, body, headers, secret=provider.endpoint.api_key))
         tokens = _token_ids(body, size, exact=self.probe) if status == 200 else None
         if tokens is None:
+            if not self.probe:
+                _log.info("%s answered HTTP %s without llama.cpp's token list: prompts go as text from now on, "
+                          "special tokens in it defused by shape", self.url, status)
             self.available = False
             return None
         self.available = True
@@ -184,8 +184,9 @@ def _token_ids(body: bytes, size: int, *, exact: bool) -> tuple[int, ...] | None
     if not isinstance(document, dict) or (exact and set(document) != {"tokens"}):
         return None
     tokens = document.get("tokens")
-    # Text is never fewer than one token, nor more than one per byte (plus a SentencePiece prefix space).
-    if not isinstance(tokens, list) or not 0 < len(tokens) <= size + 1:
+    # Never more than one id per byte (plus a SentencePiece prefix space). None at all is allowed: text a
+    # tokenizer drops must not be able to turn ids off.
+    if not isinstance(tokens, list) or len(tokens) > size + 1:
         return None
     if not all(type(t) is int and t >= 0 for t in tokens):
         return None
@@ -195,10 +196,16 @@ def _token_ids(body: bytes, size: int, *, exact: bool) -> tuple[int, ...] | None
 def refused_tokens(failure: Failure, tokenizer: ServerTokenizer) -> str | None:
     """The quirk to learn when a server refused a prompt of token ids (a look-alike that takes only strings, or
     ids from another vocabulary): the prompt goes as a string from then on, its tokens defused by shape."""
-    if tokenizer.available and (failure.blames("prompt") or _TOKEN_WORD.search(failure.message)):
+    # Only a refusal of the prompt's form: a prompt too long for the context ("request (9000 tokens) exceeds
+    # the available context size") must not turn ids off, or tool output could, by its size.
+    if tokenizer.available and (failure.param == "prompt" or _PROMPT_FORM.search(failure.message)):
+        _log.info("the server refused a prompt of token ids (%s): prompts go as text from now on, special "
+                  "tokens in it defused by shape", failure.message)
         tokenizer.available = False
         return "no_token_prompt"
     return None
 
 
-_TOKEN_WORD = re.compile(r"(?<![\w-])tokens?(?![\w-])", re.IGNORECASE)
+#: llama-server's own words: `"prompt" elements must be a string, a list of tokens, ...`, `Prompt contains invalid
+#: tokens` (ids out of the model's range).
+_PROMPT_FORM = re.compile(r"[\"'`]prompt[\"'`]|invalid token", re.IGNORECASE)

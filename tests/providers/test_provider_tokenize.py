@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from mylm.cancel import CancelToken
-from mylm.errors import AuthenticationError, CancelledError, LLMTimeoutError
+from mylm.errors import AuthenticationError, CancelledError, LLMError, LLMTimeoutError
 from mylm.llm import LLMRequest
 from mylm.providers import Endpoint, create_llm
 from mylm.types import Message
@@ -105,7 +105,7 @@ def test_a_server_without_tokenize_gets_the_defused_string_and_is_not_asked_agai
 
 
 @pytest.mark.parametrize("answer", [
-    {"tokens": ["a", "b"]}, {"tokens": []}, [{"id": 1, "text": "a"}], {"ids": [1, 2]}, "not json",
+    {"tokens": ["a", "b"]}, {"tokens": [-1]}, [{"id": 1, "text": "a"}], {"ids": [1, 2]}, "not json",
     {"tokens": [1, True]}, {"tokens": list(range(10_000))},
 ])
 def test_a_tokenize_of_another_shape_is_not_trusted_and_never_an_error(answer: Any) -> None:
@@ -213,6 +213,19 @@ def test_a_server_that_refuses_token_ids_gets_the_string_from_then_on(message: s
         assert collect(llm.stream(ask(conversation(extra=1))))[0] == "two"
         sent = completions(server)
     assert [type(r.body["prompt"]) for r in sent] == [list, str, str]
+
+
+def test_a_prompt_too_long_for_the_context_does_not_turn_ids_off() -> None:
+    """Tool output decides the prompt's length: a context overflow must not downgrade to the string."""
+    too_long = {"error": {"code": 400, "type": "exceed_context_size_error",
+                          "message": "request (9000 tokens) exceeds the available context size, try increasing it"}}
+    with LlamaCppServer([HTTPError(400, too_long), "ok"]) as server:
+        llm = make("llamacpp", server)
+        with pytest.raises(LLMError, match="context size"):
+            collect(llm.stream(ask(conversation(extra=1))))
+        collect(llm.stream(ask(conversation())))
+        sent = completions(server)
+    assert [type(r.body["prompt"]) for r in sent] == [list, list]
 
 
 # --------------------------------------------------------------------------- openai-completions (raw /v1)
