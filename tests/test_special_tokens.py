@@ -90,6 +90,13 @@ def test_raw_prompt_defuses_everything_but_the_users_own_text(name: str) -> None
             assert f"{token}M{tag}{i}X" not in prompt, (name, token)
 
 
+class _OlderLlamaCppServer(LlamaCppServer):
+    """A llama-server without `/tokenize`: the prompt goes as one string, defused by shape."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, tokenize=False, **kwargs)
+
+
 CASES = [
     ("openai", OpenAIServer, {}),
     ("openai-completions", OpenAIServer, {"chat_format": "chatml"}),
@@ -97,6 +104,7 @@ CASES = [
     ("ollama", OllamaServer, {"chat_format": "llama3"}),
     ("llamacpp", LlamaCppServer, {}),
     ("llamacpp", LlamaCppServer, {"chat_format": "mistral"}),
+    ("llamacpp", _OlderLlamaCppServer, {}),
     ("openai-completions", OpenAIServer, {"chat_format": "gemma"}),
     ("anthropic", AnthropicServer, {}),
     ("gemini", GeminiServer, {}),
@@ -115,7 +123,8 @@ def _strings(value: Any) -> str:
 
 
 @pytest.mark.parametrize(("provider", "server_class", "settings"), CASES,
-                         ids=[p + ("+" + s["chat_format"] if s else "") for p, _, s in CASES])
+                         ids=[p + ("+" + s["chat_format"] if s else "") + ("-no-tokenize" if c is _OlderLlamaCppServer else "")
+                              for p, c, s in CASES])
 def test_hostile_tool_output_file_names_and_errors_reach_no_endpoint_intact(
     provider: str, server_class: type[LoopbackServer], settings: dict[str, str], tmp_path: Path
 ) -> None:
@@ -143,7 +152,7 @@ def test_hostile_tool_output_file_names_and_errors_reach_no_endpoint_intact(
         posts = [r for r in server.requests if server.is_generation(r.method, r.path)]
     assert result.final_text == "Done.", result
     sent = _strings(posts[-1].body)
-    if isinstance(server, LlamaCppServer):
+    if isinstance(server, LlamaCppServer) and server.tokenize:
         # llama-server is sent the messages as token ids: read what the model sees, and check that the server
         # finds no control token but the template's own.
         prompt = posts[-1].body["prompt"]
