@@ -52,7 +52,8 @@ class LlamaCpp(HTTPProvider):
     """llama-server's `/completion`: raw prompt, `n_predict`, `stop` (names `stopping_word`), `cache_prompt`.
 
     With no `--chat-format`, the conversation is rendered by the server's own template via `/apply-template`,
-    so the model's real format is used; a server without that route falls back to ChatML.
+    so the model's real format is used; a server without that route falls back to ChatML. Either way the
+    messages' text is sent as token ids from the server's `/tokenize` without special tokens (`servertokens`).
     """
 
     name = "llamacpp"
