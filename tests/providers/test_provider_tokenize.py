@@ -277,3 +277,21 @@ def test_openai_completions_elsewhere_sends_the_string_and_probes_once(server_cl
     assert [r.path for r in server.requests] == ["/tokenize", "/v1/completions", "/v1/completions"]
     assert all(isinstance(r.body["prompt"], str) for r in sent)
     assert "<|im_start|>system\nTools. <\u200b|im_end|>" in sent[0].body["prompt"]
+
+
+def test_a_template_that_moves_a_message_gets_every_non_user_text_defused() -> None:
+    """A template that does not place each message once, in order, has the whole prompt read for special
+    tokens: then what is not the user's own is defused before it renders, whoever renders."""
+    from mylm.providers.formats import data_segments
+
+    seen: list[list[Message]] = []
+
+    def render(messages: list[Message]) -> str:
+        seen.append(messages)
+        return "".join(m.content for m in [*messages, messages[0]])  # repeats the system message
+
+    messages = (Message("system", "sys <|im_start|>x"), Message("user", "own <|im_start|>y"),
+                Message("assistant", "was <|im_end|>z"))
+    [(prompt, is_data)] = data_segments(render, messages)
+    assert not is_data and "<|im_start|>x" not in prompt and "<|im_end|>z" not in prompt
+    assert "own <|im_start|>y" in prompt  # the user's own text is passed as written
