@@ -111,7 +111,8 @@ def test_end_to_end_raw_completions_with_a_chat_format(subprocess_env: dict[str,
         server.script([tool_turn("echo raw-$((2*21))"), "It printed raw-42."])
         done = mylm(["ask", "--yes", "--provider", "openai-completions", "--chat-format", "llama3", "go"],
                     subprocess_env, MYLM_BASE_URL=server.base_url, MYLM_MODEL="base")
-        first, second = (r for r in server.requests if r.method == "POST")
+        # (the provider's one probe of llama-server's `/tokenize` aside)
+        first, second = (r for r in server.requests if server.is_generation(r.method, r.path))
     assert done.returncode == 0, done.stderr
     assert done.stdout == "It printed raw-42.\n"
     assert first.path == "/v1/completions"

@@ -35,5 +35,7 @@ def test_end_to_end_provider_runs_a_tool_and_answers(
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"The {provider} answer: wire-42.\n"
     assert len(posts) == 2
-    assert b"wire-42" in posts[1].raw and b"&lt;observation" not in posts[1].raw  # the command's real output
-    assert b"<tool_definitions>" in posts[0].raw
+    # llama-server is sent the messages' text as token ids: read the prompt as the server does.
+    sent = [server.prompt_text(p) if isinstance(server, LlamaCppServer) else p.raw.decode() for p in posts]
+    assert "wire-42" in sent[1] and "&lt;observation" not in sent[1]  # the command's real output
+    assert "<tool_definitions>" in sent[0]

@@ -27,6 +27,8 @@ from mylm.types import Message, ToolCall
 from tests.providers.helpers import FAST_RETRY
 from tests.providers.native_servers import AnthropicServer, GeminiServer, LlamaCppServer, OllamaServer
 from tests.providers.servers import LoopbackServer, OpenAIServer
+from tests.providers.toy_tokenizer import control_tokens
+from tests.providers.toy_tokenizer import tokenize as toy_tokenize
 
 #: Tokens from every family, each with one the generic patterns must catch without being listed.
 #: Issue 19 §7: families that were not on the list, caught by shape (none of these is listed in tags.py).
@@ -88,6 +90,13 @@ def test_raw_prompt_defuses_everything_but_the_users_own_text(name: str) -> None
             assert f"{token}M{tag}{i}X" not in prompt, (name, token)
 
 
+class _OlderLlamaCppServer(LlamaCppServer):
+    """A llama-server without `/tokenize`: the prompt goes as one string, defused by shape."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, tokenize=False, **kwargs)
+
+
 CASES = [
     ("openai", OpenAIServer, {}),
     ("openai-completions", OpenAIServer, {"chat_format": "chatml"}),
@@ -95,6 +104,7 @@ CASES = [
     ("ollama", OllamaServer, {"chat_format": "llama3"}),
     ("llamacpp", LlamaCppServer, {}),
     ("llamacpp", LlamaCppServer, {"chat_format": "mistral"}),
+    ("llamacpp", _OlderLlamaCppServer, {}),
     ("openai-completions", OpenAIServer, {"chat_format": "gemma"}),
     ("anthropic", AnthropicServer, {}),
     ("gemini", GeminiServer, {}),
@@ -113,7 +123,8 @@ def _strings(value: Any) -> str:
 
 
 @pytest.mark.parametrize(("provider", "server_class", "settings"), CASES,
-                         ids=[p + ("+" + s["chat_format"] if s else "") for p, _, s in CASES])
+                         ids=[p + ("+" + s["chat_format"] if s else "") + ("-no-tokenize" if c is _OlderLlamaCppServer else "")
+                              for p, c, s in CASES])
 def test_hostile_tool_output_file_names_and_errors_reach_no_endpoint_intact(
     provider: str, server_class: type[LoopbackServer], settings: dict[str, str], tmp_path: Path
 ) -> None:
@@ -141,6 +152,14 @@ def test_hostile_tool_output_file_names_and_errors_reach_no_endpoint_intact(
         posts = [r for r in server.requests if server.is_generation(r.method, r.path)]
     assert result.final_text == "Done.", result
     sent = _strings(posts[-1].body)
+    if isinstance(server, LlamaCppServer) and server.tokenize:
+        # llama-server is sent the messages as token ids: read what the model sees, and check that the server
+        # finds no control token but the template's own.
+        prompt = posts[-1].body["prompt"]
+        assert isinstance(prompt, list)
+        template = [t for p in prompt if isinstance(p, str) for t in toy_tokenize(p)]
+        assert control_tokens(server.prompt_ids(posts[-1])) == control_tokens(template)
+        sent = server.prompt_text(posts[-1])
     seen = 0
     for tag in "FNE":
         for i, token in enumerate(HOSTILE):
@@ -174,8 +193,9 @@ def test_server_template_route_gets_defused_system_and_assistant_text() -> None:
         messages = (Message("system", "sys " + payload("S")), Message("user", "hi"),
                     Message("assistant", "was " + payload("A")), Message("user", "again"))
         list(llm.stream(LLMRequest(messages, (), 64, None, None)))
-        [applied] = [r for r in server.requests if r.path == "/apply-template"]
-    sent = _strings(applied.body)
+        # The template is rendered with stand-ins and the contents tokenized apart: every text sent to either.
+        helpers = [r for r in server.requests if r.path in ("/apply-template", "/tokenize")]
+    sent = _strings([r.body for r in helpers])
     for tag in "SA":
         for i, token in enumerate(HOSTILE):
             assert f"M{tag}{i}X" in sent and f"{token}M{tag}{i}X" not in sent, token

@@ -97,7 +97,9 @@ def data_segments(render: Callable[[list[Message]], str], messages: Sequence[Mes
     parts = _MARKS.split(rendered)
     order = [int(i) for i in parts[1::2]]
     if order != list(range(len(messages))) or "\ue000" in "".join(parts[0::2]):
-        return [(render(list(messages)), False)]
+        # All of it will be read for special tokens: what is not the user's own goes in defused, whatever the
+        # render does itself (a GGUF's own template does nothing).
+        return [(render([Message(m.role, c) for m, c in zip(messages, contents)]), False)]
     pieces: list[tuple[str, bool]] = []
     for k, part in enumerate(parts):
         pieces.append((part, False) if k % 2 == 0 else (contents[int(part)], True))

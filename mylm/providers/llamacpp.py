@@ -2,27 +2,26 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from dataclasses import dataclass
-from typing import Any, Iterator
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from ..errors import StreamError
 from ..llm import Constraint, LLMChunk, LLMRequest
-from ..protocol.reasoning import prompt_opens_reasoning
 from .base import Endpoint
 from .engine import Decoder, HTTPProvider, StatusFailure, bearer, text_chunks, usage_of
 from .failures import Failure, parse_failure
 from .formats import DEFAULT_CHAT_FORMAT, chat_format, defused_messages
 from .framing import SSEEvent, sse_json
-from .transport import MAX_RESPONSE_BYTES, CallGuard, HTTPCall, read_all, send
+from .servertokens import Prompted, ServerTokenizer, post_json, prompted, refused_tokens
+from .transport import CallGuard, HTTPCall
+
+if TYPE_CHECKING:
+    from ..types import Message
 
 
-@dataclass(frozen=True)
-class _Rendered(LLMRequest):
-    """A request whose prompt the server's own template has already rendered."""
-
-    prompt: str = ""
+class _NoTemplateRoute(Exception):
+    """The server has no `/apply-template` (404)."""
 
 
 class _LlamaCppDecoder(Decoder):
@@ -53,7 +52,8 @@ class LlamaCpp(HTTPProvider):
     """llama-server's `/completion`: raw prompt, `n_predict`, `stop` (names `stopping_word`), `cache_prompt`.
 
     With no `--chat-format`, the conversation is rendered by the server's own template via `/apply-template`,
-    so the model's real format is used; a server without that route falls back to ChatML.
+    so the model's real format is used; a server without that route falls back to ChatML. Either way the
+    messages' text is sent as token ids from the server's `/tokenize` without special tokens (`servertokens`).
     """
 
     name = "llamacpp"
@@ -64,11 +64,13 @@ class LlamaCpp(HTTPProvider):
     def __init__(self, endpoint: Endpoint, **kwargs: Any) -> None:
         self.raw_prompt = bool(endpoint.chat_format)
         super().__init__(endpoint, **kwargs)
+        self.tokenizer = ServerTokenizer(self.endpoint.base_url + "/tokenize")
 
     def build_call(self, request: LLMRequest) -> HTTPCall:
-        prompt = request.prompt if isinstance(request, _Rendered) else self.prompt(request.messages)
+        prompt = request.prompt if isinstance(request, Prompted) else self.prompt(request.messages)
         body: dict[str, Any] = {
-            "prompt": prompt,
+            # Template text as strings, the messages' text as token ids (see `servertokens`).
+            "prompt": list(prompt) if isinstance(prompt, tuple) else prompt,
             "n_predict": self.max_tokens(request),
             "stream": True,
             # agent loops resend a growing prefix: reuse the KV cache for it
@@ -102,56 +104,46 @@ class LlamaCpp(HTTPProvider):
         # An older llama-server that knows `grammar` but not the lazy fields (or their shape).
         if "no_lazy" not in self.quirks and failure.blames("grammar_lazy", "grammar_triggers"):
             return "no_lazy"
-        return super().adapt(failure)
+        return super().adapt(failure) or refused_tokens(failure, self.tokenizer)
 
     def prepare(self, request: LLMRequest, guard: CallGuard) -> LLMRequest:
-        """Render the conversation with the server's template (a cheap local call), or fall back to ChatML."""
-        if self.chat_format is not None:
-            return request
-        body = json.dumps({"messages": defused_messages(request.messages)}).encode("utf-8")
-        call = HTTPCall(
-            "POST",
-            self.endpoint.base_url + "/apply-template",
-            {"Content-Type": "application/json", **bearer(self.endpoint)},
-            body,
-        )
-        response = send(
-            self._session,
-            call,
-            guard,
-            connect_timeout=self.endpoint.connect_timeout,
-            read_timeout=self.endpoint.read_timeout,
-        )
+        """Render the conversation (with the server's template, a cheap local call, or the chat format), and
+        have the server tokenize the messages' text as plain text, so none of it can become a control token."""
         try:
-            data = read_all(response, guard, idle=self.endpoint.read_timeout, limit=MAX_RESPONSE_BYTES)
-        finally:
-            guard.detach()
-            response.close()
-        if response.status_code == 404:
+            prompt = self.tokenizer.prompt(self, self._renderer(guard), request.messages, guard)
+        except _NoTemplateRoute:
             # An older server or a llama.cpp look-alike: render in mylm from now on.
             self.chat_format = chat_format(DEFAULT_CHAT_FORMAT)
-            return request
-        if response.status_code >= 300:
+            prompt = self.tokenizer.prompt(self, self._renderer(guard), request.messages, guard)
+        return prompted(request, prompt)
+
+    def _renderer(self, guard: CallGuard) -> Callable[[list[Message]], str]:
+        if self.chat_format is not None:
+            return lambda messages: self.prompt(tuple(messages))
+        return lambda messages: self._apply_template(messages, guard)
+
+    def _apply_template(self, messages: list[Message], guard: CallGuard) -> str:
+        """The server's own template applied to `messages` (special tokens in non-user text defused first)."""
+        status, data, headers = post_json(
+            self, self.endpoint.base_url + "/apply-template", {"messages": defused_messages(messages)}, guard
+        )
+        if status == 404:
+            raise _NoTemplateRoute
+        if status >= 300:
             # A server still loading its model (503), a bad key (401): retried or reported like any call.
-            raise StatusFailure(
-                parse_failure(response.status_code, data, response.headers, secret=self.endpoint.api_key)
-            )
+            raise StatusFailure(parse_failure(status, data, headers, secret=self.endpoint.api_key))
         try:
-            prompt = json.loads(data).get("prompt") if response.status_code == 200 else None
+            prompt = json.loads(data).get("prompt")
         except (ValueError, AttributeError, RecursionError):
             prompt = None
         if not isinstance(prompt, str):
             error = StreamError(
-                f"{self.place.url}/apply-template answered HTTP {response.status_code} without a prompt; "
+                f"{self.place.url}/apply-template answered HTTP {status} without a prompt; "
                 "set --chat-format to render the prompt in mylm instead"
             )
             error.retryable = False
             raise error
-        # The server's template is known now: whether it opens <think> for the model decides how calls are read.
-        self.opens_reasoning = prompt_opens_reasoning(prompt)
-        return _Rendered(
-            **{f.name: getattr(request, f.name) for f in dataclasses.fields(request)}, prompt=prompt
-        )
+        return prompt
 
     def new_decoder(self) -> Decoder:
         return _LlamaCppDecoder(self.place, self.endpoint.api_key)

@@ -11,7 +11,8 @@ from .base import model_rejects_stop, refused_sampling, strip_route, without_ref
 from .engine import Decoder, HTTPProvider, bearer, text_chunks, usage_of
 from .failures import Failure
 from .framing import SSEEvent, sse_json
-from .transport import HTTPCall
+from .servertokens import Prompted, ServerTokenizer, prompted, refused_tokens
+from .transport import CallGuard, HTTPCall
 
 
 class _OpenAIDecoder(Decoder):
@@ -191,7 +192,12 @@ class OpenAIChat(HTTPProvider):
 
 
 class OpenAICompletions(OpenAIChat):
-    """`POST {base}/completions` with a prompt mylm renders itself through a chat format (base models)."""
+    """`POST {base}/completions` with a prompt mylm renders itself through a chat format (base models).
+
+    On llama-server (found by its `/tokenize` at the server's root answering in llama.cpp's exact shape) the
+    messages' text goes as token ids tokenized without special tokens, as with the `llamacpp` provider; any
+    other server (vLLM takes a prompt of ids alone and its `/tokenize` differs) gets the rendered string.
+    """
 
     name = "openai-completions"
     route_suffixes = ("/completions", "/chat/completions")
@@ -199,5 +205,19 @@ class OpenAICompletions(OpenAIChat):
     raw_prompt = True
     native_tools = False
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # llama-server serves `/tokenize` beside `/v1`, at its root.
+        self.tokenizer = ServerTokenizer(self.endpoint.base_url.removesuffix("/v1") + "/tokenize", probe=True)
+
+    def prepare(self, request: LLMRequest, guard: CallGuard) -> LLMRequest:
+        prompt = self.tokenizer.prompt(self, lambda messages: self.prompt(tuple(messages)), request.messages,
+                                       guard)
+        return prompted(request, prompt)
+
     def payload(self, request: LLMRequest) -> dict[str, Any]:
-        return {"prompt": self.prompt(request.messages)}
+        prompt = request.prompt if isinstance(request, Prompted) else self.prompt(request.messages)
+        return {"prompt": list(prompt) if isinstance(prompt, tuple) else prompt}
+
+    def adapt(self, failure: Failure) -> str | None:
+        return super().adapt(failure) or refused_tokens(failure, self.tokenizer)

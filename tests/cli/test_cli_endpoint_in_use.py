@@ -113,7 +113,8 @@ def test_continue_keeps_the_provider_and_chat_format(subprocess_env: dict[str, s
                                       "model": "base", "chat_format": "llama3"}
         again = _mylm(["ask", "--continue", "two"], subprocess_env)
         assert again.returncode == 0, again.stderr
-        request = [r for r in server.requests if r.method == "POST"][1]
+        # (the provider's one probe of llama-server's `/tokenize` aside)
+        request = [r for r in server.requests if server.is_generation(r.method, r.path)][1]
     assert request.path == "/v1/completions"
     assert request.body["prompt"].startswith("<|start_header_id|>system<|end_header_id|>")
     assert "two" in request.body["prompt"]

@@ -5,7 +5,18 @@ from __future__ import annotations
 import json
 from typing import Any, Iterator
 
-from tests.providers.servers import FILLER, Completion, LoopbackServer, RecordedRequest, pieces, sse
+from tests.providers.servers import (
+    FILLER,
+    Completion,
+    Hang,
+    HTTPError,
+    LoopbackServer,
+    RecordedRequest,
+    Reply,
+    pieces,
+    sse,
+)
+from tests.providers.toy_tokenizer import detokenize, server_tokens, tokenize_answer
 
 
 def _ndjson(obj: Any) -> bytes:
@@ -87,14 +98,39 @@ class LlamaCppServer(LoopbackServer):
     `error_style="field"` sends mid-stream errors as old servers did (`error: {...}`), else as `data: {"error"...}`.
     `template` is what `/apply-template` does with the messages; None makes the route 404 (older servers).
     `loading` answers that many `/apply-template` calls with 503 "Loading model", as llama-server does while it
-    loads the model.
+    loads the model. `tokenize` serves `POST /tokenize` with the toy tokenizer (`tests.providers.toy_tokenizer`);
+    False makes it 404. A `/completion` prompt is read as llama-server reads it (`prompt_ids`), and one it would
+    not read as one prompt is answered 400. `hang_on` names a helper route that never answers.
     """
 
     def __init__(
-        self, *args: Any, error_style: str = "data", template: bool = True, loading: int = 0, **kwargs: Any
+        self, *args: Any, error_style: str = "data", template: bool = True, loading: int = 0, tokenize: bool = True,
+        hang_on: str | None = None, **kwargs: Any,
     ) -> None:
-        self.error_style, self.template, self.loading = error_style, template, loading
+        self.error_style, self.template, self.loading, self.tokenize = error_style, template, loading, tokenize
+        self.hang_on = hang_on
         super().__init__(*args, **kwargs)
+
+    def _record(self, request: RecordedRequest) -> Reply | None:
+        reply = super()._record(request)
+        return Hang() if reply is None and request.path == self.hang_on else reply
+
+    @staticmethod
+    def prompt_ids(request: RecordedRequest) -> list[int]:
+        """The ids the server reads from a `/completion` request's prompt."""
+        return server_tokens((request.body or {}).get("prompt"))
+
+    @classmethod
+    def prompt_text(cls, request: RecordedRequest) -> str:
+        """The prompt the model sees, as text (control tokens spelled as they read)."""
+        return detokenize(cls.prompt_ids(request))
+
+    def rejection(self, request: RecordedRequest) -> HTTPError | None:
+        try:
+            self.prompt_ids(request)
+        except ValueError as error:
+            return HTTPError(400, {"error": {"code": 400, "message": str(error), "type": "invalid_request_error"}})
+        return None
 
     def is_generation(self, method: str, path: str) -> bool:
         return method == "POST" and path == "/completion"
@@ -107,6 +143,8 @@ class LlamaCppServer(LoopbackServer):
             messages = (request.body or {}).get("messages") or []
             rendered = "".join(f"[{m['role']}]{m['content']}\n" for m in messages) + "[assistant]"
             return 200, {"prompt": rendered}
+        if request.path == "/tokenize" and request.method == "POST" and self.tokenize:
+            return tokenize_answer(request.body)
         if request.path == "/v1/models":
             return 200, {
                 "object": "list",

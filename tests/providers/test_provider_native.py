@@ -12,6 +12,7 @@ from mylm.types import Message
 from tests.providers.helpers import FAST_RETRY, collect, request
 from tests.providers.native_servers import AnthropicServer, GeminiServer, LlamaCppServer, OllamaServer
 from tests.providers.servers import Completion, LoopbackServer, Raw, sse
+from tests.providers.toy_tokenizer import tokenize
 
 
 def make(provider: str, server: LoopbackServer, **settings: Any) -> Any:
@@ -76,22 +77,27 @@ def test_ollama_reports_a_length_cut() -> None:
 def test_llamacpp_renders_with_the_servers_own_template_and_caches_the_prompt() -> None:
     with LlamaCppServer(["ok"]) as server:
         collect(make("llamacpp", server).stream(request("Hi", max_tokens=64)))
-    apply, sent = server.requests
+    apply, *tokenized, sent = server.requests
     assert apply.path == "/apply-template"
-    assert apply.body == {
-        "messages": [{"role": "system", "content": "You are a test."}, {"role": "user", "content": "Hi"}]
-    }
-    assert sent.body["prompt"] == "[system]You are a test.\n[user]Hi\n[assistant]"
+    # The template renders stand-ins; the contents are tokenized by the server as plain text.
+    assert [m["role"] for m in apply.body["messages"]] == ["system", "user"]
+    assert [r.body for r in tokenized] == [
+        {"content": "You are a test.", "add_special": False, "parse_special": False},
+        {"content": "Hi", "add_special": False, "parse_special": False},
+    ]
+    assert sent.body["prompt"] == ["[system]", *tokenize("You are a test."), "\n[user]", *tokenize("Hi"),
+                                   "\n[assistant]"]
+    assert server.prompt_text(sent) == "[system]You are a test.\n[user]Hi\n[assistant]"
     assert (sent.body["n_predict"], sent.body["cache_prompt"], sent.body["stream"]) == (64, True, True)
     assert sent.body["stop"] == ["</tool_code>", "<observation>"]
 
 
 def test_llamacpp_without_apply_template_falls_back_to_chatml_once() -> None:
-    with LlamaCppServer(["one", "two"], template=False) as server:
+    with LlamaCppServer(["one", "two"], template=False, tokenize=False) as server:
         llm = make("llamacpp", server)
         collect(llm.stream(request()))
         collect(llm.stream(request()))
-    assert [r.path for r in server.requests] == ["/apply-template", "/completion", "/completion"]
+    assert [r.path for r in server.requests] == ["/apply-template", "/tokenize", "/completion", "/completion"]
     assert posts(server)[1].body["prompt"].startswith("<|im_start|>system\n")
     assert "<|im_end|>" in posts(server)[1].body["stop"]
 
@@ -99,8 +105,10 @@ def test_llamacpp_without_apply_template_falls_back_to_chatml_once() -> None:
 def test_llamacpp_with_a_chat_format_renders_locally() -> None:
     with LlamaCppServer(["ok"]) as server:
         collect(make("llamacpp", server, chat_format="gemma").stream(request("Hi")))
-    assert [r.path for r in server.requests] == ["/completion"]
-    assert server.requests[0].body["prompt"].endswith("Hi<end_of_turn>\n<start_of_turn>model\n")
+    assert [r.path for r in server.requests] == ["/tokenize", "/tokenize", "/completion"]
+    sent = posts(server)[0]
+    assert sent.body["prompt"][-1] == "<end_of_turn>\n<start_of_turn>model\n"
+    assert server.prompt_text(sent).endswith("Hi<end_of_turn>\n<start_of_turn>model\n")
 
 
 def test_llamacpp_names_the_stopping_word() -> None:

@@ -155,8 +155,9 @@ def test_openai_completions_renders_the_chat_format_and_sends_its_end_marker(
         retry=FAST_RETRY,
     )
     text, _, _ = collect(llm.stream(request("Hi")))
-    [sent] = openai_server.requests
-    assert sent.path == "/v1/completions"
+    # A plain OpenAI-compatible server has no llama.cpp `/tokenize` at its root: the prompt is one string.
+    probe, sent = openai_server.requests
+    assert probe.path == "/tokenize" and sent.path == "/v1/completions"
     assert sent.body["prompt"] == (
         "<|im_start|>system\nYou are a test.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
     )
