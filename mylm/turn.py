@@ -70,8 +70,9 @@ def stream_turn(
                 parser = StreamParser(multiple_calls=multiple_calls, coalesce=1, tools=tools, reasoning_open=known,
                                       reasoning=reasoning)
             if isinstance(chunk, TextChunk):
-                yield from _relay(parser.feed(chunk.text), shown)
-                if parser.finished or guard.feed(chunk.text):
+                events = parser.feed(chunk.text)
+                yield from _relay(events, shown)
+                if parser.finished or _degenerate(guard, events):
                     break
             elif isinstance(chunk, ReasoningChunk):
                 if chunk.text:
@@ -104,6 +105,19 @@ def _rendered(llm: LLM) -> bool | None:
     if not isinstance(llm, PromptRenderingLLM):
         return None
     return llm.opens_reasoning if isinstance(llm.opens_reasoning, bool) else None
+
+
+def _degenerate(guard: RepetitionGuard, events: list[ParseEvent]) -> bool:
+    """Feed the guard the prose and reasoning the parser read; whether the reply has degenerated. A call's
+    arguments are data, never fed: a file of repeated lines or a long run of one character is what the model
+    was asked to write, not a loop (and a call block ends the line around it)."""
+    for event in events:
+        if isinstance(event, (TextEvent, ReasoningEvent)):
+            if guard.feed(event.text):
+                return True
+        else:
+            guard.interrupt()
+    return False
 
 
 def _relay(events: list[ParseEvent], shown: list[str]) -> Generator[Event, None, None]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import pytest
+
 from mylm import Agent, StopReason, tool
 from mylm.llm import LLMChunk, LLMRequest, TextChunk
 from mylm.protocol.parser import format_tool_call
@@ -95,3 +97,35 @@ def test_a_reply_looping_inside_one_line_is_cut_and_the_model_told_what_repeated
     assert scripted.closed_early == 1 and llm.pulled < len(loop) // 4 // 10
     correction = scripted.requests[1].messages[-1]
     assert "kept repeating itself" in correction.content and "in one line" in correction.content
+
+
+@tool
+def save(path: str, content: str) -> str:
+    """Save a file."""
+    return f"saved {len(content)} characters to {path}"
+
+
+@pytest.mark.parametrize("content", [
+    "a " * 30_000,                       # one long run of a repeated unit (JSON: one line)
+    "=" * 5000,                          # a separator the user asked for
+    "0,0,0,0\n" * 400,                   # a data file of identical lines
+    "\n" * 300,                          # blank lines
+])
+@pytest.mark.parametrize("chunk", [3, 4096])
+def test_a_calls_repetitive_arguments_are_data_not_a_loop(content: str, chunk: int) -> None:
+    reply = "I will save it.\n" + format_tool_call(ToolCall("save", {"path": "f.txt", "content": content}))
+    llm = ScriptedLLM([reply, "Saved."], chunk_size=chunk)
+    result = Agent(llm, [save]).run("Save the file.")
+    assert result.final_text == "Saved."
+    assert not [e for e in result.events if isinstance(e, ErrorEvent)]
+    assert f"saved {len(content)} characters" in llm.requests[1].messages[-1].content
+
+
+def test_the_same_arguments_in_xml_style_with_real_newlines_are_data_too() -> None:
+    lines = "same line\n" * 200
+    reply = ("<tool_code>\n<name>save</name>\n<parameters>\n<path>f.txt</path>\n<content>" + lines
+             + "</content>\n</parameters>\n</tool_code>")
+    llm = ScriptedLLM([reply, "Saved."], chunk_size=5)
+    result = Agent(llm, [save]).run("Save the file.")
+    assert result.final_text == "Saved."
+    assert not [e for e in result.events if isinstance(e, ErrorEvent)]

@@ -114,6 +114,12 @@ class RepetitionGuard:
             self._look_inline()
         return self.found
 
+    def interrupt(self) -> None:
+        """Text not fed here came between (a call block): the next piece starts a new line."""
+        self._partial = []
+        self._partial_len = 0
+        self._inline_at = INLINE_STEP
+
     def _look_inline(self) -> None:
         """Whether the growing line's tail is one short unit copied end to end (see the module's docstring)."""
         line = "".join(self._partial)
