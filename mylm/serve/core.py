@@ -239,18 +239,13 @@ class Core:
         stream = iter(self.llm.stream(upstream))
         try:
             for chunk in stream:
-                if isinstance(chunk, TextChunk):
+                if isinstance(chunk, (TextChunk, ReasoningChunk)):
                     if chunk.text:
                         first = first or time.monotonic()
+                        text = isinstance(chunk, TextChunk)
                         if observe is not None:
-                            observe(TextEvent(chunk.text))
-                        yield TextOut(chunk.text)
-                elif isinstance(chunk, ReasoningChunk):
-                    if chunk.text:
-                        first = first or time.monotonic()
-                        if observe is not None:
-                            observe(ReasoningEvent(chunk.text))
-                        yield ReasoningOut(chunk.text)
+                            observe(TextEvent(chunk.text) if text else ReasoningEvent(chunk.text))
+                        yield TextOut(chunk.text) if text else ReasoningOut(chunk.text)
                 elif isinstance(chunk, FinishChunk):
                     finish = chunk
         finally:
