@@ -39,6 +39,7 @@ class Workers:
         self.max_idle = max_idle
         self._idle: list[queue.SimpleQueue[Callable[[], None]]] = []
         self._lock = threading.Lock()
+        self._returned = threading.Condition(self._lock)
 
     def run(self, job: Callable[[], None]) -> None:
         """Run `job` in an idle worker, or in a new one if none is idle."""
@@ -58,6 +59,13 @@ class Workers:
                 if len(self._idle) >= self.max_idle:
                     return
                 self._idle.append(jobs)
+                self._returned.notify_all()
+
+    def wait_idle(self, count: int, timeout: float) -> bool:
+        """Wait until `count` workers are idle (a reply's reader can finish before its worker is back in the
+        pool, so the next request may start another thread); whether they are."""
+        with self._returned:
+            return self._returned.wait_for(lambda: len(self._idle) >= count, timeout)
 
 
 #: The process's workers.

@@ -27,6 +27,8 @@ def test_a_worker_thread_serves_request_after_request() -> None:
 
     for _ in range(3):
         seen += asyncio.run(one())
+        # The reader can finish before its worker is back in the pool: the next request waits for it here.
+        assert workers.wait_idle(1, timeout=30)
     assert len(set(seen)) == 1 and seen[0] != threading.get_ident()
 
 
