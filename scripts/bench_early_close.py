@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root
 from mylm.llm import TextChunk  # noqa: E402
 from mylm.protocol.parser import parse_completion  # noqa: E402
 from mylm.providers import Endpoint, create_llm  # noqa: E402
-from mylm.turn import ModelTurn, stream_turn  # noqa: E402
-from mylm.types import Event  # noqa: E402
+from mylm.agent.turn import ModelTurn, stream_turn  # noqa: E402
+from mylm.core.types import Event  # noqa: E402
 from tests.providers.helpers import TOOL_CALL, request  # noqa: E402
 from tests.providers.servers import Completion, OpenAIServer  # noqa: E402
 

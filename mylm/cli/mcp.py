@@ -21,7 +21,7 @@ from .common import (
 from .tracing import otel_option
 
 if TYPE_CHECKING:
-    from ..agent import Agent
+    from ..agent.loop import Agent
     from ..config import Settings
     from ..delegate import RunRequest
     from ..llm import LLM
@@ -69,7 +69,7 @@ def mcp(ctx: click.Context, /, **options: Any) -> None:
     try:
         import mcp as _  # noqa: F401 - only to say clearly that the extra is missing
     except ImportError:
-        from ..errors import ConfigError
+        from ..core.errors import ConfigError
 
         raise ConfigError("mylm mcp needs the MCP SDK: pip install 'mylm[mcp]'") from None
     from ..delegate import Bounds, DelegateService, RunSessions
@@ -85,7 +85,7 @@ def mcp(ctx: click.Context, /, **options: Any) -> None:
     warn_about(sandbox)
     agents = ServerAgents(ctx, settings, make_llm(ctx, settings, loader), loader, sandbox)
     agents.check(Path.cwd())
-    from ..redact import public_url
+    from ..core.redact import public_url
     from .tracing import open_telemetry, trace_run
 
     header = {"model": settings.model, "profile": settings.profile, "base_url": public_url(settings.base_url),
@@ -162,7 +162,7 @@ class ServerAgents:
         every run."""
         from ..config import config_path, section_error
         from ..delegate import RunRequest
-        from ..errors import ConfigError
+        from ..core.errors import ConfigError
 
         try:
             self(RunRequest("check", workspace))
@@ -193,7 +193,7 @@ async def _serve_http(server: Any, port: int) -> None:
         sock.bind((HOST, port))
     except OSError as error:
         sock.close()
-        from ..errors import ConfigError
+        from ..core.errors import ConfigError
 
         raise ConfigError(f"--port {port}: cannot listen on {HOST}:{port}: {error.strerror}") from None
     sock.listen(128)

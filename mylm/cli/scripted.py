@@ -15,8 +15,8 @@ import json
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from .. import errors
-from ..errors import ConfigError, LLMError, MylmError
+from ..core import errors
+from ..core.errors import ConfigError, LLMError, MylmError
 from ..llm import FinishChunk, LLMChunk, LLMRequest
 from ..testing import ScriptedLLM, ScriptedReply, ScriptExhaustedError, ScriptItem
 

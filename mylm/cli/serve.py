@@ -93,7 +93,7 @@ def serve(ctx: click.Context, /, **options: Any) -> None:
         settings = dataclasses.replace(settings, timeout=options["timeout"])
     redactor = make_redactor(settings)
     if key:
-        from ..redact import Redactor
+        from ..core.redact import Redactor
 
         redactor = Redactor.from_environment(extra=[settings.api_key, key])
     configure_logging(options["verbose"], redactor)
@@ -138,7 +138,7 @@ def serve_tracer(settings: Any, redactor: Any, endpoint: str | None) -> Any:
 def build_app(llm: Any, loader: Any, settings: Any, key: str | None, options: dict[str, Any], redact: Any,
               *, stop_strings: bool = True, tracing: Any = None) -> Any:
     """The ASGI application for these settings (the CLI's composition of core, config and routes)."""
-    from ..errors import ConfigError
+    from ..core.errors import ConfigError
     from ..serve.app import ServeConfig, create_app
     from ..serve.core import Core, CoreSettings
 

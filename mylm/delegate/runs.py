@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
 
-from ..types import (
+from ..core.types import (
     Event,
     IterationStartEvent,
     RunResult,
@@ -19,8 +19,8 @@ from ..types import (
 )
 
 if TYPE_CHECKING:
-    from ..agent import Agent
-    from ..redact import Redactor
+    from ..agent.loop import Agent
+    from ..core.redact import Redactor
 
 #: After a cancel, how long the run may take to stop its command and reap it before the handler gives up
 #: waiting (a bound: a cooperative run stops in milliseconds).

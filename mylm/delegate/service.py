@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from ..decoding import clean_text
-from ..errors import ConfigError
+from ..core.decoding import clean_text
+from ..core.errors import ConfigError
 from ..telemetry.observer import RunObserver
 from .runs import (
     AgentFactory,
@@ -21,8 +21,8 @@ from .runs import (
 from .workspace import Bounds
 
 if TYPE_CHECKING:
-    from ..redact import Redactor
-    from ..types import Event, RunResult
+    from ..core.redact import Redactor
+    from ..core.types import Event, RunResult
     from .transcripts import RunSessions
 
 #: Builds the observer (telemetry) of one run, given the request and the tool that started it.
@@ -101,7 +101,7 @@ class DelegateService:
 
     def transcript(self, session_id: str) -> str:
         """A saved run's transcript (SessionNotFoundError if this server kind saved none by that id)."""
-        from ..errors import SessionNotFoundError
+        from ..core.errors import SessionNotFoundError
 
         if self.sessions is None:
             raise SessionNotFoundError("this server does not save sessions (--no-save)")

@@ -6,11 +6,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from ..errors import SessionNotFoundError
+from ..core.errors import SessionNotFoundError
 
 if TYPE_CHECKING:
-    from ..redact import Redactor
-    from ..types import RunResult
+    from ..core.redact import Redactor
+    from ..core.types import RunResult
 
 #: The `command` header of a session saved by `mylm mcp`; only those are served as resources.
 COMMAND = "mcp"

@@ -6,7 +6,7 @@ from typing import Any, Iterator
 from urllib.parse import urlsplit
 
 from ..llm import LLMChunk, LLMRequest
-from ..types import Usage
+from ..core.types import Usage
 from .base import merge_turns, refused_sampling, without_refused
 from .engine import Decoder, HTTPProvider, text_chunks
 from .failures import Failure

@@ -8,7 +8,7 @@ from abc import ABC, abstractmethod
 from contextlib import closing
 from typing import TYPE_CHECKING, Any, ClassVar, Generator, Iterable, Iterator, Literal
 
-from ..errors import (
+from ..core.errors import (
     ConfigError,
     ConnectionBroke,
     HTTPStatusError,
@@ -19,7 +19,7 @@ from ..errors import (
 from ..llm import Constraint, FinishChunk, LLMChunk, LLMRequest, ReasoningChunk, TextChunk, native_refused
 from ..protocol.reasoning import prompt_opens_reasoning
 from ..protocol.stops import StopCutter
-from ..types import Usage
+from ..core.types import Usage
 from .base import Endpoint, redact_url, strip_route
 from .failures import Failure, Place, RetryPolicy, parse_failure, stream_error, to_error
 from .formats import DEFAULT_CHAT_FORMAT, ChatFormat, chat_format, render_prompt
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     import requests
 
     from ..prompts import PromptLoader
-    from ..types import Message
+    from ..core.types import Message
 
 _log = logging.getLogger("mylm.providers")
 GrammarSupport = Literal["native", "compatible", "none"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 from urllib.parse import quote, urlsplit
 
-from ..errors import StreamError
+from ..core.errors import StreamError
 from ..llm import LLMChunk, LLMRequest
 from .base import merge_turns
 from .engine import Decoder, HTTPProvider, text_chunks, usage_of

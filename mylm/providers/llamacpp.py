@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..errors import StreamError
+from ..core.errors import StreamError
 from ..llm import Constraint, LLMChunk, LLMRequest
 from .base import Endpoint
 from .engine import Decoder, HTTPProvider, StatusFailure, bearer, text_chunks, usage_of
@@ -17,7 +17,7 @@ from .servertokens import Prompted, ServerTokenizer, post_json, prompted, refuse
 from .transport import CallGuard, HTTPCall
 
 if TYPE_CHECKING:
-    from ..types import Message
+    from ..core.types import Message
 
 
 class _NoTemplateRoute(Exception):

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Mapping
 
-from ..errors import CancelledError, ConfigError, ContextOverflowError, LLMError, LLMTimeoutError
+from ..core.errors import CancelledError, ConfigError, ContextOverflowError, LLMError, LLMTimeoutError
 from ..llm import SAMPLING_OPTIONS, FinishChunk, LLMChunk, LLMRequest, TextChunk, alternating, native_refused
 from ..protocol.stops import StopCutter
-from ..types import Message, Usage
+from ..core.types import Message, Usage
 from .base import Endpoint
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..errors import (
+from ..core.errors import (
     CancelledError,
     ContextOverflowError,
     HTTPStatusError,

@@ -22,8 +22,8 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..cancel import CancelToken
-from ..context import TokenEstimator
+from ..core.cancel import CancelToken
+from ..agent.context import TokenEstimator
 from ..llm import (
     LLM,
     ConstrainMode,
@@ -40,8 +40,8 @@ from ..llm import (
 from ..prompts import PromptLoader
 from ..protocol.canonical import format_tool_call
 from ..protocol.defuse import neutralise
-from ..step import Meter, ModelStep, StepConfig, StepOutcome
-from ..types import (
+from ..agent.step import Meter, ModelStep, StepConfig, StepOutcome
+from ..core.types import (
     ErrorEvent,
     Event,
     FinishReason,

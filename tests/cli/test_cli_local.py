@@ -177,10 +177,10 @@ def test_help_never_imports_the_engine(subprocess_env: dict[str, str], args: lis
 def test_without_the_extra_the_default_server_error_offers_it(monkeypatch: pytest.MonkeyPatch) -> None:
     from mylm.cli import runner
     from mylm.config import load_settings
-    from mylm.errors import EndpointUnreachableError
+    from mylm.core.errors import EndpointUnreachableError
     from mylm.llm import LLMRequest
     from mylm.testing import ScriptedLLM
-    from mylm.types import Message
+    from mylm.core.types import Message
 
     settings = load_settings({})
     assert runner.nothing_configured(settings)

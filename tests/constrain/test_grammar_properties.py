@@ -15,7 +15,7 @@ from mylm.constrain import ToolSpec, compile_protocol
 from mylm.protocol.canonical import format_tool_call
 from mylm.protocol.parser import parse_completion
 from mylm.tools.validation import validate
-from mylm.types import ToolCall
+from mylm.core.types import ToolCall
 from tests.constrain.gbnf_support import accepts, parse_gbnf, sample
 from tests.support import engine_missing
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from mylm.protocol.canonical import format_tool_call
-from mylm.types import ToolCall
+from mylm.core.types import ToolCall
 from tests.support import REPO_ROOT
 
 #: How long a test waits for the server to say where it listens (starting Python and the SDK).

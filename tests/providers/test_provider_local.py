@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from mylm.cancel import CancelToken
-from mylm.errors import CancelledError, ConfigError, ContextOverflowError, LLMError, LLMTimeoutError
+from mylm.core.cancel import CancelToken
+from mylm.core.errors import CancelledError, ConfigError, ContextOverflowError, LLMError, LLMTimeoutError
 from mylm.llm import Constraint, FinishChunk, LLMRequest, TextChunk
 from mylm.protocol.parser import parse_completion
 from mylm.providers import Endpoint, create_llm
 from mylm.providers.local import LocalModel, check_gguf
-from mylm.types import Message
+from mylm.core.types import Message
 from tests.providers.engine_support import exact_grammar, write_tiny_llama
 from tests.providers.helpers import TOOL_CALL, collect, request
 from tests.providers.local_support import need_engine, real_model

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .errors import ConfigError
-from .paths import config_dir
+from ..core.errors import ConfigError
+from ..core.paths import config_dir
 
 DEFAULT_BASE_URL = "http://localhost:11434"
 CONFIG_FILE_NAME = "config.toml"
@@ -101,7 +101,7 @@ def _sandbox_mode(value: Any) -> str:
 
 def _marker_pairs(value: Any) -> tuple[tuple[str, str], ...]:
     """`reasoning_markers = [["<reflect>", "</reflect>"]]`: reasoning dialects mylm has not met (see protocol.tags)."""
-    from .protocol.tags import with_markers
+    from ..protocol.tags import with_markers
 
     if isinstance(value, str) or not isinstance(value, (list, tuple)):
         raise ValueError('must be a list of [open, close] pairs, e.g. [["<reflect>", "</reflect>"]]')

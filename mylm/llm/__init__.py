@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Iterator, Mapping, Protocol, Sequence, Union, runtime_checkable
 
-from .cancel import CancelToken
-from .constrain.select import CONSTRAIN_MODES as CONSTRAIN_MODES
-from .constrain.select import ConstrainMode as ConstrainMode
-from .constrain.select import Constraint as Constraint
-from .errors import ConfigError
-from .types import Message, Usage
+from ..core.cancel import CancelToken
+from ..constrain.select import CONSTRAIN_MODES as CONSTRAIN_MODES
+from ..constrain.select import ConstrainMode as ConstrainMode
+from ..constrain.select import Constraint as Constraint
+from ..core.errors import ConfigError
+from ..core.types import Message, Usage
 
 #: The providers that can forward tools natively (`LLMRequest.native`), for messages naming them.
 NATIVE_TOOL_PROVIDERS = ("openai",)

@@ -8,13 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .llm import ConstrainMode
+from ..llm import ConstrainMode
 from .step import StepConfig, ToolChoice
-from .types import Message, Permission, ToolCall
+from ..core.types import Message, Permission, ToolCall
 
 if TYPE_CHECKING:
-    from .prompts import PromptLoader
-    from .tools.base import Tool
+    from ..prompts import PromptLoader
+    from ..tools.base import Tool
 
 #: Asked before each call runs: allow it (with a grant for the sandbox), or deny it with a reason the model reads.
 PermissionHook = Callable[[ToolCall, "Tool"], Permission]

@@ -9,10 +9,10 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
-from .errors import TemplateError
-from .paths import config_dir
-from .protocol.defuse import defuse_special_tokens
-from .protocol.defuse import neutralise as neutralise  # re-exported: templates and callers use it
+from ..core.errors import TemplateError
+from ..core.paths import config_dir
+from ..protocol.defuse import defuse_special_tokens
+from ..protocol.defuse import neutralise as neutralise  # re-exported: templates and callers use it
 
 if TYPE_CHECKING:
     from jinja2 import BytecodeCache, FileSystemLoader
@@ -35,7 +35,7 @@ def packaged_prompts_dir() -> Path:
         for location in spec.submodule_search_locations:
             if Path(location, "system.j2").is_file():
                 return Path(location)
-    checkout = Path(__file__).resolve().parent.parent / "prompts"
+    checkout = Path(__file__).resolve().parent.parent.parent / "prompts"
     if (checkout / "system.j2").is_file():
         return checkout
     raise TemplateError("the default prompt templates are missing from this installation; reinstall mylm")
@@ -76,7 +76,7 @@ def default_search_path(
 def _trusted(trusted: bool | None, environ: Mapping[str, str] | None, cwd: str | os.PathLike[str] | None) -> bool:
     if trusted is not None:
         return trusted
-    from .config import project_trust
+    from ..config import project_trust
 
     return project_trust(Path(cwd) if cwd else None, environ) is not None
 
