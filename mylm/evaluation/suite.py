@@ -58,7 +58,7 @@ def default_suite_path() -> Path:
 
 def load_suite(path: Path) -> list[Task]:
     """The tasks in a suite file; a malformed one is a ConfigError naming the file and the task."""
-    from ..config import _tomllib
+    from ..config.files import _tomllib
 
     try:
         data = _tomllib().loads(path.read_text(encoding="utf-8"))
