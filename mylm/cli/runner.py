@@ -163,7 +163,7 @@ def make_endpoint(settings: Settings) -> Any:
     cached model, or one line saying how to fetch one); without the extra, a local Ollama is.
     """
     from ..providers import Endpoint
-    from ..providers.local import engine_available
+    from ..providers.local_engine import engine_available
 
     provider = settings.provider
     if provider is None and nothing_configured(settings) and engine_available():
@@ -200,7 +200,7 @@ class _SuggestLocal:
 
     def stream(self, request: Any) -> Iterator[Any]:
         from ..core.errors import EndpointUnreachableError
-        from ..providers.local import INSTALL_HINT
+        from ..providers.local_engine import INSTALL_HINT
 
         try:
             yield from self.llm.stream(request)

@@ -184,9 +184,9 @@ def test_without_the_extra_the_default_server_error_offers_it(monkeypatch: pytes
 
     settings = load_settings({})
     assert runner.nothing_configured(settings)
-    monkeypatch.setattr("mylm.providers.local.engine_available", lambda: True)
+    monkeypatch.setattr("mylm.providers.local_engine.engine_available", lambda: True)
     assert runner.make_endpoint(settings).provider == "local"
-    monkeypatch.setattr("mylm.providers.local.engine_available", lambda: False)
+    monkeypatch.setattr("mylm.providers.local_engine.engine_available", lambda: False)
     assert runner.make_endpoint(settings).provider is None  # a local Ollama, as before
     refused = EndpointUnreachableError("cannot reach the ollama endpoint at http://localhost:11434: refused")
     wrapped = runner._SuggestLocal(ScriptedLLM([refused]))

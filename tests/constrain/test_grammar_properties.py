@@ -265,7 +265,7 @@ def test_llama_cpp_compiles_the_grammars() -> None:
     reason = engine_missing(needs=())
     if reason is not None:
         pytest.skip(reason)
-    from mylm.providers.local import _module  # the engine imported as mylm imports it (its /dev/null closed)
+    from mylm.providers.local_engine import _module  # the engine as mylm imports it (its /dev/null closed)
 
     llama_cpp = _module("llama_cpp")
     specs = _builtin_specs()
