@@ -159,7 +159,7 @@ def test_robustness_cancelling_an_async_consumer_keeps_the_result() -> None:
 
 
 def test_robustness_compaction_leaves_room_for_the_reply() -> None:
-    from mylm.agent.loop.context import Compactor, TokenEstimator
+    from mylm.agent.context import Compactor, TokenEstimator
     from mylm.prompts import PromptLoader
 
     compactor = Compactor(ScriptedLLM(["summary"]), PromptLoader.default(), TokenEstimator(),
