@@ -8,7 +8,8 @@ from urllib.parse import urlsplit
 from ..llm import LLMChunk, LLMRequest
 from ..core.types import Usage
 from .base import merge_turns, refused_sampling, without_refused
-from .engine import Decoder, HTTPProvider, text_chunks
+from .decoder import Decoder, text_chunks
+from .engine import HTTPProvider
 from .failures import Failure
 from .framing import SSEEvent, sse_json
 from .transport import HTTPCall

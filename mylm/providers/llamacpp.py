@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 from ..core.errors import StreamError
 from ..llm import Constraint, LLMChunk, LLMRequest
 from .base import Endpoint
-from .engine import Decoder, HTTPProvider, StatusFailure, bearer, text_chunks, usage_of
+from .decoder import Decoder, text_chunks, usage_of
+from .engine import HTTPProvider, StatusFailure, bearer
 from .failures import Failure, parse_failure
 from .formats import DEFAULT_CHAT_FORMAT, chat_format, defused_messages
 from .framing import SSEEvent, sse_json
