@@ -3,8 +3,8 @@
 Three loopback OpenAI servers stream the same tool-call turn at the same token rate: one honours the stop strings,
 one ignores them and keeps generating forever, and (for scale) one ignores them and runs on for a finite ramble
 that a client without early close reads to the end. Each turn goes through the agent's own turn code
-(`mylm.turn.stream_turn`: the parser decides when the call is complete and the stream is closed then). Prints
-the median wall time per turn for each, and the ratio the target is about.
+(`mylm.agent.turn.stream_turn`: the parser decides when the call is complete and the stream is closed then).
+Prints the median wall time per turn for each, and the ratio the target is about.
 
     python scripts/bench_early_close.py [--turns 15] [--token-delay 0.002]
 """

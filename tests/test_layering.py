@@ -19,8 +19,8 @@ from tests.support import REPO_ROOT
 
 #: The layers, bottom to top. A module may import from its own layer and the ones below, never above. A name is
 #: the module's first component under `mylm` (`tools` for `mylm/tools/shell.py`, `__init__` for the package
-#: root); every module must have one, so a new package is placed on purpose. Each name is a package (a folder),
-#: except the few modules loose at the top (TOP_LEVEL_MODULES).
+#: root); every module must have one, so a new package is placed on purpose. Each name is a package (a
+#: folder), except the few modules loose at the top (TOP_LEVEL_MODULES).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("core", "_version")),
     ("protocol", ("protocol", "constrain", "models")),
@@ -32,8 +32,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("cli", ("cli", "__main__")),
 )
 
-#: The only modules loose in `mylm/`: the package root, `python -m mylm`, and the version (which any layer may
-#: name without importing the root). Everything else lives in its layer's package, so the folders are the layers.
+#: The only modules loose in `mylm/`: the package root, `python -m mylm`, and the version (which any layer
+#: may name without importing the root). Everything else lives in its layer's package: the folders are the
+#: layers.
 TOP_LEVEL_MODULES = frozenset({"__init__", "__main__", "_version"})
 
 #: Imports against the order that are kept on purpose, each (importer, imported module) exactly, with why.

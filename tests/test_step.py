@@ -36,7 +36,7 @@ def test_step_docstring_example_runs() -> None:
 
     code = (mylm.agent.step.__doc__ or "").split("::\n", 1)[1].split("\n\n`turn`", 1)[0]
     namespace: dict[str, object] = {}
-    exec(compile(textwrap.dedent(code), "mylm/step.py docstring", "exec"), namespace)  # noqa: S102
+    exec(compile(textwrap.dedent(code), "mylm/agent/step.py docstring", "exec"), namespace)  # noqa: S102
     assert namespace["attempt"] == 1  # the empty reply was corrected once
 
 

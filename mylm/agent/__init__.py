@@ -1,9 +1,9 @@
-"""The agent layer: the loop (`loop`), its settings (`config`), one model turn (`step` around `turn`'s stream),
-the calls of a turn (`tool_runner`), a run's bookkeeping (`run_state`), compaction (`context`), corrections
-(`corrections`) and a run's events as a stream (`streams`, `aio`).
+"""The agent layer: the loop (`loop`), its settings (`config`), one model turn (`step` around `turn`'s
+stream), the calls of a turn (`tool_runner`), a run's bookkeeping (`run_state`), compaction (`context`),
+corrections (`corrections`) and a run's events as a stream (`streams`, `aio`).
 
-`from mylm.agent import Agent` is kept: the names below are imported on first use, so that importing one module of
-the package (`mylm.agent.step` for `mylm serve`) does not load the loop."""
+`from mylm.agent import Agent` is kept: the names below are imported on first use, so that importing one
+module of the package (`mylm.agent.step` for `mylm serve`) does not load the loop."""
 
 from __future__ import annotations
 

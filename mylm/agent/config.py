@@ -42,7 +42,7 @@ class AgentConfig:
     #: What `timeout` is measured on (tests pass a fake).
     clock: Callable[[], float] = time.monotonic
 
-    # The model turn (see `mylm.step.StepConfig`).
+    # The model turn (see `mylm.agent.step.StepConfig`).
     #: The output token limit of every completion.
     max_tokens: int = 4096
     #: Whether one turn may call several tools (they run in order); otherwise only its first call runs.

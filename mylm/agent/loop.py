@@ -1,4 +1,4 @@
-"""The agent loop: ask the model for a turn (`mylm.step`), then take its answer, correct it or run its calls (a
+"""The agent loop: ask the model for a turn (`step`), then take its answer, correct it or run its calls (a
 `ToolRunner`), and repeat; every knob is in `AgentConfig`."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The file holds a list of replies, or `{"replies": [...], "chunk_size": 7, "stops
 string (the completion), or an object with any of:
 
 - `text`, `reasoning`, `finish_reason`, `chunks`: as in `ScriptedReply`;
-- `error` + `message` (+ `status`): raise that `mylm.errors` class instead of replying;
+- `error` + `message` (+ `status`): raise that `mylm.core.errors` class instead of replying;
 - `gate`: a path (a FIFO) to read one line from before replying, so a test decides when the model "answers";
 - `hold`: true to keep the stream open after the text until the run is cancelled (Ctrl-C), like a slow model.
 """
@@ -85,7 +85,9 @@ def _item(reply: Any, path: Path) -> ScriptItem:
     if "error" in reply:
         kind = getattr(errors, str(reply["error"]), None)
         if not (isinstance(kind, type) and issubclass(kind, MylmError)):
-            raise ConfigError(f"MYLM_SCRIPTED_LLM: {path}: {reply['error']!r} is not an error in mylm.errors")
+            raise ConfigError(
+                f"MYLM_SCRIPTED_LLM: {path}: {reply['error']!r} is not an error in mylm.core.errors"
+            )
         message = str(reply.get("message", reply["error"]))
         if issubclass(kind, errors.HTTPStatusError):
             return kind(message, status=int(reply.get("status", 500)))

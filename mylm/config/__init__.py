@@ -15,8 +15,8 @@ instructions and tighten limits, nothing else; what it tries beyond that is igno
 templates (`./.mylm/prompts`) are used only once the user trusts that directory: `trusted_projects` in the user
 config file (`mylm prompts trust` adds it), or `MYLM_TRUST_PROJECT=1` for one run.
 
-This module resolves the layers and project trust; every setting and its key are in `settings`, reading a config
-file in `files`.
+This module resolves the layers and project trust; every setting and its key are in `settings`, reading a
+config file in `files`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Every setting mylm has: its config key, its `MYLM_*` variables, how its value is read and its default (`_KEYS`),
-and the resolved `Settings`. Where a value comes from is decided in `mylm.config` (`load_settings`)."""
+"""Every setting mylm has: its config key, its `MYLM_*` variables, how its value is read and its default
+(`_KEYS`), and the resolved `Settings`. Where a value comes from is decided in `mylm.config`
+(`load_settings`)."""
 
 from __future__ import annotations
 

@@ -140,10 +140,10 @@ class LLM(Protocol):
     """A model endpoint: streams one completion for a request.
 
     Implementations yield `TextChunk`/`ReasoningChunk` items and at most one final `FinishChunk`; they raise
-    `mylm.errors.LLMError` subclasses for failures, honour `request.deadline` inside blocking reads, and release
-    the connection when the consumer closes the generator early (the agent does so once a complete tool call
-    has arrived, so a server that ignores stop strings costs nothing extra). An endpoint that renders the chat
-    template itself also tells the loop what it rendered: see `PromptRenderingLLM`.
+    `LLMError` subclasses (`mylm.core.errors`) for failures, honour `request.deadline` inside blocking reads,
+    and release the connection when the consumer closes the generator early (the agent does so once a complete
+    tool call has arrived, so a server that ignores stop strings costs nothing extra). An endpoint that
+    renders the chat template itself also tells the loop what it rendered: see `PromptRenderingLLM`.
     """
 
     def stream(self, request: LLMRequest) -> Iterator[LLMChunk]:

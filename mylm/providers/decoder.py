@@ -1,5 +1,6 @@
 """Decoding a wire format's stream: a `Decoder` turns each stream item (an SSE event, an NDJSON object) into
-chunks and keeps what the stream said about how it finished; the helpers build the chunks every format sends."""
+chunks and keeps what the stream said about how it finished; the helpers build the chunks every format sends.
+"""
 
 from __future__ import annotations
 

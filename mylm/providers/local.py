@@ -5,7 +5,7 @@ The prompt is the conversation rendered by the GGUF's own chat template (or a my
 `--chat-format` is given); the tokens stream through an incremental UTF-8 decoder and a `StopCutter`, so stop
 strings end generation in-process and are reported like a server reports them. Ctrl-C lands between tokens (or
 between prompt batches), and the cancel token and the run's deadline are checked at the same points.
-`llama_cpp` is imported only here and in `local_engine`.
+`llama_cpp` is imported only through `local_engine`, on first use.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The in-process engine behind `--provider local`: a GGUF file checked, loaded into llama-cpp-python once per
-process (per file and load options, shared by a chat, a batch and compaction), and freed at exit. `llama_cpp` is
-imported only here, on first use."""
+process (per file and load options, shared by a chat, a batch and compaction), and freed at exit. `llama_cpp`
+is imported only here, on first use."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The core every route shares: a client's conversation in mylm's text protocol, the upstream's reply read back
 as native tool calls, and unusable replies corrected upstream before the client sees them.
 
-Each request is one model step (`mylm.step.ModelStep`, the agent's own): the tools rendered through mylm's
+Each request is one model step (`mylm.agent.step.ModelStep`, the agent's own): the tools rendered through mylm's
 templates (prompts/, so users customise them the same way), the grammar chosen from their schemas and the
 `tool_choice`, the reply parsed with their names and judged, and the correction picked. The conversation is
 rendered the way the agent records its own: earlier calls as canonical `<tool_code>` blocks and tool results as
