@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import click
 
@@ -20,6 +20,32 @@ if TYPE_CHECKING:
     from ..prompts import PromptLoader
     from ..sandbox import Sandbox
     from ..telemetry.observer import RunObserver
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def run_options(yes_help: str) -> Callable[[F], F]:
+    """The options every delegate front end takes: its ceilings, approvals, sandbox and allowed roots."""
+
+    def decorate(function: F) -> F:
+        for option in reversed((
+            click.option("--max-iterations", type=int, metavar="N",
+                         help="Model calls allowed per run (a client may ask for fewer) [10]."),
+            click.option("--timeout", type=float, metavar="SECONDS",
+                         help="Wall-clock budget per run, a wait for an approval included (a client may ask for "
+                              "less) [120]."),
+            click.option("-y", "--yes", is_flag=True, default=None, help=yes_help),
+            click.option("--sandbox", type=click.Choice(["auto", "off"]), default=None,
+                         help="auto: confine commands with the kernel's sandbox; off: run them unconfined [auto]."),
+            click.option("--allow-root", "allow_roots", multiple=True, metavar="DIR",
+                         type=click.Path(exists=True, file_okay=False, path_type=Path),
+                         help="A directory runs may work in (repeatable) [default: the current directory only]."),
+        )):
+            function = option(function)
+        return function
+
+    return decorate
 
 
 @dataclass(frozen=True)
@@ -89,9 +115,10 @@ class Composed:
     settings: Settings
 
 
-def compose(ctx: click.Context, options: dict[str, Any], command: str) -> Composed:
+def compose(ctx: click.Context, options: dict[str, Any], command: str, secrets: tuple[str, ...] = ()) -> Composed:
     """The delegate service for `mylm COMMAND` from the settings (the model chosen exactly as for `mylm ask`),
-    runs saved as sessions with `command` in their header unless `--no-save`."""
+    runs saved as sessions with `command` in their header unless `--no-save`; `secrets` (a client key) are
+    redacted like the API key."""
     from ..delegate import Bounds, DelegateService, RunSessions
     from ..redact import public_url
     from .runner import command_sandbox, make_llm, prompt_loader, warn_about
@@ -99,6 +126,10 @@ def compose(ctx: click.Context, options: dict[str, Any], command: str) -> Compos
 
     settings = settings_from(options)
     redactor = make_redactor(settings)
+    if secrets:
+        from ..redact import Redactor
+
+        redactor = Redactor([*redactor.secrets, *secrets])
     configure_logging(options["verbose"], redactor)
     protect_this_process()
     loader = prompt_loader(settings)

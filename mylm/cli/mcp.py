@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
 
 from .common import endpoint_options, handles_errors, verbose_option
-from .delegating import compose, require
+from .delegating import compose, require, run_options
 from .tracing import otel_option
 
 #: Where `--port` listens: loopback only, so nothing off this machine can hand mylm a task.
@@ -18,15 +17,7 @@ HOST = "127.0.0.1"
 
 @click.command()
 @endpoint_options
-@click.option("--max-iterations", type=int, metavar="N", help="Model calls allowed per run (a client may ask for fewer) [10].")
-@click.option("--timeout", type=float, metavar="SECONDS", help="Wall-clock budget per run (a client may ask for less) [120].")
-@click.option("-y", "--yes", is_flag=True, default=None,
-              help="Run what the approval policy would ask about (else it is refused, and the model told why).")
-@click.option("--sandbox", type=click.Choice(["auto", "off"]), default=None,
-              help="auto: confine commands with the kernel's sandbox; off: run them unconfined [auto].")
-@click.option("--allow-root", "allow_roots", multiple=True, metavar="DIR",
-              type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="A directory runs may work in (repeatable) [default: the current directory only].")
+@run_options("Run what the approval policy would ask about (else it is refused, and the model told why).")
 @click.option("--port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
               help=f"Serve streamable HTTP on {HOST}:PORT/mcp instead of stdio (0: any free port, printed).")
 @otel_option
