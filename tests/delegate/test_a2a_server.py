@@ -136,7 +136,8 @@ def test_without_streaming_a_task_completes_and_its_context_continues_the_conver
 ) -> None:
     (isolated_user_state / "a.txt").write_text("alpha\n")
     script = write_script(tmp_path / "script.json", [
-        call("read_file", path="a.txt"), "It says alpha.", "You asked about a.txt, which says alpha."])
+        call("read_file", path="a.txt"), "It says alpha.",
+        {"text": "You asked about a.txt, which says alpha.", "expect": "It says alpha."}])
 
     async def main(url: str) -> tuple[Any, Any]:
         async with client_for(url, streaming=False) as client:
