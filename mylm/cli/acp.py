@@ -34,7 +34,8 @@ def acp(ctx: click.Context, /, **options: Any) -> None:
 
     \b
     Zed (settings.json):
-      "agent_servers": {"mylm": {"command": "mylm", "args": ["acp", "-m", "local"]}}
+      "agent_servers": {"mylm": {"type": "custom", "command": "mylm",
+                                 "args": ["acp", "-m", "local"]}}
     """
     require("acp", "acp", "acp")
     if not options["allow_roots"]:
