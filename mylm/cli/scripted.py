@@ -6,7 +6,9 @@ string (the completion), or an object with any of:
 - `text`, `reasoning`, `finish_reason`, `chunks`: as in `ScriptedReply`;
 - `error` + `message` (+ `status`): raise that `mylm.core.errors` class instead of replying;
 - `gate`: a path (a FIFO) to read one line from before replying, so a test decides when the model "answers";
-- `hold`: true to keep the stream open after the text until the run is cancelled (Ctrl-C), like a slow model.
+- `hold`: true to keep the stream open after the text until the run is cancelled (Ctrl-C), like a slow model;
+- `expect`: text the request's messages must hold (else an LLMError says so), so a test sees what the model was
+  sent (a continued conversation's earlier turns).
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ class ScriptedCLIModel:
     def stream(self, request: LLMRequest) -> Iterator[LLMChunk]:
         """Replay the next reply, honouring its gate and hold."""
         control = self.controls[len(self.llm.requests)] if len(self.llm.requests) < len(self.controls) else {}
+        expected = control.get("expect")
+        if expected and not any(str(expected) in message.content for message in request.messages):
+            raise LLMError(f"the scripted model expected {expected!r} in its prompt, and it was not there")
         if control.get("gate"):
             with open(control["gate"], encoding="utf-8") as gate:
                 gate.readline()
