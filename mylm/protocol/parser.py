@@ -157,6 +157,7 @@ class StreamParser:
         self._reasoning: list[str] = []
         self._final: list[str] | None = None
         self._discard_at: int | None = None
+        self._made_up = False  # the turn ended where the model began writing a tool result itself
         self._ambiguous_example = False
         self._lone_closer: tuple[int, str] | None = None  # (thought piece index, tag) of the first stray end tag
         self._think_unclosed = bool(reasoning_open)
@@ -235,6 +236,7 @@ class StreamParser:
                     self._buf = self._buf[:-n]
                     if self._discard_at is None:
                         self._discard_at = sum(len(c) for c in self._chunks) - n
+                    self._made_up = self._made_up or stop == OBSERVATION_OPEN
                     return
 
     # ---------------------------------------------------------------------------------------------- engine
@@ -390,7 +392,7 @@ class StreamParser:
                 if pending:
                     self._end_fence_content()  # a result after the fence: it was a wrapper, as before `<observation>`
                 self._discard_at = self._base + self._pos
-                self._state = _DISCARD
+                self._state, self._made_up = _DISCARD, True
                 return True
         buf, pos = self._buf, self._pos
         match = self._vocab.special.search(buf, pos)
@@ -435,7 +437,7 @@ class StreamParser:
             if self._watch and fence is None and buf[pos:end].strip(" \t`~").lower() in OUTPUT_LABELS:
                 # A fenced "output" block after a call: a result the model made up. The rest is discarded.
                 self._discard_at = self._base + pos
-                self._state = _DISCARD
+                self._state, self._made_up = _DISCARD, True
                 return True
             if fence is not None:
                 self._content_in_fence()
@@ -493,7 +495,7 @@ class StreamParser:
             if fence is not None:
                 self._end_fence_content()
             self._discard_at = self._base + pos
-            self._state = _DISCARD
+            self._state, self._made_up = _DISCARD, True
             return True
         if fence is not None:
             self._content_in_fence()
@@ -817,6 +819,8 @@ class StreamParser:
             reasoning="".join(self._reasoning).strip(),
             final=None if self._final is None else "".join(self._final).strip(),
             text=joined if self._discard_at is None else joined[: self._discard_at],
+            discarded="" if self._discard_at is None else joined[self._discard_at :],
+            invented_observation=self._made_up,
             think_unclosed=self._think_unclosed,
             ambiguous_example=self._ambiguous_example,
             skipped=tuple(self._skipped),

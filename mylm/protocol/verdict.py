@@ -14,9 +14,11 @@ from .tags import CALL_MARKERS_AFTER, CALL_MARKERS_BEFORE
 
 
 def verdict(*, calls: tuple[ToolCall, ...], errors: tuple[str, ...], thought: str, reasoning: str, final: str | None,
-            text: str, think_unclosed: bool, ambiguous_example: bool, skipped: tuple[str, ...] = ()) -> ParsedTurn:
+            text: str, think_unclosed: bool, ambiguous_example: bool, skipped: tuple[str, ...] = (),
+            discarded: str = "", invented_observation: bool = False) -> ParsedTurn:
     """Decide the turn: its calls (other block errors become warnings), else an error, else the answer."""
-    common = {"thought": thought, "reasoning": reasoning, "text": text, "unclosed_reasoning": think_unclosed}
+    common = {"thought": thought, "reasoning": reasoning, "text": text, "unclosed_reasoning": think_unclosed,
+              "discarded": discarded, "invented_observation": invented_observation}
     if skipped and errors:
         errors = (errors[0] + skipped_calls(skipped), *errors[1:])
     if calls:
