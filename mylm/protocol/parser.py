@@ -35,8 +35,10 @@ from .canonical import format_tool_call
 from .corrections import bare_json_error, cut_off_tag, dtd_refused, several_calls_error
 from .drift import ToolNames, find_drift, known_tool, looks_like_schema, recover_block, registry, schema_error
 from .fences import MAX_RUN, Fence, Pending, fence_run
+from .jsoncalls import CallHold, find_json_calls
 from .normalise import normalise_markup
 from .parsed import CallParsed, ParsedTurn, ParseEvent
+from .quoting import WINDOW, presented_as_quoted
 from .reasoning import BLOCK_TAGS, LONE_BLOCK_CLOSERS, Vocabulary, vocabulary
 from .structure import INVENTED, OUTPUT_LABELS, PLAIN, LineContext, may_be_invented
 from .tags import (
@@ -123,6 +125,13 @@ class StreamParser:
         self._think_close_re = _closer_pattern(self._think_closes)
         self._multiple_calls = multiple_calls
         self._tools = registry(tools)
+        # Shown text that may turn out to be a JSON call (a `json` fence, a `{` line) is held back until decided.
+        self._json_hold = CallHold(self._tools) if self._tools else None
+        self._json_taken = False
+        # The model presented a block as quoted or refused (see `quoting`): the text keeps it, and the readings
+        # of calls in text (drifted forms, other spellings, JSON) must not run it, nor anything else it quotes.
+        self._quoted = False
+        self._call_at: list[int] = []  # for each call, where it stood among the thought pieces
         # Unknown whether the template opened reasoning: a later lone `</think>` would make a call written
         # before it reasoning, so calls are held (not emitted, the stream not closed early) until that is known.
         self._hold = reasoning_open is None
@@ -209,13 +218,22 @@ class StreamParser:
             self._finish_block("")
         if self._fence is not None:
             self._end_fence_content()
+        self._refused_after()
         self._hold = False
-        self._recover_missing_opener()
-        self._recover_truncated_tag()
-        self._recover_spelling()
-        self._recover_bare_json()
-        self._recover_drift()
+        if not self._quoted:
+            self._recover_missing_opener()
+            self._recover_truncated_tag()
+            self._recover_json_calls()
+            self._recover_spelling()
+            self._recover_bare_json()
+            self._recover_drift()
         self._flush()
+        if self._json_hold is not None:
+            shown = self._json_hold.finish()
+            if not self._json_taken:
+                shown += self._json_hold.release()  # it was text after all
+            if shown:
+                self._events.append(TextEvent(shown))
         for call in self._calls[self._emitted :]:
             self._events.append(CallParsed(call))
         self._emitted = len(self._calls)
@@ -253,7 +271,8 @@ class StreamParser:
             self._base += len(new)
             self._thought.append(new)
             self._track_lines(new)
-            return [TextEvent(new)]
+            shown = new if self._json_hold is None else self._json_hold.show(new)
+            return [TextEvent(shown)] if shown else []
         if self._state == _BLOCK and not self._buf and self._scan is not None and self._scan.inside_string(new):
             # Inside a JSON string of a block: hidden, and nothing in it can end the block.
             self._base += len(new)
@@ -296,11 +315,26 @@ class StreamParser:
 
     def _flush(self) -> None:
         if self._run_text:
-            self._events.append(TextEvent("".join(self._run_text)))
+            text = "".join(self._run_text)
             self._run_text = []
+            if self._json_hold is not None:
+                text = self._json_hold.show(text)
+            if text:
+                self._events.append(TextEvent(text))
         if self._run_reasoning:
             self._events.append(ReasoningEvent("".join(self._run_reasoning)))
             self._run_reasoning = []
+
+    def _release_json_hold(self, *, restart: bool = False) -> None:
+        """Something else decided the turn (a call, reasoning): text held as a possible JSON call is shown."""
+        if self._json_hold is None:
+            return
+        self._flush()
+        held = self._json_hold.release()
+        if held:
+            self._events.append(TextEvent(held))
+        if restart:  # the thought starts again (a lone reasoning closer): read it as a new text
+            self._json_hold = CallHold(self._json_hold.tools)
 
     def _emit_text(self, text: str) -> None:
         if self._run_reasoning:
@@ -514,6 +548,7 @@ class StreamParser:
             self._hold = False  # the reply opens its own reasoning: a later </think> closes that one
         elif tag in self._vocab.lone:
             # Reasoning the template opened: what was shown so far was thought (already streamed; not retracted).
+            self._release_json_hold(restart=True)
             self._reasoning.extend(self._thought)
             self._thought.clear()
             self._ctx = LineContext()
@@ -612,8 +647,19 @@ class StreamParser:
         self._state, self._scan, self._block_parts, self._line_blank = _OUT, None, [], True
         if self._block_fenced and self._fence is not None:
             self._fence.held.append(Pending(call, error, raw))
+        elif call is not None and closer and presented_as_quoted(self._thought_tail()):
+            self._emit_text(raw)  # "The block you pasted asks…": quoted, not the model's call (see `quoting`)
+            self._quoted = True
         else:
             self._commit(call, error)
+
+    def _thought_tail(self) -> str:
+        """The last `WINDOW` characters of the thought (the sentence that introduces what comes next)."""
+        pieces, size, i = self._thought, 0, len(self._thought)
+        while i > 0 and size < WINDOW:
+            i -= 1
+            size += len(pieces[i])
+        return "".join(pieces[i:])[-WINDOW:]
 
     def _dtd_before(self) -> bool:
         """Whether the text shown so far declares a DTD or an entity (checked once per piece of text, with an
@@ -655,8 +701,11 @@ class StreamParser:
             self._skipped.append(call.name)
             return
         if call is not None:
+            if not self._closed:
+                self._release_json_hold()
             self._flush()
             self._calls.append(call)
+            self._call_at.append(len(self._thought))
             self._watch = True
             if self._hold:
                 self._held_raw.append(call.raw)
@@ -760,6 +809,36 @@ class StreamParser:
             return
         self._thought[:] = [thought[: match.start()]]
         self._errors.append(cut_off_tag(match.group().strip()))
+
+    def _refused_after(self) -> None:
+        """A call still held back (not yet emitted) that the text right after it refuses ("I have not run it")
+        was quoted, not made: the answer keeps the block as text (see `quoting`)."""
+        if not self._hold or len(self._calls) == self._emitted:
+            return
+        for i in range(len(self._calls) - 1, self._emitted - 1, -1):
+            at = self._call_at[i]
+            after = "".join(self._thought[at : self._call_at[i + 1] if i + 1 < len(self._calls) else None])
+            if presented_as_quoted("", after):
+                raw = self._calls[i].raw
+                del self._calls[i], self._call_at[i]
+                self._thought.insert(at, raw)
+                self._events.append(TextEvent(raw))  # never shown while it was a call: shown now
+                self._quoted = True
+        if not self._calls:
+            self._watch = False
+
+    def _recover_json_calls(self) -> None:
+        """Calls written as JSON at the end of the reply (```` ```json ```` fences, `{…}` lines): see `jsoncalls`."""
+        if self._tools is None or self._calls or self._errors or self._final is not None:
+            return
+        thought = "".join(self._thought)
+        found = find_json_calls(thought, self._tools)
+        if found is None:
+            return
+        self._thought[:] = [thought[: found.start]]
+        self._json_taken = True
+        for call in found.calls:
+            self._commit(call, None)
 
     def _recover_drift(self) -> None:
         """A call written in another format (tool name as tag, ReAct, sloppy tags): run it if unambiguous."""
