@@ -92,7 +92,7 @@ def _one(item: Any, tools: Mapping[str, frozenset[str]]) -> ToolCall | None:
     args = shape["arguments"]
     if isinstance(args, str):  # arguments given as a JSON string (OpenAI's wire form)
         try:
-            args, end = loads(args.strip())
+            args, _ = loads(args.strip())
         except JSONRepairError:
             return None
     if name is None or not isinstance(args, dict) or not all(isinstance(k, str) for k in args):
