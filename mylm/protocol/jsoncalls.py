@@ -43,9 +43,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..types import ToolCall
-from .callblock import call_object
 from .jsonrepair import JSONRepairError, loads
 from .quoting import presented_as_quoted
+from .registry import known_tool
 
 #: Fence labels whose content may be a JSON call (labels that name a call are read by `normalise`).
 JSON_LABELS = frozenset({"", "json", "jsonc", "json5"})
@@ -54,6 +54,38 @@ _FENCE_LINE = re.compile(r"[ ]{0,3}(`{3,}|~{3,})[ \t]*([^`\n]*?)[ \t]*(?:\n|\Z)"
 _JSON_STOPS = re.compile(r'[{}\[\]"]')
 _STRING_STOPS = re.compile(r'["\\]')
 _FREE, _FENCE, _BARE, _BETWEEN = range(4)
+
+
+NAME_KEYS = ("name", "action", "tool", "tool_name", "function", "function_name")
+ARGS_KEYS = ("arguments", "parameters", "action_input", "tool_input", "input", "args", "tool_args", "params")
+
+
+def call_object(value: Any) -> dict[str, Any] | None:
+    """A JSON call in any common shape, as `{"name", "arguments"}` (plus its other keys); None if it is not one.
+
+    Read: `{"name", "arguments"|"parameters"}` (Hermes, Llama, OpenAI's `{"type": "function", …}` and
+    `{"function": {…}}`), LangChain's `{"action", "action_input"}`, `{"tool", "tool_input"}`,
+    `{"tool_name", "parameters"}`, and any of them wrapped as `{"tool_call": {…}}`.
+    """
+    if not isinstance(value, dict):
+        return None
+    if len(value) == 1 and isinstance(next(iter(value.values())), dict) and next(iter(value)) in (
+            "tool_call", "function_call", "tool_use", "call"):
+        value = next(iter(value.values()))
+    function = value.get("function")
+    if isinstance(function, Mapping) and "name" not in value:
+        value = {**function, **{k: v for k, v in value.items() if k != "function"}}
+    names = [k for k in NAME_KEYS if isinstance(value.get(k), str)]
+    args = [k for k in ARGS_KEYS if k in value]
+    if not names or len(args) > 1 or set(value) - {*NAME_KEYS, *ARGS_KEYS, "id", "type"}:
+        return None
+    if names[0] != "name" and not args:
+        return None  # {"tool": "x"} alone is too little to call a tool; {"name": "x"} keeps its old reading
+    out = {k: v for k, v in value.items() if k not in (*names, *args)}
+    out["name"] = value[names[0]]
+    if args:
+        out["arguments"] = value[args[0]]
+    return out
 
 
 def json_calls(content: str, tools: Mapping[str, frozenset[str]]) -> tuple[ToolCall, ...] | None:
@@ -83,8 +115,6 @@ def json_calls(content: str, tools: Mapping[str, frozenset[str]]) -> tuple[ToolC
 
 
 def _one(item: Any, tools: Mapping[str, frozenset[str]]) -> ToolCall | None:
-    from .drift import known_tool  # drift reads the registry the same way; imported late (it imports us)
-
     shape = call_object(item)
     if shape is None or "arguments" not in shape or not isinstance(shape["name"], str):
         return None

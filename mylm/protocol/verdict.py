@@ -6,10 +6,12 @@ import json
 import re
 
 from ..types import ToolCall
-from .callblock import call_object, decode_block
+from .callblock import decode_block
 from .corrections import reasoning_call_error, skipped_calls, verdict_error
+from .jsoncalls import call_object
 from .jsonrepair import JSONRepairError, loads
 from .parsed import ParsedTurn
+from .pythonic import pythonic_calls
 from .tags import CALL_MARKERS_AFTER, CALL_MARKERS_BEFORE
 
 
@@ -63,7 +65,7 @@ def reply_calls(visible: str) -> tuple[tuple[ToolCall, ...], bool]:
         text = f'{{"name": {json.dumps(mistral.group(1))}, "arguments": {text[mistral.end() :]}}}'
     if _PYTHONIC.match(text) and (tagged or text.startswith("[")):
         # A lone `name(...)` with no marker is as likely an answer ("call initialize()") as a call.
-        pythonic = _pythonic_calls(text)
+        pythonic = pythonic_calls(text)
         return (pythonic, tagged) if pythonic else ((), False)
     if not text.startswith(("{", "[")):
         return (), False
@@ -96,31 +98,6 @@ def _strip_markers(text: str) -> tuple[str, bool]:
             if stripped.endswith(marker):
                 stripped, found = stripped[: -len(marker)].rstrip(), True
     return stripped, stripped != text.strip()
-
-
-def _pythonic_calls(text: str) -> tuple[ToolCall, ...]:
-    """`[read_file(path="a"), list_dir()]` or `read_file(path="a")`: keyword arguments with literal values only."""
-    import ast
-
-    try:
-        node = ast.parse(text, mode="eval").body
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return ()
-    nodes = node.elts if isinstance(node, ast.List) else [node]
-    calls: list[ToolCall] = []
-    for item in nodes:
-        if not isinstance(item, ast.Call) or not isinstance(item.func, ast.Name) or item.args:
-            return ()
-        args: dict[str, object] = {}
-        for keyword in item.keywords:
-            if keyword.arg is None:
-                return ()
-            try:
-                args[keyword.arg] = ast.literal_eval(keyword.value)
-            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-                return ()
-        calls.append(ToolCall(item.func.id, args, raw=ast.unparse(item)))
-    return tuple(calls)
 
 
 def _json_call_object(item: object) -> ToolCall | None:
