@@ -54,6 +54,9 @@ _FENCE_LINE = re.compile(r"[ ]{0,3}(`{3,}|~{3,})[ \t]*([^`\n]*?)[ \t]*(?:\n|\Z)"
 _JSON_STOPS = re.compile(r'[{}\[\]"]')
 _STRING_STOPS = re.compile(r'["\\]')
 _FREE, _FENCE, _BARE, _BETWEEN = range(4)
+#: A line start that may begin a fence or a JSON value (or that cannot be told yet): the only ones read closely.
+_MAY_MATTER = re.compile(r"\n(?=[ ]{0,3}(?:[`~{\[]|\Z))")
+_MAY_CLOSE = re.compile(r"\n(?=[ ]{0,3}(?:[`~]|\Z))")  # inside a fence of another language: only its closer
 
 
 NAME_KEYS = ("name", "action", "tool", "tool_name", "function", "function_name")
@@ -178,6 +181,9 @@ class CallHold:
         self._in_string = False
         self._value_end: int | None = None  # BARE: where the JSON value ended, once it has
         self.calls: list[ToolCall] = []
+        #: In the middle of a line of plain text: text without a newline can be shown as it is (the caller may
+        #: test this and skip the call).
+        self.quiet = False
         self.fenced = False  # the first call held was in a fence
         self._final = False
 
@@ -185,10 +191,11 @@ class CallHold:
 
     def show(self, text: str) -> str:
         """Take the next shown text; return the part that can be displayed now."""
-        if self._state == _FREE and not self._line and not self._line_start and "\n" not in text:
+        if self.quiet and "\n" not in text:
             return text  # the middle of a line of prose: the common case
         out: list[str] = []
         self._feed(text, out)
+        self.quiet = self._state == _FREE and not self._line and not self._line_start
         return "".join(out)
 
     def finish(self) -> str:
@@ -204,6 +211,7 @@ class CallHold:
         """Give up holding: return the held text (and the current line), back to plain reading."""
         text = self.held + self._line
         self._reset()
+        self.quiet = True
         return text
 
     # ---------------------------------------------------------------------------------------------- engine
@@ -227,12 +235,13 @@ class CallHold:
         pos, n = 0, len(text)
         while pos < n:
             if not self._line_start:
-                nl = text.find("\n", pos)
-                if nl < 0:
+                # Straight to the next line that may matter (a C-level search): most lines start with prose.
+                found = (_MAY_MATTER if self._other is None else _MAY_CLOSE).search(text, pos)
+                if found is None:
                     out.append(text[pos:])
                     return
-                out.append(text[pos : nl + 1])
-                pos, self._line_start = nl + 1, True
+                out.append(text[pos : found.end()])
+                pos, self._line_start = found.end(), True
                 continue
             # At a line start: decide what the line is once enough of it is there.
             stripped = len(text) - len(text[pos:].lstrip(" "))

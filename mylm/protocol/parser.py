@@ -236,7 +236,8 @@ class StreamParser(OutsideSteps, BlockSteps, WholeReplyReadings):
             self._base += len(new)
             self._thought.append(new)
             self._track_lines(new)
-            shown = new if self._json_hold is None else self._json_hold.show(new)
+            hold = self._json_hold
+            shown = new if hold is None or hold.quiet and "\n" not in new else hold.show(new)
             return [TextEvent(shown)] if shown else []
         if self._state == BLOCK and not self._buf and self._scan is not None and self._scan.inside_string(new):
             # Inside a JSON string of a block: hidden, and nothing in it can end the block.
@@ -282,8 +283,9 @@ class StreamParser(OutsideSteps, BlockSteps, WholeReplyReadings):
         if self._run_text:
             text = "".join(self._run_text)
             self._run_text = []
-            if self._json_hold is not None:
-                text = self._json_hold.show(text)
+            hold = self._json_hold
+            if hold is not None and not (hold.quiet and "\n" not in text):
+                text = hold.show(text)
             if text:
                 self._events.append(TextEvent(text))
         if self._run_reasoning:
