@@ -101,7 +101,7 @@ def eval_(ctx: click.Context, /, **options: Any) -> None:
     llm = make_llm(ctx, settings, loader)
     out = _open_output(options["output"])
     try:
-        items = _run(ctx, settings, llm, loader, modes, questions, tasks, options, out, redactor,
+        _run(ctx, settings, llm, loader, modes, questions, tasks, options, out, redactor,
                      stop_strings=getattr(known_model(settings), "stop_strings", True))
     finally:
         if out is not None:

@@ -216,7 +216,7 @@ def json_schema(parameters: Mapping[str, Any]) -> dict[str, Any]:
     """BFCL's parameters doc as JSON Schema: `dict` is an object, `float` a number (said in its description, as
     BFCL's OpenAI handler does), `tuple` an array, `any` and unknown types a string; nested properties and items
     converted the same way."""
-    schema = json.loads(json.dumps(dict(parameters)))  # a deep copy that is plain JSON
+    schema: dict[str, Any] = json.loads(json.dumps(dict(parameters)))  # a deep copy that is plain JSON
     schema["type"] = "object"
     schema["properties"] = _properties(schema.get("properties") or {})
     return schema

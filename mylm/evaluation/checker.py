@@ -181,6 +181,7 @@ def _type_ok(value: Any, possible: Sequence[Any], wanted: type, item_type: type 
     type is then accepted too, and compared as it is."""
     answer_type = _answer_type(possible)
     variable = answer_type is not None and answer_type is not wanted
+    items: Any = value  # a list when item_type is set (mypy narrows `value` to object below)
     if type(value) is wanted:
         if item_type is None:
             return True, variable
@@ -190,7 +191,7 @@ def _type_ok(value: Any, possible: Sequence[Any], wanted: type, item_type: type 
             if not isinstance(candidate, list):
                 return True, variable
             inner = _answer_type(candidate)
-            if all(type(v) is item_type or (inner is not None and type(v) is inner) for v in value):
+            if all(type(v) is item_type or (inner is not None and type(v) is inner) for v in items):
                 return True, variable
     # The value may be written as the variable the answer names (or, for a list whose items failed, compared
     # as it is).

@@ -79,8 +79,8 @@ def protocol_reply(llm: LLM, prompts: PromptLoader, tools: Sequence[ToolDefiniti
                                             stop_strings=limits.stop_strings), prompts=prompts)
     instructions = "\n\n".join(str(m.get("content") or "") for m in conversation if m.get("role") == "system")
     messages = [Message("system", step.system_prompt(instructions=instructions))]
-    messages += [Message(str(m["role"]), str(m.get("content") or "")) for m in conversation
-                 if m.get("role") in ("user", "assistant")]
+    messages += [Message("assistant" if m["role"] == "assistant" else "user", str(m.get("content") or ""))
+                 for m in conversation if m.get("role") in ("user", "assistant")]
     corrections = step.corrections()
     deadline = time.monotonic() + limits.timeout
     for attempt in range(MAX_CORRECTIONS + 1):
@@ -117,13 +117,14 @@ def native_reply(llm: LLM, tools: Sequence[ToolDefinition], conversation: Sequen
                          parallel=None)
     forwarding = Forwarding(llm, native)
     request = LLMRequest(
-        messages=tuple(Message(str(m["role"]), str(m.get("content") or "")) for m in conversation),
+        messages=tuple(Message("system" if m["role"] == "system" else "assistant" if m["role"] == "assistant"
+                               else "user", str(m.get("content") or "")) for m in conversation),
         max_tokens=limits.max_tokens, deadline=time.monotonic() + limits.timeout,
     )
     text = "".join(c.text for c in forwarding.stream(request) if isinstance(c, TextChunk))
     calls = []
     for call in forwarding.calls:
-        arguments, problem = arguments_of(call.arguments)
+        arguments, _ = arguments_of(call.arguments)
         # Unreadable arguments are kept as they came, so the checker fails the call rather than forgetting it.
         calls.append(ToolCall(call.name, arguments if arguments is not None else {"(unreadable)": call.arguments}))
     names = {t.name for t in tools}
@@ -154,7 +155,8 @@ class ServedEndpoint:
         import requests
 
         started = time.perf_counter()
-        body = {"model": self.model, "messages": openai_messages(conversation), "tools": openai_tools(tools)}
+        body: dict[str, Any] = {"model": self.model, "messages": openai_messages(conversation),
+                                "tools": openai_tools(tools)}
         try:
             response = self.session.post(f"{self.url}/v1/chat/completions", json=body, timeout=limits.timeout + 30)
             document = response.json()

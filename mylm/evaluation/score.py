@@ -70,7 +70,7 @@ class Session:
         self._served: ServedEndpoint | None = None
         self._served_llm: LLM | None = None
 
-    def __enter__(self) -> Session:
+    def __enter__(self) -> Session:  # noqa: PYI034 - Python 3.10 has no typing.Self
         return self
 
     def __exit__(self, *exc: object) -> None:
