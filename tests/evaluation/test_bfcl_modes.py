@@ -193,3 +193,36 @@ def test_bfcl_types_become_json_schema_as_bfcl_s_openai_handlers_convert_them() 
     assert props["c"]["type"] == "string" and props["d"]["type"] == "object"
     assert props["d"]["properties"]["e"]["type"] == "number"
     assert props["f"]["items"] == {"type": "object", "properties": {"g": {"type": "boolean"}}}
+
+
+def _fake_wheel(directory: Path) -> Path:
+    """A `bfcl-eval` wheel holding the excerpt, for pip to find."""
+    wheel = directory / "bfcl_eval-9.9.9-py3-none-any.whl"
+    info = "bfcl_eval-9.9.9.dist-info"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path in DATA.rglob("BFCL_v*.json"):
+            archive.write(path, "bfcl_eval/data/" + path.relative_to(DATA).as_posix())
+        archive.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: bfcl-eval\nVersion: 9.9.9\n")
+        archive.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                          "Tag: py3-none-any\n")
+        archive.writestr(f"{info}/RECORD", "")
+    return wheel
+
+
+def test_fetch_bfcl_downloads_the_wheel_with_pip_without_dependencies(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    index = tmp_path / "index"
+    index.mkdir()
+    _fake_wheel(index)
+    # pip's own configuration points it at the index (here a local directory): no network.
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(index))
+    with OpenAIServer([GOOD]) as server:
+        result = invoke(["eval", "--base-url", server.base_url, "-m", "m", "--fetch-bfcl", "--category",
+                         "simple_python", "--limit", "1", "--json"])
+    assert result.exit_code == 0, result.stderr
+    assert (bfcl.cache_dir() / "bfcl_eval-9.9.9-py3-none-any.whl").is_file()
+    assert [line["passed"] for line in _lines(result.stdout) if line["type"] == "item"] == [True]
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "empty"))
+    failed = invoke(["eval", "--fetch-bfcl", "--category", "simple_python"])
+    assert failed.exit_code == 1 and "pip could not download bfcl-eval" in failed.stderr
