@@ -150,10 +150,13 @@ def run_agent_task(session: Session, task: Task, mode: str, *, max_iterations: i
         constrain = session.constrain if mode == "protocol" else "off"
         result = run_task(session.llm, task, constrain=constrain,  # type: ignore[arg-type]
                           prompts=session.prompts, mode=mode, **common)
+    # The endpoint failing or the run's time running out is an error; the agent ending a run (a repeated call,
+    # unusable replies) is the model failing the task, with that reason.
+    failed_to_run = result.error is not None and result.stop_reason in ("error", "timeout")
     return Item(
         suite="tasks", category="tasks", id=task.name if repeat == 1 else f"{task.name}#{repeat}", mode=mode,
         passed=result.solved, in_text=result.in_text, wrong_count=result.bad_calls > 0, seconds=result.seconds,
-        reason=result.reason if result.error is None else "", error=result.error,
+        reason="" if failed_to_run else result.reason, error=result.error if failed_to_run else None,
         detail={"answer": result.answer[:2000], "stop_reason": result.stop_reason, "turns": result.turns,
                 "bad_calls": result.bad_calls, "completion_tokens": result.completion_tokens,
                 "tokens_estimated": result.tokens_estimated},

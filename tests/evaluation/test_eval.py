@@ -241,3 +241,17 @@ def test_save_without_a_profile_adds_one_for_the_endpoint_and_model() -> None:
     settings = load_settings({"model": "qwen2-5-coder-0-5b"})
     assert (settings.profile, settings.base_url, settings.model, settings.constrain) == (
         "qwen2-5-coder-0-5b", server.base_url, "qwen2.5-coder-0.5b", "auto")
+
+
+def test_an_agent_ending_the_run_is_a_failed_task_not_an_endpoint_error() -> None:
+    from mylm.evaluation.modes import Limits
+    from mylm.evaluation.score import Session, run_agent_task
+    from mylm.prompts import PromptLoader
+
+    task = next(t for t in load_suite(default_suite_path()) if t.name == "read-secret")
+    # What Qwen2.5-Coder-0.5B did on this task: the same read three times, then the run ends (repeated_call).
+    same = format_tool_call(ToolCall("read_file", {"path": "secret.txt"}))
+    with Session(ScriptedLLM([same] * 4), PromptLoader.default(), Limits(max_tokens=200, timeout=60)) as session:
+        item = run_agent_task(session, task, "protocol", max_iterations=6)
+    assert (item.passed, item.error) == (False, None)
+    assert "3 times in a row" in item.reason and item.detail["stop_reason"] == "repeated_call"
