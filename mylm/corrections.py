@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .prompts import PromptLoader, dump_json
 from .protocol.canonical import format_tool_call
-from .protocol.defuse import neutralise
+from .protocol.defuse import defuse_special_tokens, neutralise
+from .protocol.examples import example_arguments, example_tool
 from .types import FinishReason, ToolCall
 
 if TYPE_CHECKING:
@@ -33,15 +34,37 @@ class ParametersTool(Protocol):
     def parameters(self) -> Mapping[str, Any]: ...
 
 
+#: Words that start a shell command, not a tool's name: a model that writes `<name>python3 x.py</name>` meant to
+#: run it. (Only for the wording of the correction: nothing is run on this guess.)
+_COMMAND_WORDS = frozenset(
+    "python python3 pip pip3 node npm npx bash sh ls cat grep find head tail wc echo git make pytest cd mkdir "
+    "rm cp mv sed awk sort uniq diff curl go cargo java ruby perl touch chmod".split()
+)
+
+
 class Corrections:
     """The corrections of one conversation. It remembers the problem it reported last: the same one again means
-    the correction did not help, so the next one adds a ready-made block to copy."""
+    the correction did not help, so the next one adds a ready-made block to copy.
 
-    def __init__(self, prompts: PromptLoader, *, max_tokens: int) -> None:
+    That block (`example`) is mylm's own text and must reach the model as written: a correction's message is
+    defused like any observation (it quotes the model's and the tools' text), so the block is kept apart and
+    placed after the message by the template (`format_error.j2`, `tool_error.j2`). Read it once with
+    `take_example()` when rendering the correction it belongs to."""
+
+    def __init__(self, prompts: PromptLoader, *, max_tokens: int, tools: Sequence[ParametersTool] = ()) -> None:
         self.prompts = prompts
         self.max_tokens = max_tokens
+        #: The tools the model was shown (the ones corrections may name and build examples from).
+        self.tools = tuple(tools)
         #: The problem reported last (before any escalation), so a repeat is recognised.
         self.last = ""
+        #: The ready-made block of the last correction, if it has one (see `take_example`).
+        self.example = ""
+
+    def take_example(self) -> str:
+        """The block to copy that goes with the correction just made ("" if none), once."""
+        example, self.example = self.example, ""
+        return example
 
     def problem(self, parsed: ParsedTurn) -> str | None:
         """Why a turn can be neither run nor taken as the answer, or None if it can."""
@@ -55,7 +78,8 @@ class Corrections:
         """The user message answering an unusable turn: the token limit cut it, or `problem` (escalated)."""
         if turn.finish is FinishReason.MAX_TOKENS:
             return self.prompts.render("truncated.j2", max_tokens=self.max_tokens)
-        return self.prompts.render("format_error.j2", message=neutralise(self.escalated(problem)))
+        message = neutralise(self.escalated(problem))
+        return self.prompts.render("format_error.j2", message=message, example=self.take_example())
 
     def degenerate(self, problem: str) -> str:
         """The user message answering a turn cut short because it kept repeating itself (`problem`: what)."""
@@ -65,18 +89,39 @@ class Corrections:
         """The user message answering a turn without a call while tool_choice requires one (`tool`: the one)."""
         return self.prompts.render("tool_required.j2", tool=tool)
 
-    def invalid_arguments(self, tool: ParametersTool, problems: Sequence[str]) -> str:
-        """What is wrong with a call's arguments, with the schema (escalated when it is the same again)."""
+    def invalid_arguments(
+        self, tool: ParametersTool, problems: Sequence[str], given: Mapping[str, Any] | None = None
+    ) -> str:
+        """What is wrong with a call's arguments (`given`), with the schema (escalated when it is the same
+        again)."""
         schema = dump_json(dict(tool.parameters))
         message = self.prompts.render("invalid_arguments.j2", tool=tool.name, problems=list(problems), schema=schema)
-        return self.escalated(message, tool)
+        return self.escalated(message, tool, given)
 
     def unknown_tool(self, name: str, tools: Sequence[str]) -> str:
-        """That `name` is not a tool, naming the real ones and the likeliest intended (escalated when repeated)."""
-        close = difflib.get_close_matches(name, list(tools), n=1, cutoff=0.6)
+        """That `name` is not a tool, naming the real ones (those the model was shown, when known) and the
+        likeliest intended; a command written as a tool's name gets the call that runs it (escalated when
+        repeated)."""
+        shown = [t.name for t in self.tools] or list(tools)
+        close = difflib.get_close_matches(name, shown, n=1, cutoff=0.6)
         suggestion = close[0] if close else None
-        message = self.prompts.render("unknown_tool.j2", name=name, tools=list(tools), suggestion=suggestion)
-        return self.escalated(message)
+        command = name.strip() if self._looks_like_command(name, shown) else None
+        message = self.prompts.render(
+            "unknown_tool.j2", name=name, tools=shown, suggestion=suggestion, command=command
+        )
+        by_name = {t.name: t for t in self.tools}
+        if command is not None:
+            self.last = message
+            self.example = self._block(ToolCall("execute_command", {"command": command}))
+            return message
+        return self.escalated(message, by_name.get(suggestion or ""))
+
+    @staticmethod
+    def _looks_like_command(name: str, tools: Sequence[str]) -> bool:
+        words = name.strip().split()
+        return "execute_command" in tools and bool(words) and (
+            len(words) > 1 or "/" in name or words[0].lower() in _COMMAND_WORDS
+        )
 
     def refused_by_choice(self, tool: str, tool_choice: str) -> str:
         """Why tool_choice (`none`, or one tool's name) does not allow calling `tool`."""
@@ -86,19 +131,28 @@ class Corrections:
         """The observation for a call that repeated the previous one and gave the same result."""
         return self.prompts.render("repeated_call.j2", tool=tool)
 
-    def escalated(self, message: str, tool: ParametersTool | None = None) -> str:
+    def escalated(
+        self, message: str, tool: ParametersTool | None = None, given: Mapping[str, Any] | None = None
+    ) -> str:
         """`message`; or, when it repeats the last problem (whose correction evidently did not help), a different
-        one: a ready-made block to copy, with the tool's real argument names."""
+        one, with a ready-made block to copy (`take_example`): a call of `tool` (else of a tool the model was
+        shown) whose arguments keep what the model wrote (`given`) and fill the rest from the schema. Never a
+        placeholder: small models copy those literally."""
         repeated = message == self.last
         self.last = message
+        self.example = ""
         if not repeated:
             return message
-        if tool is not None:
-            schema = dict(tool.parameters)
-            names = list(schema.get("required") or schema.get("properties") or ())
-            block = format_tool_call(ToolCall(tool.name, {str(n): "VALUE" for n in names}))
-        else:
-            block = format_tool_call(ToolCall("TOOL_NAME", {"ARGUMENT": "VALUE"}))
+        target = tool if tool is not None else example_tool(self.tools)
+        if target is not None:
+            self.example = self._block(ToolCall(target.name, example_arguments(dict(target.parameters), given)))
         return self.prompts.render(
-            "repeated_mistake.j2", message=message, tool=tool.name if tool is not None else None, block=block
+            "repeated_mistake.j2", message=message, tool=tool.name if tool is not None else None,
+            block=bool(self.example),
         )
+
+    @staticmethod
+    def _block(call: ToolCall) -> str:
+        # Canonical JSON escapes `</` and reasoning markers; a special token in a value or a client's tool name
+        # is broken like any data.
+        return defuse_special_tokens(format_tool_call(call))

@@ -244,7 +244,8 @@ _SAMPLE_MESSAGES = [
 SAMPLES: dict[str, tuple[dict[str, Any], ...]] = {
     "system.j2": tuple(
         {"tools": tools, "multiple_calls": multiple, "instructions": "Be brief.", "platform": "Linux",
-         "cwd": "/work", "tool_choice": choice}
+         "cwd": "/work", "tool_choice": choice,
+         "example": '<tool_code>\n<name>example</name>\n<parameters>\n{"path": "."}\n</parameters>\n</tool_code>'}
         for tools, multiple, choice in (
             ([_SAMPLE_TOOL], False, "auto"),
             ([_SAMPLE_TOOL], True, "required"),
@@ -257,9 +258,11 @@ SAMPLES: dict[str, tuple[dict[str, Any], ...]] = {
         {"tool": "example", "output": "output", "cut": 0, "handle": None},
         {"tool": "example", "output": "output", "cut": 120, "handle": "out_1"},
     ),
-    "tool_error.j2": ({"tool": "example", "message": "a problem"},),
+    "tool_error.j2": ({"tool": "example", "message": "a problem", "example": ""},
+                     {"tool": "example", "message": "a problem", "example": "<tool_code>\n<name>example</name>\n<parameters>\n{}\n</parameters>\n</tool_code>"}),
     "denied.j2": ({"tool": "example", "reason": "refused"},),
-    "format_error.j2": ({"message": "a problem"},),
+    "format_error.j2": ({"message": "a problem", "example": ""},
+                       {"message": "a problem", "example": "<tool_code>\n<name>example</name>\n<parameters>\n{}\n</parameters>\n</tool_code>"}),
     "truncated.j2": ({"max_tokens": 4096},),
     "degenerate.j2": ({"message": "the reply repeated the line '#15' for 128 lines"},),
     "unrun_block.j2": ({"message": "a problem"},),
@@ -267,16 +270,18 @@ SAMPLES: dict[str, tuple[dict[str, Any], ...]] = {
     "tool_required.j2": ({"tool": None}, {"tool": "example"}),
     "unusable_reply.j2": ({"unclosed_reasoning": False}, {"unclosed_reasoning": True}),
     "repeated_mistake.j2": (
-        {"message": "a problem", "tool": "example", "block": "<tool_code>...</tool_code>"},
-        {"message": "a problem", "tool": None, "block": "<tool_code>...</tool_code>"},
+        {"message": "a problem", "tool": "example", "block": True},
+        {"message": "a problem", "tool": None, "block": True},
+        {"message": "a problem", "tool": None, "block": False},
     ),
     "invalid_arguments.j2": ({"tool": "example", "problems": ["a problem", "another"], "schema": '{"type":"object"}'},),
     "tool_choice_refused.j2": ({"tool": "example", "tool_choice": "none"}, {"tool": "example", "tool_choice": "other"}),
     "repeated_call.j2": ({"tool": "example"},),
     "unknown_tool.j2": (
-        {"name": "exmaple", "tools": ["example"], "suggestion": "example"},
-        {"name": "other", "tools": ["example"], "suggestion": None},
-        {"name": "example", "tools": [], "suggestion": None},
+        {"name": "exmaple", "tools": ["example"], "suggestion": "example", "command": None},
+        {"name": "other", "tools": ["example"], "suggestion": None, "command": None},
+        {"name": "example", "tools": [], "suggestion": None, "command": None},
+        {"name": "ls -l", "tools": ["execute_command"], "suggestion": None, "command": "ls -l"},
     ),
     "compaction.j2": ({"task": "the task"}, {"task": ""}),
     "compacted.j2": ({"task": "the task", "summary": "a summary"}, {"task": "", "summary": "a summary"}),
