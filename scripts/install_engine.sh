@@ -2,6 +2,7 @@
 # Install the real inference engine the engine tests use (llama-cpp-python[server] and gguf) into the current
 # Python. The compiled wheel is cached, so only the first run on a machine pays for the build (~6-10 min on
 # 2 cores). Exits non-zero when the engine cannot be had; the engine tests then skip with that reason.
+# Prints the folder of the cached wheel on stdout.
 set -euo pipefail
 version="${MYLM_LLAMA_CPP_VERSION:-0.3.36}"
 # Built for x86-64 with AVX2 (no -march=native): a native build on a CPU with AMX tiles (Sapphire Rapids and
@@ -24,3 +25,4 @@ fi
   "llama-cpp-python[server]==$version" "gguf>=0.10"
 "$python" -c "import llama_cpp, llama_cpp.server.app, gguf" 
 echo "install_engine: llama-cpp-python $version ready" >&2
+echo "$cache"  # the wheel folder, for a later `pip install --find-links` of the `local` extra
