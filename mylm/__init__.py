@@ -11,17 +11,17 @@ from ._version import __version__ as __version__
 #: docs/api.md documents exactly these (tests/test_public_api.py holds both to this table).
 _EXPORTS: dict[str, str] = {
     # The agent and its results.
-    "Agent": "mylm.agent",
-    "AgentConfig": "mylm.agent_config",
-    "AgentStream": "mylm.streams",
-    "RunResult": "mylm.types",
-    "StopReason": "mylm.types",
-    "Message": "mylm.types",
-    "ToolCall": "mylm.types",
-    "Usage": "mylm.types",
-    "Permission": "mylm.types",
-    "CancelToken": "mylm.cancel",
-    "MylmError": "mylm.errors",
+    "Agent": "mylm.agent.loop",
+    "AgentConfig": "mylm.agent.config",
+    "AgentStream": "mylm.agent.streams",
+    "RunResult": "mylm.core.types",
+    "StopReason": "mylm.core.types",
+    "Message": "mylm.core.types",
+    "ToolCall": "mylm.core.types",
+    "Usage": "mylm.core.types",
+    "Permission": "mylm.core.types",
+    "CancelToken": "mylm.core.cancel",
+    "MylmError": "mylm.core.errors",
     # Models: the seam, and endpoints behind it.
     "LLM": "mylm.llm",
     "LLMRequest": "mylm.llm",
@@ -36,63 +36,63 @@ _EXPORTS: dict[str, str] = {
     "TaskComplete": "mylm.tools.base",
     "builtin_tools": "mylm.tools.builtin",
     # Events, in the order a run emits them.
-    "Event": "mylm.types",
-    "IterationStartEvent": "mylm.types",
-    "ReasoningEvent": "mylm.types",
-    "TextEvent": "mylm.types",
-    "UsageEvent": "mylm.types",
-    "ModelCallEvent": "mylm.types",
-    "StepStartEvent": "mylm.types",
-    "ToolCallEvent": "mylm.types",
-    "ApprovalEvent": "mylm.types",
-    "ToolResultEvent": "mylm.types",
-    "StepCompleteEvent": "mylm.types",
-    "ContinueEvent": "mylm.types",
-    "CompactionEvent": "mylm.types",
-    "ErrorEvent": "mylm.types",
-    "FinalResponseEvent": "mylm.types",
+    "Event": "mylm.core.types",
+    "IterationStartEvent": "mylm.core.types",
+    "ReasoningEvent": "mylm.core.types",
+    "TextEvent": "mylm.core.types",
+    "UsageEvent": "mylm.core.types",
+    "ModelCallEvent": "mylm.core.types",
+    "StepStartEvent": "mylm.core.types",
+    "ToolCallEvent": "mylm.core.types",
+    "ApprovalEvent": "mylm.core.types",
+    "ToolResultEvent": "mylm.core.types",
+    "StepCompleteEvent": "mylm.core.types",
+    "ContinueEvent": "mylm.core.types",
+    "CompactionEvent": "mylm.core.types",
+    "ErrorEvent": "mylm.core.types",
+    "FinalResponseEvent": "mylm.core.types",
 }
 
 __all__ = list(_EXPORTS)
 
 if TYPE_CHECKING:  # the same names for type checkers, which cannot follow __getattr__ (a test keeps them equal)
-    from .agent import Agent as Agent
-    from .agent_config import AgentConfig as AgentConfig
-    from .cancel import CancelToken as CancelToken
-    from .errors import MylmError as MylmError
+    from .agent.loop import Agent as Agent
+    from .agent.config import AgentConfig as AgentConfig
+    from .core.cancel import CancelToken as CancelToken
+    from .core.errors import MylmError as MylmError
     from .llm import LLM as LLM
     from .llm import LLMRequest as LLMRequest
     from .llm import Sampling as Sampling
     from .prompts import PromptLoader as PromptLoader
     from .providers import create_llm as create_llm
     from .providers.base import Endpoint as Endpoint
-    from .streams import AgentStream as AgentStream
+    from .agent.streams import AgentStream as AgentStream
     from .tools.base import TaskComplete as TaskComplete
     from .tools.base import Tool as Tool
     from .tools.base import ToolContext as ToolContext
     from .tools.base import tool as tool
     from .tools.builtin import builtin_tools as builtin_tools
-    from .types import CompactionEvent as CompactionEvent
-    from .types import ContinueEvent as ContinueEvent
-    from .types import ErrorEvent as ErrorEvent
-    from .types import Event as Event
-    from .types import ApprovalEvent as ApprovalEvent
-    from .types import FinalResponseEvent as FinalResponseEvent
-    from .types import IterationStartEvent as IterationStartEvent
-    from .types import Message as Message
-    from .types import ModelCallEvent as ModelCallEvent
-    from .types import Permission as Permission
-    from .types import ReasoningEvent as ReasoningEvent
-    from .types import RunResult as RunResult
-    from .types import StepCompleteEvent as StepCompleteEvent
-    from .types import StepStartEvent as StepStartEvent
-    from .types import StopReason as StopReason
-    from .types import TextEvent as TextEvent
-    from .types import ToolCall as ToolCall
-    from .types import ToolCallEvent as ToolCallEvent
-    from .types import ToolResultEvent as ToolResultEvent
-    from .types import Usage as Usage
-    from .types import UsageEvent as UsageEvent
+    from .core.types import CompactionEvent as CompactionEvent
+    from .core.types import ContinueEvent as ContinueEvent
+    from .core.types import ErrorEvent as ErrorEvent
+    from .core.types import Event as Event
+    from .core.types import ApprovalEvent as ApprovalEvent
+    from .core.types import FinalResponseEvent as FinalResponseEvent
+    from .core.types import IterationStartEvent as IterationStartEvent
+    from .core.types import Message as Message
+    from .core.types import ModelCallEvent as ModelCallEvent
+    from .core.types import Permission as Permission
+    from .core.types import ReasoningEvent as ReasoningEvent
+    from .core.types import RunResult as RunResult
+    from .core.types import StepCompleteEvent as StepCompleteEvent
+    from .core.types import StepStartEvent as StepStartEvent
+    from .core.types import StopReason as StopReason
+    from .core.types import TextEvent as TextEvent
+    from .core.types import ToolCall as ToolCall
+    from .core.types import ToolCallEvent as ToolCallEvent
+    from .core.types import ToolResultEvent as ToolResultEvent
+    from .core.types import Usage as Usage
+    from .core.types import UsageEvent as UsageEvent
 
 
 def __getattr__(name: str) -> Any:

@@ -3,8 +3,8 @@
 Three loopback OpenAI servers stream the same tool-call turn at the same token rate: one honours the stop strings,
 one ignores them and keeps generating forever, and (for scale) one ignores them and runs on for a finite ramble
 that a client without early close reads to the end. Each turn goes through the agent's own turn code
-(`mylm.turn.stream_turn`: the parser decides when the call is complete and the stream is closed then). Prints
-the median wall time per turn for each, and the ratio the target is about.
+(`mylm.agent.turn.stream_turn`: the parser decides when the call is complete and the stream is closed then).
+Prints the median wall time per turn for each, and the ratio the target is about.
 
     python scripts/bench_early_close.py [--turns 15] [--token-delay 0.002]
 """
@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root
 from mylm.llm import TextChunk  # noqa: E402
 from mylm.protocol.parser import parse_completion  # noqa: E402
 from mylm.providers import Endpoint, create_llm  # noqa: E402
-from mylm.turn import ModelTurn, stream_turn  # noqa: E402
-from mylm.types import Event  # noqa: E402
+from mylm.agent.turn import ModelTurn, stream_turn  # noqa: E402
+from mylm.core.types import Event  # noqa: E402
 from tests.providers.helpers import TOOL_CALL, request  # noqa: E402
 from tests.providers.servers import Completion, OpenAIServer  # noqa: E402
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from mylm.llm import FinishChunk, LLMRequest
 from mylm.providers import Endpoint, create_llm
 from mylm.providers.local import LocalModel
-from mylm.types import Message
+from mylm.core.types import Message
 
 DEFAULT_MODEL = (
     Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")

@@ -24,7 +24,7 @@ from mylm.llm import LLM, LLMChunk, LLMRequest  # noqa: E402
 from mylm.protocol.parser import format_tool_call  # noqa: E402
 from mylm.providers import Endpoint, create_llm  # noqa: E402
 from mylm.testing import ScriptedLLM  # noqa: E402
-from mylm.types import ToolCall  # noqa: E402
+from mylm.core.types import ToolCall  # noqa: E402
 from tests.providers.servers import OpenAIServer  # noqa: E402
 
 

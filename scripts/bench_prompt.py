@@ -23,7 +23,7 @@ from mylm.prompts import PromptLoader  # noqa: E402
 from mylm.protocol.parser import format_tool_call  # noqa: E402
 from mylm.testing import ScriptedLLM  # noqa: E402
 from mylm.tools import builtin_tools  # noqa: E402
-from mylm.types import ToolCall  # noqa: E402
+from mylm.core.types import ToolCall  # noqa: E402
 
 
 def counters() -> dict[str, Callable[[str], int]]:

@@ -38,20 +38,20 @@ import requests  # noqa: E402
 from bench_server import serve, stats  # noqa: E402
 
 from mylm import Agent  # noqa: E402
-from mylm.display import EventPrinter, Screen  # noqa: E402
+from mylm.cli.display import EventPrinter, Screen  # noqa: E402
 from mylm.llm import LLMRequest, TextChunk  # noqa: E402
 from mylm.providers import (  # noqa: E402
     Endpoint,
     create_llm,
     transport,  # noqa: E402
 )
-from mylm.redact import Redactor  # noqa: E402
+from mylm.core.redact import Redactor  # noqa: E402
 from mylm.sandbox import protect_process  # noqa: E402
 from mylm.protocol.stops import DEFAULT_STOPS  # noqa: E402
 from mylm.tools import builtin_tools, procs  # noqa: E402
 from mylm.approval import ApprovalPolicy, Approver  # noqa: E402
-from mylm.turn import stream_turn  # noqa: E402
-from mylm.types import Message  # noqa: E402
+from mylm.agent.turn import stream_turn  # noqa: E402
+from mylm.core.types import Message  # noqa: E402
 
 OPENER = "<tool_code"
 MESSAGES = [{"role": "system", "content": "You are a bench."}, {"role": "user", "content": "Explain."}]

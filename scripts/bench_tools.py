@@ -24,13 +24,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mylm.cancel import CancelToken
-from mylm.errors import CancelledError, ToolError
+from mylm.core.cancel import CancelToken
+from mylm.core.errors import CancelledError, ToolError
 from mylm.tools.files import edit_text, read_text, write_text
 from mylm.tools.paths import Workspace
 from mylm.approval import ApprovalPolicy, decide
 from mylm.tools.shell import ShellLimits, run_command, shell_tool
-from mylm.types import ToolCall
+from mylm.core.types import ToolCall
 
 CANARY = "OUTSIDE-CANARY"
 

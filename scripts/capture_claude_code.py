@@ -22,7 +22,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mylm.protocol.canonical import format_tool_call  # noqa: E402
-from mylm.types import ToolCall  # noqa: E402
+from mylm.core.types import ToolCall  # noqa: E402
 from tests.providers.servers import Completion, OpenAIServer  # noqa: E402
 
 TASK = "Find the TODO comments in this repository and list them with file and line."

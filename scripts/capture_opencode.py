@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from mylm.protocol.canonical import format_tool_call
-from mylm.types import ToolCall
+from mylm.core.types import ToolCall
 from tests.providers.servers import Completion, OpenAIServer, RecordedRequest, Reply
 
 PROMPT = "What does hello.txt say?"

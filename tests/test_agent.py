@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from mylm import Agent, Permission, StopReason, TaskComplete, tool
-from mylm.errors import EndpointUnreachableError, ServerError
+from mylm.core.errors import EndpointUnreachableError, ServerError
 from mylm.protocol.parser import format_tool_call
 from mylm.testing import ScriptedLLM, ScriptedReply
 from mylm.tools.shell import shell_tool
-from mylm.types import (
+from mylm.core.types import (
     ApprovalEvent,
     FinishReason,
     ErrorEvent,

@@ -11,7 +11,7 @@ import pytest
 from mylm import Agent, StopReason, tool
 from mylm.protocol.canonical import format_tool_call
 from mylm.testing import ScriptedLLM, ScriptedReply
-from mylm.types import ErrorEvent, ToolCall, ToolResultEvent
+from mylm.core.types import ErrorEvent, ToolCall, ToolResultEvent
 
 SCHEMA_ECHO = ('<tool_code>\n<name>list_dir</name>\n<parameters>\n{"type": "object", "properties": {"path": '
                '{"type": "string", "description": "Directory"}}, "required": ["path"]}\n</parameters>\n</tool_code>')

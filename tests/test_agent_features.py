@@ -12,7 +12,7 @@ from mylm import Agent, CancelToken, LLMRequest, StopReason, tool
 from mylm.protocol.parser import format_tool_call
 from mylm.testing import ScriptedLLM, ScriptedReply, ScriptExhaustedError
 from mylm.tools.base import ToolContext
-from mylm.types import CompactionEvent, Message, TextEvent, ToolCall, ToolResultEvent, Usage
+from mylm.core.types import CompactionEvent, Message, TextEvent, ToolCall, ToolResultEvent, Usage
 
 
 def call(name: str, **arguments: object) -> str:

@@ -8,10 +8,10 @@ import pytest
 
 from mylm import Agent, StopReason, tool
 from mylm.agent import AgentConfig
-from mylm.errors import RepeatedCallError
+from mylm.core.errors import RepeatedCallError
 from mylm.protocol.parser import format_tool_call
 from mylm.testing import ScriptedLLM
-from mylm.types import ToolCall, ToolResultEvent
+from mylm.core.types import ToolCall, ToolResultEvent
 
 NOTE = "gave the same result as your previous call with the same arguments"
 
@@ -99,7 +99,7 @@ def test_invalid_or_refused_calls_are_not_counted_as_repeats(tmp_path: Path) -> 
 
 def test_a_call_refused_the_same_way_again_and_again_ends_the_run(tmp_path: Path) -> None:
     # The quick start's tiny model, with no terminal to ask, re-sent one unapprovable command until the timeout.
-    from mylm.types import Permission
+    from mylm.core.types import Permission
 
     same = call("list_dir", path=".")
     llm = ScriptedLLM([same] * 3 + ["never reached"])

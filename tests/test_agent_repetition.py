@@ -9,10 +9,10 @@ import pytest
 from mylm import Agent, StopReason, tool
 from mylm.llm import LLMChunk, LLMRequest, TextChunk
 from mylm.protocol.parser import format_tool_call
-from mylm.step import ModelStep, StepConfig, drain
+from mylm.agent.step import ModelStep, StepConfig, drain
 from mylm.testing import ScriptedLLM, ScriptedReply
-from mylm.turn import stream_turn
-from mylm.types import ErrorEvent, FinishReason, Message, ToolCall
+from mylm.agent.turn import stream_turn
+from mylm.core.types import ErrorEvent, FinishReason, Message, ToolCall
 
 LOOP = "Let me count the results.\n" + "".join(f"#{n}\n" for n in range(15, 3015))
 

@@ -10,12 +10,12 @@ import time
 import pytest
 
 from mylm import Agent, CancelToken, StopReason, tool
-from mylm.errors import LLMTimeoutError, ServerError
+from mylm.core.errors import LLMTimeoutError, ServerError
 from mylm.llm import LLMRequest, alternating
 from mylm.protocol.parser import format_tool_call
 from mylm.testing import ScriptedLLM, ScriptedReply
 from mylm.tools.base import ToolContext
-from mylm.types import ErrorEvent, Message, StepCompleteEvent, ToolCall, ToolResultEvent
+from mylm.core.types import ErrorEvent, Message, StepCompleteEvent, ToolCall, ToolResultEvent
 
 
 def call(name: str, **arguments: object) -> str:
@@ -159,7 +159,7 @@ def test_robustness_cancelling_an_async_consumer_keeps_the_result() -> None:
 
 
 def test_robustness_compaction_leaves_room_for_the_reply() -> None:
-    from mylm.context import Compactor, TokenEstimator
+    from mylm.agent.context import Compactor, TokenEstimator
     from mylm.prompts import PromptLoader
 
     compactor = Compactor(ScriptedLLM(["summary"]), PromptLoader.default(), TokenEstimator(),

@@ -13,10 +13,10 @@ import pytest
 
 import mylm
 from mylm import Agent, StopReason, ToolContext, tool
-from mylm.errors import MylmError, NoToolsError, UnusableRepliesError
+from mylm.core.errors import MylmError, NoToolsError, UnusableRepliesError
 from mylm.protocol.parser import format_tool_call
 from mylm.testing import ScriptedLLM, ScriptedReply
-from mylm.types import ContinueEvent, ErrorEvent, FinalResponseEvent, Message, ToolCall, ToolResultEvent
+from mylm.core.types import ContinueEvent, ErrorEvent, FinalResponseEvent, Message, ToolCall, ToolResultEvent
 
 
 def call(name: str, **arguments: object) -> str:
@@ -145,14 +145,14 @@ def _every_error_class() -> set[type[MylmError]]:
 
 
 def test_every_error_class_is_in_the_documented_tree() -> None:
-    import mylm.errors as errors
+    import mylm.core.errors as errors
 
     tree = ast.get_docstring(ast.parse(Path(errors.__file__).read_text())) or ""
     drawn = {line.split("── ")[-1].split()[0] for line in tree.splitlines() if "── " in line} | {"MylmError"}
     missing = sorted(c.__name__ for c in _every_error_class() if c.__name__ not in drawn)
-    assert not missing, f"not drawn in mylm/errors.py: {missing}"
-    elsewhere = sorted(c.__name__ for c in _every_error_class() if c.__module__ != "mylm.errors")
-    assert not elsewhere, f"defined outside mylm/errors.py: {elsewhere}"
+    assert not missing, f"not drawn in mylm/core/errors.py: {missing}"
+    elsewhere = sorted(c.__name__ for c in _every_error_class() if c.__module__ != "mylm.core.errors")
+    assert not elsewhere, f"defined outside mylm/core/errors.py: {elsewhere}"
 
 
 def test_model_calls_counts_every_completion_and_iterations_only_loop_turns() -> None:

@@ -26,7 +26,7 @@ def test_api_unknown_name_is_an_attribute_error() -> None:
 def test_api_cli_help_path_imports_no_heavy_module(subprocess_env: dict[str, str]) -> None:
     code = (
         "import sys; from mylm.cli import cli; "
-        "heavy = [m for m in ('requests', 'jinja2', 'lxml', 'urllib3', 'mylm.agent') if m in sys.modules]; "
+        "heavy = [m for m in ('requests', 'jinja2', 'lxml', 'urllib3', 'mylm.agent.loop') if m in sys.modules]; "
         "print(','.join(heavy))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=subprocess_env).stdout
@@ -34,6 +34,6 @@ def test_api_cli_help_path_imports_no_heavy_module(subprocess_env: dict[str, str
 
 
 def test_api_agent_does_not_import_http_or_cli(subprocess_env: dict[str, str]) -> None:
-    code = "import sys, mylm.agent; print(','.join(m for m in ('requests', 'click', 'mylm.cli', 'mylm.providers') if m in sys.modules))"
+    code = "import sys, mylm.agent.loop; print(','.join(m for m in ('requests', 'click', 'mylm.cli', 'mylm.providers') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=subprocess_env).stdout
     assert out.strip() == ""

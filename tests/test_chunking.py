@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from mylm import Agent
 from mylm.protocol.parser import StreamParser, format_tool_call, parse_completion
 from mylm.testing import ScriptedLLM, ScriptedReply
-from mylm.types import TextEvent, ToolCall
+from mylm.core.types import TextEvent, ToolCall
 
 COMPLETIONS = [
     "Let me look.\n" + format_tool_call(ToolCall("echo", {"text": "a </tool_code> b \\\"q\\\""})),

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mylm.config import DEFAULT_BASE_URL, config_path, load_settings
-from mylm.errors import ConfigError
+from mylm.core.errors import ConfigError
 
 
 def write_config(text: str) -> Path:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mylm.config import config_path, load_settings
-from mylm.errors import ConfigError
+from mylm.core.errors import ConfigError
 
 PROFILES = """\
 timeout = 60

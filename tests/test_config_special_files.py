@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mylm.config import MAX_CONFIG_BYTES, PROJECT_CONFIG, load_settings, read_config_file
-from mylm.errors import ConfigError
+from mylm.core.errors import ConfigError
 
 
 @pytest.mark.parametrize("target", ["/dev/zero", "/dev/urandom"])

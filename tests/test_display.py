@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mylm.display import (
+from mylm.cli.display import (
     EventPrinter,
     JsonPrinter,
     Screen,
@@ -19,8 +19,8 @@ from mylm.display import (
     quote_for_terminal,
     text_rows,
 )
-from mylm.redact import Redactor
-from mylm.types import (
+from mylm.core.redact import Redactor
+from mylm.core.types import (
     ErrorEvent,
     FinalResponseEvent,
     IterationStartEvent,
@@ -244,7 +244,7 @@ def test_display_json_text_escapes_what_a_terminal_would_act_on(char: str) -> No
 
 def test_display_printer_says_a_tool_stopped_by_ctrl_c_was_interrupted() -> None:
     # Issue 20: Ctrl-C during a command was labelled "error".
-    from mylm.tool_runner import TOOL_INTERRUPTED
+    from mylm.agent.tool_runner import TOOL_INTERRUPTED
 
     result = ToolResultEvent("c", "execute_command", TOOL_INTERRUPTED, True, 2.5)
     _, err = run(printer(out_tty=False), [result, StepCompleteEvent("c", "interrupted")])

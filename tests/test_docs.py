@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from mylm.config import _tomllib
+from mylm.config.files import _tomllib
 from tests.support import REPO_ROOT
 
 DOCS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from mylm.protocol.parser import format_tool_call
-from mylm.types import ToolCall
+from mylm.core.types import ToolCall
 from tests.providers.servers import HTTPError, OpenAIServer
 
 pytestmark = pytest.mark.slow

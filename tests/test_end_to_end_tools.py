@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from mylm.cli import cli
 from mylm.protocol.parser import format_tool_call
 from mylm.testing import ScriptedLLM
-from mylm.types import ToolCall
+from mylm.core.types import ToolCall
 
 
 def call(name: str, **arguments: object) -> str:

@@ -17,7 +17,7 @@ from typing import Iterator
 
 import pytest
 
-from mylm.errors import ConfigError, DownloadError
+from mylm.core.errors import ConfigError, DownloadError
 from mylm.models.cache import cached_models, default_model, resolve_model
 from mylm.models.catalogue import CatalogueEntry, PackagePart
 from mylm.models.index import IndexSettings, index_settings, pip_config

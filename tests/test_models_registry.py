@@ -9,7 +9,7 @@ import pytest
 
 from mylm import Agent
 from mylm.config import Settings
-from mylm.errors import ConfigError
+from mylm.core.errors import ConfigError
 from mylm.models.registry import ModelInfo, known_models, lookup, user_registry_path
 from mylm.testing import ScriptedLLM
 

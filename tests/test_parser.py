@@ -14,7 +14,7 @@ from mylm.protocol.parser import (
     parse_block,
     parse_completion,
 )
-from mylm.types import ToolCall
+from mylm.core.types import ToolCall
 
 BLOCK = '<tool_code>\n<name>execute_command</name>\n<parameters>\n{"command": "ls"}\n</parameters>\n</tool_code>'
 

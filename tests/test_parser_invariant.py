@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from mylm.protocol.canonical import format_tool_call
 from mylm.protocol.parsed import ParsedTurn
 from mylm.protocol.parser import StreamParser, parse_completion
-from mylm.types import ToolCall
+from mylm.core.types import ToolCall
 
 SETTINGS = settings(max_examples=int(os.environ.get("MYLM_HYPOTHESIS_EXAMPLES", "150")), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])

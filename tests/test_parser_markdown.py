@@ -8,7 +8,7 @@ import pytest
 from mylm.protocol import StreamParser, parse_completion
 from mylm.protocol.canonical import format_tool_call
 from mylm.protocol.parsed import ParsedTurn
-from mylm.types import ToolCall
+from mylm.core.types import ToolCall
 
 TOOLS = {"list_dir": ["path"], "read_file": ["path"], "write_file": ["path", "content"],
          "execute_command": ["command"]}

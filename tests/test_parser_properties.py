@@ -20,7 +20,7 @@ from mylm.protocol.parser import (
     parse_completion,
 )
 from mylm.protocol.structure import PLAIN, LineContext
-from mylm.types import ToolCall
+from mylm.core.types import ToolCall
 
 SETTINGS = settings(max_examples=int(os.environ.get("MYLM_HYPOTHESIS_EXAMPLES", "150")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from mylm.config import load_settings
-from mylm.errors import ConfigError
+from mylm.core.errors import ConfigError
 from mylm.protocol import REASONING_DIALECTS, StreamParser, neutralise, parse_completion, with_markers
 from mylm.protocol.canonical import format_tool_call
 from mylm.protocol.parsed import ParsedTurn
 from mylm.protocol.reasoning import prompt_opens_reasoning, template_opens_reasoning
-from mylm.types import ToolCall
+from mylm.core.types import ToolCall
 
 TOOLS = {"list_dir": ["path"], "execute_command": ["command"]}
 DRAFT = format_tool_call(ToolCall("execute_command", {"command": "rm -rf /"}))

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from mylm import paths
+from mylm.core import paths
 from mylm.config import config_path
 from mylm.evaluation.suite import default_suite_path
 from mylm.models.cache import models_dir
 from mylm.models.registry import user_registry_path
-from mylm.paths import cache_dir, config_dir, data_dir, state_dir
+from mylm.core.paths import cache_dir, config_dir, data_dir, state_dir
 from mylm.prompts import default_search_path
 from mylm.sessions import sessions_dir
 from mylm.tools.memory import default_memory_path
@@ -101,7 +101,7 @@ def test_paths_imports_nothing_of_mylm_or_click(subprocess_env: dict[str, str]) 
     imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level == 0}
     assert imported <= {"__future__", "collections.abc", "os", "sys", "pathlib", "typing"}
     assert not any(isinstance(node, ast.ImportFrom) and node.level for node in ast.walk(tree))
-    probe = "import sys, mylm.paths; print(sorted(m for m in sys.modules if m == 'click' or m.startswith('mylm.')))"
+    probe = "import sys, mylm.core.paths; print(sorted(m for m in sys.modules if m == 'click' or m.startswith('mylm.')))"
     out = subprocess.run([sys.executable, "-c", probe], env=subprocess_env, capture_output=True, text=True, check=True)
     # The package root carries only its version beside it: nothing else of mylm, and no click.
-    assert out.stdout.strip() == "['mylm._version', 'mylm.paths']"
+    assert out.stdout.strip() == "['mylm._version', 'mylm.core', 'mylm.core.paths']"

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mylm.errors import TemplateError
+from mylm.core.errors import TemplateError
 from mylm.prompts import PromptLoader, neutralise, packaged_prompts_dir, tool_view
 from mylm.tools.shell import shell_tool
 
@@ -229,7 +229,7 @@ def test_prompts_a_template_without_the_filter_cannot_let_protocol_tags_through(
     from mylm import Agent, Permission, tool
     from mylm.protocol.parser import format_tool_call, parse_completion
     from mylm.testing import ScriptedLLM
-    from mylm.types import ToolCall
+    from mylm.core.types import ToolCall
 
     (tmp_path / "observation.j2").write_text(HOSTILE_OBSERVATION)
     (tmp_path / "denied.j2").write_text("<observation>\n{{ reason }}\n</observation>")

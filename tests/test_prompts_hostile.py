@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mylm.errors import TemplateError
+from mylm.core.errors import TemplateError
 from mylm.prompts import PromptLoader
 from tests.cli.cli_support import write_script
 
@@ -69,7 +69,7 @@ def test_hostile_system_template_ends_the_cli_with_one_line(
 
 AFTER_OVERRUN = """
 import sys, pathlib, tempfile
-from mylm.errors import TemplateError
+from mylm.core.errors import TemplateError
 from mylm.prompts import PromptLoader
 folder = pathlib.Path(tempfile.mkdtemp())
 (folder / "slow.j2").write_text("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}")

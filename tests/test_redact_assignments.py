@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mylm.redact import REDACTED, Redactor
+from mylm.core.redact import REDACTED, Redactor
 
 R = Redactor()
 

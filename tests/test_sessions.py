@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from mylm.redact import Redactor
-from mylm.paths import data_dir
+from mylm.core.redact import Redactor
+from mylm.core.paths import data_dir
 from mylm.sessions import (
     INTERRUPTED,
     Transcript,
@@ -26,7 +26,7 @@ from mylm.sessions import (
     replay,
     sessions_dir,
 )
-from mylm.types import Message
+from mylm.core.types import Message
 
 
 def mode(path: Path) -> int:
@@ -155,7 +155,7 @@ def test_sessions_latest_in_a_directory_reads_only_the_headers(tmp_path: Path) -
 APPENDER = """
 import sys
 from pathlib import Path
-from mylm.redact import Redactor
+from mylm.core.redact import Redactor
 from mylm.sessions import Transcript
 path, worker, count, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 transcript = Transcript.open(Path(path), redactor=Redactor())

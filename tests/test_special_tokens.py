@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mylm.agent import Agent
-from mylm.errors import ToolError
+from mylm.core.errors import ToolError
 from mylm.prompts import PromptLoader
 from mylm.protocol.canonical import format_tool_call
 from mylm.protocol.defuse import defuse_special_tokens, has_special_token, neutralise
@@ -23,7 +23,7 @@ from mylm.providers.formats import CHAT_FORMATS, chat_format, render_prompt
 from mylm.tools.base import tool
 from mylm.tools.files import file_tools
 from mylm.tools.paths import Workspace
-from mylm.types import Message, ToolCall
+from mylm.core.types import Message, ToolCall
 from tests.providers.helpers import FAST_RETRY
 from tests.providers.native_servers import AnthropicServer, GeminiServer, LlamaCppServer, OllamaServer
 from tests.providers.servers import LoopbackServer, OpenAIServer

@@ -13,9 +13,9 @@ from mylm.llm import LLMChunk, LLMRequest, PromptRenderingLLM, TextChunk
 from mylm.prompts import PromptLoader, packaged_prompts_dir
 from mylm.protocol.parsed import ParsedTurn
 from mylm.protocol.parser import format_tool_call
-from mylm.step import Meter, ModelStep, StepConfig, StepOutcome, ToolDefinition, drain
+from mylm.agent.step import Meter, ModelStep, StepConfig, StepOutcome, ToolDefinition, drain
 from mylm.testing import ScriptedLLM, ScriptedReply
-from mylm.types import ErrorEvent, Message, TextEvent, ToolCall, Usage, UsageEvent
+from mylm.core.types import ErrorEvent, Message, TextEvent, ToolCall, Usage, UsageEvent
 
 WEATHER = ToolDefinition(
     "get_weather", "The weather in a city.",
@@ -32,11 +32,11 @@ def conversation(step: ModelStep, text: str = "Weather in Oslo?") -> list[Messag
 
 
 def test_step_docstring_example_runs() -> None:
-    import mylm.step
+    import mylm.agent.step
 
-    code = (mylm.step.__doc__ or "").split("::\n", 1)[1].split("\n\n`turn`", 1)[0]
+    code = (mylm.agent.step.__doc__ or "").split("::\n", 1)[1].split("\n\n`turn`", 1)[0]
     namespace: dict[str, object] = {}
-    exec(compile(textwrap.dedent(code), "mylm/step.py docstring", "exec"), namespace)  # noqa: S102
+    exec(compile(textwrap.dedent(code), "mylm/agent/step.py docstring", "exec"), namespace)  # noqa: S102
     assert namespace["attempt"] == 1  # the empty reply was corrected once
 
 
@@ -189,7 +189,7 @@ def test_step_corrections_are_templates_a_user_can_change(tmp_path: Path) -> Non
 
 
 def test_step_a_broken_correction_template_fails_before_the_first_request(tmp_path: Path) -> None:
-    from mylm.errors import TemplateError
+    from mylm.core.errors import TemplateError
 
     (tmp_path / "repeated_mistake.j2").write_text("{{ message }} {{ nonsense }}")
     llm = ScriptedLLM([])

@@ -3,9 +3,9 @@ and gets the correction for the others."""
 
 from __future__ import annotations
 
-from mylm.step import ModelStep, StepConfig, ToolDefinition
+from mylm.agent.step import ModelStep, StepConfig, ToolDefinition
 from mylm.testing import ScriptedLLM
-from mylm.types import ToolCall
+from mylm.core.types import ToolCall
 
 WEATHER = ToolDefinition(
     "get_weather", "The weather in a city.",

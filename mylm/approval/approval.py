@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping
 
-from ..cancel import hook_deadline
-from ..errors import ConfigError, ToolError
+from ..core.cancel import hook_deadline
+from ..core.errors import ConfigError, ToolError
 from ..tools.base import Tool
 from ..tools.paths import Workspace
-from ..types import Grant, Permission, ToolCall
-from ..words import counted
+from ..core.types import Grant, Permission, ToolCall
+from ..core.words import counted
 from .commands import HIDDEN, INVISIBLE, classify
 from .danger import is_protected_path
 from .sensitive import is_secret_path

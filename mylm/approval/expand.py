@@ -26,7 +26,7 @@ import subprocess
 import time
 from typing import Mapping, Sequence
 
-from ..cancel import remaining
+from ..core.cancel import remaining
 from ..tools.environment import child_environment
 
 #: The most one expansion may take, within the run's deadline.

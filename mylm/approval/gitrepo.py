@@ -17,7 +17,7 @@ import subprocess
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ..cancel import remaining
+from ..core.cancel import remaining
 from .sensitive import is_secret_path
 from ..tools.environment import NEUTRAL_SETTINGS, child_environment, neutral_env, neutralised
 

@@ -1,4 +1,5 @@
-"""Which files hold credentials (the policy asks before a tool reads them); redacting values is `mylm.redact`."""
+"""Which files hold credentials (the policy asks before a tool reads them); redacting values is
+`mylm.core.redact`."""
 
 from __future__ import annotations
 

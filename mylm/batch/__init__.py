@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import ResultsFileError, TaskFileError, WorkspaceError
+from ..core.errors import ResultsFileError, TaskFileError, WorkspaceError
 from .events import (
     BatchEnd,
     BatchEvent,

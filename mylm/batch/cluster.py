@@ -7,8 +7,8 @@ import time
 from collections import deque
 from typing import Any, Callable, Sequence
 
-from ..cancel import CancelToken
-from ..errors import ConfigError
+from ..core.cancel import CancelToken
+from ..core.errors import ConfigError
 from .events import TaskStart
 from .gate import RateGate
 from .runner import TaskContext, TaskJob, crash_record

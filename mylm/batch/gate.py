@@ -7,8 +7,8 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
-from ..cancel import CancelToken
-from ..errors import CancelledError, LLMError, LLMTimeoutError, RateLimitError
+from ..core.cancel import CancelToken
+from ..core.errors import CancelledError, LLMError, LLMTimeoutError, RateLimitError
 from ..llm import LLM, FinishChunk, LLMChunk, LLMRequest
 from ..providers.failures import RetryPolicy
 

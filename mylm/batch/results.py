@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from ..errors import ResultsFileError
+from ..core.errors import ResultsFileError
 
 #: When lines reach the disk: after every line (a power cut loses nothing written), only when the file is
 #: closed, or whenever the OS decides. A killed process loses nothing in any mode: the kernel has the lines.

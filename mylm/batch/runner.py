@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
 
-from ..cancel import CancelToken
-from ..errors import LLMError, MylmError, WorkspaceError
+from ..core.cancel import CancelToken
+from ..core.errors import LLMError, MylmError, WorkspaceError
 from .events import (
     BatchEnd,
     BatchEvent,
@@ -28,9 +28,9 @@ from .tasks import Task
 from .workspaces import make_workspace, remove_workspace
 
 if TYPE_CHECKING:
-    from ..agent import Agent
+    from ..agent.loop import Agent
     from ..telemetry.observer import RunObserver
-    from ..types import RunResult
+    from ..core.types import RunResult
 
 #: Builds the agent for one task, working in `workspace` (its tools confined there).
 AgentFactory = Callable[[Task, Path], "Agent"]

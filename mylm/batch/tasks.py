@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ..errors import TaskFileError
+from ..core.errors import TaskFileError
 
 #: The keys a task line may carry; others are kept in `Task.extra` (a data set's own fields, such as an
 #: expected answer) and copied to the result untouched.

@@ -7,7 +7,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..errors import WorkspaceError
+from ..core.errors import WorkspaceError
 
 
 def _slug(task_id: str) -> str:

@@ -29,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("info:config", "Show the effective settings and where each came from."),
     "models": ("models:models", "List the endpoint's models; pull and list GGUF models to run locally."),
     "mcp": ("mcp:mcp", "Serve the agent to other agents over MCP (stdio, or HTTP on loopback)."),
+    "a2a": ("a2a:a2a", "Serve the agent to other agents over A2A (JSON-RPC on loopback; 1.0 and 0.3 clients)."),
+    "acp": ("acp:acp", "Serve the agent to editors over the Agent Client Protocol (Zed, JetBrains; stdio)."),
     "serve": ("serve:serve", "Serve the model behind the OpenAI and Anthropic APIs, with native tool calling."),
     "eval": ("eval:eval_", "Score the endpoint's model on small tool tasks (does it work with mylm?)."),
     "completion": ("info:completion", "Print the shell completion script for bash, zsh or fish."),

@@ -8,10 +8,10 @@ import click
 
 if TYPE_CHECKING:
     from ..approval import ApprovalPolicy, Decision
-    from ..redact import Redactor
+    from ..core.redact import Redactor
     from ..sandbox import Sandbox
     from ..tools.base import Tool
-    from ..types import Permission, ToolCall
+    from ..core.types import Permission, ToolCall
 
 
 class Terminal:
@@ -79,9 +79,9 @@ class Approver:
 
     def __call__(self, call: ToolCall, tool: Tool) -> Permission:
         from ..approval import NO_TERMINAL, decide
-        from ..cancel import hook_deadline
-        from ..display import for_terminal
-        from ..types import Permission
+        from ..core.cancel import hook_deadline
+        from .display import for_terminal
+        from ..core.types import Permission
 
         always = frozenset(self._always)
         decision = decide(call, tool, self.policy, always=always, deadline=hook_deadline.get())
@@ -107,8 +107,8 @@ class Approver:
         return self._terminal
 
     def _ask(self, terminal: Terminal, call: ToolCall, tool: Tool, decision: Decision) -> Permission:
-        from ..display import for_terminal
-        from ..types import Permission
+        from .display import for_terminal
+        from ..core.types import Permission
 
         # Only exact known secret values are hidden here: a credential-shaped pattern (`TOKEN=...`) can swallow the
         # rest of a command, and the user must see exactly what will run (control characters made visible too).

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..words import counted
+from ..core.words import counted
 from .common import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -26,8 +26,8 @@ from .record import Recorder, inherit_model, resume_option, session_to_resume
 from .tracing import otel_option
 
 if TYPE_CHECKING:
-    from ..redact import Redactor
-    from ..types import RunResult
+    from ..core.redact import Redactor
+    from ..core.types import RunResult
 
 
 def run_options(command: Any) -> Any:
@@ -134,7 +134,7 @@ def _prompt_text(words: tuple[str, ...], piped: str) -> str:
 
 
 def _report_ending(result: RunResult, session: str | None, redactor: Redactor, max_tokens: int) -> None:
-    from ..display import for_terminal
+    from .display import for_terminal
 
     reason = result.stop_reason.value
     if result.error is not None and reason in ("error", "timeout"):

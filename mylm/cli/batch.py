@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import click
 
-from ..words import counted
+from ..core.words import counted
 from .common import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -29,9 +29,9 @@ from .signals import handling
 from .tracing import otel_option
 
 if TYPE_CHECKING:
-    from ..agent import Agent
+    from ..agent.loop import Agent
     from ..batch import Task
-    from ..cancel import CancelToken
+    from ..core.cancel import CancelToken
     from ..telemetry.observer import RunObserver
 
 
@@ -86,8 +86,8 @@ def batch(ctx: click.Context, /, tasks_file: Path, output: Path, **options: Any)
     130 interrupted.
     """
     from ..batch import Progress, ResultsFile, load_tasks, run_batch
-    from ..cancel import CancelToken
-    from ..display import for_terminal
+    from ..core.cancel import CancelToken
+    from .display import for_terminal
     from ..sandbox import protect_process
     from ..tools.procs import become_subreaper
     from .batch_agent import BatchAgentFactory, SessionWriter

@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 if TYPE_CHECKING:
-    from ..agent import Agent
+    from ..agent.loop import Agent
     from ..approval import ApprovalPolicy
     from ..batch import Task
     from ..config import Settings
     from ..prompts import PromptLoader
     from ..tools.base import Tool
-    from ..types import Permission, RunResult, ToolCall
+    from ..core.types import Permission, RunResult, ToolCall
 
 _loaders: dict[tuple[str | None, bool], PromptLoader] = {}
 _loaders_lock = threading.Lock()
@@ -75,7 +75,7 @@ class BatchAgentFactory:
         )
 
     def __call__(self, task: Task, workspace: Path) -> Agent:
-        from ..agent import Agent
+        from ..agent.loop import Agent
         from ..tools import ToolSettings, builtin_tools
         from .runner import sandbox_for
 
@@ -119,7 +119,7 @@ def unattended(tools_section: Mapping[str, Any], *, workspace: Path, yes: bool, 
     """The permission hook of a run nobody watches (a batch task, a delegated MCP run), from the `[tools]`
     section: the approval policy for `workspace`, whose "ask" is a refusal unless `yes`."""
     from ..approval import ApprovalPolicy
-    from ..paths import config_dir
+    from ..core.paths import config_dir
 
     policy = ApprovalPolicy.from_config(
         dict(tools_section.get("approval", {}) or {}), workspace=workspace, yes=yes, config_dir=config_dir(),
@@ -152,7 +152,7 @@ class SessionWriter:
     api_key: str | None = field(default=None, repr=False)
 
     def __call__(self, task: Task, result: RunResult, workspace: Path) -> str | None:
-        from ..redact import Redactor, public_url, url_secrets
+        from ..core.redact import Redactor, public_url, url_secrets
         from ..sessions import Transcript, private_sessions_dir
 
         redactor = Redactor.from_environment(extra=[self.api_key, *url_secrets(self.base_url)])

@@ -6,7 +6,7 @@ import json
 import sys
 from typing import IO, TYPE_CHECKING, Any, Callable
 
-from ..words import counted
+from ..core.words import counted
 
 if TYPE_CHECKING:
     from ..batch import BatchEvent, BatchSummary, Progress, Snapshot

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from ..words import counted
+from ..core.words import counted
 from .ask import run_options
 from .common import (
     configure_logging,
@@ -39,7 +39,7 @@ def chat(ctx: click.Context, /, **options: Any) -> None:
     Commands: /help, /reset, /tools, /save [FILE], /exit. The conversation is saved as a session
     (resume it with `mylm chat --continue` or `--session ID`).
     """
-    from ..display import for_terminal
+    from .display import for_terminal
     from .endpoint import endpoint_in_use
     from .repl import ChatState, enable_line_editing, repl
     from .runner import build_agent, make_approver, make_printer, session_tools

@@ -12,7 +12,7 @@ import click
 
 if TYPE_CHECKING:
     from ..config import Settings
-    from ..redact import Redactor
+    from ..core.redact import Redactor
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -22,7 +22,7 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_ITERATIONS, EXIT_TIMEOUT, EXIT_INTERRUPTED
 
 def fail(message: str, code: int) -> None:
     """Print `mylm: error: MESSAGE` on stderr (sanitised: it may quote the model) and exit with `code`."""
-    from ..display import for_terminal
+    from .display import for_terminal
 
     redactor = _settings_redactor or make_redactor(None)
     click.echo(f"mylm: error: {for_terminal(redactor.redact(message))}", err=True)
@@ -31,7 +31,7 @@ def fail(message: str, code: int) -> None:
 
 def warn(message: str) -> None:
     """Print `mylm: warning: MESSAGE` on stderr (sanitised: it may quote a path or a config value)."""
-    from ..display import for_terminal
+    from .display import for_terminal
 
     click.echo(f"mylm: warning: {for_terminal(message)}", err=True)
 
@@ -41,7 +41,7 @@ _replaced_said = False
 
 def from_outside(text: str, where: str) -> str:
     """`text` from argv, stdin or the environment, with undecodable bytes replaced by U+FFFD (said once)."""
-    from ..decoding import clean_text
+    from ..core.decoding import clean_text
 
     cleaned, replaced = clean_text(text)
     if replaced:
@@ -63,7 +63,7 @@ def handles_errors(command: F) -> F:
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from ..errors import MylmError
+        from ..core.errors import MylmError
 
         try:
             return command(*args, **kwargs)
@@ -172,7 +172,7 @@ def make_redactor(settings: Settings | None) -> Redactor:
     """The redactor for this process: secret-named environment values, the API key in use, and the credentials
     in the endpoint URL (its user, password and query values). Without settings, the URL variables' credentials."""
     global _settings_redactor
-    from ..redact import Redactor, url_secrets
+    from ..core.redact import Redactor, url_secrets
 
     urls: list[str | None] = (
         [settings.base_url] if settings is not None
@@ -283,7 +283,7 @@ def read_piped_stdin() -> str:
     raw = getattr(stream, "buffer", None)
     if raw is None:
         return defuse_special_tokens(from_outside(stream.read(), "stdin"))
-    from ..decoding import decode_bytes
+    from ..core.decoding import decode_bytes
 
     text, replaced = decode_bytes(raw.read())
     if replaced:

@@ -44,8 +44,8 @@ class InUse:
 def endpoint_in_use(settings: Settings) -> InUse:
     """The endpoint `settings` lead to, as `ask` and `chat` would build it (the in-process model when nothing is
     configured and the local engine is installed). Never raises for a model that cannot be found: it says so."""
-    from ..errors import ConfigError
-    from ..redact import public_url
+    from ..core.errors import ConfigError
+    from ..core.redact import public_url
     from .runner import make_endpoint
 
     try:
@@ -87,7 +87,7 @@ def resumed_options(options: dict[str, Any], header: Mapping[str, Any]) -> dict[
     if not isinstance(saved, Mapping):
         model = header.get("model")
         return {**options, "model": model} if isinstance(model, str) and model else options
-    from ..redact import REDACTED
+    from ..core.redact import REDACTED
 
     inherited = {name: saved.get(name) for name in ("base_url", "model", "provider", "chat_format")}
     if options.get("chat_format"):

@@ -44,7 +44,7 @@ def eval_(ctx: click.Context, /, **options: Any) -> None:
       mylm eval -m local
       mylm eval --constrain off --repeat 3 --json > off.jsonl
     """
-    from ..errors import ConfigError
+    from ..core.errors import ConfigError
     from ..evaluation import default_suite_path, load_suite, run_task, totals
     from .runner import make_llm, prompt_loader
 

@@ -20,7 +20,7 @@ def tools(as_json: bool) -> None:
     ask unless the policy finds them read-only, other tools ask first (--yes runs them all).
     """
     from ..config import load_settings
-    from ..display import for_terminal, json_text
+    from .display import for_terminal, json_text
     from .runner import model_tools, session_tools
 
     with session_tools(load_settings()) as tools:
@@ -59,8 +59,8 @@ def config(as_json: bool, **options: Any) -> None:
     resolves to. The API key itself is never shown, only where it comes from.
     """
     from ..config import PROJECT_CONFIG, SETTING_NAMES, config_path, read_config_file
-    from ..display import for_terminal, json_text
-    from ..redact import public_url
+    from .display import for_terminal, json_text
+    from ..core.redact import public_url
     from .endpoint import endpoint_in_use
     from .runner import approval_policy, command_sandbox, tool_settings
 

@@ -63,7 +63,7 @@ def pull(name: str) -> None:
     pip is configured to use: PIP_INDEX_URL, pip.conf), or a Hugging Face owner/repo/file.gguf when
     huggingface_hub is installed.
     """
-    from ..display import for_terminal
+    from .display import for_terminal
     from ..models.index import index_settings
     from ..models.pull import pull as fetch
 
@@ -124,7 +124,7 @@ class _ProgressBar:
 
 
 def _list_local() -> None:
-    from ..display import for_terminal
+    from .display import for_terminal
     from ..models.cache import cached_models, default_model, models_dir
     from ..models.catalogue import CATALOGUE
 
@@ -144,7 +144,7 @@ def _list_local() -> None:
 
 
 def _list_known() -> None:
-    from ..display import for_terminal
+    from .display import for_terminal
     from ..models.registry import describe, known_models, user_registry_path
 
     path = user_registry_path()
@@ -155,8 +155,8 @@ def _list_known() -> None:
 
 
 def _list_endpoint(options: dict[str, Any]) -> None:
-    from ..display import for_terminal
-    from ..errors import MylmError
+    from .display import for_terminal
+    from ..core.errors import MylmError
     from ..models.registry import describe, lookup
     from .runner import make_endpoint
 

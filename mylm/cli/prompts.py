@@ -61,8 +61,8 @@ def _template_name(name: str) -> str:
 @handles_errors
 def list_prompts(prompts_dir: str | None) -> None:
     """Every template, where the one in use comes from, and its file."""
-    from ..display import for_terminal
-    from ..errors import TemplateError
+    from .display import for_terminal
+    from ..core.errors import TemplateError
     from ..prompts import PromptLoader
 
     loader = _loader(prompts_dir)
@@ -90,7 +90,7 @@ def list_prompts(prompts_dir: str | None) -> None:
 @handles_errors
 def show(name: str, prompts_dir: str | None) -> None:
     """Print template NAME as mylm will use it (where it comes from goes to stderr)."""
-    from ..display import for_terminal
+    from .display import for_terminal
 
     loader = _loader(prompts_dir)
     template = _template_name(name)
@@ -108,7 +108,7 @@ def show(name: str, prompts_dir: str | None) -> None:
 @handles_errors
 def edit(name: str, no_editor: bool) -> None:
     """Copy default template NAME to the user config dir (once), then open the copy in $EDITOR."""
-    from ..paths import config_dir
+    from ..core.paths import config_dir
     from ..prompts import packaged_prompts_dir
 
     template = _template_name(name)
@@ -132,7 +132,7 @@ def edit(name: str, no_editor: bool) -> None:
     from .common import isatty
 
     if not (isatty(sys.stdin) and isatty(sys.stdout)):
-        from ..errors import MylmError
+        from ..core.errors import MylmError
 
         # An editor such as vim would draw its screen into the pipe and wait for keys that never come.
         raise MylmError(
@@ -141,7 +141,7 @@ def edit(name: str, no_editor: bool) -> None:
     try:
         click.edit(filename=str(target))
     except click.ClickException as error:
-        from ..errors import MylmError
+        from ..core.errors import MylmError
 
         raise MylmError(f"{error.message}; set $EDITOR, or edit {target} yourself") from None
     _check_copy(target, template)
@@ -150,7 +150,7 @@ def edit(name: str, no_editor: bool) -> None:
 
 def _check_copy(target: Path, template: str) -> None:
     """Render the edited copy with sample values, so a mistake is found now rather than mid-run."""
-    from ..errors import TemplateError
+    from ..core.errors import TemplateError
     from ..prompts import PromptLoader, packaged_prompts_dir
 
     # The copy's own directory first, the defaults behind it for anything it includes.
@@ -170,7 +170,7 @@ def _check_copy(target: Path, template: str) -> None:
 @handles_errors
 def reset(name: str) -> None:
     """Delete your copy of template NAME in the user config dir, so the packaged default is used again."""
-    from ..paths import config_dir
+    from ..core.paths import config_dir
     from ..prompts import packaged_prompts_dir
 
     template = _template_name(name)
@@ -189,7 +189,7 @@ def reset(name: str) -> None:
 @handles_errors
 def path(prompts_dir: str | None) -> None:
     """The lookup order: each directory, why it is searched, and whether it exists."""
-    from ..display import for_terminal
+    from .display import for_terminal
 
     loader = _loader(prompts_dir)
     for origin, directory in loader.search_path:
@@ -223,7 +223,7 @@ def _set_trust(trusted: bool) -> None:
     from pathlib import Path
 
     from ..config import config_path, set_project_trust
-    from ..display import for_terminal
+    from .display import for_terminal
     from ..prompts import project_prompts_dir
 
     here = Path(os.path.realpath(os.getcwd()))

@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..words import counted
+from ..core.words import counted
 from .common import warn
 
 if TYPE_CHECKING:
     from ..config import Settings
-    from ..redact import Redactor
+    from ..core.redact import Redactor
     from ..sessions import Session, Transcript
     from .runner import Exchange
 
@@ -142,7 +142,7 @@ class Recorder:
 
     def prompt(self, text: str) -> None:
         """Record the user's prompt before the run starts, so even a crash keeps the question."""
-        from ..types import Message
+        from ..core.types import Message
 
         self._write(lambda t: t.messages([Message("user", text)]))
 

@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
-from ..words import counted
+from ..core.words import counted
 from .common import EXIT_INTERRUPTED, EXIT_OK, from_outside
 
 if TYPE_CHECKING:
-    from ..agent import Agent
-    from ..display import EventPrinter, JsonPrinter
-    from ..redact import Redactor
-    from ..types import Message
+    from ..agent.loop import Agent
+    from .display import EventPrinter, JsonPrinter
+    from ..core.redact import Redactor
+    from ..core.types import Message
     from .record import Recorder
     from .tracing import Tracer
 
@@ -94,8 +94,8 @@ def _typed_text() -> bool:
 
 
 def _answer(state: ChatState, text: str) -> None:
-    from ..display import for_terminal
-    from ..types import StopReason
+    from .display import for_terminal
+    from ..core.types import StopReason
     from .tracing import run_traced
 
     printer = state.printer_factory()
@@ -134,7 +134,7 @@ def _command(state: ChatState, line: str) -> None:
         state.recorder.reset()
         click.echo("The conversation was cleared; the model starts afresh.", err=True)
     elif name == "/tools":
-        from ..display import for_terminal
+        from .display import for_terminal
 
         for tool in state.agent.tools:
             click.echo(f"  {tool.name:<18} [{tool.risk}] {for_terminal(tool.description)}", err=True)
@@ -176,7 +176,7 @@ def enable_line_editing(redactor: Redactor) -> None:
         import readline
     except ImportError:  # Windows without pyreadline: plain input still works
         return
-    from ..paths import data_dir
+    from ..core.paths import data_dir
     from ..sessions import private_dir
 
     try:

@@ -131,7 +131,7 @@ def _silence(fd: int) -> None:
 
 def _say(line: str) -> None:
     """Write one line on stderr; if stderr cannot be written either, the exit code alone tells."""
-    from ..display import for_terminal
+    from .display import for_terminal
 
     try:
         click.echo(for_terminal(line), err=True)

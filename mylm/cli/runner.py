@@ -15,18 +15,18 @@ from .common import before_log_lines, isatty, prompts_origin, same_file, same_te
 from .signals import handling
 
 if TYPE_CHECKING:
-    from ..agent import Agent, PermissionHook
+    from ..agent.loop import Agent, PermissionHook
     from ..config import Settings
-    from ..display import EventPrinter, JsonPrinter
+    from .display import EventPrinter, JsonPrinter
     from ..llm import LLM
     from ..models.registry import ModelInfo
     from ..prompts import PromptLoader
-    from ..redact import Redactor
+    from ..core.redact import Redactor
     from ..sandbox import Sandbox
     from ..approval import ApprovalPolicy
     from ..tools import ToolSettings
     from ..tools.base import Tool
-    from ..types import Event, Message, RunResult
+    from ..core.types import Event, Message, RunResult
     from .approve import Approver
 
 #: Names a JSON script file that replaces the model endpoint (a testing aid: see the README, "Testing your own scripts against the CLI").
@@ -73,7 +73,7 @@ def session_tools(settings: Settings) -> Iterator[list[Tool]]:
 def tool_settings(settings: Settings) -> ToolSettings:
     """The `[tools]` table of the config file, checked (a malformed one is a ConfigError naming its line)."""
     from ..config import config_path, section_error
-    from ..errors import ConfigError
+    from ..core.errors import ConfigError
     from ..tools import ToolSettings
 
     try:
@@ -86,8 +86,8 @@ def approval_policy(settings: Settings) -> ApprovalPolicy:
     """The approval policy from `--yes` and the `[tools.approval]` table (a malformed one is a ConfigError)."""
     from ..approval import ApprovalPolicy
     from ..config import config_path, section_error
-    from ..errors import ConfigError
-    from ..paths import config_dir
+    from ..core.errors import ConfigError
+    from ..core.paths import config_dir
 
     section = (settings.extra.get("tools", {}) or {}).get("approval", {}) or {}
     try:
@@ -110,7 +110,7 @@ def sandbox_for(setting: str, network: bool, memory_path: Path | None = None, *,
     """The sandbox for a `sandbox` setting ("auto" or "off"), `sandbox_network` and `sandbox_unix_sockets`;
     mylm's own config and data directories are never readable from it."""
     from ..config import config_path
-    from ..paths import config_dir, data_dir
+    from ..core.paths import config_dir, data_dir
     from ..sandbox import Mode, detect
 
     private = [config_dir(), data_dir(), config_path(), *([memory_path] if memory_path else [])]
@@ -142,7 +142,7 @@ def make_llm(ctx: click.Context, settings: Settings, loader: PromptLoader) -> LL
 
         endpoint = make_endpoint(settings)
     except ImportError as error:
-        from ..errors import MylmError
+        from ..core.errors import MylmError
 
         raise MylmError(f"this installation of mylm has no HTTP providers ({error})") from None
     llm = create_llm(endpoint, prompts=loader)
@@ -163,7 +163,7 @@ def make_endpoint(settings: Settings) -> Any:
     cached model, or one line saying how to fetch one); without the extra, a local Ollama is.
     """
     from ..providers import Endpoint
-    from ..providers.local import engine_available
+    from ..providers.local_engine import engine_available
 
     provider = settings.provider
     if provider is None and nothing_configured(settings) and engine_available():
@@ -199,8 +199,8 @@ class _SuggestLocal:
         self.llm = llm
 
     def stream(self, request: Any) -> Iterator[Any]:
-        from ..errors import EndpointUnreachableError
-        from ..providers.local import INSTALL_HINT
+        from ..core.errors import EndpointUnreachableError
+        from ..providers.local_engine import INSTALL_HINT
 
         try:
             yield from self.llm.stream(request)
@@ -249,7 +249,7 @@ def build_agent(
 ) -> Agent:
     """The agent for this command, from the settings; a server building one per run passes the model and
     templates it made once, and the run's workspace."""
-    from ..agent import Agent
+    from ..agent.loop import Agent
 
     loader = loader or prompt_loader(settings)
     llm = llm or make_llm(ctx, settings, loader)
@@ -282,7 +282,7 @@ def build_agent(
             workspace=workspace,
         )
     except ValueError as error:
-        from ..errors import ConfigError
+        from ..core.errors import ConfigError
 
         raise ConfigError(f"--tool-choice: {error}") from None
 
@@ -327,7 +327,7 @@ def make_printer(
     redactor: Redactor, *, as_json: bool = False, verbose: bool = False, stream: bool = True
 ) -> EventPrinter | JsonPrinter:
     """The event printer for stdout/stderr as they are (terminal or not), with a spinner on a terminal."""
-    from ..display import EventPrinter, JsonPrinter, Screen
+    from .display import EventPrinter, JsonPrinter, Screen
 
     out, err = sys.stdout, sys.stderr
     if as_json:
@@ -386,7 +386,7 @@ def run_exchange(
     A third Ctrl-C while draining gives up on it.
     """
     from ..sessions import INTERRUPTED, close_dangling
-    from ..types import StopReason
+    from ..core.types import StopReason
 
     stream = agent.stream(prompt, history=history)
     interrupts = 0

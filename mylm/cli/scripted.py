@@ -4,9 +4,11 @@ The file holds a list of replies, or `{"replies": [...], "chunk_size": 7, "stops
 string (the completion), or an object with any of:
 
 - `text`, `reasoning`, `finish_reason`, `chunks`: as in `ScriptedReply`;
-- `error` + `message` (+ `status`): raise that `mylm.errors` class instead of replying;
+- `error` + `message` (+ `status`): raise that `mylm.core.errors` class instead of replying;
 - `gate`: a path (a FIFO) to read one line from before replying, so a test decides when the model "answers";
-- `hold`: true to keep the stream open after the text until the run is cancelled (Ctrl-C), like a slow model.
+- `hold`: true to keep the stream open after the text until the run is cancelled (Ctrl-C), like a slow model;
+- `expect`: text the request's messages must hold (else an LLMError says so), so a test sees what the model was
+  sent (a continued conversation's earlier turns).
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ import json
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from .. import errors
-from ..errors import ConfigError, LLMError, MylmError
+from ..core import errors
+from ..core.errors import ConfigError, LLMError, MylmError
 from ..llm import FinishChunk, LLMChunk, LLMRequest
 from ..testing import ScriptedLLM, ScriptedReply, ScriptExhaustedError, ScriptItem
 
@@ -31,6 +33,9 @@ class ScriptedCLIModel:
     def stream(self, request: LLMRequest) -> Iterator[LLMChunk]:
         """Replay the next reply, honouring its gate and hold."""
         control = self.controls[len(self.llm.requests)] if len(self.llm.requests) < len(self.controls) else {}
+        expected = control.get("expect")
+        if expected and not any(str(expected) in message.content for message in request.messages):
+            raise LLMError(f"the scripted model expected {expected!r} in its prompt, and it was not there")
         if control.get("gate"):
             with open(control["gate"], encoding="utf-8") as gate:
                 gate.readline()
@@ -85,7 +90,9 @@ def _item(reply: Any, path: Path) -> ScriptItem:
     if "error" in reply:
         kind = getattr(errors, str(reply["error"]), None)
         if not (isinstance(kind, type) and issubclass(kind, MylmError)):
-            raise ConfigError(f"MYLM_SCRIPTED_LLM: {path}: {reply['error']!r} is not an error in mylm.errors")
+            raise ConfigError(
+                f"MYLM_SCRIPTED_LLM: {path}: {reply['error']!r} is not an error in mylm.core.errors"
+            )
         message = str(reply.get("message", reply["error"]))
         if issubclass(kind, errors.HTTPStatusError):
             return kind(message, status=int(reply.get("status", 500)))

@@ -7,18 +7,15 @@ from typing import Any
 import click
 
 from .common import (
-    EXIT_ERROR,
     EXIT_OK,
-    EXIT_USAGE,
     configure_logging,
     endpoint_options,
-    fail,
-    from_outside,
     handles_errors,
     make_redactor,
     settings_from,
     verbose_option,
 )
+from .listening import listener, listening_options, shown_address
 from .tracing import otel_option
 
 #: The variable the client key may come from (a flag's value is visible in `ps`).
@@ -27,12 +24,7 @@ KEY_ENV = "MYLM_SERVE_KEY"
 
 @click.command()
 @endpoint_options
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to listen on; anything but a loopback address requires --client-key.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True,
-              help="Port to listen on (0: any free port).")
-@click.option("--client-key", envvar=KEY_ENV, metavar="KEY",
-              help=f"The key clients must send (Authorization: Bearer, or x-api-key) [env: {KEY_ENV}].")
+@listening_options(8765, KEY_ENV)
 @click.option("--max-corrections", type=click.IntRange(0, 10), default=2, show_default=True,
               help="Times an unusable reply (malformed call, unknown tool, invalid arguments) is corrected "
                    "upstream before its text is returned.")
@@ -79,21 +71,15 @@ def serve(ctx: click.Context, /, **options: Any) -> None:
     """
     import dataclasses
 
-    from ..serve.server import is_loopback, listen
     from .runner import known_model, make_llm, prompt_loader
 
-    host = from_outside(options["host"], "--host")
-    key = options["client_key"]
-    key = from_outside(key, "--client-key") if key else None
-    if not is_loopback(host) and not key:
-        fail(f"--host {host} is not a loopback address: anyone who can reach it could use the model, so set "
-             f"a key clients must send with --client-key or {KEY_ENV}", EXIT_USAGE)
+    host, key, sock = listener(options, KEY_ENV, "use the model")
     settings = settings_from(options)
     if options["timeout"] is not None:
         settings = dataclasses.replace(settings, timeout=options["timeout"])
     redactor = make_redactor(settings)
     if key:
-        from ..redact import Redactor
+        from ..core.redact import Redactor
 
         redactor = Redactor.from_environment(extra=[settings.api_key, key])
     configure_logging(options["verbose"], redactor)
@@ -102,13 +88,7 @@ def serve(ctx: click.Context, /, **options: Any) -> None:
     tracing = serve_tracer(settings, redactor, options["otel_endpoint"])
     app = build_app(llm, loader, settings, key, options, redactor.redact,
                     stop_strings=getattr(known_model(settings), "stop_strings", True), tracing=tracing)
-    try:
-        sock = listen(host, options["port"])
-    except OSError as error:
-        fail(f"cannot listen on {host}:{options['port']}: {error.strerror or error}", EXIT_ERROR)
-    bound_host, bound_port = sock.getsockname()[:2]
-    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-    click.echo(f"mylm serve: {settings.model or 'the default model'} on http://{shown}:{bound_port}/v1 "
+    click.echo(f"mylm serve: {settings.model or 'the default model'} on http://{shown_address(sock)}/v1 "
                "(Ctrl-C stops)", err=True)
     from ..serve.server import run
 
@@ -138,7 +118,7 @@ def serve_tracer(settings: Any, redactor: Any, endpoint: str | None) -> Any:
 def build_app(llm: Any, loader: Any, settings: Any, key: str | None, options: dict[str, Any], redact: Any,
               *, stop_strings: bool = True, tracing: Any = None) -> Any:
     """The ASGI application for these settings (the CLI's composition of core, config and routes)."""
-    from ..errors import ConfigError
+    from ..core.errors import ConfigError
     from ..serve.app import ServeConfig, create_app
     from ..serve.core import Core, CoreSettings
 

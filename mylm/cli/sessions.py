@@ -6,12 +6,12 @@ from typing import TYPE_CHECKING, Iterable
 
 import click
 
-from ..words import counted
+from ..core.words import counted
 from .common import handles_errors
 from .record import complete_session, find_session
 
 if TYPE_CHECKING:
-    from ..types import Message
+    from ..core.types import Message
 
 
 @click.group()
@@ -32,7 +32,7 @@ def sessions() -> None:
 @handles_errors
 def list_sessions(limit: int, as_json: bool) -> None:
     """List sessions, most recent first: ID, when, command, model, messages and the first prompt."""
-    from ..display import for_terminal, json_text
+    from .display import for_terminal, json_text
     from ..sessions import iter_sessions, sessions_dir
 
     shown = 0
@@ -63,7 +63,7 @@ def list_sessions(limit: int, as_json: bool) -> None:
 @handles_errors
 def show(session_id: str, as_json: bool) -> None:
     """Print session ID's conversation (ID may be a unique prefix or suffix of it)."""
-    from ..display import for_terminal, json_text
+    from .display import for_terminal, json_text
     from ..sessions import load, read_records
 
     path = find_session(session_id)

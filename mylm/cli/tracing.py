@@ -11,11 +11,11 @@ import click
 if TYPE_CHECKING:
     from opentelemetry.trace import Link
 
-    from ..agent import Agent
+    from ..agent.loop import Agent
     from ..config import Settings
-    from ..redact import Redactor
+    from ..core.redact import Redactor
     from ..telemetry.tracing import BatchTrace, RunTrace, Telemetry
-    from ..types import Event, Message
+    from ..core.types import Event, Message
     from .runner import Exchange
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..jsonref import resolve_ref
+from ..core.jsonref import resolve_ref
 from ..protocol.canonical import canonical_arguments
 from .gbnf import Rules, literal
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, Sequence
 
-from ..types import (
+from ..core.types import (
     Event,
+    Message,
     IterationStartEvent,
     RunResult,
     StepCompleteEvent,
@@ -19,8 +20,10 @@ from ..types import (
 )
 
 if TYPE_CHECKING:
-    from ..agent import Agent
-    from ..redact import Redactor
+    from ..agent.loop import Agent
+    from ..core.cancel import CancelToken
+    from .core import RunHooks
+    from ..core.redact import Redactor
 
 #: After a cancel, how long the run may take to stop its command and reap it before the handler gives up
 #: waiting (a bound: a cooperative run stops in milliseconds).
@@ -41,9 +44,10 @@ class RunRequest:
 
 
 class AgentFactory(Protocol):
-    """Builds the agent for one run (the CLI composes it exactly as for `mylm ask`)."""
+    """Builds the agent for one run (the CLI composes it exactly as for `mylm ask`), its permission hook and
+    tools through the run's `hooks` (None: a check build at start, nothing runs)."""
 
-    def __call__(self, request: RunRequest) -> Agent: ...
+    def __call__(self, request: RunRequest, hooks: RunHooks | None = None) -> Agent: ...
 
 
 #: Reports progress to the client: (progress, total, message).
@@ -141,10 +145,12 @@ async def drive(
     *,
     on_event: Callable[[Event], None],
     on_end: Callable[[RunResult | None], None],
-    progress: Callable[[Event], Awaitable[None]] | None = None,
+    relay: Callable[[Event], Awaitable[None]] | None = None,
+    history: Sequence[Message] = (),
+    cancel: CancelToken | None = None,
 ) -> RunResult:
-    """Run `agent` on `prompt` in a worker thread, passing each event to `on_event` (and `progress`), and the
-    result to `on_end` however the run ends.
+    """Run `agent` on `prompt` (after `history`) in a worker thread, passing each event to `on_event` (and the
+    front end's `relay`), and the result to `on_end` however the run ends.
 
     When the awaiting task is cancelled (the client cancelled the request), the run is cancelled at once: its
     model stream is closed and its command's process group killed; the handler waits (shielded, up to
@@ -152,12 +158,12 @@ async def drive(
     it did not stop in time), then the cancellation goes on."""
     import anyio
 
-    events = agent.astream(prompt)
+    events = agent.astream(prompt, history=history, cancel=cancel)
     try:
         async for event in events:
             on_event(event)
-            if progress is not None:
-                await progress(event)
+            if relay is not None:
+                await relay(event)
     except anyio.get_cancelled_exc_class():
         events.cancel()
         with anyio.CancelScope(shield=True):

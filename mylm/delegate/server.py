@@ -11,7 +11,7 @@ from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from mcp_types import ListRootsResult, ToolAnnotations
 
 from .. import __version__
-from ..errors import MylmError, SessionNotFoundError
+from ..core.errors import MylmError, SessionNotFoundError
 from .service import DelegateService
 
 INSTRUCTIONS = (

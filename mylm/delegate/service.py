@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Awaitable, Callable, Sequence
 
-from ..decoding import clean_text
-from ..errors import ConfigError
+from ..core.cancel import CancelToken
+from ..core.decoding import clean_text
+from ..core.errors import ConfigError
 from ..telemetry.observer import RunObserver
+from .core import HeldWorkspace, RunHooks, RunSetup
 from .runs import (
     AgentFactory,
     Progress,
@@ -21,12 +23,22 @@ from .runs import (
 from .workspace import Bounds
 
 if TYPE_CHECKING:
-    from ..redact import Redactor
-    from ..types import Event, RunResult
+    from ..core.redact import Redactor
+    from ..core.types import Event, RunResult
     from .transcripts import RunSessions
 
 #: Builds the observer (telemetry) of one run, given the request and the tool that started it.
 ObserverFactory = Callable[[RunRequest, str], RunObserver]
+#: Turns each of a run's events into a front end's notifications.
+Relay = Callable[["Event"], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Finished:
+    """How a run ended: the report a client reads, and the result (its conversation, to continue it)."""
+
+    report: RunReport
+    result: RunResult
 
 
 @dataclass(frozen=True)
@@ -67,41 +79,65 @@ class DelegateService:
         return RunRequest(text, self.bounds.default, tools=False)
 
     async def run(self, request: RunRequest, tool: str, progress: Progress | None = None) -> RunReport:
-        """Run `request` to its end (or until the awaiting task is cancelled) and report it."""
+        """Run `request` to its end (or until the awaiting task is cancelled) and report it (`mylm mcp`'s form:
+        nobody asked, progress notifications)."""
+        relay = ProgressSteps(progress) if progress is not None else None
+        return (await self.execute(request, tool, RunSetup(), relay)).report
+
+    async def execute(
+        self, request: RunRequest, tool: str, setup: RunSetup, relay: Relay | None = None,
+        *, session: str | None = None,
+    ) -> Finished:
+        """Run `request` with a front end's `setup`, passing each event to `relay`; the run is saved (appended to
+        `session` when given, else a new one). Cancelling the awaiting task stops the run at once: its model
+        stream closed, its command's process group killed and reaped, the partial run saved."""
+        import asyncio
+
         import anyio
 
-        # Off the event loop: building an agent compiles its grammar and probes the sandbox.
-        agent = await anyio.to_thread.run_sync(self.agents, request)
-        log = ToolLog(self.redactor)
-        observer = self.observe(request, tool) if self.observe is not None else None
+        held = HeldWorkspace.open(request.workspace) if request.tools else None
+        try:
+            hooks = RunHooks(setup, held, CancelToken(), asyncio.get_running_loop())
+            # Off the event loop: building an agent compiles its grammar and probes the sandbox.
+            agent = await anyio.to_thread.run_sync(self.agents, request, hooks)
+            log = ToolLog(self.redactor)
+            observer = self.observe(request, tool) if self.observe is not None else None
 
-        def on_event(event: Event) -> None:
-            log(event)
-            if observer is not None:
-                observer(event)
+            def on_event(event: Event) -> None:
+                log(event)
+                if observer is not None:
+                    observer(event)
 
-        saved: list[str | None] = []
+            saved: list[str | None] = []
+            ended: list[RunResult] = []
 
-        def on_end(result: RunResult | None) -> None:
-            # Also after a cancel: the partial run is traced and saved, like Ctrl-C in `mylm ask`.
-            if observer is not None:
-                observer.end(result)
-            if result is not None:
-                saved.append(self._save(request, result, tool))
+            def on_end(result: RunResult | None) -> None:
+                # Also after a cancel: the partial run is traced and saved, like Ctrl-C in `mylm ask`.
+                if observer is not None:
+                    observer.end(result)
+                if result is not None:
+                    ended.append(result)
+                    saved.append(self._save(request, result, tool, session))
 
-        result = await drive(agent, request.prompt, on_event=on_event, on_end=on_end,
-                             progress=ProgressSteps(progress) if progress is not None else None)
-        return report(result, log, session=saved[0] if saved else None,
-                      workspace=request.workspace if request.tools else None, redactor=self.redactor)
+            result = await drive(agent, request.prompt, on_event=on_event, on_end=on_end, relay=relay,
+                                 history=setup.history, cancel=hooks.cancel)
+        finally:
+            if held is not None:
+                held.close()
+        outcome = report(result, log, session=saved[0] if saved else None,
+                         workspace=request.workspace if request.tools else None, redactor=self.redactor)
+        return Finished(outcome, result)
 
-    def _save(self, request: RunRequest, result: RunResult, tool: str) -> str | None:
+    def _save(self, request: RunRequest, result: RunResult, tool: str, session: str | None) -> str | None:
         if self.sessions is None:
             return None
+        if session is not None:
+            return self.sessions.append(session, result)
         return self.sessions.save(request.prompt, result, request.workspace, tool)
 
     def transcript(self, session_id: str) -> str:
         """A saved run's transcript (SessionNotFoundError if this server kind saved none by that id)."""
-        from ..errors import SessionNotFoundError
+        from ..core.errors import SessionNotFoundError
 
         if self.sessions is None:
             raise SessionNotFoundError("this server does not save sessions (--no-save)")

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Sequence
 from urllib.parse import unquote, urlsplit
 
-from ..errors import WorkspaceRefusedError
+from ..core.errors import WorkspaceRefusedError
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..llm import LLM, ConstrainMode, FinishChunk, LLMChunk, LLMRequest, TextChunk
-from ..types import ErrorEvent, StopReason, ToolResultEvent
+from ..core.types import ErrorEvent, StopReason, ToolResultEvent
 from .suite import Task
 
 if TYPE_CHECKING:
@@ -119,7 +119,7 @@ def run_task(
     repeat: int = 1,
 ) -> TaskResult:
     """Run `task` once in a fresh temporary workspace with the agent, and score it."""
-    from ..agent import Agent
+    from ..agent.loop import Agent
     from ..tools.files import file_tools
     from ..tools.paths import Workspace
 

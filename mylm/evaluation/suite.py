@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 SUITE_FILE = "suite.toml"
 FILE_TOOLS = ("read_file", "write_file", "edit_file", "list_dir")
@@ -41,7 +41,7 @@ class Task:
 
 def default_suite_path() -> Path:
     """The user's suite (`<config dir>/mylm/evals/suite.toml`) if present, else the one shipped with mylm."""
-    from ..paths import config_dir
+    from ..core.paths import config_dir
 
     user = config_dir() / "evals" / SUITE_FILE
     if user.is_file():
@@ -58,7 +58,7 @@ def default_suite_path() -> Path:
 
 def load_suite(path: Path) -> list[Task]:
     """The tasks in a suite file; a malformed one is a ConfigError naming the file and the task."""
-    from ..config import _tomllib
+    from ..config.files import _tomllib
 
     try:
         data = _tomllib().loads(path.read_text(encoding="utf-8"))

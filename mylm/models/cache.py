@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from ..errors import ConfigError
-from ..paths import cache_dir
+from ..core.errors import ConfigError
+from ..core.paths import cache_dir
 
 #: Overrides the cache folder (tests, shared machines); else `${XDG_CACHE_HOME:-~/.cache}/mylm/models`.
 MODELS_DIR_ENV = "MYLM_MODELS_DIR"

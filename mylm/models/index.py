@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 from urllib.parse import unquote, urljoin, urlsplit
 
-from ..errors import DownloadError
+from ..core.errors import DownloadError
 
 PYPI = "https://pypi.org/simple"
 _ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"

@@ -11,7 +11,7 @@ import zipfile
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
-from ..errors import ConfigError, DownloadError
+from ..core.errors import ConfigError, DownloadError
 from .cache import models_dir
 from .catalogue import CATALOGUE, CatalogueEntry, PackagePart
 from .index import IndexSettings, find_wheel, open_file, public

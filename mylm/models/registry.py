@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal, Sequence, Tuple
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 USER_FILE_NAME = "models.toml"
 _PACKAGED = Path(__file__).with_name("known.toml")
@@ -49,7 +49,7 @@ _Entry = Tuple[ModelInfo, "frozenset[str]"]
 
 def user_registry_path() -> Path:
     """The user's override file: `models.toml` in mylm's config dir."""
-    from ..paths import config_dir
+    from ..core.paths import config_dir
 
     return config_dir() / USER_FILE_NAME
 

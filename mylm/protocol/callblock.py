@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..types import ToolCall
+from ..core.types import ToolCall
 from . import markup
 from .blockscan import skip
 from .corrections import EXAMPLE, JSON_HOWTO, BlockError, cut_off, example, prefer_canonical

@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..types import ToolCall
+from ..core.types import ToolCall
 from .tags import NAME_CLOSE, NAME_OPEN, PARAMS_CLOSE, PARAMS_OPEN, REASONING_DIALECTS, TOOL_CLOSE, TOOL_OPEN
 
 

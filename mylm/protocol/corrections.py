@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from ..types import ToolCall
+from ..core.types import ToolCall
 from .canonical import format_tool_call
 from .tags import KIND_TAGS, NAME_CLOSE, NAME_OPEN, PARAMS_CLOSE, PARAMS_OPEN, TOOL_CLOSE, TOOL_OPEN
 

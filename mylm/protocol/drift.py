@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Union
 
-from ..types import ToolCall
+from ..core.types import ToolCall
 from .callblock import decode_block
 from .canonical import format_tool_call
 from .corrections import EXAMPLE, example

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..types import ToolCall
+from ..core.types import ToolCall
 from .blockscan import skip
 
 MAX_RUN = 64  # longer runs of backticks or blanks are plain text; this bounds what is ever held back

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..types import ReasoningEvent, TextEvent, ToolCall
+from ..core.types import ReasoningEvent, TextEvent, ToolCall
 
 
 @dataclass(frozen=True)

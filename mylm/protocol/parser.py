@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from ..types import ReasoningEvent, TextEvent, ToolCall
+from ..core.types import ReasoningEvent, TextEvent, ToolCall
 from . import markup
 from .blockscan import (
     CLOSED,

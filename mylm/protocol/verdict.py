@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from ..types import ToolCall
+from ..core.types import ToolCall
 from .callblock import call_object, decode_block
 from .corrections import reasoning_call_error, skipped_calls, verdict_error
 from .jsonrepair import JSONRepairError, loads

@@ -43,7 +43,7 @@ def _provider(endpoint: Endpoint, prompts: PromptLoader | None) -> HTTPProvider:
 
 def __getattr__(name: str) -> Any:
     # `Endpoint` on first use: `mylm ask --help` lists the provider names, and importing the dataclasses behind
-    # Endpoint (mylm.types) cost it ~15 ms.
+    # Endpoint (mylm.core.types) cost it ~15 ms.
     if name == "Endpoint":
         from .base import Endpoint
 

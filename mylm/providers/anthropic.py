@@ -6,9 +6,10 @@ from typing import Any, Iterator
 from urllib.parse import urlsplit
 
 from ..llm import LLMChunk, LLMRequest
-from ..types import Usage
+from ..core.types import Usage
 from .base import merge_turns, refused_sampling, without_refused
-from .engine import Decoder, HTTPProvider, text_chunks
+from .decoder import Decoder, text_chunks
+from .engine import HTTPProvider
 from .failures import Failure
 from .framing import SSEEvent, sse_json
 from .transport import HTTPCall

@@ -9,9 +9,9 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Collection, Mapping, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from ..llm import SAMPLING_OPTIONS
-from ..types import Message
+from ..core.types import Message
 from .registry import PROVIDERS
 
 if TYPE_CHECKING:

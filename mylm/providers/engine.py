@@ -6,9 +6,9 @@ import json
 import logging
 from abc import ABC, abstractmethod
 from contextlib import closing
-from typing import TYPE_CHECKING, Any, ClassVar, Generator, Iterable, Iterator, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Generator, Iterator, Literal
 
-from ..errors import (
+from ..core.errors import (
     ConfigError,
     ConnectionBroke,
     HTTPStatusError,
@@ -19,9 +19,9 @@ from ..errors import (
 from ..llm import Constraint, FinishChunk, LLMChunk, LLMRequest, ReasoningChunk, TextChunk, native_refused
 from ..protocol.reasoning import prompt_opens_reasoning
 from ..protocol.stops import StopCutter
-from ..types import Usage
 from .base import Endpoint, redact_url, strip_route
-from .failures import Failure, Place, RetryPolicy, parse_failure, stream_error, to_error
+from .decoder import Decoder, _coalesced
+from .failures import Failure, Place, RetryPolicy, parse_failure, to_error
 from .formats import DEFAULT_CHAT_FORMAT, ChatFormat, chat_format, render_prompt
 from .framing import LineSplitter, SSEReader, iter_ndjson
 from .transport import (
@@ -40,49 +40,12 @@ if TYPE_CHECKING:
     import requests
 
     from ..prompts import PromptLoader
-    from ..types import Message
+    from ..core.types import Message
 
 _log = logging.getLogger("mylm.providers")
 GrammarSupport = Literal["native", "compatible", "none"]
 #: Time given to listing the server's models when a request named a model it does not have.
 _LIST_BUDGET = 5.0
-
-
-class Decoder(ABC):
-    """One call's decoding state: wire items in, chunks out; remembers the finish hints and usage."""
-
-    def __init__(self, place: Place, secret: str | None) -> None:
-        self.place = place
-        self.secret = secret
-        #: The wire format's own end marker has arrived (`[DONE]`, `done: true`, `message_stop`, ...).
-        self.done = False
-        self.reason: str | None = None
-        self.stop_sequence: str | None = None
-        self.usage: Usage | None = None
-
-    @abstractmethod
-    def feed(self, item: Any) -> Iterable[LLMChunk]:
-        """Chunks for one wire item (an `SSEEvent` or an NDJSON object)."""
-
-    def whole(self, document: Any) -> Iterable[LLMChunk]:
-        """Chunks for a single JSON answer, from a server that ignored `stream: true`."""
-        self.fail_on_error(document)
-        raise StreamError(f"{self.place.url} answered with one JSON document instead of a stream")
-
-    def fail_on_error(self, obj: Any) -> None:
-        """Raise if `obj` is an error object (a failure reported inside a 200 answer)."""
-        if isinstance(obj, dict) and (
-            "error" in obj or obj.get("object") == "error" or obj.get("type") == "error"
-        ):
-            raise stream_error(obj, self.place, secret=self.secret)
-
-    def complete_at_eof(self) -> bool:
-        """Whether the stream may end here (without its end marker) and still be whole."""
-        return self.done or self.reason is not None
-
-    def finish(self) -> FinishChunk:
-        """The final chunk."""
-        return FinishChunk(reason=self.reason, stop_sequence=self.stop_sequence, usage=self.usage)
 
 
 class StatusFailure(Exception):
@@ -485,49 +448,6 @@ def _json_document(body: bytes, place: Place) -> Any:
         error = StreamError(f"{place.url} answered with something that is not JSON: {body[:80]!r}")
         error.retryable = False
         raise error from None
-
-
-def _coalesced(chunks: list[LLMChunk]) -> list[LLMChunk]:
-    """Adjacent text chunks joined into one, and adjacent reasoning chunks likewise (order kept)."""
-    if len(chunks) < 2:
-        return chunks
-    out: list[LLMChunk] = []
-    parts: list[str] = []
-    kind: type | None = None
-    for chunk in chunks:
-        if type(chunk) is kind:
-            parts.append(chunk.text)  # type: ignore[union-attr]
-            continue
-        if kind is not None:
-            out.append(kind("".join(parts)))
-        if isinstance(chunk, (TextChunk, ReasoningChunk)):
-            kind, parts = type(chunk), [chunk.text]
-        else:
-            kind, parts = None, []
-            out.append(chunk)
-    if kind is not None:
-        out.append(kind("".join(parts)))
-    return out
-
-
-def text_chunks(text: Any, reasoning: Any = None) -> list[LLMChunk]:
-    """Reasoning then text chunks for the non-empty strings given (wire formats send empty deltas often); a list,
-    not a generator: decoders call this once per token."""
-    chunks: list[LLMChunk] = []
-    if reasoning and isinstance(reasoning, str):
-        chunks.append(ReasoningChunk(reasoning))
-    if text and isinstance(text, str):
-        chunks.append(TextChunk(text))
-    return chunks
-
-
-def usage_of(prompt: Any, completion: Any) -> Usage | None:
-    """A `Usage` from two counts as the wire sent them (None when neither is a number)."""
-    p = prompt if isinstance(prompt, int) else 0
-    c = completion if isinstance(completion, int) else 0
-    if not isinstance(prompt, int) and not isinstance(completion, int):
-        return None
-    return Usage(p, c)
 
 
 def bearer(endpoint: Endpoint) -> dict[str, str]:

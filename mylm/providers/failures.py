@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from typing import Any, Callable, Mapping
 
-from ..errors import (
+from ..core.errors import (
     AuthenticationError,
     ContextOverflowError,
     HTTPStatusError,

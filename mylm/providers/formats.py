@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from ..errors import ConfigError
-from ..types import Message
+from ..core.errors import ConfigError
+from ..core.types import Message
 
 if TYPE_CHECKING:
     from ..prompts import PromptLoader

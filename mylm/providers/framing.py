@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
-from ..errors import StreamError
+from ..core.errors import StreamError
 from .transport import MAX_LINE_BYTES
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any, Iterator
 from urllib.parse import quote, urlsplit
 
-from ..errors import StreamError
+from ..core.errors import StreamError
 from ..llm import LLMChunk, LLMRequest
 from .base import merge_turns
-from .engine import Decoder, HTTPProvider, text_chunks, usage_of
+from .decoder import Decoder, text_chunks, usage_of
+from .engine import HTTPProvider
 from .framing import SSEEvent, sse_json
 from .transport import HTTPCall
 

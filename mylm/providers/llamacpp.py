@@ -6,10 +6,11 @@ import json
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..errors import StreamError
+from ..core.errors import StreamError
 from ..llm import Constraint, LLMChunk, LLMRequest
 from .base import Endpoint
-from .engine import Decoder, HTTPProvider, StatusFailure, bearer, text_chunks, usage_of
+from .decoder import Decoder, text_chunks, usage_of
+from .engine import HTTPProvider, StatusFailure, bearer
 from .failures import Failure, parse_failure
 from .formats import DEFAULT_CHAT_FORMAT, chat_format, defused_messages
 from .framing import SSEEvent, sse_json
@@ -17,7 +18,7 @@ from .servertokens import Prompted, ServerTokenizer, post_json, prompted, refuse
 from .transport import CallGuard, HTTPCall
 
 if TYPE_CHECKING:
-    from ..types import Message
+    from ..core.types import Message
 
 
 class _NoTemplateRoute(Exception):

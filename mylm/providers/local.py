@@ -1,31 +1,29 @@
 """`--provider local`: a GGUF model run inside the mylm process by llama-cpp-python (the `local` extra).
 
-The model is loaded once per process and per file (a chat, a batch and compaction share it). The prompt is the
-conversation rendered by the GGUF's own chat template (or a mylm chat format when `--chat-format` is given);
-the tokens stream through an incremental UTF-8 decoder and a `StopCutter`, so stop strings end generation
-in-process and are reported like a server reports them. Ctrl-C lands between tokens (or between prompt
-batches), and the cancel token and the run's deadline are checked at the same points. `llama_cpp` is imported
-only here.
+The model is loaded once per process and per file (a chat, a batch and compaction share it): `local_engine`.
+The prompt is the conversation rendered by the GGUF's own chat template (or a mylm chat format when
+`--chat-format` is given); the tokens stream through an incremental UTF-8 decoder and a `StopCutter`, so stop
+strings end generation in-process and are reported like a server reports them. Ctrl-C lands between tokens (or
+between prompt batches), and the cancel token and the run's deadline are checked at the same points.
+`llama_cpp` is imported only through `local_engine`, on first use.
 """
 
 from __future__ import annotations
 
-import atexit
 import codecs
 import logging
 import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Mapping
 
-from ..errors import CancelledError, ConfigError, ContextOverflowError, LLMError, LLMTimeoutError
+from ..core.errors import CancelledError, ContextOverflowError, LLMError, LLMTimeoutError
 from ..llm import SAMPLING_OPTIONS, FinishChunk, LLMChunk, LLMRequest, TextChunk, alternating, native_refused
 from ..protocol.stops import StopCutter
-from ..types import Message, Usage
+from ..core.types import Message, Usage
 from .base import Endpoint
+from .local_engine import _Engine, _module, load
 
 if TYPE_CHECKING:
     from ..prompts import PromptLoader
@@ -33,10 +31,6 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger("mylm.providers")
 
-#: The context allocated when neither `context_tokens` nor `n_ctx` says: enough for an agent's prompt and
-#: reply, without reserving gigabytes for a model trained on 128k tokens.
-DEFAULT_CONTEXT_CAP = 8192
-_GGUF_MAGIC = b"GGUF"
 #: Sampling options passed to llama.cpp as they are (the same names as llama-server's).
 _SAMPLING = (
     "temperature",
@@ -48,166 +42,8 @@ _SAMPLING = (
     "presence_penalty",
     "frequency_penalty",
 )
-_LOAD_OPTIONS = ("n_threads", "n_gpu_layers", "n_batch", "seed")
 #: A request's own sampling options that `Llama.generate` takes (its `seed` is the sampler's, set apart).
 _REQUEST_SAMPLING = {name: name for name in SAMPLING_OPTIONS if name in _SAMPLING}
-INSTALL_HINT = "pip install 'mylm[local]'"
-
-
-def engine_available() -> bool:
-    """Whether llama-cpp-python is installed (checked without importing it)."""
-    import importlib.util
-
-    return importlib.util.find_spec("llama_cpp") is not None
-
-
-@dataclass(frozen=True)
-class _Engine:
-    """One loaded model, shared by every provider object of the process that names the same file."""
-
-    llama: Any
-    path: Path
-    n_ctx: int
-    #: The context length the model was trained with (its GGUF metadata).
-    n_ctx_train: int
-    #: The GGUF's own chat template, if it has one.
-    template: str | None
-    bos: str
-    eos: str
-    load_seconds: float
-    #: A loaded model is one mutable state (its KV cache): one generation at a time.
-    lock: threading.Lock
-    #: Set to make llama.cpp abort the batch it is computing (polled through its abort callback).
-    abort: threading.Event
-    #: The ctypes callback llama.cpp holds a pointer to; kept alive with the engine.
-    abort_callback: Any
-
-
-_engines: dict[tuple[str, int, tuple[tuple[str, Any], ...]], _Engine] = {}
-_engines_lock = threading.Lock()
-
-
-def check_gguf(path: Path) -> None:
-    """Raise a one-line `ConfigError` unless `path` is a readable file starting with the GGUF magic."""
-    try:
-        with path.open("rb") as handle:
-            magic = handle.read(4)
-    except FileNotFoundError:
-        raise ConfigError(f"model file {path} does not exist") from None
-    except IsADirectoryError:
-        raise ConfigError(f"model file {path} is a directory, not a GGUF file") from None
-    except OSError as error:
-        raise ConfigError(f"cannot read model file {path}: {error.strerror}") from None
-    if magic != _GGUF_MAGIC:
-        raise ConfigError(f"{path} is not a GGUF model file (it does not start with 'GGUF')")
-
-
-def _import_llama_cpp() -> Any:
-    global _log_callback
-    try:
-        llama_cpp = _module("llama_cpp")
-    except ImportError as error:
-        raise ConfigError(
-            f"--provider local needs llama-cpp-python ({error}); install it with: {INSTALL_HINT}"
-        ) from None
-    if _log_callback is None:
-        # llama.cpp reports on everything it loads, on stderr; mylm's log takes it instead (shown with -vv),
-        # so a user sees one line when a file will not load, and nothing at all when it does.
-        def forward(level: int, text: bytes, user_data: Any) -> None:
-            _engine_log.debug("%s", text.decode("utf-8", "replace").rstrip("\n"))
-
-        # The C library keeps only a pointer: the callback object must stay alive.
-        _log_callback = llama_cpp.llama_log_callback(forward)
-        llama_cpp.llama_log_set(_log_callback, None)
-    return llama_cpp
-
-
-_log_callback: Any = None
-_engine_log = logging.getLogger("mylm.providers.llama_cpp")
-
-
-def load(path: Path, *, n_ctx: int | None = None, options: Mapping[str, Any] | None = None) -> _Engine:
-    """The model at `path`, loaded on first use and kept for the life of the process."""
-    check_gguf(path)
-    chosen = {k: v for k, v in (options or {}).items() if k in _LOAD_OPTIONS}
-    key = (str(path.resolve()), n_ctx or 0, tuple(sorted(chosen.items())))
-    with _engines_lock:
-        engine = _engines.get(key)
-        if engine is None:
-            if not _engines:
-                # Freed before the interpreter tears down the modules llama-cpp-python's finaliser needs.
-                atexit.register(close_all)
-            engine = _engines[key] = _load(path, n_ctx, chosen)
-    return engine
-
-
-def close_all() -> None:
-    """Free every loaded model (at exit; or to reclaim the memory)."""
-    with _engines_lock:
-        engines = list(_engines.values())
-        _engines.clear()
-    for engine in engines:
-        with engine.lock:
-            engine.llama.close()
-
-
-def _load(path: Path, n_ctx: int | None, options: Mapping[str, Any]) -> _Engine:
-    llama_cpp = _import_llama_cpp()
-    started = time.monotonic()
-    n_ctx_train = _trained_context(llama_cpp, path)
-    size = n_ctx or min(n_ctx_train or DEFAULT_CONTEXT_CAP, DEFAULT_CONTEXT_CAP)
-    try:
-        llama = llama_cpp.Llama(model_path=str(path), n_ctx=size, verbose=False, **options)
-    except (ValueError, RuntimeError) as error:
-        raise ConfigError(f"llama.cpp cannot load {path}: {error}") from None
-    template = llama.metadata.get("tokenizer.chat_template") or None
-    eos_id, bos_id = llama.token_eos(), llama.token_bos()
-    model = llama._model  # the token texts are only on the model object
-    abort = threading.Event()
-    callback = llama_cpp.ggml_abort_callback(lambda data: abort.is_set())
-    llama_cpp.llama_set_abort_callback(llama.ctx, callback, None)
-    engine = _Engine(
-        llama=llama,
-        path=path,
-        n_ctx=llama.n_ctx(),
-        n_ctx_train=n_ctx_train,
-        template=template,
-        bos=model.token_get_text(bos_id) if bos_id >= 0 else "",
-        eos=model.token_get_text(eos_id) if eos_id >= 0 else "",
-        load_seconds=time.monotonic() - started,
-        lock=threading.Lock(),
-        abort=abort,
-        abort_callback=callback,
-    )
-    _log.info(
-        "loaded %s in %.2f s (context %d tokens; trained on %d; chat template: %s)",
-        path.name,
-        engine.load_seconds,
-        engine.n_ctx,
-        engine.n_ctx_train,
-        "the GGUF's" if template else "none",
-    )
-    return engine
-
-
-def _trained_context(llama_cpp: Any, path: Path) -> int:
-    """The GGUF's context length from its metadata, read without the weights (to size the context first)."""
-    LlamaModel = _module("llama_cpp._internals").LlamaModel  # noqa: N806 - a class
-
-    params = llama_cpp.llama_model_default_params()
-    params.vocab_only = True
-    try:
-        model = LlamaModel(path_model=str(path), params=params, verbose=False)
-    except (ValueError, RuntimeError):
-        raise ConfigError(
-            f"llama.cpp cannot load {path}: the file is damaged or not a model it supports"
-        ) from None
-    try:
-        metadata = model.metadata()
-    finally:
-        model.close()
-    value = metadata.get(f"{metadata.get('general.architecture', '')}.context_length", "")
-    return int(value) if value.isdigit() else 0
 
 
 class LocalModel:
@@ -505,37 +341,6 @@ def _end_of_generation(llama: Any) -> Any:
         return lambda token: bool(llama_cpp.llama_vocab_is_eog(vocab, token))
     eos = llama.token_eos()
     return lambda token: token == eos
-
-
-def _module(name: str) -> Any:
-    """A llama-cpp-python module, imported on use and typed loosely (it ships no type information)."""
-    import importlib
-
-    module = importlib.import_module(name)
-    _close_its_devnull_at_exit()
-    return module
-
-
-_devnull_closed = False
-
-
-def _close_its_devnull_at_exit() -> None:
-    """llama_cpp._utils opens /dev/null twice at import (for its output-silencing context) and never closes
-    it: every process that loaded the engine ended with `ResourceWarning: unclosed file /dev/null`. Closed at
-    exit, after the last use."""
-    global _devnull_closed
-    import sys
-
-    utils = sys.modules.get("llama_cpp._utils")
-    if _devnull_closed or utils is None:
-        return
-    _devnull_closed = True
-    import atexit
-
-    for name in ("outnull_file", "errnull_file"):
-        handle = getattr(utils, name, None)
-        if handle is not None and hasattr(handle, "close"):
-            atexit.register(handle.close)
 
 
 def _check(request: LLMRequest) -> None:

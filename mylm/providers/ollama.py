@@ -7,7 +7,8 @@ from urllib.parse import urlsplit
 
 from ..llm import LLMChunk, LLMRequest
 from .base import Endpoint
-from .engine import Decoder, HTTPProvider, bearer, text_chunks, usage_of
+from .decoder import Decoder, text_chunks, usage_of
+from .engine import HTTPProvider, bearer
 from .transport import HTTPCall
 
 #: Body fields that sit at the top level; every other option goes into `options` (temperature, num_ctx, ...).

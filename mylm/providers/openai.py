@@ -8,7 +8,8 @@ from urllib.parse import urlsplit
 
 from ..llm import Constraint, LLMChunk, LLMRequest, ToolCallChunk
 from .base import model_rejects_stop, refused_sampling, strip_route, without_refused
-from .engine import Decoder, HTTPProvider, bearer, text_chunks, usage_of
+from .decoder import Decoder, text_chunks, usage_of
+from .engine import HTTPProvider, bearer
 from .failures import Failure
 from .framing import SSEEvent, sse_json
 from .servertokens import Prompted, ServerTokenizer, prompted, refused_tokens

@@ -6,7 +6,7 @@ import importlib
 from types import MappingProxyType
 from typing import Mapping, Protocol
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 #: Name -> `module:Class`. A provider is its module plus this one line; everything else it needs (default URL,
 #: key variables, routes, stop limits, grammar support) are attributes of its class. Classes are imported on

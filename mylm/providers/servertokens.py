@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import StreamError
+from ..core.errors import StreamError
 from ..llm import LLMRequest
 from ..protocol.reasoning import prompt_opens_reasoning
 from .engine import StatusFailure, bearer
@@ -28,7 +28,7 @@ from .formats import data_segments
 from .transport import MAX_ERROR_BYTES, MAX_RESPONSE_BYTES, CallGuard, HTTPCall, iter_body, read_all, send
 
 if TYPE_CHECKING:
-    from ..types import Message
+    from ..core.types import Message
     from .engine import HTTPProvider
 
 _log = logging.getLogger("mylm.providers")

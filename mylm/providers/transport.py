@@ -18,8 +18,8 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.exceptions import ReadTimeoutError
 
 from .._version import __version__
-from ..cancel import CancelToken, remaining
-from ..errors import (
+from ..core.cancel import CancelToken, remaining
+from ..core.errors import (
     CancelledError,
     ConfigError,
     ConnectionBroke,

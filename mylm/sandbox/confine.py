@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Literal, Mapping, Sequence
 
-from ..types import Grant
+from ..core.types import Grant
 from . import bwrap, caps, landlock, seccomp
 from .launcher import Child, Launcher, LauncherGoneError, LauncherSpec
 from .profile import Profile, build_profile

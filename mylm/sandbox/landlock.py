@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable, Iterable
 
-from ..errors import SandboxError
+from ..core.errors import SandboxError
 
 # The Landlock system calls have the same numbers on every architecture.
 _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ..errors import LauncherGoneError, ToolError
+from ..core.errors import LauncherGoneError, ToolError
 
 _PROGRAM = str(Path(__file__).with_name("launcher_main.py"))
 #: A request longer than this goes in a memfd (a SEQPACKET message must fit the socket's buffer).

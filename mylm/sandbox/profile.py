@@ -9,7 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ..types import Grant
+from ..core.types import Grant
 
 #: The system, readable (and executable) by every command.
 SYSTEM_READ = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/proc",

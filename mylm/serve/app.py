@@ -8,7 +8,6 @@ reaches a client or a log. A bug gets a 500 in that shape too, never a traceback
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..errors import (
+from ..core.errors import (
     CancelledError,
     ContextOverflowError,
     HTTPStatusError,
@@ -33,6 +32,7 @@ from ..telemetry.observer import RequestObserver, RequestTracing
 from . import chat, messages, models, responses
 from .bridge import Backlog, produced
 from .core import Core
+from .guard import client_key, key_matches
 from .http import EventStream, json_response, read_body, unless_disconnected
 from .wire import CallOut, ChatMessage, Finished, Out, RequestError, load_json, said
 
@@ -238,11 +238,8 @@ class Server:
         key = self.config.client_key
         if key is None:
             return None
-        sent = request.headers.get("x-api-key") or ""
-        authorization = request.headers.get("authorization") or ""
-        if authorization[:7].lower() == "bearer ":
-            sent = sent or authorization[7:].strip()
-        if sent and hmac.compare_digest(sent.encode("utf-8", "replace"), key.encode("utf-8")):
+        sent = client_key(request.headers)
+        if key_matches(sent, key):
             return None
         why = "a wrong key was sent" if sent else "no key was sent"
         return self._error(api, RequestError(

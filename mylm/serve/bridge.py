@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Sized
 from typing import TypeVar
 
-from ..cancel import CancelToken
+from ..core.cancel import CancelToken
 
 T = TypeVar("T")
 

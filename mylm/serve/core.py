@@ -1,7 +1,7 @@
 """The core every route shares: a client's conversation in mylm's text protocol, the upstream's reply read back
 as native tool calls, and unusable replies corrected upstream before the client sees them.
 
-Each request is one model step (`mylm.step.ModelStep`, the agent's own): the tools rendered through mylm's
+Each request is one model step (`mylm.agent.step.ModelStep`, the agent's own): the tools rendered through mylm's
 templates (prompts/, so users customise them the same way), the grammar chosen from their schemas and the
 `tool_choice`, the reply parsed with their names and judged, and the correction picked. The conversation is
 rendered the way the agent records its own: earlier calls as canonical `<tool_code>` blocks and tool results as
@@ -22,8 +22,8 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..cancel import CancelToken
-from ..context import TokenEstimator
+from ..core.cancel import CancelToken
+from ..agent.context import TokenEstimator
 from ..llm import (
     LLM,
     ConstrainMode,
@@ -40,8 +40,8 @@ from ..llm import (
 from ..prompts import PromptLoader
 from ..protocol.canonical import format_tool_call
 from ..protocol.defuse import neutralise
-from ..step import Meter, ModelStep, StepConfig, StepOutcome
-from ..types import (
+from ..agent.step import Meter, ModelStep, StepConfig, StepOutcome
+from ..core.types import (
     ErrorEvent,
     Event,
     FinishReason,

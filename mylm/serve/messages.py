@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from ..llm import Sampling
-from ..step import ToolDefinition
-from ..types import Usage
+from ..agent.step import ToolDefinition
+from ..core.types import Usage
 from .http import sse
 from .wire import (
     MAX_TOP_K,

@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from ..llm import Sampling
-from ..step import ToolDefinition
-from ..types import Usage
+from ..agent.step import ToolDefinition
+from ..core.types import Usage
 from .chat import content_text, error_body
 from .http import sse
 from .wire import (

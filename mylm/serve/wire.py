@@ -9,11 +9,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..decoding import clean_text
-from ..errors import RequestError
+from ..core.decoding import clean_text
+from ..core.errors import RequestError
 from ..llm import Sampling
-from ..step import ToolDefinition
-from ..types import Usage
+from ..agent.step import ToolDefinition
+from ..core.types import Usage
 
 Role = Literal["system", "user", "assistant", "tool"]
 #: The reasons a reply ends, in OpenAI's words; each route maps them to its own.

@@ -22,10 +22,10 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Mapping
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from ..redact import Redactor
+    from ..core.redact import Redactor
     from .tracing import Telemetry
 
 #: The standard variables that turn exporting on (the OTLP exporter reads them, and its headers, itself).

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from ..types import Event, RunResult
+    from ..core.types import Event, RunResult
 
 
 class RunObserver(Protocol):

@@ -20,7 +20,7 @@ from typing import Any
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from ..types import ErrorEvent, Event, ModelCallEvent, ReasoningEvent, TextEvent
+from ..core.types import ErrorEvent, Event, ModelCallEvent, ReasoningEvent, TextEvent
 from .tracing import Telemetry, content, correction_event, model_call_span
 
 #: W3C Trace Context only: a client's `baggage` header is not turned into anything here.

@@ -28,7 +28,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
 from .. import __version__
-from ..types import (
+from ..core.types import (
     ApprovalEvent,
     CompactionEvent,
     ContinueEvent,
@@ -47,7 +47,7 @@ from ..types import (
 )
 
 if TYPE_CHECKING:
-    from ..redact import Redactor
+    from ..core.redact import Redactor
 
 #: How long exporting may hold up the end of a command (the exporter's own timeout bounds each request).
 FLUSH_MILLIS = 5_000

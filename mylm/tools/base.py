@@ -10,8 +10,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, TypeVar, overload
 
-from ..cancel import CancelToken, remaining
-from ..types import Grant
+from ..core.cancel import CancelToken, remaining
+from ..core.types import Grant
 from .schema import parse_docstring, schema_from_signature
 from .validation import validate
 
@@ -156,7 +156,7 @@ class ToolOutcome:
 
 def run_tool(tool_: Tool, arguments: Mapping[str, Any], context: ToolContext) -> ToolOutcome:
     """Run a tool, turning any exception into an error outcome the model can read (seed 003 §4.3)."""
-    from ..errors import CancelledError, MylmError
+    from ..core.errors import CancelledError, MylmError
 
     started = time.monotonic()
     try:

@@ -11,8 +11,8 @@ import time
 from dataclasses import replace
 from typing import Any, Callable, Mapping
 
-from ..cancel import CancelToken, remaining
-from ..errors import CancelledError
+from ..core.cancel import CancelToken, remaining
+from ..core.errors import CancelledError
 from .base import Tool, ToolContext, ToolOutcome, run_tool
 
 #: After a cancel, how long a tool may take to notice its token and return what it did (a bound, not a delay:

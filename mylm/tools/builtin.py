@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from .base import Tool
 from .files import file_tools
 from .memory import memory_tools

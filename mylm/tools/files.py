@@ -10,9 +10,9 @@ import secrets
 import stat
 from typing import Any, Callable
 
-from ..errors import ToolError
-from ..redact import redact
-from ..words import counted
+from ..core.errors import ToolError
+from ..core.redact import redact
+from ..core.words import counted
 from .base import Tool, tool
 from .paths import Workspace, check_regular
 

@@ -18,9 +18,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence, TextIO
 
-from ..cancel import remaining
-from ..errors import CancelledError, ConfigError, ToolError
-from ..redact import redact
+from ..core.cancel import remaining
+from ..core.errors import CancelledError, ConfigError, ToolError
+from ..core.redact import redact
 from .base import Risk, Tool, ToolContext
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from ..errors import ToolError
-from ..paths import data_dir
-from ..redact import redact
+from ..core.errors import ToolError
+from ..core.paths import data_dir
+from ..core.redact import redact
 from .base import Tool, tool
 
 MAX_NOTE_CHARS = 8000

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from ..errors import ToolError
+from ..core.errors import ToolError
 from .base import Tool, tool
 
 #: How many full outputs are kept; the oldest is dropped first (a handle to it then says so).

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Literal
 
-from ..errors import EscapeError, ToolError
+from ..core.errors import EscapeError, ToolError
 
 Resolver = Literal["auto", "openat2", "walk"]
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
 
-from ..cancel import CancelToken
-from ..errors import CancelledError, ToolError
-from ..redact import redact
+from ..core.cancel import CancelToken
+from ..core.errors import CancelledError, ToolError
+from ..core.redact import redact
 from . import procs
 from .base import Tool, ToolContext, tool
 from .environment import child_environment, neutralised

@@ -15,8 +15,8 @@ import operator
 import re
 from typing import Any, Mapping
 
-from ..jsonref import resolve_ref
-from ..words import counted
+from ..core.jsonref import resolve_ref
+from ..core.words import counted
 
 _MAX_DEPTH = 64
 

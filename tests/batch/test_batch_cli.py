@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from mylm.protocol.parser import format_tool_call
-from mylm.types import ToolCall
+from mylm.core.types import ToolCall
 from tests.cli.cli_support import invoke
 from tests.support import default_sigint
 from tests.providers.servers import OpenAIServer

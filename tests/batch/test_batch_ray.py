@@ -11,7 +11,7 @@ from typing import Any, Iterator
 import pytest
 
 from mylm.batch import BatchEvent, Task, run_batch
-from mylm.cancel import CancelToken
+from mylm.core.cancel import CancelToken
 from mylm.cli.batch_agent import BatchAgentFactory
 from tests.providers.servers import Hang, OpenAIServer
 

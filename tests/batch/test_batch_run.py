@@ -9,11 +9,11 @@ from typing import Any
 
 from mylm import Agent
 from mylm.batch import BatchEvent, RateGate, Task, run_batch
-from mylm.cancel import CancelToken
+from mylm.core.cancel import CancelToken
 from mylm.protocol.parser import format_tool_call
 from mylm.providers import Endpoint, create_llm
 from mylm.tools import builtin_tools
-from mylm.types import Permission, ToolCall
+from mylm.core.types import Permission, ToolCall
 from tests.providers.helpers import FAST_RETRY
 from tests.providers.servers import Completion, Hang, HTTPError, OpenAIServer
 

@@ -15,7 +15,7 @@ from click.testing import CliRunner, Result
 from mylm.cli import Terminal, cli
 from mylm.protocol.parser import format_tool_call
 from mylm.testing import ScriptedLLM
-from mylm.types import ToolCall
+from mylm.core.types import ToolCall
 from tests.support import default_sigint
 
 #: An upper bound for one expected output in a pseudo-terminal; a failing test ends here instead of hanging.

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from cli_support import FakeTerminal, call, invoke
 
-from mylm.errors import EndpointUnreachableError
+from mylm.core.errors import EndpointUnreachableError
 from mylm.testing import ScriptedLLM
 
 

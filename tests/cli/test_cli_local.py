@@ -177,16 +177,16 @@ def test_help_never_imports_the_engine(subprocess_env: dict[str, str], args: lis
 def test_without_the_extra_the_default_server_error_offers_it(monkeypatch: pytest.MonkeyPatch) -> None:
     from mylm.cli import runner
     from mylm.config import load_settings
-    from mylm.errors import EndpointUnreachableError
+    from mylm.core.errors import EndpointUnreachableError
     from mylm.llm import LLMRequest
     from mylm.testing import ScriptedLLM
-    from mylm.types import Message
+    from mylm.core.types import Message
 
     settings = load_settings({})
     assert runner.nothing_configured(settings)
-    monkeypatch.setattr("mylm.providers.local.engine_available", lambda: True)
+    monkeypatch.setattr("mylm.providers.local_engine.engine_available", lambda: True)
     assert runner.make_endpoint(settings).provider == "local"
-    monkeypatch.setattr("mylm.providers.local.engine_available", lambda: False)
+    monkeypatch.setattr("mylm.providers.local_engine.engine_available", lambda: False)
     assert runner.make_endpoint(settings).provider is None  # a local Ollama, as before
     refused = EndpointUnreachableError("cannot reach the ollama endpoint at http://localhost:11434: refused")
     wrapped = runner._SuggestLocal(ScriptedLLM([refused]))

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from cli_support import Gate, call, finish, read_fifo_line, spawn, spawn_shell, transcripts, write_script
 
-from mylm.paths import data_dir
+from mylm.core.paths import data_dir
 from mylm.sessions import INTERRUPTED, load
 from tests.support import running
 

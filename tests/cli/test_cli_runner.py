@@ -8,10 +8,10 @@ from mylm.agent import Agent
 from mylm.cli.record import Recorder
 from mylm.cli.runner import run_exchange
 from mylm.config import Settings
-from mylm.redact import Redactor
+from mylm.core.redact import Redactor
 from mylm.sessions import INTERRUPTED, load, read_records, sessions_dir
 from mylm.testing import ScriptedLLM
-from mylm.types import Message, StopReason, TextEvent
+from mylm.core.types import Message, StopReason, TextEvent
 
 
 def recorder() -> Recorder:
@@ -61,7 +61,7 @@ def test_runner_compacted_conversation_continues_and_is_recorded(tmp_path: Path)
 
 
 def test_runner_failed_turn_adds_no_marker_text_and_the_next_request_still_alternates(tmp_path: Path) -> None:
-    from mylm.errors import EndpointUnreachableError
+    from mylm.core.errors import EndpointUnreachableError
 
     agent = Agent(ScriptedLLM([EndpointUnreachableError("down")]))
     turn = run_exchange(agent, "q", (Message("user", "a"), Message("assistant", "b")), lambda event: None)

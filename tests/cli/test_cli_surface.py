@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from cli_support import FakeTerminal, call, finish, invoke, sessions_dir, spawn, transcripts
 
-from mylm.errors import EndpointUnreachableError
+from mylm.core.errors import EndpointUnreachableError
 from mylm.prompts import packaged_prompts_dir
 from mylm.sessions import INTERRUPTED, load
 from mylm.testing import ScriptedLLM
-from mylm.types import Message
+from mylm.core.types import Message
 
 COMMANDS = ["ask", "chat", "sessions", "prompts", "memory", "tools", "config", "models", "completion"]
 

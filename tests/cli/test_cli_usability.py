@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from cli_support import call, finish, invoke, spawn, transcripts, write_script
 
-from mylm.errors import RunTimeoutError
+from mylm.core.errors import RunTimeoutError
 from mylm.sessions import load
 from mylm.testing import ScriptedLLM, ScriptedReply
-from mylm.types import Usage
+from mylm.core.types import Usage
 
 
 def _closed_port() -> int:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mylm.redact import REDACTED, Redactor, public_url, url_secrets
+from mylm.core.redact import REDACTED, Redactor, public_url, url_secrets
 
 SHAPES = {
     "openai": "sk-proj-AbCdEfGhIjKlMnOpQrStUvWx",

@@ -7,7 +7,7 @@ import pytest
 from mylm import Agent, tool
 from mylm.protocol.parser import format_tool_call
 from mylm.testing import ScriptedLLM
-from mylm.types import StopReason, ToolCall
+from mylm.core.types import StopReason, ToolCall
 
 
 @tool

@@ -15,7 +15,7 @@ from mylm.constrain import ToolSpec, compile_protocol
 from mylm.protocol.canonical import format_tool_call
 from mylm.protocol.parser import parse_completion
 from mylm.tools.validation import validate
-from mylm.types import ToolCall
+from mylm.core.types import ToolCall
 from tests.constrain.gbnf_support import accepts, parse_gbnf, sample
 from tests.support import engine_missing
 
@@ -268,7 +268,7 @@ def test_llama_cpp_compiles_the_grammars() -> None:
     reason = engine_missing(needs=())
     if reason is not None:
         pytest.skip(reason)
-    from mylm.providers.local import _module  # the engine imported as mylm imports it (its /dev/null closed)
+    from mylm.providers.local_engine import _module  # the engine as mylm imports it (its /dev/null closed)
 
     llama_cpp = _module("llama_cpp")
     specs = _builtin_specs()

@@ -12,11 +12,45 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from mylm.protocol.canonical import format_tool_call
-from mylm.types import ToolCall
+from mylm.core.types import ToolCall
 from tests.support import REPO_ROOT
 
 #: How long a test waits for the server to say where it listens (starting Python and the SDK).
 START_TIMEOUT = 60.0
+
+
+def needs_sdk(module: str, extra: str) -> Any:
+    """Skip without the SDK of a front end, saying which extra installs it; on CI (which installs the extras and
+    sets MYLM_REQUIRE_DELEGATE_SDKS) a missing SDK fails instead."""
+    import importlib.util
+
+    import pytest
+
+    missing = importlib.util.find_spec(module) is None and not os.environ.get("MYLM_REQUIRE_DELEGATE_SDKS")
+    return pytest.mark.skipif(missing, reason=f"the {module} SDK is not installed: pip install 'mylm[{extra}]'")
+
+
+class SleepingCommand:
+    """A command that says it started (a line into a FIFO in the workspace) and then sleeps, found on the host
+    by a sleep argument no other process has: the command runs in the sandbox's own PID namespace, where `$$`
+    means nothing to the test."""
+
+    def __init__(self, workspace: Path) -> None:
+        self.fifo = workspace / "ready.fifo"
+        os.mkfifo(self.fifo)
+        self.token = f"300.{os.getpid()}{id(self.fifo) % 1000:03d}"
+        self.command = f"echo ready > ready.fifo; sleep {self.token}; echo never"
+
+    def wait_ready(self) -> None:
+        """Block until the command has started (it opens the FIFO)."""
+        with open(self.fifo, encoding="utf-8") as handle:
+            handle.readline()
+
+    def sleepers(self) -> list[int]:
+        """The command's sleep processes still alive."""
+        from tests.support import running
+
+        return running("sleep", self.token)
 
 
 def call(name: str, **arguments: Any) -> str:
@@ -51,8 +85,15 @@ def stdio(args: Sequence[str], env: dict[str, str], cwd: Path) -> Any:
 @contextmanager
 def http_server(args: Sequence[str], env: dict[str, str], cwd: Path) -> Iterator[str]:
     """`mylm mcp --port 0 ARGS` in a child process; yields the URL it printed, stops it afterwards."""
+    with server_process(["mcp", "--port", "0", *args], env, cwd, "MCP server on ") as url:
+        yield url
+
+
+@contextmanager
+def server_process(args: Sequence[str], env: dict[str, str], cwd: Path, marker: str) -> Iterator[str]:
+    """`mylm ARGS` in a child process; yields the URL it printed after `marker` on stderr, stops it afterwards."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "mylm", "mcp", "--port", "0", *args], env=env, cwd=cwd,
+        [sys.executable, "-m", "mylm", *args], env=env, cwd=cwd,
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -60,11 +101,11 @@ def http_server(args: Sequence[str], env: dict[str, str], cwd: Path) -> Iterator
         lines = []
         for line in process.stderr:  # ends when the child exits, so a crash cannot hang the test
             lines.append(line)
-            if "MCP server on " in line:
-                url = line.split("MCP server on ", 1)[1].strip()
+            if marker in line:
+                url = line.split(marker, 1)[1].split()[0].strip()
                 break
         else:
-            raise AssertionError(f"mylm mcp --port 0 did not start: {''.join(lines)}")
+            raise AssertionError(f"mylm {' '.join(args)} did not start: {''.join(lines)}")
         # Keep reading, so the server never blocks on a full stderr pipe.
         drain = threading.Thread(target=lambda: [lines.append(x) for x in process.stderr], daemon=True)  # type: ignore[union-attr]
         drain.start()
@@ -80,12 +121,17 @@ def http_server(args: Sequence[str], env: dict[str, str], cwd: Path) -> Iterator
             process.stderr.close()
 
 
-def mcp_sessions(data_home: Path) -> list[list[dict[str, Any]]]:
-    """Every session `mylm mcp` saved under the XDG data dir, as its records."""
+def saved_sessions(data_home: Path, command: str) -> list[list[dict[str, Any]]]:
+    """Every session `mylm COMMAND` saved under the XDG data dir, as its records."""
     directory = data_home / "mylm" / "sessions"
     found = []
     for path in sorted(directory.glob("*.jsonl")) if directory.is_dir() else []:
         records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        if records and records[0].get("command") == "mcp":
+        if records and records[0].get("command") == command:
             found.append(records)
     return found
+
+
+def mcp_sessions(data_home: Path) -> list[list[dict[str, Any]]]:
+    """Every session `mylm mcp` saved under the XDG data dir, as its records."""
+    return saved_sessions(data_home, "mcp")

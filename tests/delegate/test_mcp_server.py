@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.delegate.mcp_support import call, child_env, http_server, mcp_sessions, stdio, write_script
-from tests.support import running
+from tests.delegate.mcp_support import SleepingCommand, call, child_env, http_server, mcp_sessions, stdio, write_script
 
 pytestmark = [
     pytest.mark.slow,
@@ -220,20 +219,9 @@ def test_cancelling_mid_command_stops_the_run_and_its_process_group(
     import anyio
     from mcp import Client
 
-    fifo = isolated_user_state / "ready.fifo"
-    os.mkfifo(fifo)
-    # The command runs in the sandbox's own PID namespace, where `$$` means nothing to this process: it is found
-    # on the host by a sleep argument no other process has.
-    token = f"300.{os.getpid()}{id(fifo) % 1000:03d}"
-    script = write_script(tmp_path / "script.json", [
-        call("execute_command", command=f"echo ready > ready.fifo; sleep {token}; echo never"), "unused"])
-
-    def sleepers() -> list[int]:
-        return running("sleep", token)
-
-    def wait_ready() -> None:
-        with open(fifo, encoding="utf-8") as handle:  # blocks until the command opens it
-            handle.readline()
+    sleeping = SleepingCommand(isolated_user_state)
+    script = write_script(tmp_path / "script.json", [call("execute_command", command=sleeping.command), "unused"])
+    sleepers, wait_ready = sleeping.sleepers, sleeping.wait_ready
 
     async def cancel_mid_command(server: Any) -> None:
         async with Client(server) as client:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mylm.delegate import Bounds
-from mylm.errors import WorkspaceRefusedError
+from mylm.core.errors import WorkspaceRefusedError
 
 
 @pytest.fixture

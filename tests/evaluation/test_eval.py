@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from mylm.errors import ConfigError
+from mylm.core.errors import ConfigError
 from mylm.evaluation import judge_turn, load_suite, run_task, totals
 from mylm.evaluation.suite import default_suite_path
 from mylm.llm import FinishChunk
 from mylm.protocol.parser import format_tool_call
 from mylm.testing import ScriptedLLM
-from mylm.types import ToolCall
+from mylm.core.types import ToolCall
 from tests.cli.cli_support import invoke
 from tests.providers.servers import OpenAIServer
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from typing import Iterable, Iterator
 
-from mylm.cancel import CancelToken
+from mylm.core.cancel import CancelToken
 from mylm.llm import FinishChunk, LLMChunk, LLMRequest, ReasoningChunk, TextChunk
 from mylm.protocol.stops import DEFAULT_STOPS
 from mylm.providers.failures import RetryPolicy
-from mylm.types import Message
+from mylm.core.types import Message
 
 #: Retries without real waiting, and a fixed jitter, so retry tests are fast and deterministic.
 FAST_RETRY = RetryPolicy(base_delay=0.001, max_delay=0.01, max_retry_after=30.0, random=lambda: 0.0)

@@ -7,13 +7,13 @@ import sys
 
 import pytest
 
-from mylm.errors import ConfigError, HTTPStatusError, RateLimitError, ServerError
+from mylm.core.errors import ConfigError, HTTPStatusError, RateLimitError, ServerError
 from mylm.prompts import PromptLoader
 from mylm.providers import PROVIDERS, Endpoint, infer_provider
 from mylm.providers.base import merge_turns, model_rejects_stop, normalise_base_url, redact_url
 from mylm.providers.failures import RetryPolicy, error_fields, parse_failure, retry_after_seconds
 from mylm.providers.formats import CHAT_FORMATS, chat_format, render_prompt
-from mylm.types import Message
+from mylm.core.types import Message
 
 
 def test_endpoint_defaults_to_a_local_ollama() -> None:
@@ -211,7 +211,7 @@ def test_transport_connect_timeout_is_not_blamed_on_the_deadline() -> None:
 
     import requests
 
-    from mylm.errors import EndpointUnreachableError
+    from mylm.core.errors import EndpointUnreachableError
     from mylm.providers.failures import Place
     from mylm.providers.transport import CallGuard, HTTPCall, send
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mylm.errors import StreamError
+from mylm.core.errors import StreamError
 from mylm.llm import FinishChunk, ReasoningChunk, TextChunk
 from mylm.providers import Endpoint, create_llm
 from mylm.providers.framing import LineSplitter

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from mylm.constrain import TRIGGER, ToolSpec, compile_protocol
-from mylm.errors import UnsupportedConstraintError
+from mylm.core.errors import UnsupportedConstraintError
 from mylm.llm import Constraint, LLMRequest
 from mylm.providers import Endpoint, create_llm
 from tests.providers.helpers import FAST_RETRY, collect, request

@@ -9,7 +9,7 @@ import pytest
 
 from mylm.providers import Endpoint, create_llm, transport
 from mylm.providers.failures import Place
-from mylm.turn import stream_turn
+from mylm.agent.turn import stream_turn
 from tests.providers.helpers import TOOL_CALL, collect, request
 from tests.providers.servers import Completion, OpenAIServer
 

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from mylm.cancel import CancelToken
-from mylm.errors import CancelledError, ConfigError, ContextOverflowError, LLMError, LLMTimeoutError
+from mylm.core.cancel import CancelToken
+from mylm.core.errors import CancelledError, ConfigError, ContextOverflowError, LLMError, LLMTimeoutError
 from mylm.llm import Constraint, FinishChunk, LLMRequest, TextChunk
 from mylm.protocol.parser import parse_completion
 from mylm.providers import Endpoint, create_llm
-from mylm.providers.local import LocalModel, check_gguf
-from mylm.types import Message
+from mylm.providers.local import LocalModel
+from mylm.providers.local_engine import check_gguf
+from mylm.core.types import Message
 from tests.providers.engine_support import exact_grammar, write_tiny_llama
 from tests.providers.helpers import TOOL_CALL, collect, request
 from tests.providers.local_support import need_engine, real_model
@@ -181,7 +182,9 @@ def test_loading_the_engine_leaves_no_file_open_at_exit(subprocess_env: dict[str
     reason = engine_missing(needs=())
     if reason is not None:
         pytest.skip(reason)
-    code = "from mylm.providers.local import _module; _module('llama_cpp'); _module('llama_cpp._internals')"
+    code = (
+        "from mylm.providers.local_engine import _module; _module('llama_cpp'); _module('llama_cpp._internals')"
+    )
     done = subprocess.run([sys.executable, "-W", "always::ResourceWarning", "-c", code], env=subprocess_env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stderr == "", done.stderr

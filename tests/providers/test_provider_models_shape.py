@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from mylm.errors import StreamError
+from mylm.core.errors import StreamError
 from mylm.providers import Endpoint, list_models
 from tests.providers.servers import OpenAIServer, RecordedRequest
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from mylm.errors import StreamError
+from mylm.core.errors import StreamError
 from mylm.providers import Endpoint, create_llm
-from mylm.types import Message
+from mylm.core.types import Message
 from tests.providers.helpers import FAST_RETRY, collect, request
 from tests.providers.native_servers import AnthropicServer, GeminiServer, LlamaCppServer, OllamaServer
 from tests.providers.servers import Completion, LoopbackServer, Raw, sse
@@ -221,7 +221,7 @@ def test_llamacpp_apply_template_is_retried_while_the_model_loads() -> None:
 
 
 def test_llamacpp_apply_template_auth_failure_is_an_authentication_error() -> None:
-    from mylm.errors import AuthenticationError
+    from mylm.core.errors import AuthenticationError
 
     with LlamaCppServer(template=True) as server:
         server.other = lambda request: (401, {"error": {"code": 401, "message": "Invalid API Key"}})  # type: ignore[method-assign]

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from mylm.cancel import CancelToken
-from mylm.errors import (
+from mylm.core.cancel import CancelToken
+from mylm.core.errors import (
     AuthenticationError,
     CancelledError,
     ContextOverflowError,
@@ -26,7 +26,7 @@ from mylm.errors import (
 from mylm.llm import TextChunk
 from mylm.providers import Endpoint, create_llm, list_models
 from mylm.providers.openai import OpenAIChat, OpenAICompletions
-from mylm.types import Usage
+from mylm.core.types import Usage
 from tests.providers.helpers import FAST_RETRY, TOOL_CALL, collect, read_until_call, request
 from tests.providers.servers import (
     FILLER,

@@ -8,8 +8,8 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from mylm.cancel import CancelToken
-from mylm.errors import (
+from mylm.core.cancel import CancelToken
+from mylm.core.errors import (
     AuthenticationError,
     CancelledError,
     ConfigError,
@@ -20,7 +20,7 @@ from mylm.errors import (
 from mylm.llm import TextChunk
 from mylm.providers import Endpoint, create_llm, list_models
 from mylm.providers.engine import HTTPProvider
-from mylm.types import Usage
+from mylm.core.types import Usage
 from tests.providers.helpers import FAST_RETRY, TOOL_CALL, collect, read_until_call, request
 from tests.providers.native_servers import AnthropicServer, GeminiServer, LlamaCppServer, OllamaServer
 from tests.providers.servers import (

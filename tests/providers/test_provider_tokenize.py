@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from mylm.cancel import CancelToken
-from mylm.errors import AuthenticationError, CancelledError, LLMError, LLMTimeoutError
+from mylm.core.cancel import CancelToken
+from mylm.core.errors import AuthenticationError, CancelledError, LLMError, LLMTimeoutError
 from mylm.llm import LLMRequest
 from mylm.providers import Endpoint, create_llm
-from mylm.types import Message
+from mylm.core.types import Message
 from tests.providers.helpers import FAST_RETRY, HANG_GUARD, collect
 from tests.providers.native_servers import LlamaCppServer
 from tests.providers.servers import HTTPError, LoopbackServer, OpenAIServer, Raw, RecordedRequest, Reply

@@ -19,7 +19,7 @@ from sandbox_support import require
 
 from mylm.protocol.parser import format_tool_call
 from mylm.sandbox import detect
-from mylm.types import ToolCall
+from mylm.core.types import ToolCall
 
 pytestmark = pytest.mark.slow
 
@@ -135,7 +135,7 @@ def test_sandbox_cli_auto_approved_commands_are_read_only(victim: dict[str, str]
     # ...and even a command the policy misread would be held to reading: the grant is what the kernel enforces.
     from mylm.approval import ApprovalPolicy, decide
     from mylm.tools.shell import shell_tool
-    from mylm.types import ToolCall as Call
+    from mylm.core.types import ToolCall as Call
 
     tool = shell_tool(Path.cwd())
     decision = decide(Call("execute_command", {"command": "ls"}), tool, ApprovalPolicy(Path.cwd()))

@@ -10,7 +10,7 @@ import pytest
 from sandbox_support import landlock_sandbox
 
 from mylm.tools.shell import CommandResult, child_environment, run_command
-from mylm.types import Grant
+from mylm.core.types import Grant
 
 
 def run(grant: Grant, command: str, workspace: Path) -> CommandResult:

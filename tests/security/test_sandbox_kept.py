@@ -15,7 +15,7 @@ from sandbox_support import landlock_sandbox
 from mylm.sandbox import Sandbox, protect_process
 from mylm.sandbox.rulesets import KEPT_LAUNCHERS, kept_rulesets
 from mylm.tools.shell import CommandResult, child_environment, run_command
-from mylm.types import Grant
+from mylm.core.types import Grant
 
 
 @pytest.fixture(autouse=True)
@@ -163,7 +163,7 @@ def test_a_forked_child_runs_read_only_commands(isolated_user_state: Path) -> No
 
 def test_a_launcher_that_cannot_confine_itself_runs_nothing(tmp_path: Path) -> None:
     """A descriptor that is not a Landlock ruleset: the launcher fails before it serves, and says why."""
-    from mylm.errors import ToolError
+    from mylm.core.errors import ToolError
     from mylm.sandbox.launcher import Launcher, LauncherSpec
 
     null = os.open(os.devnull, os.O_RDONLY)

@@ -15,7 +15,7 @@ import pytest
 from sandbox_support import landlock_sandbox
 
 from mylm.tools.shell import child_environment, run_command
-from mylm.types import Grant
+from mylm.core.types import Grant
 
 pytestmark = pytest.mark.skipif(platform.machine() != "x86_64", reason="the probes use x86-64 numbers")
 
@@ -272,7 +272,7 @@ def test_an_unprivileged_user_gets_the_same_containers_through_a_user_namespace(
     import pwd
     import shutil
 
-    from mylm.paths import __file__ as paths_file
+    from mylm.core.paths import __file__ as paths_file
 
     python = shutil.which("python3", path="/usr/bin:/bin")
     if os.geteuid() != 0 or python is None:

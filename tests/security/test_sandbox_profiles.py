@@ -12,7 +12,7 @@ from sandbox_support import landlock_sandbox, make
 
 from mylm.sandbox import Sandbox
 from mylm.tools.shell import CommandResult, child_environment, run_command
-from mylm.types import Grant
+from mylm.core.types import Grant
 
 
 def run(sandbox: Sandbox, grant: Grant, command: str, workspace: Path) -> CommandResult:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mylm.redact import REDACTED, Redactor, is_secret_name, redact
+from mylm.core.redact import REDACTED, Redactor, is_secret_name, redact
 
 ENV = {
     "DB_PASS": "canary-pass-0001",

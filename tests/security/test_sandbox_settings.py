@@ -11,12 +11,12 @@ from click.testing import CliRunner, Result
 from mylm.approval import ApprovalPolicy, decide
 from mylm.cli import Terminal, cli
 from mylm.config import load_settings
-from mylm.errors import ConfigError
+from mylm.core.errors import ConfigError
 from mylm.protocol.parser import format_tool_call
 from mylm.sandbox import detect
 from mylm.testing import ScriptedLLM
 from mylm.tools.shell import shell_tool
-from mylm.types import ToolCall
+from mylm.core.types import ToolCall
 
 
 class FakeTerminal(Terminal):

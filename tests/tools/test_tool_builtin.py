@@ -8,7 +8,7 @@ from typing import Callable
 
 import pytest
 
-from mylm.errors import ConfigError
+from mylm.core.errors import ConfigError
 from mylm.tools import ToolContext, ToolRegistry, builtin_tools, run_tool
 from mylm.tools.builtin import ToolSettings
 

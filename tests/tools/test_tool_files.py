@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mylm.errors import ToolError
+from mylm.core.errors import ToolError
 from mylm.tools import ToolContext, run_tool
 from mylm.tools.files import MAX_READ_BYTES, edit_text, file_tools, list_entries, read_text, write_text
 from mylm.tools.paths import Workspace
@@ -320,7 +320,7 @@ def test_files_empty_and_dot_like_paths_name_the_workspace(tree: Path, path: str
 
 def test_files_counts_say_one_line_not_one_lines(workspace: Path) -> None:
     # Issue 20: "1 lines", "1 more lines", "1 directories".
-    from mylm.display import summarise_output
+    from mylm.cli.display import summarise_output
 
     ws = Workspace(workspace)
     assert write_text(ws, "one.txt", "x\n") == "Wrote 2 bytes (1 line) to one.txt (new file)."

@@ -12,7 +12,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from mylm.errors import ConfigError
+from mylm.core.errors import ConfigError
 from mylm.tools import ToolContext, run_tool
 from mylm.tools.mcp import McpServerConfig, McpServers, open_mcp_servers, parse_mcp_config
 

@@ -13,7 +13,7 @@ from typing import Callable
 
 import pytest
 
-from mylm.errors import ConfigError
+from mylm.core.errors import ConfigError
 from mylm.tools import ToolContext, run_tool
 from mylm.tools.mcp import open_mcp_servers
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from mylm.approval import Answer, ApprovalPolicy, Approver, Decision, decide
-from mylm.errors import ConfigError
+from mylm.core.errors import ConfigError
 from mylm.tools import Tool, tool
 from mylm.tools.shell import shell_tool
-from mylm.types import ToolCall
+from mylm.core.types import ToolCall
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from mylm.approval.bash import MAX_COMMAND, NotPlain, agrees, character_problem,
 from mylm.approval.commands import classify
 from mylm.approval.shell_syntax import parse
 from mylm.tools.shell import shell_tool
-from mylm.types import ToolCall
+from mylm.core.types import ToolCall
 from tests.security.attempts import SECRET_TEXT, Attempt, all_attempts, plant
 
 ATTEMPTS = all_attempts()

@@ -16,7 +16,7 @@ from mylm.sandbox import detect
 from mylm.tools.base import ToolContext
 from mylm.tools.environment import NEUTRAL_SETTINGS, neutral_env, neutralised
 from mylm.tools.shell import shell_tool
-from mylm.types import ToolCall
+from mylm.core.types import ToolCall
 from tests.security.gitscenes import HOOKS, TRICKS, git, plain, poison, poisoned
 
 COMMANDS = ("git status", "git diff", "git log -p", "git show --stat", "git diff --stat")

@@ -18,7 +18,7 @@ from mylm.approval import ApprovalPolicy, decide
 from mylm.approval.commands import classify
 from mylm.approval.expand import MAX_WORDS, Unexpandable, expand
 from mylm.tools.shell import shell_tool
-from mylm.types import ToolCall
+from mylm.core.types import ToolCall
 from tests.tools.test_tool_policy_exploits import run
 
 PWN = "x[$(touch PWNED)]"

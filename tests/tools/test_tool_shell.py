@@ -14,8 +14,8 @@ from typing import Callable
 
 import pytest
 
-from mylm.cancel import CancelToken
-from mylm.errors import CancelledError
+from mylm.core.cancel import CancelToken
+from mylm.core.errors import CancelledError
 from mylm.tools import ToolContext, run_tool
 from mylm.tools.shell import ShellLimits, child_environment, run_command, shell_tool
 

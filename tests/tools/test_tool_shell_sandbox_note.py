@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from mylm.errors import ToolError
+from mylm.core.errors import ToolError
 from mylm.prompts import PromptLoader, tool_view
 from mylm.sandbox import Sandbox, landlock
 from mylm.tools.base import ToolContext
 from mylm.tools.shell import shell_tool
-from mylm.types import Grant
+from mylm.core.types import Grant
 
 
 def _sandbox(network: bool = True) -> Sandbox:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Generator
 
-from .cancel import CancelToken
-from .types import Event, RunResult
+from ..core.cancel import CancelToken
+from ..core.types import Event, RunResult
 
 
 class AgentStream:

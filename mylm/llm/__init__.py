@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Iterator, Mapping, Protocol, Sequence, Union, runtime_checkable
 
-from .cancel import CancelToken
-from .constrain.select import CONSTRAIN_MODES as CONSTRAIN_MODES
-from .constrain.select import ConstrainMode as ConstrainMode
-from .constrain.select import Constraint as Constraint
-from .errors import ConfigError
-from .types import Message, Usage
+from ..core.cancel import CancelToken
+from ..constrain.select import CONSTRAIN_MODES as CONSTRAIN_MODES
+from ..constrain.select import ConstrainMode as ConstrainMode
+from ..constrain.select import Constraint as Constraint
+from ..core.errors import ConfigError
+from ..core.types import Message, Usage
 
 #: The providers that can forward tools natively (`LLMRequest.native`), for messages naming them.
 NATIVE_TOOL_PROVIDERS = ("openai",)
@@ -140,10 +140,10 @@ class LLM(Protocol):
     """A model endpoint: streams one completion for a request.
 
     Implementations yield `TextChunk`/`ReasoningChunk` items and at most one final `FinishChunk`; they raise
-    `mylm.errors.LLMError` subclasses for failures, honour `request.deadline` inside blocking reads, and release
-    the connection when the consumer closes the generator early (the agent does so once a complete tool call
-    has arrived, so a server that ignores stop strings costs nothing extra). An endpoint that renders the chat
-    template itself also tells the loop what it rendered: see `PromptRenderingLLM`.
+    `LLMError` subclasses (`mylm.core.errors`) for failures, honour `request.deadline` inside blocking reads,
+    and release the connection when the consumer closes the generator early (the agent does so once a complete
+    tool call has arrived, so a server that ignores stop strings costs nothing extra). An endpoint that
+    renders the chat template itself also tells the loop what it rendered: see `PromptRenderingLLM`.
     """
 
     def stream(self, request: LLMRequest) -> Iterator[LLMChunk]:

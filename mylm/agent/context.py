@@ -6,13 +6,13 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from .llm import LLMRequest, alternating
-from .types import CompactionEvent, Message, Usage
+from ..llm import LLMRequest, alternating
+from ..core.types import CompactionEvent, Message, Usage
 
 if TYPE_CHECKING:
-    from .cancel import CancelToken
-    from .llm import LLM
-    from .prompts import PromptLoader
+    from ..core.cancel import CancelToken
+    from ..llm import LLM
+    from ..prompts import PromptLoader
 
 logger = logging.getLogger("mylm.agent")
 

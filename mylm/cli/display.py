@@ -8,8 +8,8 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import IO, Any, Callable, Protocol
 
-from .redact import Redactor, StreamRedactor
-from .types import (
+from ..core.redact import Redactor, StreamRedactor
+from ..core.types import (
     CompactionEvent,
     ErrorEvent,
     Event,
@@ -22,7 +22,7 @@ from .types import (
     ToolCallEvent,
     ToolResultEvent,
 )
-from .words import counted
+from ..core.words import counted
 
 # Escape sequences a terminal would execute: CSI, OSC (ended by BEL or ST), DCS/SOS/PM/APC, 8-bit CSI,
 # and any other two-byte ESC sequence.

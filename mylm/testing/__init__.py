@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Literal, Sequence, Union
 
-from .llm import FinishChunk, LLMChunk, LLMRequest, ReasoningChunk, TextChunk
-from .types import Usage
+from ..llm import FinishChunk, LLMChunk, LLMRequest, ReasoningChunk, TextChunk
+from ..core.types import Usage
 
 StopBehaviour = Literal["honour", "ignore", "include"]
 

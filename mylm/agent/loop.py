@@ -1,4 +1,4 @@
-"""The agent loop: ask the model for a turn (`mylm.step`), then take its answer, correct it or run its calls (a
+"""The agent loop: ask the model for a turn (`step`), then take its answer, correct it or run its calls (a
 `ToolRunner`), and repeat; every knob is in `AgentConfig`."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .agent_config import AgentConfig, BeforeFinishHook, PermissionHook
-from .cancel import CancelToken
+from .config import AgentConfig, BeforeFinishHook, PermissionHook
+from ..core.cancel import CancelToken
 from .context import Compactor
-from .decoding import clean_text
-from .errors import (
+from ..core.decoding import clean_text
+from ..core.errors import (
     CancelledError,
     LLMTimeoutError,
     MylmError,
@@ -22,16 +22,16 @@ from .errors import (
     RunTimeoutError,
     UnusableRepliesError,
 )
-from .llm import LLM, Constraint
-from .prompts import PromptLoader
+from ..llm import LLM, Constraint
+from ..prompts import PromptLoader
 from .run_state import RunState
 from .step import ModelStep, StepOutcome, Steps
 from .streams import AgentStream
 from .tool_runner import ToolRunner
-from .tools.outputs import OutputCache
-from .tools.registry import ToolRegistry
+from ..tools.outputs import OutputCache
+from ..tools.registry import ToolRegistry
 from .turn import ModelTurn
-from .types import (
+from ..core.types import (
     ContinueEvent,
     ErrorEvent,
     FinalResponseEvent,
@@ -44,7 +44,7 @@ from .types import (
 
 if TYPE_CHECKING:
     from .aio import AsyncAgentStream
-    from .tools.base import Tool
+    from ..tools.base import Tool
 
 logger = logging.getLogger("mylm.agent")
 # A library's log is the application's to show: without this, Python's last-resort handler would print

@@ -6,7 +6,7 @@ Use it with any tool descriptions (anything with `name`, `description` and `para
 
     import time
     from mylm import Message
-    from mylm.step import ModelStep, StepConfig, ToolDefinition, drain
+    from mylm.agent.step import ModelStep, StepConfig, ToolDefinition, drain
     from mylm.testing import ScriptedLLM
 
     weather = ToolDefinition("get_weather", "The weather in a city.",
@@ -38,21 +38,21 @@ from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
-from .cancel import CancelToken
-from .constrain.select import TOOL_CHOICES, ConstrainMode, select_constraints
+from ..core.cancel import CancelToken
+from ..constrain.select import TOOL_CHOICES, ConstrainMode, select_constraints
 from .context import TokenEstimator
 from .corrections import TEMPLATES, Corrections
-from .decoding import clean_text
-from .llm import LLM, Constraint, LLMRequest, Sampling, alternating
-from .prompts import PromptLoader, tool_view
-from .protocol.canonical import format_tool_call
-from .protocol.defuse import defuse_special_tokens, neutralise
-from .protocol.examples import example_arguments, example_tool
-from .protocol.stops import DEFAULT_STOPS, OBSERVATION_STOP, TOOL_STOP
-from .protocol.tags import with_markers
-from .tools.validation import validate
+from ..core.decoding import clean_text
+from ..llm import LLM, Constraint, LLMRequest, Sampling, alternating
+from ..prompts import PromptLoader, tool_view
+from ..protocol.canonical import format_tool_call
+from ..protocol.defuse import defuse_special_tokens, neutralise
+from ..protocol.examples import example_arguments, example_tool
+from ..protocol.stops import DEFAULT_STOPS, OBSERVATION_STOP, TOOL_STOP
+from ..protocol.tags import with_markers
+from ..tools.validation import validate
 from .turn import ModelTurn, cut_mid_thought, stream_turn
-from .types import ErrorEvent, Event, Message, ModelCallEvent, ToolCall, Usage, UsageEvent
+from ..core.types import ErrorEvent, Event, Message, ModelCallEvent, ToolCall, Usage, UsageEvent
 
 logger = logging.getLogger("mylm.agent")
 
@@ -305,7 +305,7 @@ class ModelStep:
         be run as it is, the observation telling the model why: an unknown tool, one the tool choice refuses, or
         arguments that break the schema (escalated like every correction when the same mistake comes again)."""
         # Imported here: the tools package is heavy, and only a caller without tools of its own needs it.
-        from .tools.validation import validate
+        from ..tools.validation import validate
 
         tools = {t.name: t for t in (*self.tools, *self.unlisted)}
         tool = tools.get(call.name)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .streams import AgentStream
-    from .types import Event, RunResult
+    from ..core.types import Event, RunResult
 
 _DONE = object()
 

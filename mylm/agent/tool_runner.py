@@ -10,22 +10,22 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
-from .agent_config import AgentConfig
-from .cancel import hook_deadline
-from .constrain.select import TOOL_CHOICES
-from .decoding import clean_text
-from .errors import CancelledError
-from .prompts import PromptLoader
-from .protocol.canonical import format_tool_call
-from .protocol.defuse import neutralise
-from .protocol.parsed import ParsedTurn
+from .config import AgentConfig
+from ..core.cancel import hook_deadline
+from ..constrain.select import TOOL_CHOICES
+from ..core.decoding import clean_text
+from ..core.errors import CancelledError
+from ..prompts import PromptLoader
+from ..protocol.canonical import format_tool_call
+from ..protocol.defuse import neutralise
+from ..protocol.parsed import ParsedTurn
 from .run_state import RunState
 from .step import Steps
-from .tools.base import Tool, ToolContext, ToolOutcome
-from .tools.bounded import run_bounded
-from .tools.outputs import OutputCache, cut_middle
-from .tools.registry import ToolRegistry
-from .types import (
+from ..tools.base import Tool, ToolContext, ToolOutcome
+from ..tools.bounded import run_bounded
+from ..tools.outputs import OutputCache, cut_middle
+from ..tools.registry import ToolRegistry
+from ..core.types import (
     ApprovalEvent,
     ErrorEvent,
     Message,

@@ -6,11 +6,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .cancel import CancelToken
+from ..core.cancel import CancelToken
 from .corrections import Corrections
-from .errors import RunTimeoutError
+from ..core.errors import RunTimeoutError
 from .step import Meter
-from .types import Event, Message
+from ..core.types import Event, Message
 
 
 @dataclass

@@ -8,13 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .llm import ConstrainMode
+from ..llm import ConstrainMode
 from .step import StepConfig, ToolChoice
-from .types import Message, Permission, ToolCall
+from ..core.types import Message, Permission, ToolCall
 
 if TYPE_CHECKING:
-    from .prompts import PromptLoader
-    from .tools.base import Tool
+    from ..prompts import PromptLoader
+    from ..tools.base import Tool
 
 #: Asked before each call runs: allow it (with a grant for the sandbox), or deny it with a reason the model reads.
 PermissionHook = Callable[[ToolCall, "Tool"], Permission]
@@ -42,7 +42,7 @@ class AgentConfig:
     #: What `timeout` is measured on (tests pass a fake).
     clock: Callable[[], float] = time.monotonic
 
-    # The model turn (see `mylm.step.StepConfig`).
+    # The model turn (see `mylm.agent.step.StepConfig`).
     #: The output token limit of every completion.
     max_tokens: int = 4096
     #: Whether one turn may call several tools (they run in order); otherwise only its first call runs.

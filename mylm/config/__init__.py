@@ -14,318 +14,46 @@ endpoint is never sent to another. The project file `./.mylm/config.toml` is not
 instructions and tighten limits, nothing else; what it tries beyond that is ignored with a warning. A project's own
 templates (`./.mylm/prompts`) are used only once the user trusts that directory: `trusted_projects` in the user
 config file (`mylm prompts trust` adds it), or `MYLM_TRUST_PROJECT=1` for one run.
+
+This module resolves the layers and project trust; every setting and its key are in `settings`, reading a
+config file in `files`.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import stat
-import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .errors import ConfigError
-from .paths import config_dir
-
-DEFAULT_BASE_URL = "http://localhost:11434"
-CONFIG_FILE_NAME = "config.toml"
-PROJECT_CONFIG = Path(".mylm") / "config.toml"
-#: Set to 1 to trust the current directory's project templates for this run only.
-TRUST_ENV = "MYLM_TRUST_PROJECT"
-
-
-@dataclass(frozen=True)
-class _Key:
-    """How one setting is read: its environment variables, in priority order, and how to parse it."""
-
-    env: tuple[str, ...]
-    parse: Callable[[Any], Any]
-    default: Any = None
-
-
-def _positive_int(value: Any) -> int:
-    if isinstance(value, bool):
-        raise ValueError("is not a whole number")
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise ValueError("is not a whole number") from None
-    if number < 1:
-        raise ValueError("must be at least 1")
-    return number
-
-
-def _positive_float(value: Any) -> float:
-    if isinstance(value, bool):
-        raise ValueError("is not a number")
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ValueError("is not a number") from None
-    if number <= 0:
-        raise ValueError("must be positive")
-    return number
-
-
-def _text(value: Any) -> str:
-    if not isinstance(value, str):
-        raise ValueError("must be a string")
-    return value
-
-
-def _constrain(value: Any) -> str:
-    text = str(value).strip().lower()
-    if text not in ("auto", "grammar", "off"):
-        raise ValueError("must be auto, grammar or off")
-    return text
-
-
-def _flag(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError("is not true or false")
-
-
-def _sandbox_mode(value: Any) -> str:
-    if value not in ("auto", "off"):
-        raise ValueError('must be "auto" or "off"')
-    return str(value)
-
-
-def _marker_pairs(value: Any) -> tuple[tuple[str, str], ...]:
-    """`reasoning_markers = [["<reflect>", "</reflect>"]]`: reasoning dialects mylm has not met (see protocol.tags)."""
-    from .protocol.tags import with_markers
-
-    if isinstance(value, str) or not isinstance(value, (list, tuple)):
-        raise ValueError('must be a list of [open, close] pairs, e.g. [["<reflect>", "</reflect>"]]')
-    if not all(isinstance(pair, (list, tuple)) for pair in value):
-        raise ValueError('must be a list of [open, close] pairs, e.g. [["<reflect>", "</reflect>"]]')
-    with_markers(value)  # the table's own checks: two non-empty strings each
-    return tuple((str(pair[0]), str(pair[1])) for pair in value)
-
-
-def _table(value: Any) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ValueError("must be a table, e.g. { temperature = 0.2 }")
-    return value
-
-
-_KEYS: dict[str, _Key] = {
-    "base_url": _Key(("MYLM_BASE_URL", "OPENAI_BASE_URL"), _text, DEFAULT_BASE_URL),
-    "model": _Key(("MYLM_MODEL",), _text),
-    "api_key": _Key(("MYLM_API_KEY", "OPENAI_API_KEY"), _text),
-    "provider": _Key(("MYLM_PROVIDER",), _text),
-    "chat_format": _Key(("MYLM_CHAT_FORMAT",), _text),
-    "constrain": _Key(("MYLM_CONSTRAIN",), _constrain, "auto"),
-    "max_tokens": _Key(("MYLM_MAX_TOKENS",), _positive_int, 4096),
-    "max_response_chars": _Key(("MYLM_MAX_RESPONSE_CHARS",), _positive_int, 8 * 1024 * 1024),
-    "context_tokens": _Key(("MYLM_CONTEXT_TOKENS",), _positive_int),
-    "max_iterations": _Key(("MYLM_MAX_ITERATIONS",), _positive_int, 10),
-    "timeout": _Key(("MYLM_TIMEOUT",), _positive_float, 120.0),
-    "prompts": _Key(("MYLM_PROMPTS",), _text),
-    "yes": _Key(("MYLM_YES",), _flag, False),
-    "instructions": _Key((), _text, ""),
-    "options": _Key((), _table, None),
-    "reasoning_markers": _Key((), _marker_pairs, ()),
-    # No environment variable and no project file: only the user (their config file or a flag) may loosen it.
-    "sandbox": _Key((), _sandbox_mode, "auto"),
-    "sandbox_network": _Key((), _flag, True),
-    "sandbox_unix_sockets": _Key((), _flag, False),
-    # Prompts and completions in exported traces: only the user's own config file (or a flag) turns it on.
-    "otel_capture_content": _Key((), _flag, False),
-}
-
-#: Every setting, in the order `mylm config` shows them.
-SETTING_NAMES = tuple(_KEYS)
-#: Keys the config file may also hold that are read by other parts (tools, MCP servers) or by this module.
-_FILE_ONLY = {"mcp", "profiles", "tools", "api_key_env", "default_profile", "trusted_projects"}
-#: What a `[profiles.NAME]` table may set: an endpoint and how to talk to it.
-PROFILE_KEYS = (
-    "base_url", "model", "provider", "api_key_env", "chat_format", "constrain", "max_tokens",
-    "max_response_chars", "context_tokens", "options",
+from ..core.errors import ConfigError
+from .files import MAX_CONFIG_BYTES, _line_in, _tomllib, config_path, read_config_file, section_error
+from .settings import (
+    _FILE_ONLY,
+    _KEYS,
+    _PROJECT_LIMITS,
+    DEFAULT_BASE_URL,
+    PROJECT_CONFIG,
+    SETTING_NAMES,
+    TRUST_ENV,
+    Settings,
+    _flag,
 )
-#: Limits a project file may lower (never raise), and the flag it may only turn off.
-_PROJECT_LIMITS = ("max_iterations", "timeout", "max_tokens")
 
-
-@dataclass(frozen=True)
-class Settings:
-    """The effective settings, and where each came from (`flag`, `env NAME`, `profile P (...)`, `config FILE`, ...)."""
-
-    base_url: str = DEFAULT_BASE_URL
-    model: str | None = None
-    api_key: str | None = None
-    provider: str | None = None
-    chat_format: str | None = None
-    #: Grammar-constrained decoding: `auto` where the endpoint can, `grammar` insists, `off` never.
-    constrain: str = "auto"
-    max_tokens: int = 4096
-    #: The most text one streamed reply may carry, in characters (decoded text, not wire bytes).
-    max_response_chars: int = 8 * 1024 * 1024
-    #: The model's context window in tokens: near it, older turns are summarised (compaction).
-    context_tokens: int | None = None
-    max_iterations: int = 10
-    timeout: float = 120.0
-    prompts: str | None = None
-    yes: bool = False
-    instructions: str = ""
-    #: Provider options (temperature, top_p, ...) passed to the endpoint as they are.
-    options: Mapping[str, Any] | None = None
-    #: "auto": confine commands with the best sandbox the system has; "off": run them unconfined (a warning
-    #: on every run).
-    sandbox: str = "auto"
-    #: Whether commands the user approved (workspace-write) may use the network.
-    sandbox_network: bool = True
-    sandbox_unix_sockets: bool = False
-    #: More reasoning dialects (`[open, close]` pairs) for the parser, beyond `protocol.tags.REASONING_DIALECTS`.
-    reasoning_markers: tuple[tuple[str, str], ...] = ()
-    #: Whether exported traces carry prompt, completion and tool text (redacted), not only their shape.
-    otel_capture_content: bool = False
-    #: The profile in effect, if any.
-    profile: str | None = None
-    #: Everything else the config file holds (MCP servers, tools, ...), passed through as read.
-    extra: Mapping[str, Any] = field(default_factory=dict)
-    sources: Mapping[str, str] = field(default_factory=dict)
-    #: Things the user should know about the settings (ignored project settings, a profile's unset key variable).
-    warnings: tuple[str, ...] = ()
-    #: Why the current directory's `./.mylm/prompts` may be used (`env MYLM_TRUST_PROJECT`, the config file), or
-    #: None: the project is not trusted and its templates are ignored.
-    project_trust: str | None = None
-
-    @property
-    def api_key_source(self) -> str | None:
-        """Where the API key came from, as a name a user can act on (never the key itself)."""
-        source = self.sources.get("api_key")
-        return source.removeprefix("env ") if source else None
-
-
-def config_path(environ: Mapping[str, str] | None = None) -> Path:
-    """The user's config file: `$MYLM_CONFIG`, else `config.toml` in mylm's user config dir."""
-    env = os.environ if environ is None else environ
-    if env.get("MYLM_CONFIG"):
-        return Path(env["MYLM_CONFIG"])
-    return config_dir(env) / CONFIG_FILE_NAME
-
-
-def _tomllib() -> Any:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # Python 3.10
-        import tomli as tomllib
-    return tomllib
-
-
-#: The most a config file may hold (they are a few KiB): a project's `.mylm/config.toml` linked to /dev/zero
-#: must not fill memory.
-MAX_CONFIG_BYTES = 1 << 20
-
-
-def _read_regular(path: Path, limit: int) -> bytes:
-    """The bytes of `path` when it is a regular file of at most `limit` bytes, else a `ConfigError`. Opened
-    without blocking and without becoming a controlling terminal, then checked on the open descriptor, so a
-    FIFO or /dev/tty never waits for a writer or the keyboard and a link swapped after a check is not read."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ConfigError(f"config file {path} is not a regular file (a device, FIFO or directory)")
-        chunks, size = [], 0
-        while size <= limit:
-            chunk = os.read(fd, limit + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > limit:
-            raise ConfigError(f"config file {path} is larger than {limit // 1024:,} KiB (config files are small)")
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
-def read_config_file(path: Path, *, known: set[str] | None = None) -> dict[str, Any]:
-    """Parse a TOML config file (a missing file is an empty config); errors name the file and line."""
-    tomllib = _tomllib()
-    try:
-        raw = _read_regular(path, MAX_CONFIG_BYTES)
-    except (FileNotFoundError, NotADirectoryError):
-        return {}
-    except OSError as error:
-        raise ConfigError(f"cannot read config file {path}: {error.strerror}") from None
-    try:
-        text = raw.decode("utf-8")
-        data: dict[str, Any] = tomllib.loads(text)
-    except UnicodeDecodeError:
-        raise ConfigError(f"config file {path} is not UTF-8 text") from None
-    except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"config file {path}: {error}") from None
-    allowed = known if known is not None else set(_KEYS) | _FILE_ONLY
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        where = _line_of(text, unknown[0])
-        listed = ", ".join(sorted(allowed))
-        raise ConfigError(f"config file {path}{where}: unknown setting {unknown[0]!r} (known settings: {listed})")
-    _check_profiles(path, text, data.get("profiles", {}))
-    _check_trusted(path, text, data.get("trusted_projects", []))
-    return data
-
-
-def _check_trusted(path: Path, text: str, entries: Any) -> None:
-    if not isinstance(entries, list) or not all(isinstance(e, str) and os.path.isabs(e) for e in entries):
-        raise ConfigError(
-            f"config file {path}{_line_of(text, 'trusted_projects')}: trusted_projects is a list of absolute "
-            "directory paths (`mylm prompts trust` adds the current one)"
-        )
-
-
-def _check_profiles(path: Path, text: str, profiles: Any) -> None:
-    if not isinstance(profiles, dict) or any(not isinstance(v, dict) for v in profiles.values()):
-        raise ConfigError(f"config file {path}{_line_of(text, 'profiles')}: profiles are tables: [profiles.NAME]")
-    for name, table in profiles.items():
-        unknown = sorted(set(table) - set(PROFILE_KEYS))
-        if unknown:
-            where = _line_of(text, unknown[0], after=f"[profiles.{name}]")
-            raise ConfigError(
-                f"config file {path}{where}: profile {name!r} has unknown setting {unknown[0]!r} "
-                f"(a profile may set: {', '.join(PROFILE_KEYS)})"
-            )
-
-
-def _line_in(path: Path, key: str, *, after: str = "") -> str:
-    """`, line N` for `key` in the file at `path` (see `_line_of`), or nothing if it cannot be read."""
-    try:
-        return _line_of(path.read_text(encoding="utf-8"), key, after=after)
-    except (OSError, UnicodeDecodeError):
-        return ""
-
-
-def section_error(path: Path, section: str, error: ConfigError) -> ConfigError:
-    """`error` about table `[section]` of the config file at `path`, located: `config file PATH, line N: ...`.
-
-    The key is the word after `[section]` in the message (the tools' own checks name it there)."""
-    match = re.match(rf"\[{re.escape(section)}\] (?:has unknown key\(s\) )?(\w+)", error.message)
-    line = _line_in(path, match.group(1), after=f"[{section}]") if match else ""
-    if not line:
-        line = _line_in(path, section.rpartition(".")[2], after="")
-    return ConfigError(f"config file {path}{line}: {error.message}")
-
-
-def _line_of(text: str, key: str, *, after: str = "") -> str:
-    """`, line N` for the first line assigning `key` (after the line holding `after`), or nothing."""
-    start = text.find(after) if after else 0
-    # [ \t]*, not \s*: a blank line before the key must not be counted as the key's line.
-    pattern = re.compile(rf"^[ \t]*[\"']?{re.escape(key)}[\"']?[ \t]*[=.\]]", re.MULTILINE)
-    match = pattern.search(text, max(start, 0))
-    if match is None:
-        match = re.search(rf"^[ \t]*\[\s*{re.escape(key)}\b", text, re.MULTILINE)
-    return f", line {text.count(chr(10), 0, match.start()) + 1}" if match else ""
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "MAX_CONFIG_BYTES",
+    "PROJECT_CONFIG",
+    "SETTING_NAMES",
+    "Settings",
+    "config_path",
+    "load_settings",
+    "project_trust",
+    "read_config_file",
+    "section_error",
+    "set_project_trust",
+]
 
 
 @dataclass(frozen=True)

@@ -7,14 +7,14 @@ import difflib
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .prompts import PromptLoader, dump_json
-from .protocol.canonical import format_tool_call
-from .protocol.defuse import defuse_special_tokens, neutralise
-from .protocol.examples import example_arguments, example_tool
-from .types import FinishReason, ToolCall
+from ..prompts import PromptLoader, dump_json
+from ..protocol.canonical import format_tool_call
+from ..protocol.defuse import defuse_special_tokens, neutralise
+from ..protocol.examples import example_arguments, example_tool
+from ..core.types import FinishReason, ToolCall
 
 if TYPE_CHECKING:
-    from .protocol.parsed import ParsedTurn
+    from ..protocol.parsed import ParsedTurn
     from .turn import ModelTurn
 
 #: The templates a conversation's corrections may render; checked before a run starts.

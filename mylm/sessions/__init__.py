@@ -25,9 +25,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from .paths import data_dir
-from .redact import Redactor
-from .types import Message
+from ..core.paths import data_dir
+from ..core.redact import Redactor
+from ..core.types import Message
 
 SUFFIX = ".jsonl"
 FORMAT_VERSION = 1
