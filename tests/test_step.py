@@ -66,11 +66,15 @@ def test_step_unusable_turn_gets_its_correction_and_a_repeat_gets_a_concrete_one
     assert not first.usable and first.kind == "format" and first.problem is not None
     assert first.problem.startswith("Your reply was empty")
     assert first.correction is not None and "Format error: Your reply was empty" in first.correction
-    assert first.reply == Message("assistant", "(empty reply)")
-    messages += [first.reply, Message("user", first.correction)]
+    # Nothing to record for the empty turn: a placeholder was copied by a small model as its next answer.
+    assert first.reply == Message("assistant", "")
+    # The block to copy is a real call of the step's tool, never a placeholder, and reaches the model as written.
+    assert "<tool_code>\n<name>get_weather</name>" in first.correction and "TOOL_NAME" not in first.correction
+    assert "&lt;tool_code" not in first.correction
+    messages += [Message("user", first.correction)]
     _, second = drain(step.turn(messages, corrections=corrections))
     assert second.correction is not None and "same problem as in your previous reply" in second.correction
-    messages += [second.reply, Message("user", second.correction)]
+    messages += [Message("user", second.correction)]
     _, third = drain(step.turn(messages, corrections=corrections))
     assert third.usable and third.turn.parsed.final_answer == "It is sunny."
 

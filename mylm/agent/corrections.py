@@ -4,12 +4,14 @@ prompts/, so users change them like the rest; a mistake made twice in a row gets
 from __future__ import annotations
 
 import difflib
+import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..prompts import PromptLoader, dump_json
 from ..protocol.canonical import format_tool_call
-from ..protocol.defuse import defuse_special_tokens, neutralise
+from ..protocol.defuse import defuse_correction, defuse_special_tokens, neutralise
 from ..protocol.examples import example_arguments, example_tool
 from ..core.types import FinishReason, ToolCall
 
@@ -33,6 +35,9 @@ class ParametersTool(Protocol):
     @property
     def parameters(self) -> Mapping[str, Any]: ...
 
+
+#: A canonical block inside a message (the parser's messages end with the form to write).
+_BLOCK = re.compile(r"\n?<tool_code>\n<name>(.*?)</name>\n<parameters>\n(.*?)\n</parameters>\n</tool_code>", re.S)
 
 #: Words that start a shell command, not a tool's name: a model that writes `<name>python3 x.py</name>` meant to
 #: run it. (Only for the wording of the correction: nothing is run on this guess.)
@@ -68,18 +73,49 @@ class Corrections:
 
     def problem(self, parsed: ParsedTurn) -> str | None:
         """Why a turn can be neither run nor taken as the answer, or None if it can."""
+        if not parsed.tool_calls and parsed.invented_observation:
+            # It wrote a tool's result itself instead of calling the tool (a reply that opens with
+            # <observation>, or prose then one): not an answer, and not "empty" either.
+            return self.prompts.render(
+                "unusable_reply.j2", unclosed_reasoning=False, invented=True, wrote=parsed.text.strip()[:200]
+            )
         if parsed.error is not None:
             return parsed.error
         if parsed.tool_calls or (parsed.final_answer or "").strip():
             return None
-        return self.prompts.render("unusable_reply.j2", unclosed_reasoning=parsed.unclosed_reasoning)
+        return self.prompts.render("unusable_reply.j2", unclosed_reasoning=parsed.unclosed_reasoning, invented=False,
+                                   wrote="")
 
     def unusable(self, turn: ModelTurn, problem: str) -> str:
         """The user message answering an unusable turn: the token limit cut it, or `problem` (escalated)."""
         if turn.finish is FinishReason.MAX_TOKENS:
             return self.prompts.render("truncated.j2", max_tokens=self.max_tokens)
-        message = neutralise(self.escalated(problem))
-        return self.prompts.render("format_error.j2", message=message, example=self.take_example())
+        message = self.escalated(problem)
+        # The parser's messages end with the form to write; it must reach the model as a real call, as written.
+        message, block, after = self._lifted_block(message)
+        return self.prompts.render(
+            "format_error.j2", message=defuse_correction(message), example=self.take_example() or block,
+            after=defuse_correction(after),
+        )
+
+    def _lifted_block(self, message: str) -> tuple[str, str, str]:
+        """`message` split around the example block the parser's messages carry (before, block, after), the
+        block made real: the tool it names (else a tool the model was shown) with the arguments it holds where
+        they fit the schema, the rest filled from it. Placeholders (`TOOL_NAME`, `VALUE`) never reach the model."""
+        found = _BLOCK.search(message)
+        if found is None:
+            return message, "", ""
+        before, after = message[: found.start()].rstrip(), message[found.end():].strip()
+        by_name = {t.name: t for t in self.tools}
+        tool = by_name.get(found.group(1)) or example_tool(self.tools)
+        if tool is None:
+            return before, "", after
+        try:
+            given = json.loads(found.group(2))
+        except ValueError:
+            given = {}
+        given = given if isinstance(given, dict) and tool.name == found.group(1) else {}
+        return before, self._block(ToolCall(tool.name, example_arguments(dict(tool.parameters), given))), after
 
     def degenerate(self, problem: str) -> str:
         """The user message answering a turn cut short because it kept repeating itself (`problem`: what)."""
@@ -127,9 +163,12 @@ class Corrections:
         """Why tool_choice (`none`, or one tool's name) does not allow calling `tool`."""
         return self.prompts.render("tool_choice_refused.j2", tool=tool, tool_choice=tool_choice)
 
-    def repeated_call(self, tool: str) -> str:
-        """The observation for a call that repeated the previous one and gave the same result."""
-        return self.prompts.render("repeated_call.j2", tool=tool)
+    def repeated_call(self, tool: str, output: str = "") -> str:
+        """The observation for a call that repeated the previous one and gave the same result (`output`, which
+        the model already has: shown again, shortened, since a small model loses track of it)."""
+        if len(output) > 600:
+            output = output[:600].rstrip() + " [...]"
+        return self.prompts.render("repeated_call.j2", tool=tool, output=neutralise(output))
 
     def escalated(
         self, message: str, tool: ParametersTool | None = None, given: Mapping[str, Any] | None = None

@@ -21,7 +21,7 @@ Use it with any tool descriptions (anything with `name`, `description` and `para
         events, outcome = drain(step.turn(messages, deadline=time.monotonic() + 60, corrections=corrections))
         if outcome.usable:
             break
-        messages += [outcome.reply, Message("user", outcome.correction or "")]
+        messages += [*([outcome.reply] if outcome.reply.content else []), Message("user", outcome.correction or "")]
     assert outcome.turn.parsed.tool_calls[0].arguments == {"city": "Oslo"}
 
 `turn` is a generator: it yields the events of the turn as they happen (text, reasoning, usage, a retry) and
@@ -140,8 +140,10 @@ class StepOutcome:
 
     @property
     def reply(self) -> Message:
-        """The assistant message that records the turn in the conversation, before its correction."""
-        return Message("assistant", self.turn.parsed.text.strip() or "(empty reply)")
+        """The assistant message that records the turn in the conversation, before its correction; its content
+        is empty when the turn showed nothing (leave it out: a placeholder such as "(empty reply)" was copied by
+        a small model as its next answer)."""
+        return Message("assistant", self.turn.parsed.text.strip())
 
 
 class ModelStep:

@@ -138,7 +138,7 @@ class ToolRunner:
         # A refused call counts like one that ran: repeated with the same refusal, it is the same doom loop (a tiny
         # model re-sending a command no one can approve). An invalid one is a new mistake each time.
         repeated = self._repeated(run, call, outcome) if ran or status == "denied" else self._forget(run)
-        observation = run.corrections.repeated_call(call.name) if repeated else correction
+        observation = run.corrections.repeated_call(call.name, outcome.output) if repeated else correction
         yield from self._report(call, outcome, status, observations, observation)
         return outcome, valid
 

@@ -59,9 +59,10 @@ def example_arguments(schema: Mapping[str, Any], given: Mapping[str, Any] | None
     """Arguments for a call that fit `schema`: the required ones (every declared one when none is required),
     keeping each value in `given` (what the model wrote) and making up the rest from the schema (its default,
     first example or enum value, else a short value of the declared type chosen by the argument's name)."""
-    properties = schema.get("properties") if isinstance(schema.get("properties"), Mapping) else {}
-    assert isinstance(properties, Mapping)
-    required = [str(n) for n in (schema.get("required") or ()) if isinstance(n, str)]
+    found = schema.get("properties")
+    properties: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+    listed = schema.get("required")
+    required = [n for n in listed if isinstance(n, str)] if isinstance(listed, list) else []
     names: Sequence[str] = required or [str(n) for n in properties]
     given = given or {}
     out: dict[str, Any] = {}
@@ -118,7 +119,7 @@ def example_value(name: str, schema: Mapping[str, Any], depth: int = 0) -> Any:
         kind = next((k for k in kind if k != "null"), "string")
     if kind in ("integer", "number"):
         low = schema.get("minimum", schema.get("exclusiveMinimum"))
-        value = max(1, int(low) + 1) if isinstance(low, (int, float)) else 1
+        value = max(1, int(low) + 1) if isinstance(low, (int, float)) and abs(low) < 1e9 else 1
         return value if kind == "integer" else float(value)
     if kind == "boolean":
         return False
@@ -128,10 +129,11 @@ def example_value(name: str, schema: Mapping[str, Any], depth: int = 0) -> Any:
             return [example_value(name, items, depth + 1)]
         return []
     if kind == "object":
-        if depth < 3 and isinstance(schema.get("properties"), Mapping) and schema.get("required"):
+        properties, required = schema.get("properties"), schema.get("required")
+        if depth < 3 and isinstance(properties, Mapping) and isinstance(required, list):
             return {
-                str(n): example_value(str(n), schema["properties"].get(n) or {}, depth + 1)
-                for n in schema["required"]
+                n: example_value(n, spec if isinstance(spec := properties.get(n), Mapping) else {}, depth + 1)
+                for n in required if isinstance(n, str)
             }
         return {}
     return _string_for(name)
