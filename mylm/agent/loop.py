@@ -88,7 +88,9 @@ class Agent:
         self.system_prompt = self.step.system_prompt(instructions=config.instructions, cwd=str(self.workspace))
         # Every template a run can render, checked now: a broken one is reported before any tool has run.
         compaction = ["compaction.j2", "compacted.j2"] if self.compactor is not None else []
-        self.prompts.check([*self.runner.templates(), *self.step.templates(), "summary.j2", *compaction])
+        self.prompts.check([
+            *self.runner.templates(), *self.step.templates(), "summary.j2", "repeated_answer.j2", *compaction
+        ])
 
     @property
     def llm(self) -> LLM:
@@ -181,8 +183,13 @@ class Agent:
                     yield FinalResponseEvent(acted.final, StopReason.DONE_TOOL)
                     return acted.final, StopReason.DONE_TOOL
                 if acted.repeated is not None:
-                    raise RepeatedCallError(f"the model called {acted.repeated} {run.repeats} times in a row with "
-                                            "the same arguments and got the same result each time")
+                    # Stuck, but not without something to say: ask for the answer it can give from what it has
+                    # (no tools), so the run ends with an answer instead of nothing.
+                    times = run.repeats
+                    answer = yield from self._summarise(run, "repeated_answer.j2", tool=acted.repeated, times=times)
+                    yield FinalResponseEvent(answer, StopReason.REPEATED_CALL)
+                    raise RepeatedCallError(f"the model called {acted.repeated} {times} times in a row with the "
+                                            "same arguments and got the same result each time", answer=answer)
                 # A turn whose every call was invalid is as unusable as an unreadable one: repeated, the run ends.
                 run.failures = run.failures + 1 if acted.all_invalid else 0
                 if run.failures >= self.config.max_consecutive_failures:
@@ -210,7 +217,8 @@ class Agent:
     def _correct(self, run: RunState, outcome: StepOutcome) -> Steps[None]:
         """Record an unusable turn and send its correction (or give up after too many in a row)."""
         assert outcome.problem is not None and outcome.correction is not None
-        run.add(outcome.reply)
+        if outcome.reply.content:
+            run.add(outcome.reply)
         yield ErrorEvent(outcome.problem, outcome.kind)
         if outcome.kind == "format":  # a missing call (tool_choice) is corrected without counting as a failure
             run.failures += 1
@@ -275,7 +283,7 @@ class Agent:
             return self._result(run, "", StopReason.CANCELLED, CancelledError("cancelled by the user"))
         except RepeatedCallError as error:
             logger.warning("Run stopped: %s", error)
-            return self._result(run, "", StopReason.REPEATED_CALL, error)
+            return self._result(run, error.answer, StopReason.REPEATED_CALL, error)
         except (RunTimeoutError, LLMTimeoutError) as error:
             if isinstance(error, LLMTimeoutError) and run.clock() < run.deadline:
                 return (yield from self._fail(run, error))
@@ -325,9 +333,11 @@ class Agent:
         run.compacted = True
         yield outcome.event
 
-    def _summarise(self, run: RunState) -> Steps[str]:
-        """At the iteration limit: one last call asking for an answer without tools (seed 003 §6)."""
-        request = Message("user", self.prompts.render("summary.j2", max_iterations=self.max_iterations))
+    def _summarise(self, run: RunState, template: str = "summary.j2", **variables: Any) -> Steps[str]:
+        """At the iteration limit (or when the model is stuck repeating a call): one last call asking for an
+        answer without tools (seed 003 §6); `template` says why."""
+        variables.setdefault("max_iterations", self.max_iterations)
+        request = Message("user", self.prompts.render(template, **variables))
         run.check()
         # Recorded first (unlike seed 003's temporary list), so whatever the model says next, even cut short,
         # is an answer to a request the history shows.

@@ -48,7 +48,10 @@ _FENCE_LINE = re.compile(r"(?:`{3,}|~{3,})[^\n]*(?:\n|$)")
 _RESERVED = frozenset({"name", "tool_code", "tool_call", "think", "thinking", "observation", "final_answer",
                        "function_calls", "invoke", "parameter", *PARAMS_TAGS})
 _CALL_KEYS = frozenset({"name", "arguments", "parameters", "id", "type", "function"})
-_BAD_NAME = re.compile(r"[\s<>{}\"'`]")
+#: What no tool name holds. Spaces are let through: a name with spaces is a call to a tool that does not exist
+#: (`<name>python3 test_stats.py</name>`, a command written as the tool's name, as Qwen2.5-Coder 0.5B did), which
+#: the runner corrects by naming the real tools, or the call that runs such a command.
+_BAD_NAME = re.compile(r"[\n\r\t<>{}\"`]")
 
 def decode_block(body: str, kind: str = "tool_code", *, at_end: bool = False) -> tuple[ToolCall | None, str | None]:
     """Decode a block body (the text between its tags) into `(call, None)` or `(None, message for the model)`.
