@@ -227,3 +227,39 @@ def test_step_records_an_empty_turn_as_nothing() -> None:
     step = ModelStep(ScriptedLLM([""]), [BMI], StepConfig())
     _, outcome = drain(step.turn([Message("system", step.system_prompt()), Message("user", "hi")]))
     assert not outcome.usable and outcome.reply == Message("assistant", "")
+
+
+# ----------------------------------------------------------------------------------------- paced timeouts
+
+
+class SlowModel:
+    """A scripted model whose every turn takes `seconds` on a fake clock (a 1.5B model on a laptop CPU)."""
+
+    def __init__(self, replies: list[str], seconds: float) -> None:
+        self.now = 0.0
+        self.seconds = seconds
+        self.inner = ScriptedLLM(replies)
+
+    def clock(self) -> float:
+        return self.now
+
+    def stream(self, request: Any) -> Any:
+        self.now += self.seconds
+        return self.inner.stream(request)
+
+
+def test_a_paced_timeout_follows_a_slow_model_and_still_ends(tmp_path: Path) -> None:
+    # The default 120 s ended most runs of the 1.5B model on a CPU: each turn took 20-60 s.
+    step = format_tool_call(ToolCall("list_dir", {"path": "."}))
+    slow = SlowModel([step, step.replace('"."', '"./"'), step.replace('"."', '"././"'), "Three entries."], 50.0)
+    paced = Agent(slow, tools(tmp_path), timeout=120, pace_timeout=True, clock=slow.clock).run("What is here?")
+    assert paced.stop_reason is StopReason.FINAL_ANSWER and slow.now == 200.0
+    # Without pacing, the same run is cut at 120 s, and the message says how long it was allowed.
+    fixed_model = SlowModel([step, step.replace('"."', '"./"'), step.replace('"."', '"././"'), "x"], 50.0)
+    fixed = Agent(fixed_model, tools(tmp_path), timeout=120, clock=fixed_model.clock).run("What is here?")
+    assert fixed.stop_reason is StopReason.TIMEOUT and "timeout of 120 s" in str(fixed.error)
+    # A model that gets slower than its pace still meets a deadline: the paced limit is capped.
+    stuck = SlowModel([step] * 3, 1000.0)
+    ended = Agent(stuck, tools(tmp_path), timeout=120, pace_timeout=True, clock=stuck.clock,
+                  max_repeated_calls=0).run("What is here?")
+    assert ended.stop_reason is StopReason.TIMEOUT and "extended to" in str(ended.error)

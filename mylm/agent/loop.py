@@ -53,6 +53,9 @@ logging.getLogger("mylm").addHandler(logging.NullHandler())
 
 __all__ = ["FALLBACK_ANSWER", "Agent", "AgentConfig", "AgentStream", "BeforeFinishHook", "PermissionHook"]
 
+#: The longest a paced timeout (`AgentConfig.pace_timeout`) lets a run last, in seconds.
+MAX_PACED_TIMEOUT = 1800.0
+
 #: The answer given when the iteration limit is hit and even the summary call fails (seed 003 §6).
 FALLBACK_ANSWER = "I could not finish the task within the allowed number of steps."
 
@@ -132,7 +135,8 @@ class Agent:
         history = [Message(m.role, clean_text(m.content)[0]) for m in history]
         prompt = clean_text(prompt)[0] if prompt is not None else None
         clock = self.config.clock
-        run = RunState(history, token, clock() + self.timeout, clock, self.step.corrections(), prompt or "")
+        now = clock()
+        run = RunState(history, token, now + self.timeout, clock, self.step.corrections(), prompt or "", started=now)
         if prompt is not None:
             run.add(Message("user", prompt))
         return AgentStream(self._recorded(run), token)
@@ -167,7 +171,12 @@ class Agent:
             run.iteration = iteration
             logger.info("Agentic iteration %d/%d", iteration, self.max_iterations)
             yield IterationStartEvent(iteration, self.max_iterations)
+            began = run.clock()
             outcome = yield from self._model_turn(run)
+            if self.config.pace_timeout:
+                # One more turn for the summary at the limit, and one for each iteration left.
+                run.pace(run.clock() - began, self.max_iterations - iteration + 1, floor=self.timeout,
+                         cap=MAX_PACED_TIMEOUT)
             parsed = outcome.turn.parsed
             if not outcome.usable:
                 yield from self._correct(run, outcome)
@@ -287,8 +296,11 @@ class Agent:
         except (RunTimeoutError, LLMTimeoutError) as error:
             if isinstance(error, LLMTimeoutError) and run.clock() < run.deadline:
                 return (yield from self._fail(run, error))
-            logger.warning("Run timed out after %g s", self.timeout)
-            timeout = RunTimeoutError(f"the run took longer than its {self.timeout:g} s timeout")
+            allowed = run.deadline - run.started
+            logger.warning("Run timed out after %g s", allowed)
+            paced = f" ({self.timeout:g} s, extended to {allowed:.0f} s at this model's pace)" if (
+                allowed > self.timeout + 0.5) else f" of {self.timeout:g} s"
+            timeout = RunTimeoutError(f"the run took longer than its timeout{paced}")
             return self._result(run, "", StopReason.TIMEOUT, timeout)
         except MylmError as error:
             return (yield from self._fail(run, error))
