@@ -103,7 +103,6 @@ def test_the_system_prompt_example_is_a_real_harmless_call(tmp_path: Path) -> No
     prompt = step.system_prompt(cwd=str(tmp_path))
     assert not PLACEHOLDERS.search(prompt)
     assert format_tool_call(ToolCall("list_dir", {"path": "."})) in prompt
-    assert "If none of the tools fits the request, do not call one: answer directly." in prompt
     # Any tools: the example names one of them, with arguments its schema accepts.
     client = ModelStep(ScriptedLLM([]), [BMI])
     assert '<name>determine_body_mass_index</name>\n<parameters>\n{"weight": 1.0, "height": 1.0}' in (
@@ -192,7 +191,7 @@ def test_the_unknown_tool_message_lists_only_the_tools_the_model_was_shown(tmp_p
     Agent(llm, tools(tmp_path)).run("area?")
     observation = llm.requests[1].messages[-1].content
     assert "There is no tool named 'calculate_area'" in observation and "read_output" not in observation
-    assert "If none of them fits, do not call a tool: answer directly." in observation
+    assert "if none of them can do what you need, reply with your answer instead" in observation
 
 
 # --------------------------------------------------------------------------- empty and invented replies

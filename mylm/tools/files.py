@@ -355,7 +355,7 @@ def file_tools(ws: Workspace) -> list[Tool]:
         """Read a text file in the workspace, a page of lines at a time (at most 256 KiB).
 
         Args:
-            path: Relative to the workspace, e.g. `src/app.py`.
+            path: The file's path, relative to the workspace.
             offset: First line to read (1-based).
             limit: How many lines to read.
         """

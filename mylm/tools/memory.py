@@ -206,7 +206,7 @@ def memory_tools(
         """Search the persistent memory for notes saved in earlier sessions, best matches first.
 
         Args:
-            query: Words to look for, e.g. `deploy server address`.
+            query: Words to look for.
             limit: How many notes to return at most (up to 20).
         """
         if not re.search(r"\w", query):

@@ -407,7 +407,7 @@ def shell_tool(
         background processes stop when it returns.
 
         Args:
-            command: e.g. `ls -la src`.
+            command: The bash command line to run.
             timeout: Seconds before it is killed (max 120).
         """
         ctx = context or ToolContext(workspace=workspace)
