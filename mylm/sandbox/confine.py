@@ -7,12 +7,13 @@ import shutil
 import tempfile
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Literal, Mapping, Sequence
 
 from ..types import Grant
 from . import bwrap, caps, landlock, seccomp
 from .launcher import Child, Launcher, LauncherGoneError, LauncherSpec
+from .hidden import scans
 from .profile import Profile, build_profile
 from .rulesets import kept_rulesets
 
@@ -26,6 +27,9 @@ BACKEND_ENV = "MYLM_SANDBOX_BACKEND"
 #: Testing aid: `off` starts commands without their own PID and IPC namespaces (the fallback where the system
 #: allows none): the launcher then sweeps a command's processes and the filter refuses SysV IPC.
 NAMESPACES_ENV = "MYLM_SANDBOX_NAMESPACES"
+#: Testing aid: `off` masks nothing (the fallback where no mount namespace can be made): the approval policy's
+#: checks and Landlock's rules are then all that keep secrets from commands.
+MASKS_ENV = "MYLM_SANDBOX_MASKS"
 
 
 @dataclass(frozen=True)
@@ -123,14 +127,15 @@ class Sandbox:
         base = build_profile(grant, workspace, network=self.network, environ=environ, private=self.private)
 
         namespaces = os.environ.get(NAMESPACES_ENV) != "off"
+        masks = self.masks(grant, base)
 
         def make(ruleset: int, tmproot: str | None) -> Launcher:
             protected = _protected_ids()
             return Launcher(LauncherSpec(
                 ruleset, seccomp.command_program(families, protected), seccomp.command_program(
-                    families, protected, sysv=False), caps.bounding_drop(), tmproot, namespaces))
+                    families, protected, sysv=False), caps.bounding_drop(), tmproot, namespaces, masks))
 
-        extra = (self.unix_sockets, namespaces)
+        extra = (self.unix_sockets, namespaces, masks)
         with kept_rulesets.launcher(self.landlock_abi, base, make, extra) as launcher:
             with self._own_layer(base, launcher, environ) as (ruleset, tmp_env):
                 def start(argv: Sequence[str], env: Mapping[str, str], cwd: str | os.PathLike[str],
@@ -142,6 +147,19 @@ class Sandbox:
                         raise
 
                 yield Launch(env=tmp_env, start=start)
+
+    def masks(self, grant: Grant, profile: Profile) -> tuple[tuple[str, bool], ...]:
+        """What a command's mount namespace covers: the credential floor and mylm's own directories (hidden
+        by Landlock's rules as well) and, for a read-only command, every secret in the workspace (which
+        Landlock grants whole): the auto-approved cannot read a secret by any name. Never the workspace or
+        a directory holding it."""
+        if os.environ.get(MASKS_ENV) == "off":
+            return ()
+        ws = profile.workspace
+        found = [(path, False) for path in sorted(profile.hidden)]
+        if grant == "read-only":
+            found += scans.get(ws).found
+        return tuple(m for m in found if not (ws == m[0] or ws.startswith(m[0].rstrip(os.sep) + os.sep)))
 
     @contextmanager
     def _own_layer(self, base: Profile, launcher: Launcher, environ: Mapping[str, str] | None
@@ -176,6 +194,8 @@ class Sandbox:
         try:
             profile = build_profile(grant, workspace, network=self.network, tmpdir=tmpdir, environ=environ,
                                     private=self.private)
+            masked = frozenset(path for path, _ in self.masks(grant, profile))
+            profile = replace(profile, hidden=profile.hidden | masked)  # bubblewrap covers each one it mounts
             words = bwrap.argv(self.bwrap_program, profile, caps.bounding_drop())
             if program:
                 memfd = os.memfd_create("mylm-seccomp", 0)

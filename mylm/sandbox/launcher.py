@@ -35,7 +35,8 @@ class LauncherSpec:
     #: The directory holding the TMPDIRs of its commands (workspace-write), removed when it ends.
     tmproot: str | None = None
     namespaces: bool = True
-
+    #: Secrets to mask in the launcher's mount namespace: (absolute path, is a directory).
+    masks: tuple[tuple[str, bool], ...] = ()
 
 
 
@@ -48,7 +49,7 @@ class Launcher:
             "control": theirs.fileno(), "ruleset": spec.ruleset, "seccomp": spec.seccomp.hex(),
             "seccomp_no_ipc_ns": spec.seccomp_no_ipc_ns.hex(), "caps_drop": list(spec.caps_drop),
             "tmproot": spec.tmproot, "namespaces": spec.namespaces, "userns": os.geteuid() != 0,
-            "uid": os.geteuid(), "gid": os.getegid(),
+            "uid": os.geteuid(), "gid": os.getegid(), "masks": [list(m) for m in spec.masks],
         }
         self.tmproot = spec.tmproot
         self._lock = threading.Lock()
@@ -78,6 +79,9 @@ class Launcher:
         facts = json.loads(hello[1:])
         #: Whether each command gets a PID namespace of its own (the kernel then empties it at once).
         self.pid_namespaces: bool = facts["pidns"]
+        #: Whether its commands run in a mount namespace of its own, and how many secrets it masks there.
+        self.mount_namespace: bool = facts["mountns"]
+        self.masked: int = facts["masked"]
 
     def alive(self) -> bool:
         """Whether the launcher is still running."""

@@ -29,10 +29,12 @@ import select
 import shutil
 import signal
 import socket
+import stat
 import sys
 from typing import Any, NoReturn
 
-CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID = 0x08000000, 0x10000000, 0x20000000
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x08000000, 0x10000000, 0x20000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 1, 4, 24
 PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 22, 38, 36
 LANDLOCK_RESTRICT_SELF = 446
@@ -41,6 +43,7 @@ FDS_PER_REQUEST = 6
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
 
 
 def check(result: int, what: str) -> None:
@@ -55,17 +58,16 @@ def restrict_self(ruleset: int) -> None:
 
 
 def enter_namespaces(config: dict[str, Any]) -> bool:
-    """Become pid 1 of a PID and IPC namespace of our own (in a user namespace when not root): this process
-    forks, the child goes on as the launcher and the parent waits for it. Returns whether that worked."""
+    """Become pid 1 of a PID and IPC namespace of our own (in a user namespace when not root), in a mount
+    namespace of our own when there are secrets to mask: this process forks, the child goes on as the
+    launcher and the parent waits for it. Returns whether that worked."""
     flags = CLONE_NEWPID | CLONE_NEWIPC | (CLONE_NEWUSER if config["userns"] else 0)
-    if libc.unshare(flags) != 0:
+    if config["masks"] and libc.unshare(flags | CLONE_NEWNS) == 0:
+        config["mountns"] = True
+    elif libc.unshare(flags) != 0:
         return False
     if config["userns"]:
-        uid, gid = config["uid"], config["gid"]
-        maps = (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1"))
-        for name, text in maps:
-            with open(f"/proc/self/{name}", "w") as f:
-                f.write(text)
+        map_user(config)
     child = os.fork()
     if child:
         # Stay, so the launcher is never anyone else's orphan; leave with it.
@@ -78,6 +80,55 @@ def enter_namespaces(config: dict[str, Any]) -> bool:
                 continue
     check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "PR_SET_PDEATHSIG")
     return True
+
+
+def map_user(config: dict[str, Any]) -> None:
+    """In a fresh user namespace: the same uid and gid inside as outside, no setgroups."""
+    uid, gid = config["uid"], config["gid"]
+    maps = (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1"))
+    for name, text in maps:
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
+
+
+def own_mount_namespace(config: dict[str, Any]) -> None:
+    """Without the namespaces above (turned off, or refused): a mount namespace alone, if the system allows
+    one (in a user namespace when not root)."""
+    userns = CLONE_NEWUSER if config["userns"] else 0
+    if libc.unshare(CLONE_NEWNS | userns) == 0:
+        config["mountns"] = True
+        if userns:
+            map_user(config)
+
+
+def mask(paths: list[list[Any]]) -> int:
+    """Cover every secret in this mount namespace: an empty read-only tmpfs over a directory, /dev/null over a
+    file. Each is opened first without following a link (a link is not masked: where it leads is judged
+    there) and the mount goes onto that very object through /proc/self/fd, so a path swapped for a link
+    meanwhile cannot move a mask. Nothing propagates out (the namespace is made private first). Returns how
+    many were masked; raises OSError if one that exists could not be (the command must not run then)."""
+    check(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
+    done = 0
+    for path, _ in paths:
+        try:
+            fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue  # gone, or not reachable by this user: nothing to read there either
+        try:
+            mode = os.fstat(fd).st_mode
+            target = f"/proc/self/fd/{fd}".encode()
+            if stat.S_ISDIR(mode):
+                result = libc.mount(b"mylm-masked", target, b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                                    b"size=4k,nr_inodes=2,mode=0")
+            elif stat.S_ISLNK(mode):
+                continue
+            else:
+                result = libc.mount(b"/dev/null", target, None, MS_BIND, None)
+            check(result, f"masking {path}")
+            done += 1
+        finally:
+            os.close(fd)
+    return done
 
 
 def nested_namespaces() -> tuple[int, int] | None:
@@ -123,8 +174,14 @@ def main() -> int:
     control = socket.socket(fileno=config["control"])
     ruleset = config["ruleset"]
     os.set_inheritable(ruleset, False)  # a command holding it could add rules to its later siblings' domain
+    config["mountns"] = False
+    masked = 0
     try:
         in_namespace = config["namespaces"] and enter_namespaces(config)
+        if config["masks"] and not config["mountns"]:
+            own_mount_namespace(config)
+        if config["mountns"]:
+            masked = mask(config["masks"])
         own = nested_namespaces() if in_namespace else None
         confine(config, ruleset, own)
     except OSError as error:
@@ -136,7 +193,9 @@ def main() -> int:
     # Our children (the inits) are reaped by the kernel; theirs are theirs.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    control.send(b"R" + json.dumps({"pidns": own is not None, "launcher_ns": bool(in_namespace)}).encode())
+    facts = {"pidns": own is not None, "launcher_ns": bool(in_namespace), "mountns": config["mountns"],
+             "masked": masked}
+    control.send(b"R" + json.dumps(facts).encode())
     try:
         serve(control, ruleset, own)
     finally:

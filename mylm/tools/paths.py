@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 from ..errors import EscapeError, ToolError
+from ..sandbox.hidden import real_path
 
 Resolver = Literal["auto", "openat2", "walk"]
 
@@ -110,7 +111,12 @@ class Workspace:
         one that leads outside raises `EscapeError`. For the approval policy's checks (secrets, protected
         paths), which must judge the file a call reaches rather than the name it gives."""
         rel = self.relative(path)
-        real = Path(os.path.realpath(self.root / rel))
+        # Not os.path.realpath: it would follow a planted link to /proc/self/cwd/... into mylm's own directory;
+        # the open itself refuses links through /proc (RESOLVE_NO_MAGICLINKS), and so does this.
+        found = real_path(str(self.root / rel))
+        if found is None:
+            raise EscapeError(f"'{path}' goes through a link into /proc or /dev/fd (or a link loop)")
+        real = Path(found)
         try:
             return real.relative_to(self.root).as_posix()
         except ValueError:
