@@ -171,9 +171,9 @@ def _judge(grant: str, seen: dict[str, object], own: dict[str, str]) -> list[Fac
                     f"mode {seen.get('seccomp')}, no_new_privs {seen.get('no_new_privs')}"))
     secret = seen.get("secret")
     if grant == "read-only":
-        status = "kernel" if secret in ("masked", "No such file or directory") else "fallback"
+        status = "kernel" if secret != "read" else "fallback"
         detail = ("the workspace's .env is masked" if status == "kernel"
-                  else f"the workspace's .env is {secret}: only the approval policy keeps it from commands")
+                  else "the workspace's .env is readable: only the approval policy keeps it from commands")
     else:
         status, detail = "kernel", f"the workspace's .env is {secret} (an approved command may read it)"
     out.append(Fact(f"{grant}: secrets", status, detail))

@@ -300,6 +300,8 @@ def wait_and_run(waiting: socket.socket, ruleset: int, namespace: bool) -> int:
     waiting.close()
     if not message:
         return 0
+    for fd in fds:  # received without close-on-exec: none may reach the command but as its 0-2
+        os.set_inheritable(fd, False)
     request = json.loads(message)
     if request.get("body") is not None:  # too long for one message: the rest is in a memfd
         with os.fdopen(os.dup(fds[request["body"]]), "rb") as f:
@@ -508,6 +510,7 @@ def spawn_command(stdio: list[int], layer: int, request: dict[str, Any]) -> int:
     SIGCHLD is handled, and it only wakes the reaping), and without CAP_SYS_PTRACE nothing traces it."""
     os.chdir(request["cwd"])
     restrict_self(layer)
+    close_on_exec()
     argv = request["argv"]
     try:
         return os.posix_spawn(
@@ -519,6 +522,19 @@ def spawn_command(stdio: list[int], layer: int, request: dict[str, Any]) -> int:
         )
     finally:
         os.chdir("/")  # the init holds no directory of the command's
+
+
+def close_on_exec() -> None:
+    """Mark every descriptor above 2 close-on-exec (posix_spawn has no closefrom): the command gets its stdin,
+    stdout and stderr and nothing else of the init's (its reply socket, whose "X<status>" the command could
+    otherwise forge, the ruleset, the wake-up pipe)."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2:
+            try:
+                os.set_inheritable(fd, False)
+            except OSError:
+                pass  # the listing's own descriptor, closed by now
 
 
 def exec_command(stdio: list[int], layer: int, request: dict[str, Any]) -> NoReturn:
