@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +43,7 @@ def eval_(ctx: click.Context, /, **options: Any) -> None:
       mylm eval -m local
       mylm eval --constrain off --repeat 3 --json > off.jsonl
     """
+    from ..display import for_terminal, json_text
     from ..errors import ConfigError
     from ..evaluation import default_suite_path, load_suite, run_task, totals
     from .runner import make_llm, prompt_loader
@@ -74,7 +74,7 @@ def eval_(ctx: click.Context, /, **options: Any) -> None:
             )
             results.append(result)
             if options["as_json"]:
-                click.echo(json.dumps({"type": "task", **result.to_dict()}, ensure_ascii=False))
+                click.echo(json_text(redactor.redact_value({"type": "task", **result.to_dict()})))
             else:
                 est = "~" if result.tokens_estimated else ""
                 click.echo(
@@ -82,13 +82,13 @@ def eval_(ctx: click.Context, /, **options: Any) -> None:
                     f"{result.valid_turns:>3}/{result.turns:<3} {'yes' if result.called_tool else 'no':>4} "
                     f"{result.format_errors:>3} {est + str(result.completion_tokens):>7} "
                     f"{result.tokens_per_second:>6.1f} {result.seconds:>6.1f}s  {result.stop_reason}"
-                    + (f" ({redactor.redact(result.error)[:60]})" if result.error else "")
+                    + (f" ({for_terminal(redactor.redact(result.error))[:60]})" if result.error else "")
                 )
     total = totals(results)
     if options["as_json"]:
         summary = {"type": "summary", "constrain": settings.constrain, "model": settings.model,
                    "base_url": redactor.redact(settings.base_url), **total.to_dict()}
-        click.echo(json.dumps(summary, ensure_ascii=False))
+        click.echo(json_text(redactor.redact_value(summary)))
         return
     est = " (estimated: the server sent no token counts)" if total.tokens_estimated else ""
     click.echo(
