@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import socket
 import subprocess
 import sys
@@ -151,16 +152,31 @@ class Launcher:
                 else:
                     os.close(fd)
 
-    def close(self) -> None:
-        """End the launcher (and anything it still runs) and collect it."""
+    def close(self, deadline: float | None = None) -> None:
+        """End the launcher (and anything it still runs), collect it and remove its commands' TMPDIR root.
+        It is killed if it has not ended by `deadline` (a `time.monotonic()` value; default: 2 s from now)."""
+        self.shutdown()
+        self.collect(deadline)
+
+    def shutdown(self) -> None:
+        """Tell the launcher to end (its control socket closes), without waiting for it."""
         for spare in self._spares:
             spare.close()
+        self._spares.clear()
         self._control.close()
+
+    def collect(self, deadline: float | None = None) -> None:
+        """Wait for the launcher that was told to end until `deadline`, then SIGKILL it (its launcher, pid 1
+        of its namespace, dies with it and takes every command along); remove the TMPDIR root, which the
+        confined launcher could empty but not remove (it may not write its parent)."""
+        end = time.monotonic() + 2.0 if deadline is None else deadline
         try:
-            self._process.wait(timeout=5)
+            self._process.wait(timeout=max(end - time.monotonic(), 0.01))
         except subprocess.TimeoutExpired:
             self._process.kill()
             self._process.wait()
+        if self.tmproot is not None:
+            shutil.rmtree(self.tmproot, ignore_errors=True)
 
 
 class Child:

@@ -7,6 +7,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -181,8 +182,13 @@ class KeptRulesets:
         """End every launcher kept (at exit: their commands are over)."""
         with self._lock:
             kept, self._kept = list(self._kept.values()), OrderedDict()
+        # All told at once, then collected against one deadline: mylm's exit (after Ctrl-C too) waits a
+        # couple of seconds at most, however many launchers it kept.
         for one in kept:
-            one.launcher.close()
+            one.launcher.shutdown()
+        deadline = time.monotonic() + 2.0
+        for one in kept:
+            one.launcher.collect(deadline)
 
     def forget(self) -> None:
         """Drop everything kept (in a forked child: the launchers are the parent's)."""
