@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Literal, Mapping, Sequence
 
+from ..errors import ToolError
 from ..types import Grant
 from . import bwrap, caps, landlock, seccomp
 from .launcher import Child, Launcher, LauncherGoneError, LauncherSpec
@@ -109,9 +110,15 @@ class Sandbox:
 
     @contextmanager
     def launch(self, grant: Grant, workspace: str | os.PathLike[str],
-               environ: Mapping[str, str] | None = None) -> Iterator[Launch]:
+               environ: Mapping[str, str] | None = None, anchor: int | None = None) -> Iterator[Launch]:
         """Prepare one command; on leaving, its temporary directory and ruleset are gone. Call it around the
-        whole run of the command, so that the temporary directory goes only once every process is stopped."""
+        whole run of the command, so that the temporary directory goes only once every process is stopped.
+
+        `anchor`, a descriptor holding the workspace open, confines the command to that object: it starts
+        there, and its workspace rule is made on it. A workspace path that no longer leads to it (swapped for
+        a link meanwhile) is refused."""
+        if anchor is not None:
+            _same_object(workspace, anchor)
         if not self.confines:
             yield Launch()
             return
@@ -124,7 +131,8 @@ class Sandbox:
             with self._bubblewrap(grant, workspace, environ, families) as launch:
                 yield launch
             return
-        base = build_profile(grant, workspace, network=self.network, environ=environ, private=self.private)
+        base = build_profile(grant, workspace, network=self.network, environ=environ, private=self.private,
+                             anchor=anchor)
 
         namespaces = os.environ.get(NAMESPACES_ENV) != "off"
         masks = self.masks(grant, base)
@@ -135,13 +143,14 @@ class Sandbox:
                 ruleset, seccomp.command_program(families, protected), seccomp.command_program(
                     families, protected, sysv=False), caps.bounding_drop(), tmproot, namespaces, masks))
 
-        extra = (self.unix_sockets, namespaces, masks)
+        held = None if anchor is None else (os.fstat(anchor).st_dev, os.fstat(anchor).st_ino)
+        extra = (self.unix_sockets, namespaces, masks, held)
         with kept_rulesets.launcher(self.landlock_abi, base, make, extra) as launcher:
             with self._own_layer(base, launcher, environ) as (ruleset, tmp_env):
                 def start(argv: Sequence[str], env: Mapping[str, str], cwd: str | os.PathLike[str],
                           stdio: tuple[int, int, int]) -> Child:
                     try:
-                        return launcher.start(argv, env, cwd, stdio, ruleset)
+                        return launcher.start(argv, env, cwd, stdio, ruleset, cwd_id=held)
                     except LauncherGoneError:
                         kept_rulesets.discard(launcher)  # the next command starts another
                         raise
@@ -173,8 +182,7 @@ class Sandbox:
         ruleset: int | None = None
         try:
             own = build_profile(base.grant, base.workspace, network=self.network, tmpdir=tmpdir,
-                                environ=environ,
-                                private=self.private)
+                                environ=environ, private=self.private, anchor=base.anchor)
             ruleset = kept_rulesets.ruleset(self.landlock_abi, own)
             yield ruleset, {"TMPDIR": tmpdir}
         finally:
@@ -209,6 +217,18 @@ class Sandbox:
                 os.close(memfd)
             if tmpdir is not None:
                 shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _same_object(workspace: str | os.PathLike[str], anchor: int) -> None:
+    """Refuse a command whose workspace path no longer leads to the directory held open for it."""
+    try:
+        now = os.stat(workspace)
+    except OSError as error:
+        raise ToolError(f"the command did not run: its workspace {workspace} is gone ({error.strerror})") from None
+    held = os.fstat(anchor)
+    if (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):
+        raise ToolError(f"the command did not run: its workspace {workspace} was replaced (by a link or another "
+                        "directory) since the task began")
 
 
 #: The most thread ids a command's filter protects (a jump in classic BPF reaches 255 instructions).

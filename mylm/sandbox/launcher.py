@@ -89,15 +89,19 @@ class Launcher:
         return self._process.poll() is None
 
     def start(self, argv: Sequence[str], env: Mapping[str, str], cwd: str | os.PathLike[str],
-              stdio: tuple[int, int, int], ruleset: int | None = None) -> Child:
-        """Start `argv` in `cwd` with `env` and the three descriptors as its stdin, stdout and stderr, in its
-        own layer of `ruleset` (else the launcher's own). Raises `LauncherGoneError` if the launcher has ended."""
+              stdio: tuple[int, int, int], ruleset: int | None = None,
+              cwd_id: tuple[int, int] | None = None) -> Child:
+        """Start `argv` in `cwd` (only if it is the directory with device and inode `cwd_id`, when given) with
+        `env` and the three descriptors as its stdin, stdout and stderr, in its own layer of `ruleset` (else
+        the launcher's own). Raises `LauncherGoneError` if the launcher has ended."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         fds = [theirs.fileno(), *stdio]
         header: dict[str, object] = {"argv": list(argv), "env": dict(env), "cwd": os.fspath(cwd)}
         if ruleset is not None:
             header["ruleset"] = len(fds)
             fds.append(ruleset)
+        if cwd_id is not None:
+            header["cwd_id"] = list(cwd_id)
         body = json.dumps(header).encode()
         memfd = None
         try:

@@ -508,7 +508,7 @@ def spawn_command(stdio: list[int], layer: int, request: dict[str, Any]) -> int:
     posix_spawn (vfork: no second copy of this interpreter per command). Sharing the command's domain costs
     nothing there: no signal from inside its namespace reaches its init unless the init handles it (only
     SIGCHLD is handled, and it only wakes the reaping), and without CAP_SYS_PTRACE nothing traces it."""
-    os.chdir(request["cwd"])
+    enter(request)
     restrict_self(layer)
     close_on_exec()
     argv = request["argv"]
@@ -522,6 +522,19 @@ def spawn_command(stdio: list[int], layer: int, request: dict[str, Any]) -> int:
         )
     finally:
         os.chdir("/")  # the init holds no directory of the command's
+
+
+def enter(request: dict[str, Any]) -> None:
+    """Go to the command's directory and, when mylm holds it open (`cwd_id`: its device and inode), make sure
+    it is that object: a path swapped for a link since the task began leads elsewhere, and the command must not
+    start there. (Not fchdir to mylm's descriptor: that directory is in mylm's mount namespace, where nothing
+    is masked.)"""
+    os.chdir(request["cwd"])
+    wanted = request.get("cwd_id")
+    if wanted is not None:
+        here = os.stat(".")
+        if [here.st_dev, here.st_ino] != list(wanted):
+            raise OSError(f"the workspace {request['cwd']} was replaced since the task began")
 
 
 def close_on_exec() -> None:
@@ -546,7 +559,7 @@ def exec_command(stdio: list[int], layer: int, request: dict[str, Any]) -> NoRet
         for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGINT):
             signal.signal(sig, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
-        os.chdir(request["cwd"])
+        enter(request)
         restrict_self(layer)
         os.closerange(3, 1 << 16)
         argv = request["argv"]

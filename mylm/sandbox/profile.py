@@ -76,6 +76,9 @@ class Profile:
     network: bool
     #: The command's private temporary directory (workspace-write only), given to it as TMPDIR.
     tmpdir: str | None = None
+    #: A descriptor holding the workspace open (`mylm mcp` tasks): its rule is made on that object, not on
+    #: whatever the path leads to when the rule is made.
+    anchor: int | None = None
 
 
 def build_profile(
@@ -86,6 +89,7 @@ def build_profile(
     tmpdir: str | None = None,
     environ: Mapping[str, str] | None = None,
     private: Sequence[str | os.PathLike[str]] = (),
+    anchor: int | None = None,
 ) -> Profile:
     """The profile for `grant` in `workspace`. `private` adds directories never readable (mylm's own config
     and data); `environ` gives PATH and HOME (default: this process's)."""
@@ -108,6 +112,7 @@ def build_profile(
         hidden=hidden,
         network=network and writing,
         tmpdir=tmpdir if writing else None,
+        anchor=anchor,
     )
 
 

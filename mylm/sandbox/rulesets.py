@@ -40,6 +40,11 @@ def _rules(profile: Profile, *, system: bool) -> list[landlock.Rule]:
                 continue
             split = _split_system(root, profile.hidden) if system else split_hidden(root, profile.hidden)
             for path, whole in split or []:
+                if path == profile.workspace and profile.anchor is not None:
+                    # The object held open, through its descriptor (a magic link: followed on purpose).
+                    rights = rights if whole else landlock.READ_DIR
+                    rules.append(landlock.Rule(f"/proc/self/fd/{profile.anchor}", rights, follow=True))
+                    continue
                 # A directory on the way to a hidden path may only be listed: a right on it would reach below.
                 rules.append(landlock.Rule(path, rights if whole else landlock.READ_DIR, follow=False))
     if system:

@@ -78,7 +78,7 @@ def builtin_tools(
     confined = Workspace(workspace)
     tools = [
         shell_tool(confined.root, default_timeout=command_timeout, limits=shell_limits or ShellLimits(),
-                   env_passthrough=env_passthrough, sandbox=sandbox),
+                   env_passthrough=env_passthrough, sandbox=sandbox, held=confined),
         *file_tools(confined),
     ]
     if memory:
