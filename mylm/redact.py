@@ -52,8 +52,10 @@ _KEY_NAME = r"[a-z0-9_.\-]*(?:pass|pwd|secret|token|credential|key(?![a-z]))[a-z
 _ASSIGNMENTS = (
     r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/\-]{16,}=*",
     # `Authorization: Basic dXNlcjpwYXNz` (any scheme) and a `Cookie:` or `Set-Cookie:` header's whole value.
-    r"(?i)(\b(?:proxy-)?authorization[\"']?[ \t]*[:=][ \t]*[\"']?(?:[a-z]+[ \t]+)?)"
-    r"(?=[^\s\"',;]*[0-9+/=_.\-])[^\s\"',;]{8,}",
+    (
+        r"(?i)(\b(?:proxy-)?authorization[\"']?[ \t]*[:=][ \t]*[\"']?(?:[a-z]+[ \t]+)?)"
+        r"(?=[^\s\"',;]*[0-9+/=_.\-])[^\s\"',;]{8,}"
+    ),
     r"(?i)(\b(?:set-)?cookie[\"']?[ \t]*:[ \t]*[\"']?)(?=[^\r\n\"'=]+=)[^\r\n\"']+",
     rf"(?i)((?<![^\s;,{{(?&'\"\-])[\"']?{_KEY_NAME}[\"']?[ \t]*=[ \t]*)(?!=)"
     r"(?P<value>(?P<q>[\"']?)[^\s'\"]+(?P=q))",

@@ -17,13 +17,13 @@ from typing import Any, Callable, Literal, Mapping
 
 from ..cancel import hook_deadline
 from ..errors import ConfigError, ToolError
+from ..sandbox.profile import secrets_for
 from ..tools.base import Tool
 from ..tools.paths import Workspace
 from ..types import Grant, Permission, ToolCall
 from ..words import counted
 from .commands import HIDDEN, INVISIBLE, classify
 from .danger import is_protected_path
-from ..sandbox.profile import secrets_for
 
 Action = Literal["allow", "ask", "deny"]
 #: The builtin tools whose `path` argument the policy inspects.

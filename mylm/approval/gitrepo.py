@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from ..cancel import remaining
-from .sensitive import is_secret_path
 from ..tools.environment import NEUTRAL_SETTINGS, child_environment, neutral_env, neutralised
+from .sensitive import is_secret_path
 
 # NEUTRAL_SETTINGS and neutralised live with the command environment (mylm.tools.environment), which the shell
 # tool builds; they are named here too because they are half of what this module promises (see above).

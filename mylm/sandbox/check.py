@@ -131,7 +131,7 @@ def report(sandbox: Sandbox) -> list[Fact]:
     if program:
         facts.append(Fact("bubblewrap", "kernel" if sandbox.backend == "bubblewrap" else "fallback", program))
     else:
-        needed = "none" if sandbox.backend != "landlock" else "kernel"
+        needed: Status = "none" if sandbox.backend != "landlock" else "kernel"
         facts.append(Fact("bubblewrap", needed, "not installed, or cannot make namespaces here"
                           + (" (not needed: Landlock is in force)" if needed == "kernel" else "")))
     facts.append(Fact("seccomp", "kernel" if seccomp.supported() else "none",
@@ -140,8 +140,9 @@ def report(sandbox: Sandbox) -> list[Fact]:
         facts.append(Fact("commands", "none", "unconfined: every command asks unless you approve commands"))
         return facts
     own = _own_namespaces()
-    for grant in ("read-only", "workspace-write"):
-        seen = probe(sandbox, grant)  # type: ignore[arg-type]
+    grants: tuple[Literal["read-only", "workspace-write"], ...] = ("read-only", "workspace-write")
+    for grant in grants:
+        seen = probe(sandbox, grant)
         if isinstance(seen, str):
             facts.append(Fact(grant, "none", seen))
             continue

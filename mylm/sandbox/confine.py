@@ -6,15 +6,16 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterator, Literal, Mapping, Sequence
+from typing import Literal
 
 from ..errors import ToolError
 from ..types import Grant
 from . import bwrap, caps, landlock, seccomp
-from .launcher import Child, Launcher, LauncherGoneError, LauncherSpec
 from .hidden import scans
+from .launcher import Child, Launcher, LauncherGoneError, LauncherSpec
 from .profile import Profile, build_profile
 from .rulesets import kept_rulesets
 

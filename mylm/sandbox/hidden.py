@@ -20,15 +20,21 @@ import fnmatch
 import os
 import posixpath
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Mapping, Sequence
 
 from ..paths import config_dir, data_dir, state_dir
 
 __all__ = [
-    "SECRET_DIRS", "SECRET_FILE_PATTERNS", "Secrets", "WorkspaceScan", "is_secret_path", "real_path",
-    "mylm_private", "scan_workspace",
+    "SECRET_DIRS",
+    "SECRET_FILE_PATTERNS",
+    "Secrets",
+    "WorkspaceScan",
+    "is_secret_path",
+    "mylm_private",
+    "real_path",
+    "scan_workspace",
 ]
 
 #: File names (matched case-insensitively against the last component) that hold credentials.

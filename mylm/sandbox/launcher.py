@@ -57,10 +57,15 @@ class Launcher:
         self._control = ours
         #: Inits the launcher forked ahead, each waiting on its socket for one command.
         self._spares: list[socket.socket] = []
+        # In a memfd, not on the command line: a workspace with many secrets to mask makes a long list, and one
+        # argument may not exceed 128 KiB.
+        settings = os.memfd_create("mylm-launcher-config", os.MFD_CLOEXEC)
+        os.write(settings, json.dumps(config).encode())
+        os.lseek(settings, 0, os.SEEK_SET)
         try:
             self._process = subprocess.Popen(
-                [sys.executable, "-I", "-S", _PROGRAM, json.dumps(config)],
-                pass_fds=(theirs.fileno(), spec.ruleset),
+                [sys.executable, "-I", "-S", _PROGRAM, str(settings)],
+                pass_fds=(theirs.fileno(), spec.ruleset, settings),
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 # Its own session (a Ctrl-C at the terminal is mylm's to handle), holding no directory.
                 start_new_session=True, env={}, cwd="/",
@@ -71,6 +76,7 @@ class Launcher:
             raise ToolError(why) from error
         finally:
             theirs.close()
+            os.close(settings)
         ready, _, _ = select.select([ours], [], [], _START_TIMEOUT)
         hello = ours.recv(4096) if ready else b""
         if hello[:1] != b"R":

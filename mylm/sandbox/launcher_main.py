@@ -1,8 +1,9 @@
 """The launcher: a small confined process that starts mylm's commands, so no thread of mylm holds their
 confinement.
 
-Run by `mylm.sandbox.launcher` as `python -I -S launcher_main.py CONFIG` with the standard library only (it
-never imports mylm: a fresh interpreter without site-packages starts in ~15 ms, once per profile and workspace).
+Run by `mylm.sandbox.launcher` as `python -I -S launcher_main.py FD` (FD: a memfd holding its JSON
+configuration) with the standard library only (it never imports mylm: a fresh interpreter without
+site-packages starts in ~15 ms, once per profile and workspace).
 
 It confines itself once (capabilities, no_new_privs, the seccomp filter, the profile's Landlock ruleset), then
 for each request received on its control socket (SEQPACKET: a JSON header and, with SCM_RIGHTS, the reply
@@ -29,12 +30,16 @@ import select
 import shutil
 import signal
 import socket
-import stat
 import sys
 from typing import Any, NoReturn
 
+# Run as a script with -I (no script directory on sys.path): its two helpers sit beside it, standard library
+# only like itself.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from launcher_mounts import map_user, mask, own_mount_namespace  # type: ignore[import-not-found]
+from launcher_sweep import descendants, send_signal  # type: ignore[import-not-found]
+
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x08000000, 0x10000000, 0x20000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 1, 4, 24
 PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 22, 38, 36
 LANDLOCK_RESTRICT_SELF = 446
@@ -43,7 +48,6 @@ FDS_PER_REQUEST = 6
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
 
 
 def check(result: int, what: str) -> None:
@@ -80,55 +84,6 @@ def enter_namespaces(config: dict[str, Any]) -> bool:
                 continue
     check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "PR_SET_PDEATHSIG")
     return True
-
-
-def map_user(config: dict[str, Any]) -> None:
-    """In a fresh user namespace: the same uid and gid inside as outside, no setgroups."""
-    uid, gid = config["uid"], config["gid"]
-    maps = (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1"))
-    for name, text in maps:
-        with open(f"/proc/self/{name}", "w") as f:
-            f.write(text)
-
-
-def own_mount_namespace(config: dict[str, Any]) -> None:
-    """Without the namespaces above (turned off, or refused): a mount namespace alone, if the system allows
-    one (in a user namespace when not root)."""
-    userns = CLONE_NEWUSER if config["userns"] else 0
-    if libc.unshare(CLONE_NEWNS | userns) == 0:
-        config["mountns"] = True
-        if userns:
-            map_user(config)
-
-
-def mask(paths: list[list[Any]]) -> int:
-    """Cover every secret in this mount namespace: an empty read-only tmpfs over a directory, /dev/null over a
-    file. Each is opened first without following a link (a link is not masked: where it leads is judged
-    there) and the mount goes onto that very object through /proc/self/fd, so a path swapped for a link
-    meanwhile cannot move a mask. Nothing propagates out (the namespace is made private first). Returns how
-    many were masked; raises OSError if one that exists could not be (the command must not run then)."""
-    check(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
-    done = 0
-    for path, _ in paths:
-        try:
-            fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            continue  # gone, or not reachable by this user: nothing to read there either
-        try:
-            mode = os.fstat(fd).st_mode
-            target = f"/proc/self/fd/{fd}".encode()
-            if stat.S_ISDIR(mode):
-                result = libc.mount(b"mylm-masked", target, b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                                    b"size=4k,nr_inodes=2,mode=0")
-            elif stat.S_ISLNK(mode):
-                continue
-            else:
-                result = libc.mount(b"/dev/null", target, None, MS_BIND, None)
-            check(result, f"masking {path}")
-            done += 1
-        finally:
-            os.close(fd)
-    return done
 
 
 def nested_namespaces() -> tuple[int, int] | None:
@@ -170,7 +125,8 @@ def confine(config: dict[str, Any], ruleset: int, own: tuple[int, int] | None) -
 
 
 def main() -> int:
-    config = json.loads(sys.argv[1])
+    with os.fdopen(int(sys.argv[1]), "rb") as settings:  # a memfd mylm wrote the configuration to
+        config = json.loads(settings.read())
     control = socket.socket(fileno=config["control"])
     ruleset = config["ruleset"]
     os.set_inheritable(ruleset, False)  # a command holding it could add rules to its later siblings' domain
@@ -438,71 +394,6 @@ class Init:
                 return
 
 
-def send_signal(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
-
-
-def descendants(root: int) -> list[tuple[int, bytes]]:
-    """Every process below `root` and its state letter (only used without a PID namespace). Followed through
-    /proc's `children` files: reading the subtree only, a sweep outpaces a process that forks and exits in a
-    loop, which a scan of all of /proc (milliseconds on a busy machine) does not."""
-    found: list[tuple[int, bytes]] = []
-    stack = [root]
-    while stack:
-        parent = stack.pop()
-        try:
-            threads = os.listdir(f"/proc/{parent}/task")
-        except OSError:
-            continue
-        for thread in threads:
-            try:
-                with open(f"/proc/{parent}/task/{thread}/children", "rb") as f:
-                    children = [int(c) for c in f.read().split()]
-            except FileNotFoundError:
-                if parent == root and not os.path.exists(f"/proc/{root}/task/{thread}/children"):
-                    return _scan(root)  # a kernel without the children files
-                continue
-            except OSError:
-                continue
-            for child in children:
-                found.append((child, _state(child)))
-                stack.append(child)
-    return found
-
-
-def _state(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return b"X"
-    return raw[raw.rfind(b")") + 2:].split()[0]
-
-
-def _scan(root: int) -> list[tuple[int, bytes]]:
-    """`descendants` from a scan of every process."""
-    children: dict[int, list[tuple[int, bytes]]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", "rb") as f:
-                    raw = f.read()
-            except OSError:
-                continue
-            fields = raw[raw.rfind(b")") + 2:].split()
-            children.setdefault(int(fields[1]), []).append((int(name), fields[0]))
-    found: list[tuple[int, bytes]] = []
-    stack = [root]
-    while stack:
-        for child in children.get(stack.pop(), ()):
-            found.append(child)
-            stack.append(child[0])
-    return found
-
-
 def spawn_command(stdio: list[int], layer: int, request: dict[str, Any]) -> int:
     """As pid 1 of the command's namespace: take the command's own Landlock layer here, then start it with
     posix_spawn (vfork: no second copy of this interpreter per command). Sharing the command's domain costs
@@ -564,7 +455,7 @@ def exec_command(stdio: list[int], layer: int, request: dict[str, Any]) -> NoRet
         os.closerange(3, 1 << 16)
         argv = request["argv"]
         os.execve(argv[0], argv, request["env"])
-    except BaseException as error:  # noqa: BLE001 - the command could not start: say why on its stderr
+    except BaseException as error:
         try:
             os.write(2, f"mylm: the command could not start: {error}\n".encode())
         finally:

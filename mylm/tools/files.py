@@ -8,13 +8,14 @@ import posixpath
 import re
 import secrets
 import stat
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import ToolError
 from ..redact import redact
-from ..words import counted
 from ..sandbox.hidden import Secrets
 from ..sandbox.profile import secrets_for
+from ..words import counted
 from .base import Tool, ToolContext, tool
 from .paths import Workspace, check_regular
 
