@@ -17,13 +17,13 @@ from typing import Any, Callable, Literal, Mapping
 
 from ..core.cancel import hook_deadline
 from ..core.errors import ConfigError, ToolError
+from ..sandbox.profile import secrets_for
 from ..tools.base import Tool
 from ..tools.paths import Workspace
 from ..core.types import Grant, Permission, ToolCall
 from ..core.words import counted
 from .commands import HIDDEN, INVISIBLE, classify
 from .danger import is_protected_path
-from .sensitive import is_secret_path
 
 Action = Literal["allow", "ask", "deny"]
 #: The builtin tools whose `path` argument the policy inspects.
@@ -176,11 +176,13 @@ def _decide_path(
         return make("deny", str(error))
     if policy.yes:
         return make("allow", "--yes approves every call")
-    secret = next((p for p in sorted(reached) if is_secret_path(p)), None)
+    secrets = secrets_for(workspace.root)
+    secret = next((p for p in sorted(reached) if secrets.reason(str(workspace.root / p))), None)
     shown = rel if secret in (None, rel) else f"{rel} (a link to {secret})"
     if tool.risk == "read":
         if secret:
-            return make("ask", f"{shown} looks like a secret (keys, tokens, passwords)", rememberable=False)
+            why = secrets.reason(str(workspace.root / secret))
+            return make("ask", f"{shown}: {why}", rememberable=False)
         return make("allow", "a read inside the workspace", grant="read-only")
     protected = next((p for p in sorted(reached) if _protected(p, policy)), None)
     if protected:
@@ -188,7 +190,7 @@ def _decide_path(
         return make("ask", f"{where} is protected (.git/, shell startup files and mylm's config always ask)",
                     rememberable=False)
     if secret:
-        return make("ask", f"{shown} looks like a secret (keys, tokens, passwords)", rememberable=False)
+        return make("ask", f"{shown}: {secrets.reason(str(workspace.root / secret))}", rememberable=False)
     if trusted or policy.approve_edits:
         return make("allow", "edits are approved for this run")
     return make("ask", f"{tool.name} changes {rel}")

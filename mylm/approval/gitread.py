@@ -144,7 +144,9 @@ def _contents_problem(
     elif sub == "show":  # `git show REV:path` alone prints that path, checked as a path already
         head, index, operands = not (ops and all(":" in op for op in ops)), False, ops
     elif sub == "diff":
-        head, index, operands = False, True, ops  # no revision: the index against the work tree
+        # The index against the work tree, or (--cached) HEAD against the index: a file deleted from the index
+        # but still in HEAD prints whole as a removal.
+        head, index, operands = parsed.has("--cached", "--staged"), True, ops
     elif sub == "grep" and (parsed.has("--cached") or len(ops) > 1):
         pattern = 0 if parsed.has("-e", "--regexp", "-f", "--file") else 1
         head, index, operands = False, parsed.has("--cached"), ops[pattern:]

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from ..core.cancel import remaining
-from .sensitive import is_secret_path
 from ..tools.environment import NEUTRAL_SETTINGS, child_environment, neutral_env, neutralised
+from .sensitive import is_secret_path
 
 # NEUTRAL_SETTINGS and neutralised live with the command environment (mylm.tools.environment), which the shell
 # tool builds; they are named here too because they are half of what this module promises (see above).
@@ -176,18 +176,74 @@ def history_problem(
         revs += list(rev_options)
         if head and not revs:
             revs = ["HEAD"]
-        if not revs and not index:
+        # `REV:path` prints that blob: its path is checked as a path, and its contents against the history
+        # (`git show HEAD:notes.txt` after `git mv .env notes.txt`).
+        named = [op for op in operands if ":" in op and not op.startswith("-")]
+        blobs = set()
+        if named:
+            found = _ask(["cat-file", "--batch-check=%(objectname) %(objecttype)"], here, env, deadline,
+                         feed="".join(f"{op}\n" for op in named)) or ""
+            blobs = {line.split()[0] for line in found.splitlines() if line.endswith(" blob")}
+        if not revs and not index and not blobs:
             return None
-        listing = _ask(["rev-list", "--objects", *(["--indexed-objects"] if index else []), *revs, "--"],
+        if not revs and not index:
+            secret_blobs = _secret_blobs(here, env, deadline)
+            hit = next((b for b in sorted(blobs) if b in secret_blobs), None)
+            return None if hit is None else (
+                f"it prints a file whose content was the secret file {secret_blobs[hit]} (renamed, or kept under "
+                "another name, in the history, the index, the stash or a reflog)")
+        listing = _ask(["rev-list", "--objects", "--ignore-missing", *(["--indexed-objects"] if index else []),
+                        *revs, "--"],
                        here, env, deadline) or ""
+        secret_blobs = _secret_blobs(here, env, deadline)
     except _NoAnswer as error:
         return str(error)
+    pathless: list[str] = []
     for line in listing.splitlines():
-        path = line.partition(" ")[2]
+        name, space, path = line.partition(" ")
         if path and is_secret_path(path):
             return (f"git can show the secret file {path} (in the repository's history or index), and this "
                     "command prints file contents")
+        if name in secret_blobs:
+            was = secret_blobs[name]
+            return (f"git can show {path or name}, whose content was the secret file {was} (renamed, or kept "
+                    "under another name, in the history, the index, the stash or a reflog)")
+        if space and not path:
+            pathless.append(name)  # a root tree, or what a tag names directly (a blob has no path then)
+    if pathless:
+        try:
+            kinds = _ask(["cat-file", "--batch-check=%(objecttype)"], here, env, deadline,
+                         feed="".join(f"{name}\n" for name in pathless)) or ""
+        except _NoAnswer as error:
+            return str(error)
+        if "blob" in kinds.split():
+            return "a ref or tag names a file's contents directly, which the policy cannot tie to a path"
     return None
+
+
+def _secret_blobs(here: str, env: dict[str, str], deadline: float | None) -> dict[str, str]:
+    """Every blob that was ever a secret file, under any path it had, as git says: each commit any ref, the
+    reflogs (the stash's included) or HEAD reach, diffed against each parent (and the root against nothing),
+    and every entry of the index; blob name -> the secret path it was at."""
+    found: dict[str, str] = {}
+    log = _ask(["log", "--all", "--reflog", "--root", "-m", "--raw", "--no-renames", "--no-abbrev",
+                "--format=", "--no-ext-diff", "--no-textconv"], here, env, deadline) or ""
+    for line in log.splitlines():
+        if not line.startswith(":"):
+            continue
+        fields, _, path = line.partition("\t")
+        parts = fields.split()
+        if len(parts) >= 4 and is_secret_path(path):
+            for blob in parts[2:4]:
+                if blob.strip("0"):
+                    found.setdefault(blob, path)
+    staged = _ask(["ls-files", "--stage", "-z"], here, env, deadline) or ""
+    for entry in staged.split("\0"):
+        fields, _, path = entry.partition("\t")
+        parts = fields.split()
+        if len(parts) >= 2 and is_secret_path(path):
+            found.setdefault(parts[1], path)
+    return found
 
 
 def _positive_revisions(operand: str) -> list[str]:

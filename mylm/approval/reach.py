@@ -12,6 +12,8 @@ import posixpath
 import stat
 from pathlib import Path
 
+from ..sandbox.hidden import real_path
+from ..sandbox.profile import secrets_for
 from .sensitive import is_secret_path
 
 #: Files read by a command that are harmless wherever they are.
@@ -33,9 +35,11 @@ def path_problem(workspace: Path | None, cwd: str, value: str) -> str | None:
         return None
     real = resolved(workspace, cwd, value)
     if real is None:
-        return f"it reads outside the workspace ({value} resolves there through a symbolic link)"
-    if is_secret_path(real):
-        return f"it reads the secret file {real} (through a symbolic link named {value})"
+        return (f"it reads outside the workspace ({value} resolves there through a symbolic link, or through "
+                "/proc or /dev/fd, whose links lead wherever the reading process is)")
+    secret = secrets_for(workspace).reason(os.path.join(os.path.realpath(workspace), real))
+    if secret:
+        return f"it reads a secret: {secret}" + ("" if real == lexical else f" (through {value})")
     try:
         info = os.stat(os.path.join(workspace, cwd, value))
     except (OSError, ValueError):
@@ -50,7 +54,11 @@ def path_problem(workspace: Path | None, cwd: str, value: str) -> str | None:
 def resolved(workspace: Path, cwd: str, value: str) -> str | None:
     """The workspace-relative real path `value` names from `cwd` ('.' for the root), or None when outside."""
     root = os.path.realpath(workspace)
-    real = os.path.realpath(os.path.join(root, cwd, value))
+    # Resolved as the command will see it from its own directory, never through a link into /proc or
+    # /dev/fd (`s -> /proc/self/cwd/x` means the *command's* directory, which realpath would take as mylm's).
+    real = real_path(os.path.join(root, cwd, value))
+    if real is None:
+        return None
     if real == root:
         return "."
     if not real.startswith(root.rstrip(os.sep) + os.sep):
@@ -81,6 +89,8 @@ def secret_beneath(
     if workspace is None:
         return "(unknown: no workspace)"
     budget = WALK_BUDGET
+    secrets = secrets_for(workspace)
+    real_root = secrets.workspace
     seen: set[str] = set()
     stack: list[str] = []
     for root in roots:
@@ -95,7 +105,7 @@ def secret_beneath(
             continue
         seen.add(current)
         try:
-            entries = list(os.scandir(os.path.join(workspace, current)))
+            entries = list(os.scandir(os.path.join(real_root, current)))
         except OSError:
             continue  # unreadable: the reader cannot read it either
         budget -= len(entries)
@@ -103,13 +113,13 @@ def secret_beneath(
             return "(too many files to check)"
         for entry in entries:
             rel = posixpath.normpath(posixpath.join(current, entry.name))
-            if is_secret_path(rel):
+            if secrets.reason(entry.path):
                 return rel
             if entry.is_symlink():
                 target = resolved(workspace, current, entry.name)
                 if target is None:
                     return f"{rel} (a symbolic link that leads outside the workspace)"
-                if is_secret_path(target):
+                if secrets.reason(os.path.join(real_root, target)):
                     return f"{rel} (a symbolic link to {target})"
                 if os.path.isdir(os.path.join(workspace, target)):
                     stack.append(target)

@@ -6,9 +6,12 @@ import json
 import os
 import threading
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Literal, Mapping
 
 from ..core.errors import ResultsFileError
+
+if TYPE_CHECKING:
+    from ..core.redact import Redactor
 
 #: When lines reach the disk: after every line (a power cut loses nothing written), only when the file is
 #: closed, or whenever the OS decides. A killed process loses nothing in any mode: the kernel has the lines.
@@ -29,9 +32,12 @@ class ResultsFile:
     fsync) is dropped when the file is opened again, and its task runs again.
     """
 
-    def __init__(self, path: Path, *, fsync: FsyncPolicy = "line") -> None:
+    def __init__(self, path: Path, *, fsync: FsyncPolicy = "line", redactor: Redactor | None = None) -> None:
         self.path = path
         self.fsync = fsync
+        #: Every line is redacted with it before it is written (an endpoint error's URL password, a token in
+        #: an answer), all but the task's id, by which a rerun finds it.
+        self.redactor = redactor
         self._lock = threading.Lock()
         self.done: dict[str, dict[str, Any]] = {}
         #: Bytes of a torn last line that were cut off when the file was opened (0 when it was whole).
@@ -78,7 +84,9 @@ class ResultsFile:
             self.done[record["id"]] = record
 
     def append(self, record: Mapping[str, Any]) -> None:
-        """Write one result line in a single `write()` (and fsync it, by policy)."""
+        """Write one result line in a single `write()` (and fsync it, by policy), redacted."""
+        if self.redactor is not None:
+            record = {k: v if k == "id" else self.redactor.redact_value(v) for k, v in record.items()}
         data = _line(record)
         with self._lock:
             written = os.write(self._fd, data)

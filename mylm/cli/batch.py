@@ -120,7 +120,7 @@ def batch(ctx: click.Context, /, tasks_file: Path, output: Path, **options: Any)
     def clean(text: str) -> str:
         return for_terminal(redactor.redact(text))
 
-    results = ResultsFile(output, fsync=options["fsync"])
+    results = ResultsFile(output, fsync=options["fsync"], redactor=redactor)
     if results.dropped_bytes:
         warn(f"{output} ended in a torn line ({results.dropped_bytes} bytes, from an interrupted write); "
              "it was cut off and that task runs again")

@@ -207,6 +207,13 @@ def configure_logging(verbose: int, redactor: Redactor) -> None:
                     self.before()
             super().emit(record)
 
+        def format(self, record: logging.LogRecord) -> str:
+            # An upstream's error body at -v may carry OSC 52 (clipboard), OSC 8, CSI, C1 or bidi controls:
+            # the record, its traceback included, goes out redacted and through the one terminal sanitiser.
+            from .display import for_terminal
+
+            return for_terminal(redactor.redact(super().format(record)))
+
     handler = _OwnLine(sys.stderr)
     handler.setFormatter(logging.Formatter("[%(levelname)s] %(message)s"))
     handler.addFilter(_Redacting())

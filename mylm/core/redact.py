@@ -31,6 +31,18 @@ _PATTERNS = (
     r"\bhf_[A-Za-z0-9]{30,}",
     r"\bgsk_[A-Za-z0-9]{30,}",
     r"\beyJ[A-Za-z0-9_\-]{10,}\.eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}",
+    # Shapes from gitleaks' default rules (github.com/gitleaks/gitleaks, config/gitleaks.toml, MIT licence:
+    # stripe-access-token, npm-access-token, pypi-upload-token, digitalocean-pat/-access-token/-refresh-token,
+    # slack-webhook-url) and detect-secrets' plugins (github.com/Yelp/detect-secrets, Apache-2.0: stripe,
+    # sendgrid, slack, pypi_token), loosened where a real token can be longer; Google's OAuth access tokens
+    # (`ya29.`) as Google documents them.
+    r"\b[rs]k_(?:live|test|prod)_[A-Za-z0-9]{10,99}",
+    r"\bnpm_[A-Za-z0-9]{36}",
+    r"\bpypi-AgE[A-Za-z0-9_\-]{50,}",
+    r"\bya29\.[0-9A-Za-z_\-]{20,}",
+    r"\bSG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}",
+    r"\bdo[por]_v1_[a-f0-9]{64}",
+    r"(?<=hooks\.slack\.com/)(?:services|workflows|triggers)/[A-Za-z0-9+/_\-]{20,}",
 )
 # `Authorization: Bearer x`, then assignments to a secret-named key, in any case: `API_KEY=x` and `password = x`
 # in .env files, shells and INI, `--token=x` and `?token=x`, `api_token: x` in YAML (at a line's start or in a
@@ -39,6 +51,12 @@ _PATTERNS = (
 _KEY_NAME = r"[a-z0-9_.\-]*(?:pass|pwd|secret|token|credential|key(?![a-z]))[a-z0-9_.\-]*"
 _ASSIGNMENTS = (
     r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/\-]{16,}=*",
+    # `Authorization: Basic dXNlcjpwYXNz` (any scheme) and a `Cookie:` or `Set-Cookie:` header's whole value.
+    (
+        r"(?i)(\b(?:proxy-)?authorization[\"']?[ \t]*[:=][ \t]*[\"']?(?:[a-z]+[ \t]+)?)"
+        r"(?=[^\s\"',;]*[0-9+/=_.\-])[^\s\"',;]{8,}"
+    ),
+    r"(?i)(\b(?:set-)?cookie[\"']?[ \t]*:[ \t]*[\"']?)(?=[^\r\n\"'=]+=)[^\r\n\"']+",
     rf"(?i)((?<![^\s;,{{(?&'\"\-])[\"']?{_KEY_NAME}[\"']?[ \t]*=[ \t]*)(?!=)"
     r"(?P<value>(?P<q>[\"']?)[^\s'\"]+(?P=q))",
     (
@@ -70,13 +88,16 @@ _URL_CREDENTIALS = re.compile(
 #: How every credential shape in `_PATTERNS` begins.
 _SECRET_PREFIXES = (
     "sk-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "xox", "AKIA", "ASIA", "AIza", "hf_",
-    "gsk_", "eyJ", "-----BEGIN",
+    "gsk_", "eyJ", "-----BEGIN", "sk_", "rk_", "npm_", "pypi-", "ya29.", "SG.", "dop_v1_", "doo_v1_", "dor_v1_",
+    "hooks.slack.com",
 )
 _PEM_END = re.compile(r"-----END [A-Z ]*PRIVATE KEY-----")
 #: Words that come before a secret in `_ASSIGNMENTS` (searched for first: a literal search is fast).
-_SECRET_NAMES = ("bearer", "key", "secret", "token", "pass", "pwd", "credential")
+_SECRET_NAMES = ("bearer", "key", "secret", "token", "pass", "pwd", "credential", "authorization", "cookie")
 #: A secret's name near the end of streamed text: its value may still be coming.
-_SENSITIVE_TAIL = re.compile(r"(?i)(?:bearer|key|secret|token|pass|pwd|credential)[^\n]{0,40}\Z")
+_SENSITIVE_TAIL = re.compile(
+    r"(?i)(?:bearer|key|secret|token|pass|pwd|credential|authorization|cookie)[^\n]{0,40}\Z"
+)
 
 
 class Redactor:

@@ -230,6 +230,11 @@ SPECIAL_TOKEN = re.compile(
     r"|>>[A-Z]{3,20}<<"
     r"|<</?SYS>>"
     r"|<(?:用户|AI)>"
+    # chat-media markers: SmolVLM's <end_of_utterance>, Gemma 3n's <start_of_audio>, <audio_soft_token>,
+    # Idefics3's <fake_token_around_image>, <global-img>, <row_1_col_2>, InternVL's <IMG_CONTEXT>
+    r"|(?i:</?(?:start|end|begin|beginning)_of_[a-z]+(?:_[a-z]+)*>)"
+    r"|</?[a-z]+(?:_[a-z]+)*_soft_token>|<fake_token_around_image>|<global-img>|<row_[0-9]{1,3}_col_[0-9]{1,3}>"
+    r"|</?IMG_CONTEXT>"
     r"|(?i:</?(?:s|unk|bos|eos|pad|sop|eop|tool_call|tool_response|start_of_turn|end_of_turn|start_of_image"
     r"|end_of_image|beginning_of_sentence|end_of_sentence|fim_prefix|fim_middle|fim_suffix|fim_pad|file_sep"
     r"|repo_name|reponame|filename|gh_stars|empty_output|jupyter_start|jupyter_text|jupyter_code|jupyter_output"

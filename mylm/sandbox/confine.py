@@ -6,12 +6,15 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Callable, Iterator, Literal, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal
 
+from ..core.errors import ToolError
 from ..core.types import Grant
 from . import bwrap, caps, landlock, seccomp
+from .hidden import scans
 from .launcher import Child, Launcher, LauncherGoneError, LauncherSpec
 from .profile import Profile, build_profile
 from .rulesets import kept_rulesets
@@ -26,6 +29,9 @@ BACKEND_ENV = "MYLM_SANDBOX_BACKEND"
 #: Testing aid: `off` starts commands without their own PID and IPC namespaces (the fallback where the system
 #: allows none): the launcher then sweeps a command's processes and the filter refuses SysV IPC.
 NAMESPACES_ENV = "MYLM_SANDBOX_NAMESPACES"
+#: Testing aid: `off` masks nothing (the fallback where no mount namespace can be made): the approval policy's
+#: checks and Landlock's rules are then all that keep secrets from commands.
+MASKS_ENV = "MYLM_SANDBOX_MASKS"
 
 
 @dataclass(frozen=True)
@@ -105,9 +111,15 @@ class Sandbox:
 
     @contextmanager
     def launch(self, grant: Grant, workspace: str | os.PathLike[str],
-               environ: Mapping[str, str] | None = None) -> Iterator[Launch]:
+               environ: Mapping[str, str] | None = None, anchor: int | None = None) -> Iterator[Launch]:
         """Prepare one command; on leaving, its temporary directory and ruleset are gone. Call it around the
-        whole run of the command, so that the temporary directory goes only once every process is stopped."""
+        whole run of the command, so that the temporary directory goes only once every process is stopped.
+
+        `anchor`, a descriptor holding the workspace open, confines the command to that object: it starts
+        there, and its workspace rule is made on it. A workspace path that no longer leads to it (swapped for
+        a link meanwhile) is refused."""
+        if anchor is not None:
+            _same_object(workspace, anchor)
         if not self.confines:
             yield Launch()
             return
@@ -120,28 +132,44 @@ class Sandbox:
             with self._bubblewrap(grant, workspace, environ, families) as launch:
                 yield launch
             return
-        base = build_profile(grant, workspace, network=self.network, environ=environ, private=self.private)
+        base = build_profile(grant, workspace, network=self.network, environ=environ, private=self.private,
+                             anchor=anchor)
 
         namespaces = os.environ.get(NAMESPACES_ENV) != "off"
+        masks = self.masks(grant, base)
 
         def make(ruleset: int, tmproot: str | None) -> Launcher:
             protected = _protected_ids()
             return Launcher(LauncherSpec(
                 ruleset, seccomp.command_program(families, protected), seccomp.command_program(
-                    families, protected, sysv=False), caps.bounding_drop(), tmproot, namespaces))
+                    families, protected, sysv=False), caps.bounding_drop(), tmproot, namespaces, masks))
 
-        extra = (self.unix_sockets, namespaces)
+        held = None if anchor is None else (os.fstat(anchor).st_dev, os.fstat(anchor).st_ino)
+        extra = (self.unix_sockets, namespaces, masks, held)
         with kept_rulesets.launcher(self.landlock_abi, base, make, extra) as launcher:
             with self._own_layer(base, launcher, environ) as (ruleset, tmp_env):
                 def start(argv: Sequence[str], env: Mapping[str, str], cwd: str | os.PathLike[str],
                           stdio: tuple[int, int, int]) -> Child:
                     try:
-                        return launcher.start(argv, env, cwd, stdio, ruleset)
+                        return launcher.start(argv, env, cwd, stdio, ruleset, cwd_id=held)
                     except LauncherGoneError:
                         kept_rulesets.discard(launcher)  # the next command starts another
                         raise
 
                 yield Launch(env=tmp_env, start=start)
+
+    def masks(self, grant: Grant, profile: Profile) -> tuple[tuple[str, bool], ...]:
+        """What a command's mount namespace covers: the credential floor and mylm's own directories (hidden
+        by Landlock's rules as well) and, for a read-only command, every secret in the workspace (which
+        Landlock grants whole): the auto-approved cannot read a secret by any name. Never the workspace or
+        a directory holding it."""
+        if os.environ.get(MASKS_ENV) == "off":
+            return ()
+        ws = profile.workspace
+        found = [(path, False) for path in sorted(profile.hidden)]
+        if grant == "read-only":
+            found += scans.get(ws).found
+        return tuple(m for m in found if not (ws == m[0] or ws.startswith(m[0].rstrip(os.sep) + os.sep)))
 
     @contextmanager
     def _own_layer(self, base: Profile, launcher: Launcher, environ: Mapping[str, str] | None
@@ -155,8 +183,7 @@ class Sandbox:
         ruleset: int | None = None
         try:
             own = build_profile(base.grant, base.workspace, network=self.network, tmpdir=tmpdir,
-                                environ=environ,
-                                private=self.private)
+                                environ=environ, private=self.private, anchor=base.anchor)
             ruleset = kept_rulesets.ruleset(self.landlock_abi, own)
             yield ruleset, {"TMPDIR": tmpdir}
         finally:
@@ -176,6 +203,8 @@ class Sandbox:
         try:
             profile = build_profile(grant, workspace, network=self.network, tmpdir=tmpdir, environ=environ,
                                     private=self.private)
+            masked = frozenset(path for path, _ in self.masks(grant, profile))
+            profile = replace(profile, hidden=profile.hidden | masked)  # bubblewrap covers each one it mounts
             words = bwrap.argv(self.bwrap_program, profile, caps.bounding_drop())
             if program:
                 memfd = os.memfd_create("mylm-seccomp", 0)
@@ -189,6 +218,18 @@ class Sandbox:
                 os.close(memfd)
             if tmpdir is not None:
                 shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _same_object(workspace: str | os.PathLike[str], anchor: int) -> None:
+    """Refuse a command whose workspace path no longer leads to the directory held open for it."""
+    try:
+        now = os.stat(workspace)
+    except OSError as error:
+        raise ToolError(f"the command did not run: its workspace {workspace} is gone ({error.strerror})") from None
+    held = os.fstat(anchor)
+    if (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):
+        raise ToolError(f"the command did not run: its workspace {workspace} was replaced (by a link or another "
+                        "directory) since the task began")
 
 
 #: The most thread ids a command's filter protects (a jump in classic BPF reaches 255 instructions).

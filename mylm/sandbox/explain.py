@@ -15,10 +15,13 @@ from typing import Iterable
 from .profile import Profile
 
 _DENIED = re.compile(r"permission denied|operation not permitted|read-only file system", re.IGNORECASE)
+#: A masked directory is an empty one in the command's mount namespace: what was in it is "not there".
+_MISSING = re.compile(r"no such file or directory", re.IGNORECASE)
 #: A path in an error line: quoted ('x', "x", ‘x’, `x'), or before ": Permission denied" and its kin.
 _QUOTED = re.compile(r"""['"‘`]([^'"’`\n]+)['"’]""")
 _BARE = re.compile(
-    r"(?:^|\s)([^\s:'\"]+):\s*(?:permission denied|operation not permitted|read-only file system)",
+    r"(?:^|\s)([^\s:'\"]+):\s*(?:permission denied|operation not permitted|read-only file system"
+    r"|no such file or directory)",
     re.IGNORECASE,
 )
 _NETWORK = re.compile(
@@ -33,7 +36,7 @@ _MAX_LINES = 200
 
 def worth_a_look(output: str) -> bool:
     """Whether `output` reports a denial or a network failure at all (most commands' does not)."""
-    return bool(_DENIED.search(output) or _NETWORK.search(output))
+    return bool(_DENIED.search(output) or _NETWORK.search(output) or _MISSING.search(output))
 
 
 def explain(profile: Profile, output: str, cwd: str) -> str:
@@ -45,6 +48,10 @@ def explain(profile: Profile, output: str, cwd: str) -> str:
                 why = _forbidden(profile, path)
                 if why:
                     return _line(profile, *why)
+        elif _MISSING.search(line):
+            for path in _paths(line, cwd):
+                if _under(os.path.realpath(path), profile.hidden) or _under(path, profile.hidden):
+                    return _line(profile, *_hidden(path))
     if not profile.network and any(_NETWORK.search(line) for line in lines):
         if profile.grant == "read-only":
             return _line(profile, "it has no network",
@@ -69,13 +76,16 @@ def _under(path: str, roots: Iterable[str]) -> bool:
     return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
 
 
+def _hidden(path: str) -> tuple[str, str]:
+    return (f"{path} is hidden from commands (credentials)", "leave it alone, or ask the user if the task needs it")
+
+
 def _forbidden(profile: Profile, path: str) -> tuple[str, str] | None:
     """(what the sandbox stopped, what to do instead) for an access to `path` that `profile` forbids and mylm
     itself could make; None if it does not."""
     real = os.path.realpath(path)
     if _under(real, profile.hidden) or _under(path, profile.hidden):
-        return (f"{path} is hidden from commands (credentials)",
-                "leave it alone, or ask the user if the task needs it")
+        return _hidden(path)
     existing = real
     while not os.path.lexists(existing) and existing != os.sep:
         existing = os.path.dirname(existing)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import socket
 import subprocess
 import sys
@@ -35,7 +36,8 @@ class LauncherSpec:
     #: The directory holding the TMPDIRs of its commands (workspace-write), removed when it ends.
     tmproot: str | None = None
     namespaces: bool = True
-
+    #: Secrets to mask in the launcher's mount namespace: (absolute path, is a directory).
+    masks: tuple[tuple[str, bool], ...] = ()
 
 
 
@@ -48,17 +50,22 @@ class Launcher:
             "control": theirs.fileno(), "ruleset": spec.ruleset, "seccomp": spec.seccomp.hex(),
             "seccomp_no_ipc_ns": spec.seccomp_no_ipc_ns.hex(), "caps_drop": list(spec.caps_drop),
             "tmproot": spec.tmproot, "namespaces": spec.namespaces, "userns": os.geteuid() != 0,
-            "uid": os.geteuid(), "gid": os.getegid(),
+            "uid": os.geteuid(), "gid": os.getegid(), "masks": [list(m) for m in spec.masks],
         }
         self.tmproot = spec.tmproot
         self._lock = threading.Lock()
         self._control = ours
         #: Inits the launcher forked ahead, each waiting on its socket for one command.
         self._spares: list[socket.socket] = []
+        # In a memfd, not on the command line: a workspace with many secrets to mask makes a long list, and one
+        # argument may not exceed 128 KiB.
+        settings = os.memfd_create("mylm-launcher-config", os.MFD_CLOEXEC)
+        os.write(settings, json.dumps(config).encode())
+        os.lseek(settings, 0, os.SEEK_SET)
         try:
             self._process = subprocess.Popen(
-                [sys.executable, "-I", "-S", _PROGRAM, json.dumps(config)],
-                pass_fds=(theirs.fileno(), spec.ruleset),
+                [sys.executable, "-I", "-S", _PROGRAM, str(settings)],
+                pass_fds=(theirs.fileno(), spec.ruleset, settings),
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 # Its own session (a Ctrl-C at the terminal is mylm's to handle), holding no directory.
                 start_new_session=True, env={}, cwd="/",
@@ -69,6 +76,7 @@ class Launcher:
             raise ToolError(why) from error
         finally:
             theirs.close()
+            os.close(settings)
         ready, _, _ = select.select([ours], [], [], _START_TIMEOUT)
         hello = ours.recv(4096) if ready else b""
         if hello[:1] != b"R":
@@ -78,21 +86,28 @@ class Launcher:
         facts = json.loads(hello[1:])
         #: Whether each command gets a PID namespace of its own (the kernel then empties it at once).
         self.pid_namespaces: bool = facts["pidns"]
+        #: Whether its commands run in a mount namespace of its own, and how many secrets it masks there.
+        self.mount_namespace: bool = facts["mountns"]
+        self.masked: int = facts["masked"]
 
     def alive(self) -> bool:
         """Whether the launcher is still running."""
         return self._process.poll() is None
 
     def start(self, argv: Sequence[str], env: Mapping[str, str], cwd: str | os.PathLike[str],
-              stdio: tuple[int, int, int], ruleset: int | None = None) -> Child:
-        """Start `argv` in `cwd` with `env` and the three descriptors as its stdin, stdout and stderr, in its
-        own layer of `ruleset` (else the launcher's own). Raises `LauncherGoneError` if the launcher has ended."""
+              stdio: tuple[int, int, int], ruleset: int | None = None,
+              cwd_id: tuple[int, int] | None = None) -> Child:
+        """Start `argv` in `cwd` (only if it is the directory with device and inode `cwd_id`, when given) with
+        `env` and the three descriptors as its stdin, stdout and stderr, in its own layer of `ruleset` (else
+        the launcher's own). Raises `LauncherGoneError` if the launcher has ended."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         fds = [theirs.fileno(), *stdio]
         header: dict[str, object] = {"argv": list(argv), "env": dict(env), "cwd": os.fspath(cwd)}
         if ruleset is not None:
             header["ruleset"] = len(fds)
             fds.append(ruleset)
+        if cwd_id is not None:
+            header["cwd_id"] = list(cwd_id)
         body = json.dumps(header).encode()
         memfd = None
         try:
@@ -147,16 +162,31 @@ class Launcher:
                 else:
                     os.close(fd)
 
-    def close(self) -> None:
-        """End the launcher (and anything it still runs) and collect it."""
+    def close(self, deadline: float | None = None) -> None:
+        """End the launcher (and anything it still runs), collect it and remove its commands' TMPDIR root.
+        It is killed if it has not ended by `deadline` (a `time.monotonic()` value; default: 2 s from now)."""
+        self.shutdown()
+        self.collect(deadline)
+
+    def shutdown(self) -> None:
+        """Tell the launcher to end (its control socket closes), without waiting for it."""
         for spare in self._spares:
             spare.close()
+        self._spares.clear()
         self._control.close()
+
+    def collect(self, deadline: float | None = None) -> None:
+        """Wait for the launcher that was told to end until `deadline`, then SIGKILL it (its launcher, pid 1
+        of its namespace, dies with it and takes every command along); remove the TMPDIR root, which the
+        confined launcher could empty but not remove (it may not write its parent)."""
+        end = time.monotonic() + 2.0 if deadline is None else deadline
         try:
-            self._process.wait(timeout=5)
+            self._process.wait(timeout=max(end - time.monotonic(), 0.01))
         except subprocess.TimeoutExpired:
             self._process.kill()
             self._process.wait()
+        if self.tmproot is not None:
+            shutil.rmtree(self.tmproot, ignore_errors=True)
 
 
 class Child:

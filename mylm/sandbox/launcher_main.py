@@ -1,8 +1,9 @@
 """The launcher: a small confined process that starts mylm's commands, so no thread of mylm holds their
 confinement.
 
-Run by `mylm.sandbox.launcher` as `python -I -S launcher_main.py CONFIG` with the standard library only (it
-never imports mylm: a fresh interpreter without site-packages starts in ~15 ms, once per profile and workspace).
+Run by `mylm.sandbox.launcher` as `python -I -S launcher_main.py FD` (FD: a memfd holding its JSON
+configuration) with the standard library only (it never imports mylm: a fresh interpreter without
+site-packages starts in ~15 ms, once per profile and workspace).
 
 It confines itself once (capabilities, no_new_privs, the seccomp filter, the profile's Landlock ruleset), then
 for each request received on its control socket (SEQPACKET: a JSON header and, with SCM_RIGHTS, the reply
@@ -32,7 +33,13 @@ import socket
 import sys
 from typing import Any, NoReturn
 
-CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID = 0x08000000, 0x10000000, 0x20000000
+# Run as a script with -I (no script directory on sys.path): its two helpers sit beside it, standard library
+# only like itself.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from launcher_mounts import map_user, mask, own_mount_namespace  # type: ignore[import-not-found]
+from launcher_sweep import descendants, send_signal  # type: ignore[import-not-found]
+
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x08000000, 0x10000000, 0x20000000
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 1, 4, 24
 PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 22, 38, 36
 LANDLOCK_RESTRICT_SELF = 446
@@ -55,17 +62,16 @@ def restrict_self(ruleset: int) -> None:
 
 
 def enter_namespaces(config: dict[str, Any]) -> bool:
-    """Become pid 1 of a PID and IPC namespace of our own (in a user namespace when not root): this process
-    forks, the child goes on as the launcher and the parent waits for it. Returns whether that worked."""
+    """Become pid 1 of a PID and IPC namespace of our own (in a user namespace when not root), in a mount
+    namespace of our own when there are secrets to mask: this process forks, the child goes on as the
+    launcher and the parent waits for it. Returns whether that worked."""
     flags = CLONE_NEWPID | CLONE_NEWIPC | (CLONE_NEWUSER if config["userns"] else 0)
-    if libc.unshare(flags) != 0:
+    if config["masks"] and libc.unshare(flags | CLONE_NEWNS) == 0:
+        config["mountns"] = True
+    elif libc.unshare(flags) != 0:
         return False
     if config["userns"]:
-        uid, gid = config["uid"], config["gid"]
-        maps = (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1"))
-        for name, text in maps:
-            with open(f"/proc/self/{name}", "w") as f:
-                f.write(text)
+        map_user(config)
     child = os.fork()
     if child:
         # Stay, so the launcher is never anyone else's orphan; leave with it.
@@ -119,12 +125,19 @@ def confine(config: dict[str, Any], ruleset: int, own: tuple[int, int] | None) -
 
 
 def main() -> int:
-    config = json.loads(sys.argv[1])
+    with os.fdopen(int(sys.argv[1]), "rb") as settings:  # a memfd mylm wrote the configuration to
+        config = json.loads(settings.read())
     control = socket.socket(fileno=config["control"])
     ruleset = config["ruleset"]
     os.set_inheritable(ruleset, False)  # a command holding it could add rules to its later siblings' domain
+    config["mountns"] = False
+    masked = 0
     try:
         in_namespace = config["namespaces"] and enter_namespaces(config)
+        if config["masks"] and not config["mountns"]:
+            own_mount_namespace(config)
+        if config["mountns"]:
+            masked = mask(config["masks"])
         own = nested_namespaces() if in_namespace else None
         confine(config, ruleset, own)
     except OSError as error:
@@ -136,7 +149,9 @@ def main() -> int:
     # Our children (the inits) are reaped by the kernel; theirs are theirs.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    control.send(b"R" + json.dumps({"pidns": own is not None, "launcher_ns": bool(in_namespace)}).encode())
+    facts = {"pidns": own is not None, "launcher_ns": bool(in_namespace), "mountns": config["mountns"],
+             "masked": masked}
+    control.send(b"R" + json.dumps(facts).encode())
     try:
         serve(control, ruleset, own)
     finally:
@@ -241,6 +256,8 @@ def wait_and_run(waiting: socket.socket, ruleset: int, namespace: bool) -> int:
     waiting.close()
     if not message:
         return 0
+    for fd in fds:  # received without close-on-exec: none may reach the command but as its 0-2
+        os.set_inheritable(fd, False)
     request = json.loads(message)
     if request.get("body") is not None:  # too long for one message: the rest is in a memfd
         with os.fdopen(os.dup(fds[request["body"]]), "rb") as f:
@@ -377,78 +394,14 @@ class Init:
                 return
 
 
-def send_signal(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
-
-
-def descendants(root: int) -> list[tuple[int, bytes]]:
-    """Every process below `root` and its state letter (only used without a PID namespace). Followed through
-    /proc's `children` files: reading the subtree only, a sweep outpaces a process that forks and exits in a
-    loop, which a scan of all of /proc (milliseconds on a busy machine) does not."""
-    found: list[tuple[int, bytes]] = []
-    stack = [root]
-    while stack:
-        parent = stack.pop()
-        try:
-            threads = os.listdir(f"/proc/{parent}/task")
-        except OSError:
-            continue
-        for thread in threads:
-            try:
-                with open(f"/proc/{parent}/task/{thread}/children", "rb") as f:
-                    children = [int(c) for c in f.read().split()]
-            except FileNotFoundError:
-                if parent == root and not os.path.exists(f"/proc/{root}/task/{thread}/children"):
-                    return _scan(root)  # a kernel without the children files
-                continue
-            except OSError:
-                continue
-            for child in children:
-                found.append((child, _state(child)))
-                stack.append(child)
-    return found
-
-
-def _state(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return b"X"
-    return raw[raw.rfind(b")") + 2:].split()[0]
-
-
-def _scan(root: int) -> list[tuple[int, bytes]]:
-    """`descendants` from a scan of every process."""
-    children: dict[int, list[tuple[int, bytes]]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", "rb") as f:
-                    raw = f.read()
-            except OSError:
-                continue
-            fields = raw[raw.rfind(b")") + 2:].split()
-            children.setdefault(int(fields[1]), []).append((int(name), fields[0]))
-    found: list[tuple[int, bytes]] = []
-    stack = [root]
-    while stack:
-        for child in children.get(stack.pop(), ()):
-            found.append(child)
-            stack.append(child[0])
-    return found
-
-
 def spawn_command(stdio: list[int], layer: int, request: dict[str, Any]) -> int:
     """As pid 1 of the command's namespace: take the command's own Landlock layer here, then start it with
     posix_spawn (vfork: no second copy of this interpreter per command). Sharing the command's domain costs
     nothing there: no signal from inside its namespace reaches its init unless the init handles it (only
     SIGCHLD is handled, and it only wakes the reaping), and without CAP_SYS_PTRACE nothing traces it."""
-    os.chdir(request["cwd"])
+    enter(request)
     restrict_self(layer)
+    close_on_exec()
     argv = request["argv"]
     try:
         return os.posix_spawn(
@@ -462,6 +415,32 @@ def spawn_command(stdio: list[int], layer: int, request: dict[str, Any]) -> int:
         os.chdir("/")  # the init holds no directory of the command's
 
 
+def enter(request: dict[str, Any]) -> None:
+    """Go to the command's directory and, when mylm holds it open (`cwd_id`: its device and inode), make sure
+    it is that object: a path swapped for a link since the task began leads elsewhere, and the command must not
+    start there. (Not fchdir to mylm's descriptor: that directory is in mylm's mount namespace, where nothing
+    is masked.)"""
+    os.chdir(request["cwd"])
+    wanted = request.get("cwd_id")
+    if wanted is not None:
+        here = os.stat(".")
+        if [here.st_dev, here.st_ino] != list(wanted):
+            raise OSError(f"the workspace {request['cwd']} was replaced since the task began")
+
+
+def close_on_exec() -> None:
+    """Mark every descriptor above 2 close-on-exec (posix_spawn has no closefrom): the command gets its stdin,
+    stdout and stderr and nothing else of the init's (its reply socket, whose "X<status>" the command could
+    otherwise forge, the ruleset, the wake-up pipe)."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2:
+            try:
+                os.set_inheritable(fd, False)
+            except OSError:
+                pass  # the listing's own descriptor, closed by now
+
+
 def exec_command(stdio: list[int], layer: int, request: dict[str, Any]) -> NoReturn:
     """In the command's process: its own session, stdio, directory and Landlock layer, then exec."""
     try:
@@ -471,12 +450,12 @@ def exec_command(stdio: list[int], layer: int, request: dict[str, Any]) -> NoRet
         for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGINT):
             signal.signal(sig, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
-        os.chdir(request["cwd"])
+        enter(request)
         restrict_self(layer)
         os.closerange(3, 1 << 16)
         argv = request["argv"]
         os.execve(argv[0], argv, request["env"])
-    except BaseException as error:  # noqa: BLE001 - the command could not start: say why on its stderr
+    except BaseException as error:
         try:
             os.write(2, f"mylm: the command could not start: {error}\n".encode())
         finally:

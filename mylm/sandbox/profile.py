@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from ..core.types import Grant
+from .hidden import Secrets, mylm_private
 
 #: The system, readable (and executable) by every command.
 SYSTEM_READ = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/proc",
@@ -75,6 +76,9 @@ class Profile:
     network: bool
     #: The command's private temporary directory (workspace-write only), given to it as TMPDIR.
     tmpdir: str | None = None
+    #: A descriptor holding the workspace open (`mylm mcp` tasks): its rule is made on that object, not on
+    #: whatever the path leads to when the rule is made.
+    anchor: int | None = None
 
 
 def build_profile(
@@ -85,12 +89,13 @@ def build_profile(
     tmpdir: str | None = None,
     environ: Mapping[str, str] | None = None,
     private: Sequence[str | os.PathLike[str]] = (),
+    anchor: int | None = None,
 ) -> Profile:
     """The profile for `grant` in `workspace`. `private` adds directories never readable (mylm's own config
     and data); `environ` gives PATH and HOME (default: this process's)."""
     env = os.environ if environ is None else environ
     system, hidden = _system(env.get("PATH", os.defpath), env.get("HOME") or str(Path.home()),
-                             tuple(str(p) for p in private), os.geteuid() == 0)
+                             mylm_private(private, env), os.geteuid() == 0)
     ws = _real(str(workspace))
     home = _real(env.get("HOME") or str(Path.home()))
     if home == ws or home.startswith(ws.rstrip(os.sep) + os.sep):
@@ -107,6 +112,7 @@ def build_profile(
         hidden=hidden,
         network=network and writing,
         tmpdir=tmpdir if writing else None,
+        anchor=anchor,
     )
 
 
@@ -125,6 +131,25 @@ def _system(
     read = [*SYSTEM_READ, *_path_dirs(path, home), *_etc_link_targets()]
     read += [os.path.join(home, p) for p in HOME_READ]
     return tuple(dict.fromkeys(_real(p) for p in read if p)), frozenset(_real(h) for h in hidden)
+
+
+def secrets_for(workspace: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None,
+                private: Sequence[str | os.PathLike[str]] = ()) -> Secrets:
+    """What no auto-approved tool or command may read around `workspace`: `HOME_SECRETS` in `$HOME` and the
+    account's home, mylm's own directories and `private`, the system's secrets as root and, when the
+    workspace holds `$HOME`, its dot-entries but `HOME_DOTFILES`; and the secret names inside the workspace."""
+    env = os.environ if environ is None else environ
+    home = env.get("HOME") or str(Path.home())
+    return _secrets(_real(str(workspace)), home, mylm_private(private, env), os.geteuid() == 0)
+
+
+@lru_cache(maxsize=16)
+def _secrets(workspace: str, home: str, private: tuple[str, ...], root: bool) -> Secrets:
+    hidden = _system("", home, private, root)[1]
+    home = _real(home)
+    if home == workspace or home.startswith(workspace.rstrip(os.sep) + os.sep):
+        hidden |= _home_dot_entries(home, ())
+    return Secrets(workspace, hidden)
 
 
 def _home_dot_entries(home: str, granted: tuple[str, ...]) -> frozenset[str]:

@@ -7,6 +7,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -39,6 +40,11 @@ def _rules(profile: Profile, *, system: bool) -> list[landlock.Rule]:
                 continue
             split = _split_system(root, profile.hidden) if system else split_hidden(root, profile.hidden)
             for path, whole in split or []:
+                if path == profile.workspace and profile.anchor is not None:
+                    # The object held open, through its descriptor (a magic link: followed on purpose).
+                    rights = rights if whole else landlock.READ_DIR
+                    rules.append(landlock.Rule(f"/proc/self/fd/{profile.anchor}", rights, follow=True))
+                    continue
                 # A directory on the way to a hidden path may only be listed: a right on it would reach below.
                 rules.append(landlock.Rule(path, rights if whole else landlock.READ_DIR, follow=False))
     if system:
@@ -181,8 +187,13 @@ class KeptRulesets:
         """End every launcher kept (at exit: their commands are over)."""
         with self._lock:
             kept, self._kept = list(self._kept.values()), OrderedDict()
+        # All told at once, then collected against one deadline: mylm's exit (after Ctrl-C too) waits a
+        # couple of seconds at most, however many launchers it kept.
         for one in kept:
-            one.launcher.close()
+            one.launcher.shutdown()
+        deadline = time.monotonic() + 2.0
+        for one in kept:
+            one.launcher.collect(deadline)
 
     def forget(self) -> None:
         """Drop everything kept (in a forked child: the launchers are the parent's)."""

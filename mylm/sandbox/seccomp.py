@@ -42,6 +42,10 @@ class _Numbers:
     open_args: tuple[tuple[int, int], ...]
     #: SysV shared memory, semaphores and message queues (refused when commands share an IPC namespace).
     sysv: tuple[int, ...]
+    #: Always refused: the kernel keyring (add_key, request_key, keyctl: the user's keyring is shared by every
+    #: process of the user, namespaces or not) and opening files by handle (name_to_handle_at,
+    #: open_by_handle_at: with CAP_DAC_READ_SEARCH, root's commands could open a masked file by its inode).
+    refused: tuple[int, ...]
 
 
 #: Per machine; elsewhere there is no filter and the README says so.
@@ -49,11 +53,11 @@ _ARCHES = {
     "x86_64": _Numbers(
         0xC000003E, 41, (425, 437), 424, (62, 200, 234, 129, 297, 434, 310, 311, 302), (101,),
         ((90, 1), (91, 1), (268, 2), (452, 2), (133, 1), (259, 2), (85, 1)), ((2, 1), (257, 2)),
-        (29, 30, 31, 64, 65, 66, 67, 68, 69, 70, 71, 220),
+        (29, 30, 31, 64, 65, 66, 67, 68, 69, 70, 71, 220), (248, 249, 250, 303, 304),
     ),
     "aarch64": _Numbers(
         0xC00000B7, 198, (425, 437), 424, (129, 130, 131, 138, 240, 434, 270, 271, 261), (117,),
-        ((52, 1), (53, 2), (452, 2), (33, 2)), ((56, 2),), tuple(range(186, 198)),
+        ((52, 1), (53, 2), (452, 2), (33, 2)), ((56, 2),), tuple(range(186, 198)), (217, 218, 219, 264, 265),
     ),
 }
 
@@ -76,6 +80,7 @@ def command_program(
     - socket() fails with EACCES unless its family is allowed (socketpair() is another call);
     - io_uring and openat2 are unavailable, and so is every system call of another ABI (x32, 32-bit) whose
       numbers the filter does not check;
+    - the kernel keyring (add_key, request_key, keyctl) and opening files by handle fail with EPERM;
     - a set-user-ID or set-group-ID mode fails with EPERM (chmod and its kin, mknod, creat, and open with
       O_CREAT or O_TMPFILE): Landlock does not look at modes, and an approved command run as root could
       otherwise leave a set-uid root shell in the workspace;
@@ -98,6 +103,7 @@ def command_program(
         (_JGE_K, _X32_BIT, "enosys", None),
         *((_JEQ_K, nr, "enosys", None) for nr in numbers.unavailable),
         (_JEQ_K, numbers.pidfd_send_signal, "eperm", None),
+        *((_JEQ_K, nr, "eperm", None) for nr in numbers.refused),
         *((_JEQ_K, nr, "eperm", None) for nr in (() if sysv else numbers.sysv)),
         *((_JEQ_K, nr, f"mode{arg}", None) for nr, arg in numbers.mode_args),
         *((_JEQ_K, nr, f"open{arg}", None) for nr, arg in numbers.open_args),

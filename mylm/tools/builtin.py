@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ..core.errors import ConfigError
 from .base import Tool
+from .environment import shell_variable
 from .files import file_tools
 from .memory import memory_tools
 from .paths import Workspace
@@ -44,6 +45,13 @@ class ToolSettings:
         env = section.get("env", [])
         if not isinstance(env, list) or not all(isinstance(n, str) and n for n in env):
             raise ConfigError("[tools] env must be a list of variable names")
+        shell = [n for n in env if shell_variable(n)]
+        if shell:
+            raise ConfigError(
+                f"[tools] env may not pass {', '.join(shell)} to commands: it changes how bash reads a command "
+                "(its options, globs, cd, startup files) or what the loader runs, so the approval policy would "
+                "judge another command than the one that runs"
+            )
         memory = section.get("memory", True)
         if not isinstance(memory, bool):
             raise ConfigError("[tools] memory must be true or false")
@@ -70,7 +78,7 @@ def builtin_tools(
     confined = Workspace(workspace)
     tools = [
         shell_tool(confined.root, default_timeout=command_timeout, limits=shell_limits or ShellLimits(),
-                   env_passthrough=env_passthrough, sandbox=sandbox),
+                   env_passthrough=env_passthrough, sandbox=sandbox, held=confined),
         *file_tools(confined),
     ]
     if memory:

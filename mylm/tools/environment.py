@@ -12,10 +12,31 @@ from collections.abc import Mapping, Sequence
 
 from . import procs
 
-__all__ = ["ENV_ALLOWLIST", "NEUTRAL_SETTINGS", "child_environment", "neutral_env", "neutralised"]
+__all__ = [
+    "ENV_ALLOWLIST", "NEUTRAL_SETTINGS", "SHELL_VARIABLES", "child_environment", "neutral_env", "neutralised",
+    "shell_variable",
+]
 
 #: Variables a command may see. Everything else (API keys, tokens, cloud credentials) stays in mylm.
 ENV_ALLOWLIST = ("PATH", "HOME", "LANG", "LANGUAGE", "USER", "LOGNAME", "SHELL", "TMPDIR", "TZ")
+#: Variables that change what bash itself does with a command line (its options, what a glob expands to, where
+#: `cd` goes, a file it runs first, functions standing in for programs) or what the dynamic loader runs: the
+#: approval policy reads each command as bash would under the allowlisted environment, so none may be passed
+#: through (`[tools] env`), or a glob the policy expanded one way (`*` without dot-files) would expand another
+#: (`BASHOPTS=dotglob`) in the command. Names ending in `*` are prefixes.
+SHELL_VARIABLES = (
+    "BASHOPTS", "SHELLOPTS", "GLOBIGNORE", "GLOBSORT", "BASH_ENV", "ENV", "CDPATH", "POSIXLY_CORRECT",
+    "BASH_COMPAT", "EXECIGNORE", "BASH_XTRACEFD", "PS4", "IFS", "BASH_LOADABLES_PATH", "BASH_FUNC_*",
+    "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "GCONV_PATH",
+)
+
+
+def shell_variable(name: str) -> bool:
+    """Whether `name` is one of `SHELL_VARIABLES` (never passed to a command)."""
+    upper = name.upper()
+    return any(upper.startswith(v[:-1]) if v.endswith("*") else upper == v for v in SHELL_VARIABLES)
+
+
 #: Set for every command: output goes to a model, not a terminal, and nothing may wait for a keyboard.
 FIXED_ENV = {"TERM": "dumb", "PAGER": "cat", "GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0", "NO_COLOR": "1"}
 #: Forced on every git a read-only command runs: each setting here runs a program (or opens a transport)
@@ -50,7 +71,8 @@ def child_environment(
 ) -> dict[str, str]:
     """The environment a command sees: an allowlist plus names the user opted in, never mylm's own."""
     env = os.environ if environ is None else environ
-    wanted = [*ENV_ALLOWLIST, *(n for n in passthrough if not n.upper().startswith("MYLM_"))]
+    wanted = [*ENV_ALLOWLIST,
+              *(n for n in passthrough if not n.upper().startswith("MYLM_") and not shell_variable(n))]
     # Names first, values only for the ones kept: decoding every value of os.environ cost ~0.1 ms a command.
     names = [k for k in env if k.startswith("LC_") and k not in wanted]
     child = {k: env[k] for k in [*wanted, *names] if k in env}

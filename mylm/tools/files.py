@@ -8,12 +8,15 @@ import posixpath
 import re
 import secrets
 import stat
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..core.errors import ToolError
 from ..core.redact import redact
+from ..sandbox.hidden import Secrets
+from ..sandbox.profile import secrets_for
 from ..core.words import counted
-from .base import Tool, tool
+from .base import Tool, ToolContext, tool
 from .paths import Workspace, check_regular
 
 #: Bytes one read_file call returns at most; the rest is paged with offset/limit.
@@ -78,11 +81,22 @@ def _seek_line(fd: int, line: int) -> int | None:
     return pos
 
 
-def read_text(ws: Workspace, path: str, offset: int = 1, limit: int = DEFAULT_READ_LINES) -> str:
-    """Lines `offset`…`offset+limit-1` of a text file (at most 256 KiB), with a header saying which."""
+def _refuse_secret(guard: Secrets | None, fd: int, path: str) -> None:
+    """With `guard` (a read nobody approved), refuse what the opened descriptor really is when it is a secret:
+    judged on the object opened, so no name, link or race between the policy's look and the open gets past."""
+    why = guard.reason_fd(fd) if guard is not None else None
+    if why:
+        raise ToolError(f"'{path}' was not read: {why}; it needs the user's approval")
+
+
+def read_text(ws: Workspace, path: str, offset: int = 1, limit: int = DEFAULT_READ_LINES, *,
+              guard: Secrets | None = None) -> str:
+    """Lines `offset`…`offset+limit-1` of a text file (at most 256 KiB), with a header saying which; with
+    `guard`, never a secret's."""
     # O_NONBLOCK: opening a FIFO must not wait for a writer; check_regular refuses it right after.
     fd = ws.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     try:
+        _refuse_secret(guard, fd, path)
         info = check_regular(fd, path)
         head = os.pread(fd, _SNIFF_BYTES, 0)
         if b"\0" in head:
@@ -277,8 +291,9 @@ def _lines_of(data: bytes, needle: bytes) -> list[int]:
     return lines
 
 
-def list_entries(ws: Workspace, path: str = ".") -> str:
-    """The entries of a directory: subdirectories first (with '/'), files with sizes, links with targets."""
+def list_entries(ws: Workspace, path: str = ".", *, guard: Secrets | None = None) -> str:
+    """The entries of a directory: subdirectories first (with '/'), files with sizes, links with targets;
+    with `guard`, never a secret directory's."""
     rel = ws.relative(path)
     try:
         dir_fd = ws.open_dir(rel)
@@ -286,6 +301,7 @@ def list_entries(ws: Workspace, path: str = ".") -> str:
         raise ToolError(f"'{path}' is a file, not a directory; use read_file to read it") from None
     rows: list[tuple[int, str, str]] = []
     try:
+        _refuse_secret(guard, dir_fd, path)
         with os.scandir(dir_fd) as entries:
             for entry in entries:
                 rows.append(_entry_row(dir_fd, entry.name))
@@ -346,12 +362,19 @@ def _os_errors(function: Callable[..., str]) -> Callable[..., str]:
     return wrapper
 
 
-def file_tools(ws: Workspace) -> list[Tool]:
-    """Return `read_file`, `write_file`, `edit_file` and `list_dir`, confined to `ws`."""
+def file_tools(ws: Workspace, secrets: Secrets | None = None) -> list[Tool]:
+    """Return `read_file`, `write_file`, `edit_file` and `list_dir`, confined to `ws`. A read the permission
+    hook allowed without asking (grant "read-only") never returns what `secrets` (default: the sandbox's list
+    for `ws`) holds, whatever path leads there."""
     read, write, edit, listing = (_os_errors(f) for f in (read_text, write_text, edit_text, list_entries))
+    hidden = secrets if secrets is not None else secrets_for(ws.root)
+
+    def guard(context: ToolContext | None) -> Secrets | None:
+        return hidden if context is not None and context.grant == "read-only" else None
 
     @tool(risk="read")
-    def read_file(path: str, offset: int = 1, limit: int = DEFAULT_READ_LINES) -> str:
+    def read_file(path: str, offset: int = 1, limit: int = DEFAULT_READ_LINES,
+                  context: ToolContext | None = None) -> str:
         """Read a text file in the workspace, a page of lines at a time (at most 256 KiB).
 
         Args:
@@ -359,7 +382,7 @@ def file_tools(ws: Workspace) -> list[Tool]:
             offset: First line to read (1-based).
             limit: How many lines to read.
         """
-        return read(ws, path, offset, limit)
+        return read(ws, path, offset, limit, guard=guard(context))
 
     @tool(risk="write")
     def write_file(path: str, content: str) -> str:
@@ -383,13 +406,13 @@ def file_tools(ws: Workspace) -> list[Tool]:
         return edit(ws, path, old, new)
 
     @tool(risk="read")
-    def list_dir(path: str = ".") -> str:
+    def list_dir(path: str = ".", context: ToolContext | None = None) -> str:
         """List a directory of the workspace: subdirectories end with '/', files show their size.
 
         Args:
             path: The directory, relative to the workspace (default: the workspace itself).
         """
-        return listing(ws, path)
+        return listing(ws, path, guard=guard(context))
 
     # Explain 0 or negative values before the call; a path must not be empty.
     read_file = read_file.refine(path={"minLength": 1}, offset={"minimum": 1}, limit={"minimum": 1})

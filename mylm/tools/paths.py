@@ -14,10 +14,12 @@ import os
 import posixpath
 import stat
 import sys
+import weakref
 from pathlib import Path
 from typing import Literal
 
 from ..core.errors import EscapeError, ToolError
+from ..sandbox.hidden import real_path
 
 Resolver = Literal["auto", "openat2", "walk"]
 
@@ -71,10 +73,31 @@ class Workspace:
 
     def __init__(self, root: str | os.PathLike[str], *, resolver: Resolver = "auto") -> None:
         self.root = Path(os.path.realpath(root))
-        if not self.root.is_dir():
-            raise ToolError(f"the workspace {self.root} is not a directory")
+        try:
+            # Held open for the workspace's life: every open and every command starts from this object, so a
+            # path swapped for a link later (another task of `mylm mcp` working in the parent) leads nowhere.
+            fd = os.open(self.root, _DIR_FLAGS)
+        except OSError:
+            raise ToolError(f"the workspace {self.root} is not a directory") from None
+        self.fd = fd
+        weakref.finalize(self, os.close, fd)
         self._given = Path(os.path.abspath(root))
         self.resolver: Resolver = resolver
+
+    def check_same(self) -> None:
+        """Refuse (`EscapeError`) when the workspace's path no longer leads to the directory held open."""
+        try:
+            now = os.stat(self.root)
+        except OSError:
+            raise EscapeError(f"the workspace {self.root} is gone") from None
+        held = os.fstat(self.fd)
+        if (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):
+            raise EscapeError(f"the workspace {self.root} was replaced (by a link or another directory) since "
+                              "the task began; nothing was done")
+
+    def _root_fd(self) -> int:
+        """A fresh descriptor of the held directory (the callers close theirs)."""
+        return os.open(".", _DIR_FLAGS, dir_fd=self.fd)
 
     # ------------------------------------------------------------------------------------- lexical checks
 
@@ -110,7 +133,12 @@ class Workspace:
         one that leads outside raises `EscapeError`. For the approval policy's checks (secrets, protected
         paths), which must judge the file a call reaches rather than the name it gives."""
         rel = self.relative(path)
-        real = Path(os.path.realpath(self.root / rel))
+        # Not os.path.realpath: it would follow a planted link to /proc/self/cwd/... into mylm's own directory;
+        # the open itself refuses links through /proc (RESOLVE_NO_MAGICLINKS), and so does this.
+        found = real_path(str(self.root / rel))
+        if found is None:
+            raise EscapeError(f"'{path}' goes through a link into /proc or /dev/fd (or a link loop)")
+        real = Path(found)
         try:
             return real.relative_to(self.root).as_posix()
         except ValueError:
@@ -121,7 +149,7 @@ class Workspace:
     def open(self, path: str, flags: int = os.O_RDONLY, mode: int = 0o666) -> int:
         """Open `path` beneath the root and return the descriptor; symlinks may be followed only inside."""
         rel = self.relative(path)
-        root_fd = os.open(self.root, _DIR_FLAGS)
+        root_fd = self._root_fd()
         try:
             return self._open_beneath(root_fd, rel, flags, mode, shown=path)
         finally:
@@ -130,7 +158,7 @@ class Workspace:
     def open_dir(self, path: str, *, create: bool = False) -> int:
         """Open the directory `path` beneath the root (creating missing ones if asked) and return its fd."""
         rel = self.relative(path)
-        root_fd = os.open(self.root, _DIR_FLAGS)
+        root_fd = self._root_fd()
         try:
             return self._dir_beneath(root_fd, rel, create=create, shown=path)
         finally:

@@ -7,9 +7,10 @@ import secrets
 import selectors
 import subprocess
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from ..core.cancel import CancelToken
 from ..core.errors import CancelledError, ToolError
@@ -21,6 +22,7 @@ from .environment import child_environment, neutralised
 if TYPE_CHECKING:
     from ..sandbox import Launch, Sandbox
     from ..sandbox.launcher import Child
+    from .paths import Workspace
 
 DEFAULT_TIMEOUT = 30.0
 
@@ -134,7 +136,7 @@ def run_command(
     cancelled: list[bool] = []
     pipe: tuple[int, int] | None = None
     selector: selectors.BaseSelector | None = None
-    unregister: Callable[[], None] = lambda: None  # noqa: E731
+    unregister: Callable[[], None] = lambda: None
     stopped, lingering, graceful = "", False, True
     running = _start(command, cwd, child_env, tag, launch)
     streams = {running.stdout: out, running.stderr: err}
@@ -394,9 +396,12 @@ def shell_tool(
     limits: ShellLimits = ShellLimits(),
     env_passthrough: Sequence[str] = (),
     sandbox: Sandbox | None = None,
+    held: Workspace | None = None,
 ) -> Tool:
     """Return the `execute_command` tool, running commands in `workspace`, confined by `sandbox` to what the
-    call's grant allows (None: the best sandbox this system has; `mylm.sandbox.detect("off")` for none)."""
+    call's grant allows (None: the best sandbox this system has; `mylm.sandbox.detect("off")` for none).
+    With `held` (the workspace held open), every command is confined to that directory object: refused when
+    the path no longer leads to it, started in it and granted it, not what its path leads to later."""
     from ..sandbox import detect
 
     confinement = sandbox if sandbox is not None else detect()
@@ -417,7 +422,10 @@ def shell_tool(
         env = child_environment(env_passthrough)
         if ctx.grant == "read-only":
             env = neutralised(env)  # read as a read: git's program-running settings are off for it
-        with confinement.launch(ctx.grant, workspace, env) as launch:
+        if held is not None:
+            held.check_same()
+        anchor = held.fd if held is not None else None
+        with confinement.launch(ctx.grant, workspace, env, anchor=anchor) as launch:
             result = run_command(
                 command, cwd=workspace, timeout=limit, limits=limits, env=env, cancel=ctx.cancel,
                 launch=launch,
