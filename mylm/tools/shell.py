@@ -7,9 +7,10 @@ import secrets
 import selectors
 import subprocess
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from ..core.cancel import CancelToken
 from ..core.errors import CancelledError, ToolError
@@ -134,7 +135,7 @@ def run_command(
     cancelled: list[bool] = []
     pipe: tuple[int, int] | None = None
     selector: selectors.BaseSelector | None = None
-    unregister: Callable[[], None] = lambda: None  # noqa: E731
+    unregister: Callable[[], None] = lambda: None
     stopped, lingering, graceful = "", False, True
     running = _start(command, cwd, child_env, tag, launch)
     streams = {running.stdout: out, running.stderr: err}
