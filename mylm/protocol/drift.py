@@ -16,7 +16,7 @@ import bisect
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from ..core.types import ToolCall
 from .callblock import decode_block
@@ -27,7 +27,7 @@ from .structure import INVENTED, quoted_lines
 from .tags import NAME_CLOSE, NAME_OPEN, TOOL_CLOSE, TOOL_OPEN
 
 #: What `tools=` accepts: tool names, or a mapping of tool name to its argument names.
-ToolNames = Union[Iterable[str], Mapping[str, Iterable[str]]]
+ToolNames = Iterable[str] | Mapping[str, Iterable[str]]
 #: The normalised registry: tool name to its argument names (empty when unknown).
 Registry = Mapping[str, frozenset[str]]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from .tags import DEFAULT_STOPS, OBSERVATION_OPEN, TOOL_CLOSE
 
