@@ -6,13 +6,15 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Literal, Mapping, Sequence
+from typing import Literal
 
+from ..core.errors import LauncherGoneError
 from ..core.types import Grant
 from . import bwrap, caps, landlock, seccomp
-from .launcher import Child, Launcher, LauncherGoneError, LauncherSpec
+from .launcher import Child, Launcher, LauncherSpec
 from .profile import Profile, build_profile
 from .rulesets import kept_rulesets
 
@@ -131,17 +133,17 @@ class Sandbox:
                     families, protected, sysv=False), caps.bounding_drop(), tmproot, namespaces))
 
         extra = (self.unix_sockets, namespaces)
-        with kept_rulesets.launcher(self.landlock_abi, base, make, extra) as launcher:
-            with self._own_layer(base, launcher, environ) as (ruleset, tmp_env):
-                def start(argv: Sequence[str], env: Mapping[str, str], cwd: str | os.PathLike[str],
-                          stdio: tuple[int, int, int]) -> Child:
-                    try:
-                        return launcher.start(argv, env, cwd, stdio, ruleset)
-                    except LauncherGoneError:
-                        kept_rulesets.discard(launcher)  # the next command starts another
-                        raise
+        with (kept_rulesets.launcher(self.landlock_abi, base, make, extra) as launcher,
+              self._own_layer(base, launcher, environ) as (ruleset, tmp_env)):
+            def start(argv: Sequence[str], env: Mapping[str, str], cwd: str | os.PathLike[str],
+                      stdio: tuple[int, int, int]) -> Child:
+                try:
+                    return launcher.start(argv, env, cwd, stdio, ruleset)
+                except LauncherGoneError:
+                    kept_rulesets.discard(launcher)  # the next command starts another
+                    raise
 
-                yield Launch(env=tmp_env, start=start)
+            yield Launch(env=tmp_env, start=start)
 
     @contextmanager
     def _own_layer(self, base: Profile, launcher: Launcher, environ: Mapping[str, str] | None
