@@ -14,12 +14,12 @@ from __future__ import annotations
 import fnmatch
 import os
 import subprocess
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from ..core.cancel import remaining
-from .sensitive import is_secret_path
 from ..tools.environment import NEUTRAL_SETTINGS, child_environment, neutral_env, neutralised
+from .sensitive import is_secret_path
 
 # NEUTRAL_SETTINGS and neutralised live with the command environment (mylm.tools.environment), which the shell
 # tool builds; they are named here too because they are half of what this module promises (see above).
@@ -123,7 +123,7 @@ def _ask(args: list[str], cwd: str, env: dict[str, str], deadline: float | None,
     try:
         done = subprocess.run(
             ["git", *args], cwd=cwd, env=env, capture_output=True, timeout=budget, input=given,
-            stdin=subprocess.DEVNULL if given is None else None,
+            stdin=subprocess.DEVNULL if given is None else None, check=False,
         )
     except subprocess.TimeoutExpired:
         raise _NoAnswer(
