@@ -8,7 +8,8 @@ import posixpath
 import re
 import secrets
 import stat
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..core.errors import ToolError
 from ..core.redact import redact
