@@ -80,7 +80,7 @@ def _task(path: Path, index: int, entry: Any) -> Task:
         raise ConfigError(f"{where}: must be a table")
     unknown = set(entry) - {"name", "prompt", "files", "tools", "answer_contains", "file", "file_contains"}
     if unknown:
-        raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r}")
+        raise ConfigError(f"{where}: unknown key {min(unknown)!r}")
     name, prompt = entry.get("name"), entry.get("prompt")
     if not isinstance(name, str) or not isinstance(prompt, str) or not name or not prompt:
         raise ConfigError(f"{where}: needs a name and a prompt")
