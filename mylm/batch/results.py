@@ -5,10 +5,14 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..core.errors import ResultsFileError
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self is 3.11+; only annotations use it
 
 #: When lines reach the disk: after every line (a power cut loses nothing written), only when the file is
 #: closed, or whenever the OS decides. A killed process loses nothing in any mode: the kernel has the lines.
@@ -99,7 +103,7 @@ class ResultsFile:
             os.close(self._fd)
             self._fd = -1
 
-    def __enter__(self) -> ResultsFile:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
