@@ -7,10 +7,10 @@ import difflib
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..core.types import FinishReason, ToolCall
 from ..prompts import PromptLoader, dump_json
 from ..protocol.canonical import format_tool_call
 from ..protocol.defuse import neutralise
-from ..core.types import FinishReason, ToolCall
 
 if TYPE_CHECKING:
     from ..protocol.parsed import ParsedTurn

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Generator
 
+from ..core.types import Event, FinishReason, ReasoningEvent, TextEvent, Usage
 from ..llm import LLM, FinishChunk, LLMRequest, ReasoningChunk, TextChunk
 from ..protocol.drift import ToolNames
 from ..protocol.parsed import ParsedTurn, ParseEvent
@@ -13,7 +14,6 @@ from ..protocol.parser import StreamParser
 from ..protocol.reasoning import template_opens_reasoning
 from ..protocol.repetition import RepetitionGuard
 from ..protocol.tags import REASONING_DIALECTS, TOOL_CLOSE, TOOL_OPEN, ReasoningDialect
-from ..core.types import Event, FinishReason, ReasoningEvent, TextEvent, Usage
 
 
 @dataclass(frozen=True)
