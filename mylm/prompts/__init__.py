@@ -6,8 +6,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from ..core.errors import TemplateError
 from ..core.paths import config_dir
