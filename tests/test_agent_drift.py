@@ -113,7 +113,10 @@ def test_repeated_invalid_arguments_count_as_unusable_turns() -> None:
     result = a.run("go")
     assert result.stop_reason is StopReason.ERROR and llm.remaining == 2
     errors = [e.output for e in result.events if isinstance(e, ToolResultEvent)]
-    assert errors[0] != errors[1] and "Copy this block exactly" in errors[1] and '"content": "VALUE"' in errors[1]
+    assert errors[0] != errors[1] and "Write the call in exactly this form" in errors[1]
+    # The block to copy reaches the model as written, keeping the model's path and filling what it left out.
+    second = llm.requests[2].messages[-1].content
+    assert '<tool_code>\n<name>write_file</name>\n<parameters>\n{"path": "x", "content": "example"}' in second
     assert any(isinstance(e, ErrorEvent) for e in result.events)
 
 

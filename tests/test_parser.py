@@ -251,8 +251,12 @@ def test_parse_block_rejects_non_object_parameters() -> None:
     assert error is not None and "not a list" in error
 
 
-def test_parse_block_rejects_names_with_spaces() -> None:
-    _, error = parse_block("<name>run the tests</name><parameters>{}</parameters>")
+def test_parse_block_reads_a_name_with_spaces_as_a_call_to_no_tool() -> None:
+    # A command written as the tool's name (Qwen2.5-Coder 0.5B: <name>python3 test_stats.py</name>) is a call to
+    # a tool that does not exist, which the runner corrects with the call that runs it; markup is still refused.
+    call, error = parse_block("<name>run the tests</name><parameters>{}</parameters>")
+    assert error is None and call is not None and call.name == "run the tests"
+    _, error = parse_block("<name>run\nthe tests</name><parameters>{}</parameters>")
     assert error is not None and "not a tool name" in error
 
 

@@ -154,8 +154,12 @@ def _numeric_escaped(text: str) -> str:
 SPELLINGS: dict[str, Callable[[str], str]] = {
     "fullwidth brackets": _fullwidth,
     "fullwidth letters": _fullwidth_letters,
+}
+#: Escaped spellings: how `neutralise` defuses tool output, so what a model quoting an observation writes. Text.
+ESCAPED: dict[str, Callable[[str], str]] = {
     "html-escaped": _html_escaped,
     "numeric entities": _numeric_escaped,
+    "half-escaped": lambda text: text.replace("<", "&lt;"),
 }
 #: Forms whose markup is angle-bracket tags (the spellings above rewrite those).
 TAGGED_FORMS = [k for k in FORMS if k not in ("react", "deepseek tokens", "harmony")]
@@ -223,12 +227,16 @@ def test_property_an_array_of_call_objects_is_never_the_answer(items: list[tuple
 
 
 @SETTINGS
-@given(_PROSE, st.sampled_from(["canonical", "hermes", "tool as tag, JSON", "name attribute"]),
-       st.sampled_from(sorted(TOOLS)), st.data())
-def test_property_escaped_markup_means_its_decoded_values(before: str, form: str, name: str, data: st.DataObject
-                                                          ) -> None:
-    """`&amp;&amp;` in an escaped block meant `&&`: the values are decoded with the markup, exactly once."""
-    args = {arg: data.draw(_CHAR_VALUE) for arg in TOOLS[name]}
-    text = _lead(before) + _html_escaped(FORMS[form](name, args))
-    turn = parse_completion(text, tools=TOOLS)
-    _check(turn, name, args, (form, text))
+@given(_PROSE, st.sampled_from(sorted(ESCAPED)), st.sampled_from(TAGGED_FORMS), calls(), _PROSE,
+       st.lists(st.integers(0, 900), max_size=12))
+def test_property_escaped_markup_is_text_never_a_call(
+    before: str, spelling: str, form: str, call: tuple[str, dict[str, str]], after: str, cuts: list[int]
+) -> None:
+    """Issue 30: escaped markup (`&lt;tool_code&gt;`, `&#60;name&#62;`, `&lt;tool_code>`) is a quoted observation
+    or a copy of one; it never runs, and the answer keeps it as written."""
+    name, args = call
+    text = _lead(before) + ESCAPED[spelling](FORMS[form](name, args)) + "\n" + after
+    turn = _stream_checked(text, cuts)
+    assert turn.tool_calls == (), (spelling, form, text)
+    if turn.error is None:
+        assert turn.final_answer is not None and ESCAPED[spelling](FORMS[form](name, args)).strip() in text

@@ -7,7 +7,7 @@ import hashlib
 
 import pytest
 
-from mylm.protocol.repetition import COUNTED_LINES, EXACT_LINES, Repetition, RepetitionGuard
+from mylm.protocol.repetition import COUNTED_LINES, EXACT_LINES, TINY_CHARS, WORDS_CHARS, Repetition, RepetitionGuard
 
 
 def scan(text: str, chunk: int = 3) -> tuple[Repetition | None, int]:
@@ -132,7 +132,7 @@ def test_repetition_inside_a_line_after_normal_lines_trips_and_counts_from_its_s
     found, _ = scan(text, chunk=5)
     assert found is not None and found.inline
     assert found.line in ("ok ", "k o", " ok")
-    assert found.lines >= 1024 // 3
+    assert found.lines >= TINY_CHARS // 3  # every copy read so far, back to where the repetition began
 
 
 @pytest.mark.parametrize("line", [
@@ -149,3 +149,47 @@ def test_long_lines_without_a_repeated_unit_do_not_trip(line: str) -> None:
 
 def test_a_separator_shorter_than_the_limit_does_not_trip() -> None:
     assert scan("Title\n" + "=" * 900 + "\nBody text.\n" + "-" * 1000 + "\n", chunk=13)[0] is None
+
+
+# ------------------------------------------------------------------ degenerate runaways cut early (issue 27)
+
+
+@pytest.mark.parametrize("text", [
+    # Qwen2.5-Coder-0.5B's bare answer under no grammar (issue 27 item 1 and 3): a number that keeps growing
+    "The total is 2000" + "0" * 4000,
+    "<final_answer>2000" + "0" * 4000,
+    # and a decimal that never ends
+    "The ratio is 0" + ".5" * 3000,
+    "Answer: 1" + "11" * 2000,
+    "ha" * 3000,
+])
+@pytest.mark.parametrize("chunk", [1, 3, 64])
+def test_a_tiny_unit_running_away_is_cut_within_a_few_hundred_characters(text: str, chunk: int) -> None:
+    found, read = scan(text, chunk=chunk)
+    assert found is not None and found.inline and found.period <= 4
+    assert read <= TINY_CHARS + 128 + 64  # the limit, the probe's reach and one step: not a kilobyte
+
+
+def test_a_sentence_said_again_and_again_in_one_line_is_cut_before_a_kilobyte() -> None:
+    text = "Sure. " + "I will read the file to find the answer. " * 100
+    found, read = scan(text, chunk=4)
+    assert found is not None and found.inline and found.line.strip() in text
+    assert read <= WORDS_CHARS + 128 + 64
+
+
+@pytest.mark.parametrize("line", [
+    "The empty hash is 0x" + "0" * 64 + " (sha256 of nothing is not that, though).",
+    "2**1000 = " + str(2**1000),
+    "100! = " + str(__import__("math").factorial(100)),
+    "0.1 + 0.2 = 0.30000000000000004, and 1/3 = 0.3333333333333333",
+    "pi = 3.14159265358979323846264338327950288419716939937510582097494459230781640628620899862803482534211706798214",
+    "Laughing: hahahahahaha, then " + "na " * 12 + "batman!",
+    "| " + " | ".join("---" for _ in range(40)) + " |",
+    "x = [" + ", ".join(str(n % 10) for n in range(300)) + "]",
+    "=" * 900,
+    "-" * 1000,
+    "*" * 300 + " " + "_" * 300 + " " + "-+" * 200,
+    "zeros: [" + ", ".join("0" for _ in range(20)) + "]",
+])
+def test_long_sane_lines_with_runs_of_one_character_do_not_trip(line: str) -> None:
+    assert scan(line + "\nDone.\n", chunk=7)[0] is None

@@ -66,11 +66,15 @@ def test_step_unusable_turn_gets_its_correction_and_a_repeat_gets_a_concrete_one
     assert not first.usable and first.kind == "format" and first.problem is not None
     assert first.problem.startswith("Your reply was empty")
     assert first.correction is not None and "Format error: Your reply was empty" in first.correction
-    assert first.reply == Message("assistant", "(empty reply)")
-    messages += [first.reply, Message("user", first.correction)]
+    # Nothing to record for the empty turn: a placeholder was copied by a small model as its next answer.
+    assert first.reply == Message("assistant", "")
+    # The block to copy is a real call of the step's tool, never a placeholder, and reaches the model as written.
+    assert "<tool_code>\n<name>get_weather</name>" in first.correction and "TOOL_NAME" not in first.correction
+    assert "&lt;tool_code" not in first.correction
+    messages += [Message("user", first.correction)]
     _, second = drain(step.turn(messages, corrections=corrections))
     assert second.correction is not None and "same problem as in your previous reply" in second.correction
-    messages += [second.reply, Message("user", second.correction)]
+    messages += [Message("user", second.correction)]
     _, third = drain(step.turn(messages, corrections=corrections))
     assert third.usable and third.turn.parsed.final_answer == "It is sunny."
 
@@ -171,7 +175,7 @@ def add(a: int, b: int) -> int:
 def test_step_corrections_are_templates_a_user_can_change(tmp_path: Path) -> None:
     (tmp_path / "unusable_reply.j2").write_text("{% if unclosed_reasoning %}Stop musing.{% else %}Say something.{% endif %}")
     (tmp_path / "invalid_arguments.j2").write_text("Bad {{ tool }}: {{ problems | join(' & ') }}")
-    (tmp_path / "repeated_mistake.j2").write_text("Again! {{ message }} Copy:\n{{ block }}")
+    (tmp_path / "repeated_mistake.j2").write_text("Again! {{ message }} Copy:")
     prompts = PromptLoader([tmp_path, packaged_prompts_dir()])
     corrections = ModelStep(ScriptedLLM([]), [WEATHER], prompts=prompts).corrections()
     assert corrections.problem(ParsedTurn(unclosed_reasoning=True)) == "Stop musing."
@@ -182,7 +186,10 @@ def test_step_corrections_are_templates_a_user_can_change(tmp_path: Path) -> Non
     Agent(llm, [add], prompts=prompts).run("1+2?")
     first, second = (r.messages[-1].content for r in llm.requests[1:])
     assert "Error from add: Bad add: " in first and " & " in first
-    assert "Error from add: Again! Bad add: " in second and "&lt;name>add&lt;/name>" in second
+    # The block to copy reaches the model as written (never defused like the message around it), with values
+    # of the schema's types in place of the ones that broke it.
+    assert "Error from add: Again! Bad add: " in second and "<name>add</name>" in second
+    assert '{"a": 1, "b": 1}' in second and "&lt;" not in second
 
 
 def test_step_a_broken_correction_template_fails_before_the_first_request(tmp_path: Path) -> None:

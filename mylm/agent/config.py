@@ -33,6 +33,11 @@ class AgentConfig:
     max_iterations: int = 10
     #: Seconds a whole run may take, model calls and tools included; then it ends with `StopReason.TIMEOUT`.
     timeout: float = 120.0
+    #: Whether `timeout` grows with the model's measured pace: after each model call the run may last as long as
+    #: its remaining iterations need at the average call time so far (never less than `timeout`, at most
+    #: `MAX_PACED_TIMEOUT`). The CLI sets it when the timeout is its default, so a 1.5B model on a laptop CPU
+    #: (20-60 s a turn) is not cut off at 120 s, while a run that stops producing anything still ends.
+    pace_timeout: bool = False
     #: Unusable turns in a row (unreadable, or every call invalid) after which the run fails.
     max_consecutive_failures: int = 3
     #: The same call (tool and arguments) giving the same result this many times in a row ends the run with

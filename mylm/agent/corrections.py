@@ -4,13 +4,16 @@ prompts/, so users change them like the rest; a mistake made twice in a row gets
 from __future__ import annotations
 
 import difflib
+import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..core.types import FinishReason, ToolCall
 from ..prompts import PromptLoader, dump_json
 from ..protocol.canonical import format_tool_call
-from ..protocol.defuse import neutralise
+from ..protocol.defuse import defuse_correction, defuse_special_tokens, neutralise
+from ..protocol.examples import example_arguments, example_tool
+from ..core.types import FinishReason, ToolCall
 
 if TYPE_CHECKING:
     from ..protocol.parsed import ParsedTurn
@@ -33,29 +36,86 @@ class ParametersTool(Protocol):
     def parameters(self) -> Mapping[str, Any]: ...
 
 
+#: A canonical block inside a message (the parser's messages end with the form to write).
+_BLOCK = re.compile(r"\n?<tool_code>\n<name>(.*?)</name>\n<parameters>\n(.*?)\n</parameters>\n</tool_code>", re.S)
+
+#: Words that start a shell command, not a tool's name: a model that writes `<name>python3 x.py</name>` meant to
+#: run it. (Only for the wording of the correction: nothing is run on this guess.)
+_COMMAND_WORDS = frozenset(
+    "python python3 pip pip3 node npm npx bash sh ls cat grep find head tail wc echo git make pytest cd mkdir "
+    "rm cp mv sed awk sort uniq diff curl go cargo java ruby perl touch chmod".split()
+)
+
+
 class Corrections:
     """The corrections of one conversation. It remembers the problem it reported last: the same one again means
-    the correction did not help, so the next one adds a ready-made block to copy."""
+    the correction did not help, so the next one adds a ready-made block to copy.
 
-    def __init__(self, prompts: PromptLoader, *, max_tokens: int) -> None:
+    That block (`example`) is mylm's own text and must reach the model as written: a correction's message is
+    defused like any observation (it quotes the model's and the tools' text), so the block is kept apart and
+    placed after the message by the template (`format_error.j2`, `tool_error.j2`). Read it once with
+    `take_example()` when rendering the correction it belongs to."""
+
+    def __init__(self, prompts: PromptLoader, *, max_tokens: int, tools: Sequence[ParametersTool] = ()) -> None:
         self.prompts = prompts
         self.max_tokens = max_tokens
+        #: The tools the model was shown (the ones corrections may name and build examples from).
+        self.tools = tuple(tools)
         #: The problem reported last (before any escalation), so a repeat is recognised.
         self.last = ""
+        #: The ready-made block of the last correction, if it has one (see `take_example`).
+        self.example = ""
+
+    def take_example(self) -> str:
+        """The block to copy that goes with the correction just made ("" if none), once."""
+        example, self.example = self.example, ""
+        return example
 
     def problem(self, parsed: ParsedTurn) -> str | None:
         """Why a turn can be neither run nor taken as the answer, or None if it can."""
+        if not parsed.tool_calls and parsed.invented_observation:
+            # It wrote a tool's result itself instead of calling the tool (a reply that opens with
+            # <observation>, or prose then one): not an answer, and not "empty" either.
+            return self.prompts.render(
+                "unusable_reply.j2", unclosed_reasoning=False, invented=True, wrote=parsed.text.strip()[:200]
+            )
         if parsed.error is not None:
             return parsed.error
         if parsed.tool_calls or (parsed.final_answer or "").strip():
             return None
-        return self.prompts.render("unusable_reply.j2", unclosed_reasoning=parsed.unclosed_reasoning)
+        return self.prompts.render("unusable_reply.j2", unclosed_reasoning=parsed.unclosed_reasoning, invented=False,
+                                   wrote="")
 
     def unusable(self, turn: ModelTurn, problem: str) -> str:
         """The user message answering an unusable turn: the token limit cut it, or `problem` (escalated)."""
         if turn.finish is FinishReason.MAX_TOKENS:
             return self.prompts.render("truncated.j2", max_tokens=self.max_tokens)
-        return self.prompts.render("format_error.j2", message=neutralise(self.escalated(problem)))
+        message = self.escalated(problem)
+        # The parser's messages end with the form to write; it must reach the model as a real call, as written.
+        message, block, after = self._lifted_block(message)
+        return self.prompts.render(
+            "format_error.j2", message=defuse_correction(message), example=self.take_example() or block,
+            after=defuse_correction(after),
+        )
+
+    def _lifted_block(self, message: str) -> tuple[str, str, str]:
+        """`message` split around the example block the parser's messages carry (before, block, after), the
+        block made real: the tool it names (else a tool the model was shown) with the arguments it holds where
+        they fit the schema, the rest filled from it. Placeholders (`TOOL_NAME`, `VALUE`) never reach the model."""
+        found = _BLOCK.search(message)
+        if found is None:
+            return message, "", ""
+        before, after = message[: found.start()].rstrip(), message[found.end():].strip()
+        by_name = {t.name: t for t in self.tools}
+        tool = by_name.get(found.group(1)) or example_tool(self.tools)
+        if tool is None:
+            return before, "", after
+        try:
+            given = json.loads(found.group(2))
+        except ValueError:
+            given = {}
+        given = given if isinstance(given, dict) and tool.name == found.group(1) else {}
+        return before, self._block(ToolCall(tool.name, example_arguments(dict(tool.parameters), given))), after
 
     def degenerate(self, problem: str) -> str:
         """The user message answering a turn cut short because it kept repeating itself (`problem`: what)."""
@@ -65,40 +125,73 @@ class Corrections:
         """The user message answering a turn without a call while tool_choice requires one (`tool`: the one)."""
         return self.prompts.render("tool_required.j2", tool=tool)
 
-    def invalid_arguments(self, tool: ParametersTool, problems: Sequence[str]) -> str:
-        """What is wrong with a call's arguments, with the schema (escalated when it is the same again)."""
+    def invalid_arguments(
+        self, tool: ParametersTool, problems: Sequence[str], given: Mapping[str, Any] | None = None
+    ) -> str:
+        """What is wrong with a call's arguments (`given`), with the schema (escalated when it is the same
+        again)."""
         schema = dump_json(dict(tool.parameters))
         message = self.prompts.render("invalid_arguments.j2", tool=tool.name, problems=list(problems), schema=schema)
-        return self.escalated(message, tool)
+        return self.escalated(message, tool, given)
 
     def unknown_tool(self, name: str, tools: Sequence[str]) -> str:
-        """That `name` is not a tool, naming the real ones and the likeliest intended (escalated when repeated)."""
-        close = difflib.get_close_matches(name, list(tools), n=1, cutoff=0.6)
+        """That `name` is not a tool, naming the real ones (those the model was shown, when known) and the
+        likeliest intended; a command written as a tool's name gets the call that runs it (escalated when
+        repeated)."""
+        shown = [t.name for t in self.tools] or list(tools)
+        close = difflib.get_close_matches(name, shown, n=1, cutoff=0.6)
         suggestion = close[0] if close else None
-        message = self.prompts.render("unknown_tool.j2", name=name, tools=list(tools), suggestion=suggestion)
-        return self.escalated(message)
+        command = name.strip() if self._looks_like_command(name, shown) else None
+        message = self.prompts.render(
+            "unknown_tool.j2", name=name, tools=shown, suggestion=suggestion, command=command
+        )
+        by_name = {t.name: t for t in self.tools}
+        if command is not None:
+            self.last = message
+            self.example = self._block(ToolCall("execute_command", {"command": command}))
+            return message
+        return self.escalated(message, by_name.get(suggestion or ""))
+
+    @staticmethod
+    def _looks_like_command(name: str, tools: Sequence[str]) -> bool:
+        words = name.strip().split()
+        return "execute_command" in tools and bool(words) and (
+            len(words) > 1 or "/" in name or words[0].lower() in _COMMAND_WORDS
+        )
 
     def refused_by_choice(self, tool: str, tool_choice: str) -> str:
         """Why tool_choice (`none`, or one tool's name) does not allow calling `tool`."""
         return self.prompts.render("tool_choice_refused.j2", tool=tool, tool_choice=tool_choice)
 
-    def repeated_call(self, tool: str) -> str:
-        """The observation for a call that repeated the previous one and gave the same result."""
-        return self.prompts.render("repeated_call.j2", tool=tool)
+    def repeated_call(self, tool: str, output: str = "") -> str:
+        """The observation for a call that repeated the previous one and gave the same result (`output`, which
+        the model already has: shown again, shortened, since a small model loses track of it)."""
+        if len(output) > 600:
+            output = output[:600].rstrip() + " [...]"
+        return self.prompts.render("repeated_call.j2", tool=tool, output=neutralise(output))
 
-    def escalated(self, message: str, tool: ParametersTool | None = None) -> str:
+    def escalated(
+        self, message: str, tool: ParametersTool | None = None, given: Mapping[str, Any] | None = None
+    ) -> str:
         """`message`; or, when it repeats the last problem (whose correction evidently did not help), a different
-        one: a ready-made block to copy, with the tool's real argument names."""
+        one, with a ready-made block to copy (`take_example`): a call of `tool` (else of a tool the model was
+        shown) whose arguments keep what the model wrote (`given`) and fill the rest from the schema. Never a
+        placeholder: small models copy those literally."""
         repeated = message == self.last
         self.last = message
+        self.example = ""
         if not repeated:
             return message
-        if tool is not None:
-            schema = dict(tool.parameters)
-            names = list(schema.get("required") or schema.get("properties") or ())
-            block = format_tool_call(ToolCall(tool.name, {str(n): "VALUE" for n in names}))
-        else:
-            block = format_tool_call(ToolCall("TOOL_NAME", {"ARGUMENT": "VALUE"}))
+        target = tool if tool is not None else example_tool(self.tools)
+        if target is not None:
+            self.example = self._block(ToolCall(target.name, example_arguments(dict(target.parameters), given)))
         return self.prompts.render(
-            "repeated_mistake.j2", message=message, tool=tool.name if tool is not None else None, block=block
+            "repeated_mistake.j2", message=message, tool=tool.name if tool is not None else None,
+            block=bool(self.example),
         )
+
+    @staticmethod
+    def _block(call: ToolCall) -> str:
+        # Canonical JSON escapes `</` and reasoning markers; a special token in a value or a client's tool name
+        # is broken like any data.
+        return defuse_special_tokens(format_tool_call(call))

@@ -53,6 +53,9 @@ logging.getLogger("mylm").addHandler(logging.NullHandler())
 
 __all__ = ["FALLBACK_ANSWER", "Agent", "AgentConfig", "AgentStream", "BeforeFinishHook", "PermissionHook"]
 
+#: The longest a paced timeout (`AgentConfig.pace_timeout`) lets a run last, in seconds.
+MAX_PACED_TIMEOUT = 1800.0
+
 #: The answer given when the iteration limit is hit and even the summary call fails (seed 003 §6).
 FALLBACK_ANSWER = "I could not finish the task within the allowed number of steps."
 
@@ -88,7 +91,9 @@ class Agent:
         self.system_prompt = self.step.system_prompt(instructions=config.instructions, cwd=str(self.workspace))
         # Every template a run can render, checked now: a broken one is reported before any tool has run.
         compaction = ["compaction.j2", "compacted.j2"] if self.compactor is not None else []
-        self.prompts.check([*self.runner.templates(), *self.step.templates(), "summary.j2", *compaction])
+        self.prompts.check([
+            *self.runner.templates(), *self.step.templates(), "summary.j2", "repeated_answer.j2", *compaction
+        ])
 
     @property
     def llm(self) -> LLM:
@@ -130,7 +135,8 @@ class Agent:
         history = [Message(m.role, clean_text(m.content)[0]) for m in history]
         prompt = clean_text(prompt)[0] if prompt is not None else None
         clock = self.config.clock
-        run = RunState(history, token, clock() + self.timeout, clock, self.step.corrections(), prompt or "")
+        now = clock()
+        run = RunState(history, token, now + self.timeout, clock, self.step.corrections(), prompt or "", started=now)
         if prompt is not None:
             run.add(Message("user", prompt))
         return AgentStream(self._recorded(run), token)
@@ -165,7 +171,12 @@ class Agent:
             run.iteration = iteration
             logger.info("Agentic iteration %d/%d", iteration, self.max_iterations)
             yield IterationStartEvent(iteration, self.max_iterations)
+            began = run.clock()
             outcome = yield from self._model_turn(run)
+            if self.config.pace_timeout:
+                # One more turn for the summary at the limit, and one for each iteration left.
+                run.pace(run.clock() - began, self.max_iterations - iteration + 1, floor=self.timeout,
+                         cap=MAX_PACED_TIMEOUT)
             parsed = outcome.turn.parsed
             if not outcome.usable:
                 yield from self._correct(run, outcome)
@@ -181,8 +192,13 @@ class Agent:
                     yield FinalResponseEvent(acted.final, StopReason.DONE_TOOL)
                     return acted.final, StopReason.DONE_TOOL
                 if acted.repeated is not None:
-                    raise RepeatedCallError(f"the model called {acted.repeated} {run.repeats} times in a row with "
-                                            "the same arguments and got the same result each time")
+                    # Stuck, but not without something to say: ask for the answer it can give from what it has
+                    # (no tools), so the run ends with an answer instead of nothing.
+                    times = run.repeats
+                    answer = yield from self._summarise(run, "repeated_answer.j2", tool=acted.repeated, times=times)
+                    yield FinalResponseEvent(answer, StopReason.REPEATED_CALL)
+                    raise RepeatedCallError(f"the model called {acted.repeated} {times} times in a row with the "
+                                            "same arguments and got the same result each time", answer=answer)
                 # A turn whose every call was invalid is as unusable as an unreadable one: repeated, the run ends.
                 run.failures = run.failures + 1 if acted.all_invalid else 0
                 if run.failures >= self.config.max_consecutive_failures:
@@ -210,7 +226,8 @@ class Agent:
     def _correct(self, run: RunState, outcome: StepOutcome) -> Steps[None]:
         """Record an unusable turn and send its correction (or give up after too many in a row)."""
         assert outcome.problem is not None and outcome.correction is not None
-        run.add(outcome.reply)
+        if outcome.reply.content:
+            run.add(outcome.reply)
         yield ErrorEvent(outcome.problem, outcome.kind)
         if outcome.kind == "format":  # a missing call (tool_choice) is corrected without counting as a failure
             run.failures += 1
@@ -275,12 +292,15 @@ class Agent:
             return self._result(run, "", StopReason.CANCELLED, CancelledError("cancelled by the user"))
         except RepeatedCallError as error:
             logger.warning("Run stopped: %s", error)
-            return self._result(run, "", StopReason.REPEATED_CALL, error)
+            return self._result(run, error.answer, StopReason.REPEATED_CALL, error)
         except (RunTimeoutError, LLMTimeoutError) as error:
             if isinstance(error, LLMTimeoutError) and run.clock() < run.deadline:
                 return (yield from self._fail(run, error))
-            logger.warning("Run timed out after %g s", self.timeout)
-            timeout = RunTimeoutError(f"the run took longer than its {self.timeout:g} s timeout")
+            allowed = run.deadline - run.started
+            logger.warning("Run timed out after %g s", allowed)
+            paced = f" ({self.timeout:g} s, extended to {allowed:.0f} s at this model's pace)" if (
+                allowed > self.timeout + 0.5) else f" of {self.timeout:g} s"
+            timeout = RunTimeoutError(f"the run took longer than its timeout{paced}")
             return self._result(run, "", StopReason.TIMEOUT, timeout)
         except MylmError as error:
             return (yield from self._fail(run, error))
@@ -325,9 +345,11 @@ class Agent:
         run.compacted = True
         yield outcome.event
 
-    def _summarise(self, run: RunState) -> Steps[str]:
-        """At the iteration limit: one last call asking for an answer without tools (seed 003 §6)."""
-        request = Message("user", self.prompts.render("summary.j2", max_iterations=self.max_iterations))
+    def _summarise(self, run: RunState, template: str = "summary.j2", **variables: Any) -> Steps[str]:
+        """At the iteration limit (or when the model is stuck repeating a call): one last call asking for an
+        answer without tools (seed 003 §6); `template` says why."""
+        variables.setdefault("max_iterations", self.max_iterations)
+        request = Message("user", self.prompts.render(template, **variables))
         run.check()
         # Recorded first (unlike seed 003's temporary list), so whatever the model says next, even cut short,
         # is an answer to a request the history shows.

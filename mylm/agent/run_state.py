@@ -38,6 +38,19 @@ class RunState:
     #: The last call that ran (tool, arguments, result), and how many times in a row it was made.
     last_call: tuple[str, str, str, bool] | None = None
     repeats: int = 0
+    #: When the run started, on `clock`; and the time its model turns took, for a paced timeout.
+    started: float = 0.0
+    model_seconds: float = 0.0
+    model_turns: int = 0
+
+    def pace(self, seconds: float, turns_left: int, *, floor: float, cap: float) -> None:
+        """Count a model turn that took `seconds`; move the deadline so the `turns_left` turns fit at the
+        average pace so far (with a margin), between `floor` and `cap` seconds after the start."""
+        self.model_seconds += seconds
+        self.model_turns += 1
+        average = self.model_seconds / self.model_turns
+        needed = self.clock() + 1.5 * average * max(turns_left, 1)
+        self.deadline = max(self.deadline, min(needed, self.started + cap), self.started + floor)
 
     def add(self, message: Message) -> None:
         """Append `message` to the conversation (and to what this run added)."""

@@ -21,7 +21,7 @@ Use it with any tool descriptions (anything with `name`, `description` and `para
         events, outcome = drain(step.turn(messages, deadline=time.monotonic() + 60, corrections=corrections))
         if outcome.usable:
             break
-        messages += [outcome.reply, Message("user", outcome.correction or "")]
+        messages += [*([outcome.reply] if outcome.reply.content else []), Message("user", outcome.correction or "")]
     assert outcome.turn.parsed.tool_calls[0].arguments == {"city": "Oslo"}
 
 `turn` is a generator: it yields the events of the turn as they happen (text, reasoning, usage, a retry) and
@@ -44,7 +44,9 @@ from ..core.decoding import clean_text
 from ..core.types import ErrorEvent, Event, Message, ModelCallEvent, ToolCall, Usage, UsageEvent
 from ..llm import LLM, Constraint, LLMRequest, Sampling, alternating
 from ..prompts import PromptLoader, tool_view
+from ..protocol.canonical import format_tool_call
 from ..protocol.defuse import defuse_special_tokens, neutralise
+from ..protocol.examples import example_arguments, example_tool
 from ..protocol.stops import DEFAULT_STOPS, OBSERVATION_STOP, TOOL_STOP
 from ..protocol.tags import with_markers
 from ..tools.validation import validate
@@ -138,8 +140,10 @@ class StepOutcome:
 
     @property
     def reply(self) -> Message:
-        """The assistant message that records the turn in the conversation, before its correction."""
-        return Message("assistant", self.turn.parsed.text.strip() or "(empty reply)")
+        """The assistant message that records the turn in the conversation, before its correction; its content
+        is empty when the turn showed nothing (leave it out: a placeholder such as "(empty reply)" was copied by
+        a small model as its next answer)."""
+        return Message("assistant", self.turn.parsed.text.strip())
 
 
 class ModelStep:
@@ -200,7 +204,7 @@ class ModelStep:
 
     def corrections(self) -> Corrections:
         """A fresh memory of corrections, for one conversation."""
-        return Corrections(self.prompts, max_tokens=self.config.max_tokens)
+        return Corrections(self.prompts, max_tokens=self.config.max_tokens, tools=self.listed)
 
     def system_prompt(self, *, instructions: str = "", cwd: str = "") -> str:
         """The system prompt listing the tools; keep it for the conversation (no timestamps, so caches hit)."""
@@ -213,7 +217,17 @@ class ModelStep:
             platform=platform.system() or "unknown",
             cwd=clean_text(cwd)[0],
             tool_choice=self.config.tool_choice,
+            example=self.example_call(),
         )
+
+    def example_call(self) -> str:
+        """The system prompt's example: a call of a listed tool (a harmless one where there is one) with
+        arguments that fit its schema, never placeholders a small model would call literally."""
+        tool = example_tool(self.listed)
+        if tool is None:
+            return ""
+        call = ToolCall(tool.name, example_arguments(dict(tool.parameters)))
+        return defuse_special_tokens(format_tool_call(call))  # a client's tool name is data
 
     def turn(
         self,
@@ -280,8 +294,10 @@ class ModelStep:
                 if not problems:
                     checked.append(replace(call, arguments=value if isinstance(value, dict) else call.arguments))
                     continue
-                problem = corrections.invalid_arguments(tool, problems)
-            correction = self.prompts.render("tool_error.j2", tool=call.name, message=neutralise(problem))
+                problem = corrections.invalid_arguments(tool, problems, call.arguments)
+            correction = self.prompts.render(
+                "tool_error.j2", tool=call.name, message=neutralise(problem), example=corrections.take_example()
+            )
             return StepOutcome(turn, problem, correction, "call")
         return StepOutcome(turn, calls=tuple(checked))
 
@@ -291,22 +307,25 @@ class ModelStep:
         be run as it is, the observation telling the model why: an unknown tool, one the tool choice refuses, or
         arguments that break the schema (escalated like every correction when the same mistake comes again)."""
         # Imported here: the tools package is heavy, and only a caller without tools of its own needs it.
-        from ..tools.registry import unknown_tool_message
         from ..tools.validation import validate
 
         tools = {t.name: t for t in (*self.tools, *self.unlisted)}
         tool = tools.get(call.name)
         if tool is None:
-            message = corrections.escalated(unknown_tool_message(call.name, list(tools)))
-            return call, self.prompts.render("tool_error.j2", tool=call.name, message=neutralise(message))
+            message = corrections.unknown_tool(call.name, list(tools))
+            return call, self.prompts.render(
+                "tool_error.j2", tool=call.name, message=neutralise(message), example=corrections.take_example()
+            )
         choice = self.config.tool_choice
         if tool not in self.unlisted and (choice == "none" or (choice not in TOOL_CHOICES and call.name != choice)):
             reason = corrections.refused_by_choice(call.name, choice)
             return call, self.prompts.render("denied.j2", tool=call.name, reason=neutralise(reason))
         arguments, problems = validate(dict(tool.parameters), dict(call.arguments))
         if problems:
-            message = corrections.invalid_arguments(tool, problems)
-            return call, self.prompts.render("tool_error.j2", tool=call.name, message=neutralise(message))
+            message = corrections.invalid_arguments(tool, problems, call.arguments)
+            return call, self.prompts.render(
+                "tool_error.j2", tool=call.name, message=neutralise(message), example=corrections.take_example()
+            )
         return replace(call, arguments=arguments), None
 
     def _complete(

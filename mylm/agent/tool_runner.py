@@ -105,10 +105,12 @@ class ToolRunner:
         tool_ = self.tools.get(call.name)
         status: Status = "error"
         valid = ran = False
+        correction: str | None = None  # the observation of a call that cannot run, with its block to copy
         if tool_ is None:
             yield ToolCallEvent(call)
             names = [t.name for t in self.tools]
             outcome = ToolOutcome(run.corrections.unknown_tool(call.name, names), True, 0.0)
+            correction = self._correction(run, call.name, outcome.output)
         else:
             arguments, problems = tool_.validate(call.arguments)
             call = replace(call, arguments=arguments)
@@ -118,7 +120,9 @@ class ToolRunner:
             if refusal is not None:
                 outcome, status = ToolOutcome(refusal, True, 0.0), "denied"
             elif problems:
-                outcome = ToolOutcome(run.corrections.invalid_arguments(tool_, problems), True, 0.0)
+                message = run.corrections.invalid_arguments(tool_, problems, call.arguments)
+                outcome = ToolOutcome(message, True, 0.0)
+                correction = self._correction(run, call.name, message)
             else:
                 verdict = yield from self._permit(run, call, tool_)
                 yield ApprovalEvent(call.id, verdict.allowed, verdict.grant if verdict.allowed else None, verdict.reason)
@@ -134,9 +138,15 @@ class ToolRunner:
         # A refused call counts like one that ran: repeated with the same refusal, it is the same doom loop (a tiny
         # model re-sending a command no one can approve). An invalid one is a new mistake each time.
         repeated = self._repeated(run, call, outcome) if ran or status == "denied" else self._forget(run)
-        observation = run.corrections.repeated_call(call.name) if repeated else None
+        observation = run.corrections.repeated_call(call.name, outcome.output) if repeated else correction
         yield from self._report(call, outcome, status, observations, observation)
         return outcome, valid
+
+    def _correction(self, run: RunState, name: str, message: str) -> str:
+        """The observation for a call that cannot run: the message defused like any tool output, and the block
+        to copy, if the correction has one, as written."""
+        example = run.corrections.take_example()
+        return self.prompts.render("tool_error.j2", tool=name, message=neutralise(message), example=example)
 
     def _refused_by_choice(self, run: RunState, name: str) -> str | None:
         """Why tool_choice forbids calling `name`, or None."""

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Generator
 
-from ..core.types import Event, FinishReason, ReasoningEvent, TextEvent, Usage
 from ..llm import LLM, FinishChunk, LLMRequest, ReasoningChunk, TextChunk
 from ..protocol.drift import ToolNames
-from ..protocol.parsed import ParsedTurn, ParseEvent
+from ..protocol.parsed import CallParsed, ParsedTurn, ParseEvent
 from ..protocol.parser import StreamParser
 from ..protocol.reasoning import template_opens_reasoning
 from ..protocol.repetition import RepetitionGuard
 from ..protocol.tags import REASONING_DIALECTS, TOOL_CLOSE, TOOL_OPEN, ReasoningDialect
+from ..core.types import Event, FinishReason, ReasoningEvent, TextEvent, ToolCall, Usage
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ def stream_turn(
     split_reasoning = False
     first: float | None = None
     guard = RepetitionGuard()
+    calls: set[str] = set()  # the calls read so far, as keys: one written again ends the turn
     stream = iter(llm.stream(request))
     try:
         for chunk in stream:
@@ -72,7 +74,7 @@ def stream_turn(
             if isinstance(chunk, TextChunk):
                 events = parser.feed(chunk.text)
                 yield from _relay(events, shown)
-                if parser.finished or _degenerate(guard, events):
+                if parser.finished or _degenerate(guard, events) or _repeats_a_call(events, calls):
                     break
             elif isinstance(chunk, ReasoningChunk):
                 if chunk.text:
@@ -92,6 +94,8 @@ def stream_turn(
     yield from _relay(parser.close(), shown)
     parsed = parser.result
     assert parsed is not None
+    if len(parsed.tool_calls) > 1:
+        parsed = replace(parsed, tool_calls=_distinct(parsed.tool_calls))
     rendered = _rendered(llm)
     opens = rendered if rendered is not None else template_opens_reasoning(parsed, split_reasoning, reasoning)
     usage = server.usage if server else None
@@ -119,6 +123,35 @@ def _degenerate(guard: RepetitionGuard, events: list[ParseEvent]) -> bool:
         else:
             guard.interrupt()
     return False
+
+
+def _call_key(call: ToolCall) -> str:
+    return call.name + "\0" + json.dumps(call.arguments, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _repeats_a_call(events: list[ParseEvent], seen: set[str]) -> bool:
+    """Whether a call just read repeats one read before in this turn (remembering the new ones). A model that
+    writes the same call again is looping, not asking twice: greedy decoding under a grammar that allows several
+    calls repeated Qwen2.5-Coder's one call until `max_tokens`."""
+    for event in events:
+        if isinstance(event, CallParsed):
+            key = _call_key(event.call)
+            if key in seen:
+                return True
+            seen.add(key)
+    return False
+
+
+def _distinct(calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
+    """The calls without repeats, in order (a call repeated in one turn is run once)."""
+    seen: set[str] = set()
+    kept = []
+    for call in calls:
+        key = _call_key(call)
+        if key not in seen:
+            seen.add(key)
+            kept.append(call)
+    return tuple(kept)
 
 
 def _relay(events: list[ParseEvent], shown: list[str]) -> Generator[Event, None, None]:

@@ -271,6 +271,8 @@ def build_agent(
             tools,
             max_iterations=settings.max_iterations,
             timeout=settings.timeout,
+            # A timeout nobody set follows the model's pace (a slow local model is not cut off at the default).
+            pace_timeout=settings.sources.get("timeout", "default") == "default",
             prompts=loader,
             max_tokens=settings.max_tokens,
             constrain=settings.constrain,  # validated by the config reader

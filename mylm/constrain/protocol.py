@@ -2,8 +2,19 @@
 
 Thought text never contains `<`, a backtick or `~`: the only characters with which text before a call could
 change how the parser reads the call (a premature `<tool_code`, another call format, `<think>`, an
-`<observation>`, a code fence or inline code around the block). The answer is written in `<final_answer>` tags
-so a model has to choose, and can never end its turn on a half-written call.
+`<observation>`, a code fence or inline code around the block). A turn can never end on a half-written call.
+
+What the grammar must never do is force a model somewhere it did not mean to go; each rule below was found by a
+real small model (Qwen2.5-Coder 0.5B and 1.5B) under greedy decoding:
+- **A bare answer ends the turn.** The prose may be the whole turn (the model stops after it): a grammar that
+  required a call or `<final_answer>` after it left a model that had answered `2000` no way to stop, and it
+  wrote `2000000000…` to the thought cap, then into the answer, until the token limit. Prose may then be as long
+  as an answer, so the cap never cuts a sentence to force a tag.
+- **No tool is forced.** In `auto`, a call may name a tool that is not offered (any name but theirs, arguments any
+  JSON object): a model that wants `calculate_triangle_area` among tools that cannot do it is no longer steered
+  into the nearest real name (`determine_body_mass_index`); the unknown-tool correction then tells it to answer.
+- **Calls are bounded.** Several calls per turn are at most `max_calls` (the loop also ends a turn at a call that
+  repeats one before it): `call ("\n" call)*` let a model repeat one call until `max_tokens`.
 """
 
 from __future__ import annotations
@@ -29,6 +40,10 @@ THOUGHT_CHARS = 400
 #: How long an answer may be, in characters, by default (the agent sizes both to its output token limit, so a
 #: constrained turn ends by itself instead of being cut off mid-answer).
 ANSWER_CHARS = 2000
+#: How many calls one turn may make when several are allowed, by default.
+MAX_CALLS = 8
+#: Characters of a tool name the model may make up (a call to a tool that is not offered).
+_NAME_CHARS = "A-Za-z0-9_.-"
 #: Characters Python's `str.strip` removes: an answer needs one character that is not among them.
 _SPACE = "\\t\\n\\r\\x0B\\x0C\\x1C-\\x1F\\x85\\xA0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000 "
 #: The answer: a visible character first, then text in which a `<` is a comparison (followed by a space or
@@ -71,35 +86,40 @@ def compile_protocol(
     thought_chars: int = THOUGHT_CHARS,
     answer_chars: int = ANSWER_CHARS,
     require_call: bool = False,
+    max_calls: int = MAX_CALLS,
 ) -> ProtocolGrammar:
     """The grammars for these tools; the same tools always give the same text (cached). Properties keep the
     order their schema declares, which is the order the grammar asks for them. With `require_call` (tool_choice
-    required, or a tool's name) a turn must call a tool: its grammar has no answer branch."""
+    required, or a tool's name) a turn must call a tool: its grammar has no answer branch, and the thought
+    before the call keeps `thought_chars`; otherwise the prose may be the answer, as long as `answer_chars`."""
     key = tuple((t.name, json.dumps(t.parameters, default=str)) for t in tools)
-    return _compile(key, multiple_calls, max(thought_chars, 0), max(answer_chars, 1), require_call)
+    return _compile(key, multiple_calls, max(thought_chars, 0), max(answer_chars, 1), require_call, max(max_calls, 1))
 
 
 @functools.lru_cache(maxsize=64)
 def _compile(
     key: tuple[tuple[str, str], ...], multiple_calls: bool, thought_chars: int, answer_chars: int,
-    require_call: bool = False,
+    require_call: bool = False, max_calls: int = MAX_CALLS,
 ) -> ProtocolGrammar:
     specs = [ToolSpec(name, json.loads(schema)) for name, schema in key]
+    prose = thought_chars if require_call else max(thought_chars, answer_chars)
     lines = (
-        f"thought ::= [^<`~]{{0,{thought_chars}}}",
+        f"thought ::= [^<`~]{{0,{prose}}}",
         _ANSWER_TEXT.format(space=_SPACE, n=answer_chars - 1),
     )
+    calls = max_calls if multiple_calls else 1
     return ProtocolGrammar(
-        turn=_grammar(specs, multiple_calls, "turn", lines, require_call),
-        call=_grammar(specs, multiple_calls, "call", lines),
+        turn=_grammar(specs, calls, "turn", lines, require_call, prose),
+        call=_grammar(specs, calls, "call", lines, require_call),
         answer=_grammar(
-            specs, multiple_calls, "answer", (*lines, _PLAIN_ANSWER.format(space=_SPACE, n=answer_chars - 1))
+            specs, calls, "answer", (*lines, _PLAIN_ANSWER.format(space=_SPACE, n=answer_chars - 1))
         ),
     )
 
 
 def _grammar(
-    specs: list[ToolSpec], multiple_calls: bool, form: str, lines: tuple[str, ...], require_call: bool = False
+    specs: list[ToolSpec], max_calls: int, form: str, lines: tuple[str, ...], require_call: bool = False,
+    prose: int = THOUGHT_CHARS,
 ) -> str:
     rules = Rules()
     if form == "answer":
@@ -111,17 +131,68 @@ def _grammar(
         params = compiler.value(spec.parameters, f"{spec.name}-params")
         if params is None:
             continue  # a schema nothing satisfies: the tool cannot be called validly
-        name = spec.name.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-        head = f"{TOOL_OPEN}\n<name>{name}</name>\n<parameters>\n"
+        head = f"{TOOL_OPEN}\n<name>{_escaped(spec.name)}</name>\n<parameters>\n"
         tail = f"\n</parameters>\n{TOOL_CLOSE}"
         calls.append(rules.add(f"call-{spec.name}", f"{literal(head)} {params} {literal(tail)}"))
+    if calls and not require_call:
+        # Any other name, with any object of arguments: the model says what it wanted, and is corrected.
+        other = _other_name(rules, [_escaped(s.name) for s in specs])
+        anything = compiler.value({"type": "object"}, "other-params")
+        head, tail = f"{TOOL_OPEN}\n<name>", f"\n</parameters>\n{TOOL_CLOSE}"
+        calls.append(rules.add(
+            "call-other", f'{literal(head)} {other} {literal("</name>" + chr(10) + "<parameters>" + chr(10))} '
+                          f'{anything} {literal(tail)}'
+        ))
     call = rules.add("call", " | ".join(calls)) if calls else None
-    block = f'{call} ("\\n" {call})*' if call and multiple_calls else call
+    block = f'{call} ("\\n" {call}){{0,{max_calls - 1}}}' if call and max_calls > 1 else call
     if form == "call":
         return rules.text(block or '""')
     extra = [f"final ::= {literal(FINAL_OPEN)} answer-text {literal(FINAL_CLOSE)}", *lines]
     if block and require_call:
         root = f"thought {block}"
     else:
-        root = f"thought ({block} | final)" if block else "thought final"
+        # Prose alone is a complete turn, the model may stop after it (a bare answer), once it has written
+        # something visible: while it has not decided, both branches are alive.
+        extra.append(_PLAIN_ANSWER.format(space=_SPACE, n=max(prose, 1) - 1))
+        root = f"thought ({block} | final) | plain-answer" if block else "thought final | plain-answer"
     return rules.text(root) + "\n".join(extra) + "\n"
+
+
+
+def _escaped(name: str) -> str:
+    return name.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _other_name(rules: Rules, names: list[str]) -> str:
+    """A rule for every tool name of `_NAME_CHARS` except `names`: a trie of the names in which each node may
+    leave the trie by a character none of its children has (then anything), or end where no name ends."""
+    trie: dict[str, Any] = {}
+    for name in names:
+        node = trie
+        for char in name:
+            node = node.setdefault(char, {})
+        node[""] = {}  # a name ends here
+    tail = rules.add("other-tail", f"[{_NAME_CHARS}]{{0,63}}")
+    return _trie_rule(rules, trie, "other-name", tail, root=True)
+
+
+def _trie_rule(rules: Rules, node: dict[str, Any], hint: str, tail: str, *, root: bool = False) -> str:
+    children = sorted(c for c in node if c)
+    options = []
+    others = [c for c in _NAME_ALPHABET if c not in children]
+    if others:  # leave the trie: a name character none of the children is, then anything
+        options.append(f"[{''.join(_class_char(c) for c in others)}] {tail}")
+    for i, char in enumerate(children):
+        options.append(f"{literal(char)} {_trie_rule(rules, node[char], f'{hint}-{i}', tail)}")
+    if not root and "" not in node:
+        options.append('""')  # a proper prefix of a name is another name
+    return rules.add(hint, " | ".join(options))
+
+
+#: The characters `_NAME_CHARS` spells.
+_NAME_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-"
+
+
+def _class_char(char: str) -> str:
+    """`char` inside a GBNF character class."""
+    return "\\" + char if char in "-]\\^" else char

@@ -148,9 +148,14 @@ class NoToolsError(MylmError):
 
 class RepeatedCallError(MylmError):
     """The model made the same call (tool and arguments) `max_repeated_calls` times in a row, getting the same
-    result each time: it is stuck, and more iterations would only repeat it (`StopReason.REPEATED_CALL`)."""
+    result each time: it is stuck, and more iterations would only repeat it (`StopReason.REPEATED_CALL`).
+    `answer` is what it answered when then asked for an answer without tools (may be empty)."""
 
     exit_code = 5
+
+    def __init__(self, message: str, *, answer: str = "") -> None:
+        super().__init__(message)
+        self.answer = answer
 
 
 class DownloadError(MylmError):

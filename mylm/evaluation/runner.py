@@ -1,4 +1,5 @@
-"""Run one eval task in a fresh workspace; score it turn by turn: protocol validity, tools, tokens, time."""
+"""Run one agent task in a fresh workspace, with mylm's agent or the endpoint's own tool calling; score it turn by
+turn: protocol validity, tools, tokens, time."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import math
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +18,9 @@ from ..llm import LLM, ConstrainMode, FinishChunk, LLMChunk, LLMRequest, TextChu
 from .suite import Task
 
 if TYPE_CHECKING:
+    from ..approval import Approver
     from ..prompts import PromptLoader
+    from ..sandbox import Sandbox
     from ..tools.base import Tool
 
 #: Where a server does not report token counts, output tokens are estimated at this many characters each.
@@ -95,6 +100,14 @@ class TaskResult:
     answer: str
     error: str | None = None
     turn_log: tuple[dict[str, Any], ...] = field(default=(), repr=False)
+    #: The mode it ran in (`protocol`, `protocol-nogrammar`, `native`, `serve`; see `modes.py`).
+    mode: str = "protocol"
+    #: Why the checks failed ("" when solved).
+    reason: str = ""
+    #: The answer holds calls written as text that nothing ran.
+    in_text: bool = False
+    #: Calls that could not run: malformed, an unknown tool, arguments that do not fit, refused.
+    bad_calls: int = 0
 
     @property
     def tokens_per_second(self) -> float:
@@ -107,6 +120,39 @@ class TaskResult:
         return data
 
 
+@contextmanager
+def workspace_for(task: Task, sandbox: Sandbox | None = None) -> Iterator[tuple[Path, list[Tool], Approver, Any]]:
+    """A fresh temporary workspace holding the task's files, the builtin tools it may use confined to it, the
+    permission hook (`--yes` inside the workspace: the approval policy's deny rules and the sandbox still
+    hold), and the runner of its check command (in the same sandbox, as any approved command)."""
+    from ..approval import ApprovalPolicy, Approver
+    from ..sandbox import detect
+    from ..tools import builtin_tools
+
+    confinement = sandbox if sandbox is not None else detect()
+    with tempfile.TemporaryDirectory(prefix="mylm-eval-") as tmp:
+        root = Path(tmp).resolve()
+        for rel, content in task.files.items():
+            path = root / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content, encoding="utf-8")
+        tools = [t for t in builtin_tools(workspace=root, memory=False, sandbox=confinement) if t.name in task.tools]
+        permit = Approver(ApprovalPolicy(workspace=root, yes=True, command_sandbox=confinement.confines))
+        yield root, tools, permit, partial(check_command, confinement)
+
+
+def check_command(sandbox: Sandbox, command: str, workspace: Path, timeout: float = 60.0) -> int:
+    """Run a task's check command in `workspace`, confined as an approved command is; its exit status (-1 when
+    it timed out or was stopped)."""
+    from ..tools.environment import child_environment
+    from ..tools.shell import run_command
+
+    env = child_environment()
+    with sandbox.launch("workspace-write", workspace, env) as launch:
+        result = run_command(command, cwd=workspace, timeout=timeout, env=env, launch=launch)
+    return -1 if result.stopped or result.exit_code is None else result.exit_code
+
+
 def run_task(
     llm: LLM,
     task: Task,
@@ -117,27 +163,22 @@ def run_task(
     max_tokens: int = 512,
     prompts: PromptLoader | None = None,
     repeat: int = 1,
+    sandbox: Sandbox | None = None,
+    mode: str | None = None,
 ) -> TaskResult:
-    """Run `task` once in a fresh temporary workspace with the agent, and score it."""
+    """Run `task` once in a fresh temporary workspace with mylm's agent, and score it."""
     from ..agent.loop import Agent
-    from ..tools.files import file_tools
-    from ..tools.paths import Workspace
+    from .modes import calls_in_text
 
     started = time.perf_counter()
     recorder = RecordingLLM(llm)
-    with tempfile.TemporaryDirectory(prefix="mylm-eval-") as tmp:
-        root = Path(tmp).resolve()
-        for rel, content in task.files.items():
-            path = root / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(content, encoding="utf-8")
-        tools = [t for t in file_tools(Workspace(root)) if t.name in task.tools]
+    with workspace_for(task, sandbox) as (root, tools, permit, run_check):
         agent = Agent(
             recorder, tools, max_iterations=max_iterations, timeout=timeout, prompts=prompts,
-            max_tokens=max_tokens, constrain=constrain, workspace=root,
+            max_tokens=max_tokens, constrain=constrain, workspace=root, permission=permit,
         )
         result = agent.run(task.prompt)
-        solved = result.error is None and task.solved(result.final_text, root)
+        reason = task.check(result.final_text, root, run_check) if result.error is None else str(result.error)
     callable_tools = {t.name: t for t in agent.tools}
     judged = [judge_turn(t.text, t.finish, callable_tools) for t in recorder.turns]
     prompt_tokens = sum(t.finish.usage.prompt_tokens for t in recorder.turns if t.finish and t.finish.usage)
@@ -146,11 +187,13 @@ def run_task(
     completion = sum(counted) if not estimated else sum(
         math.ceil(len(t.text) / CHARS_PER_TOKEN) for t in recorder.turns
     )
+    bad = sum(1 for e in result.events if isinstance(e, ErrorEvent) and e.kind in ("format", "call"))
+    bad += sum(1 for e in result.events if isinstance(e, ToolResultEvent) and e.is_error)
     return TaskResult(
         task=task.name,
         repeat=repeat,
         constrain=constrain,
-        solved=solved,
+        solved=reason is None,
         stop_reason=result.stop_reason.value if isinstance(result.stop_reason, StopReason) else str(
             result.stop_reason),
         turns=len(recorder.turns),
@@ -168,6 +211,43 @@ def run_task(
             {"text": t.text, "finish": t.finish.reason if t.finish else None, "valid": valid, "calls": calls}
             for t, (valid, calls) in zip(recorder.turns, judged, strict=True)
         ),
+        mode=mode or ("protocol-nogrammar" if constrain == "off" else "protocol"),
+        reason=reason or "",
+        in_text=calls_in_text(result.final_text, set(callable_tools)),
+        bad_calls=bad,
+    )
+
+
+def run_task_native(
+    llm: LLM,
+    task: Task,
+    *,
+    max_iterations: int = 4,
+    timeout: float = 300.0,
+    max_tokens: int = 512,
+    repeat: int = 1,
+    sandbox: Sandbox | None = None,
+    mode: str = "native",
+) -> TaskResult:
+    """Run `task` once in a fresh temporary workspace with the endpoint's own tool calling
+    (`native_agent.run_native`), and score it like `run_task`."""
+    from .native_agent import run_native
+
+    started = time.perf_counter()
+    with workspace_for(task, sandbox) as (root, tools, permit, run_check):
+        run = run_native(llm, tools, task.prompt, root, permit=permit, max_iterations=max_iterations,
+                         timeout=timeout, max_tokens=max_tokens)
+        reason = task.check(run.answer, root, run_check) if run.error is None else run.error
+    estimated = run.completion_tokens == 0
+    completion = run.completion_tokens or sum(
+        math.ceil(len(t["text"]) / CHARS_PER_TOKEN) for t in run.log)
+    return TaskResult(
+        task=task.name, repeat=repeat, constrain="native", solved=reason is None, stop_reason=run.stop_reason,
+        turns=run.turns, valid_turns=run.turns, called_tool=run.tool_results > 0, format_errors=0,
+        prompt_tokens=run.prompt_tokens, completion_tokens=completion, tokens_estimated=estimated,
+        generation_seconds=run.generation_seconds, seconds=time.perf_counter() - started, answer=run.answer,
+        error=run.error, turn_log=tuple(run.log), mode=mode, reason=reason or "", in_text=run.in_text > 0,
+        bad_calls=run.bad_calls,
     )
 
 

@@ -31,7 +31,9 @@ class NativeTools:
     tools: tuple[Mapping[str, Any], ...]
     #: `auto`, `none`, `required`, or `{"type": "function", "function": {"name": ...}}`.
     tool_choice: str | Mapping[str, Any] = "auto"
-    parallel: bool = True
+    #: `parallel_tool_calls`; None sends none, leaving the server's default (as most clients do: llama-server's
+    #: default is false, OpenAI's true).
+    parallel: bool | None = True
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from ..core.errors import TemplateError
 from ..core.paths import config_dir
 from ..protocol.defuse import defuse_special_tokens
 from ..protocol.defuse import neutralise as neutralise  # re-exported: templates and callers use it
+from ..protocol.defuse import defuse_correction
 from .bounded import (
     MAX_RENDER_SECONDS,
     MAX_RENDERED_CHARS,
@@ -114,6 +115,7 @@ class PromptLoader:
         )
         self._env.filters["tojson"] = dump_json
         self._env.filters["observation"] = neutralise
+        self._env.filters["correction"] = defuse_correction
         self._env.filters = {name: _bounded_call(f) for name, f in self._env.filters.items()}
         #: Seconds a single render may take before it is stopped.
         self.render_seconds = MAX_RENDER_SECONDS
@@ -236,7 +238,8 @@ _SAMPLE_MESSAGES = [
 SAMPLES: dict[str, tuple[dict[str, Any], ...]] = {
     "system.j2": tuple(
         {"tools": tools, "multiple_calls": multiple, "instructions": "Be brief.", "platform": "Linux",
-         "cwd": "/work", "tool_choice": choice}
+         "cwd": "/work", "tool_choice": choice,
+         "example": '<tool_code>\n<name>example</name>\n<parameters>\n{"path": "."}\n</parameters>\n</tool_code>'}
         for tools, multiple, choice in (
             ([_SAMPLE_TOOL], False, "auto"),
             ([_SAMPLE_TOOL], True, "required"),
@@ -249,26 +252,33 @@ SAMPLES: dict[str, tuple[dict[str, Any], ...]] = {
         {"tool": "example", "output": "output", "cut": 0, "handle": None},
         {"tool": "example", "output": "output", "cut": 120, "handle": "out_1"},
     ),
-    "tool_error.j2": ({"tool": "example", "message": "a problem"},),
+    "tool_error.j2": ({"tool": "example", "message": "a problem", "example": ""},
+                     {"tool": "example", "message": "a problem", "example": "<tool_code>\n<name>example</name>\n<parameters>\n{}\n</parameters>\n</tool_code>"}),
     "denied.j2": ({"tool": "example", "reason": "refused"},),
-    "format_error.j2": ({"message": "a problem"},),
+    "format_error.j2": ({"message": "a problem", "example": "", "after": "more"},
+                       {"message": "a problem", "example": "<tool_code>\n<name>example</name>\n<parameters>\n{}\n</parameters>\n</tool_code>"}),
     "truncated.j2": ({"max_tokens": 4096},),
     "degenerate.j2": ({"message": "the reply repeated the line '#15' for 128 lines"},),
     "unrun_block.j2": ({"message": "a problem"},),
     "summary.j2": ({"max_iterations": 10},),
+    "repeated_answer.j2": ({"tool": "example", "times": 3, "max_iterations": 10},),
     "tool_required.j2": ({"tool": None}, {"tool": "example"}),
-    "unusable_reply.j2": ({"unclosed_reasoning": False}, {"unclosed_reasoning": True}),
+    "unusable_reply.j2": ({"unclosed_reasoning": False, "invented": False, "wrote": ""},
+                          {"unclosed_reasoning": True, "invented": False, "wrote": ""},
+                          {"unclosed_reasoning": False, "invented": True, "wrote": "Let me check."}),
     "repeated_mistake.j2": (
-        {"message": "a problem", "tool": "example", "block": "<tool_code>...</tool_code>"},
-        {"message": "a problem", "tool": None, "block": "<tool_code>...</tool_code>"},
+        {"message": "a problem", "tool": "example", "block": True},
+        {"message": "a problem", "tool": None, "block": True},
+        {"message": "a problem", "tool": None, "block": False},
     ),
     "invalid_arguments.j2": ({"tool": "example", "problems": ["a problem", "another"], "schema": '{"type":"object"}'},),
     "tool_choice_refused.j2": ({"tool": "example", "tool_choice": "none"}, {"tool": "example", "tool_choice": "other"}),
-    "repeated_call.j2": ({"tool": "example"},),
+    "repeated_call.j2": ({"tool": "example", "output": ""}, {"tool": "example", "output": "the result"}),
     "unknown_tool.j2": (
-        {"name": "exmaple", "tools": ["example"], "suggestion": "example"},
-        {"name": "other", "tools": ["example"], "suggestion": None},
-        {"name": "example", "tools": [], "suggestion": None},
+        {"name": "exmaple", "tools": ["example"], "suggestion": "example", "command": None},
+        {"name": "other", "tools": ["example"], "suggestion": None, "command": None},
+        {"name": "example", "tools": [], "suggestion": None, "command": None},
+        {"name": "ls -l", "tools": ["execute_command"], "suggestion": None, "command": "ls -l"},
     ),
     "compaction.j2": ({"task": "the task"}, {"task": ""}),
     "compacted.j2": ({"task": "the task", "summary": "a summary"}, {"task": "", "summary": "a summary"}),

@@ -8,16 +8,16 @@ Python call with keyword arguments (`read_file(path="a")`).
 
 from __future__ import annotations
 
-import ast
 import re
-from collections.abc import Mapping
 from typing import Any
 
 from ..core.types import ToolCall
 from . import markup
 from .blockscan import skip
 from .corrections import EXAMPLE, JSON_HOWTO, BlockError, cut_off, example, prefer_canonical
+from .jsoncalls import call_object
 from .jsonrepair import JSONRepairError, loads
+from .pythonic import python_call
 from .tags import (
     ARG_KEY_CLOSE,
     ARG_KEY_OPEN,
@@ -48,7 +48,10 @@ _FENCE_LINE = re.compile(r"(?:`{3,}|~{3,})[^\n]*(?:\n|$)")
 _RESERVED = frozenset({"name", "tool_code", "tool_call", "think", "thinking", "observation", "final_answer",
                        "function_calls", "invoke", "parameter", *PARAMS_TAGS})
 _CALL_KEYS = frozenset({"name", "arguments", "parameters", "id", "type", "function"})
-_BAD_NAME = re.compile(r"[\s<>{}\"'`]")
+#: What no tool name holds. Spaces are let through: a name with spaces is a call to a tool that does not exist
+#: (`<name>python3 test_stats.py</name>`, a command written as the tool's name, as Qwen2.5-Coder 0.5B did), which
+#: the runner corrects by naming the real tools, or the call that runs such a command.
+_BAD_NAME = re.compile(r"[\n\r\t<>{}\"`]")
 
 def decode_block(body: str, kind: str = "tool_code", *, at_end: bool = False) -> tuple[ToolCall | None, str | None]:
     """Decode a block body (the text between its tags) into `(call, None)` or `(None, message for the model)`.
@@ -164,7 +167,8 @@ def _decode(body: str, kind: str, at_end: bool) -> tuple[ToolCall, tuple[int, in
     if element is not None and element.group(1).lower() not in _RESERVED:
         return _named_element(body, element, at_end, kind)
     if _PY_CALL.match(body, i):
-        return _python_call(body[i:], kind), None
+        call = python_call(body[i:], kind)
+        return ToolCall(_clean_name(call.name, kind), call.arguments), None
     if at_end and not body[i:].strip():
         raise BlockError(cut_off(kind, "the tool name"))
     raise BlockError(
@@ -388,38 +392,6 @@ def _json_call(body: str, i: int, at_end: bool, kind: str) -> tuple[ToolCall, tu
 
 
 #: Other agents' names for a call's parts: LangChain's `action`/`action_input`, `tool`/`tool_input`, …
-_NAME_KEYS = ("name", "action", "tool", "tool_name", "function", "function_name")
-_ARGS_KEYS = ("arguments", "parameters", "action_input", "tool_input", "input", "args", "tool_args", "params")
-
-
-def call_object(value: Any) -> dict[str, Any] | None:
-    """A JSON call in any common shape, as `{"name", "arguments"}` (plus its other keys); None if it is not one.
-
-    Read: `{"name", "arguments"|"parameters"}` (Hermes, Llama, OpenAI's `{"type": "function", …}` and
-    `{"function": {…}}`), LangChain's `{"action", "action_input"}`, `{"tool", "tool_input"}`,
-    `{"tool_name", "parameters"}`, and any of them wrapped as `{"tool_call": {…}}`.
-    """
-    if not isinstance(value, dict):
-        return None
-    if len(value) == 1 and isinstance(next(iter(value.values())), dict) and next(iter(value)) in (
-            "tool_call", "function_call", "tool_use", "call"):
-        value = next(iter(value.values()))
-    function = value.get("function")
-    if isinstance(function, Mapping) and "name" not in value:
-        value = {**function, **{k: v for k, v in value.items() if k != "function"}}
-    names = [k for k in _NAME_KEYS if isinstance(value.get(k), str)]
-    args = [k for k in _ARGS_KEYS if k in value]
-    if not names or len(args) > 1 or set(value) - {*_NAME_KEYS, *_ARGS_KEYS, "id", "type"}:
-        return None
-    if names[0] != "name" and not args:
-        return None  # {"tool": "x"} alone is too little to call a tool; {"name": "x"} keeps its old reading
-    out = {k: v for k, v in value.items() if k not in (*names, *args)}
-    out["name"] = value[names[0]]
-    if args:
-        out["arguments"] = value[args[0]]
-    return out
-
-
 def _qwen(body: str, i: int, at_end: bool) -> tuple[ToolCall, None]:
     """Qwen3-Coder: `<function=name><parameter=key>value</parameter>…</function>`."""
     match = _FUNCTION.match(body, i)
@@ -499,42 +471,6 @@ def _named_element(
         f"Your call <{name}>…</{name}> does not say which argument {inner[i:i + 40].strip()!r} is, so nothing was "
         "run. Write:\n" + example(name)
     )
-
-
-def _python_call(src: str, kind: str) -> ToolCall:
-    """`read_file(path="a.txt")`: keyword arguments with literal values only; nothing is evaluated."""
-    try:
-        node = ast.parse(src.strip().rstrip(";").strip(), mode="eval").body
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        node = None
-    if isinstance(node, ast.Call) and _dotted(node.func) == "print" and len(node.args) == 1 and not node.keywords \
-            and isinstance(node.args[0], ast.Call):
-        node = node.args[0]  # Gemma's documented `print(default_api.list_dir(path="."))`
-    name = _dotted(node.func) if isinstance(node, ast.Call) else None
-    if not isinstance(node, ast.Call) or name is None or node.args or any(k.arg is None for k in node.keywords):
-        raise BlockError(
-            f"Your {KIND_TAGS[kind][0]} block holds code, not a tool call, so nothing was run. Write the tool's "
-            "name in <name></name> and its arguments as JSON in <parameters></parameters>:\n" + EXAMPLE
-        )
-    args: dict[str, Any] = {}
-    for keyword in node.keywords:
-        try:
-            args[str(keyword.arg)] = ast.literal_eval(keyword.value)
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            raise BlockError(
-                f"The argument {keyword.arg} of your call to {name} is not a plain value, so nothing was run. "
-                "Write:\n" + example(name)
-            ) from None
-    return ToolCall(_clean_name(name, kind), args)
-
-
-def _dotted(node: ast.expr) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        base = _dotted(node.value)
-        return None if base is None else f"{base}.{node.attr}"
-    return None
 
 
 def _reject_dtd(body: str, span: tuple[int, int] | None, kind: str) -> None:

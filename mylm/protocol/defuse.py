@@ -27,6 +27,20 @@ def neutralise(text: str) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
+_RESULT_TAG = re.compile(r"<(\s*/?\s*(?:observation|tool_response|function_results)\b)", re.IGNORECASE)
+
+
+def defuse_correction(text: str) -> str:
+    """Make a correction's message safe to place inside `<observation>` while it still teaches the protocol: it
+    can neither close the observation nor forge a chat turn, but the tags it names (`<tool_code>`, `</name>`)
+    stay as written. A correction is mylm's own text quoting the model's; shown escaped (`&lt;tool_code>`), a
+    small model learned that form and wrote it back, which never runs."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = _RESULT_TAG.sub(lambda m: "&lt;" + m.group(1), text)
+    text = defuse_special_tokens(text)
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def defuse_special_tokens(text: str) -> str:
     """Break every chat-template special token in `text` (visible, but no longer a token); idempotent."""
     if "<" not in text and "[" not in text and "]" not in text and ">" not in text:

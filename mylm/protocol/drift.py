@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,23 +23,21 @@ from .callblock import decode_block
 from .canonical import format_tool_call
 from .corrections import EXAMPLE, example
 from .jsonrepair import JSONRepairError, loads
+from .registry import Registry, ToolNames, known_tool, looks_like_schema, registry, schema_error
 from .structure import INVENTED, quoted_lines
 from .tags import NAME_CLOSE, NAME_OPEN, TOOL_CLOSE, TOOL_OPEN
 
-#: What `tools=` accepts: tool names, or a mapping of tool name to its argument names.
-ToolNames = Iterable[str] | Mapping[str, Iterable[str]]
-#: The normalised registry: tool name to its argument names (empty when unknown).
-Registry = Mapping[str, frozenset[str]]
-
-
-def registry(tools: ToolNames | None) -> Registry | None:
-    """Normalise `tools=`; None stays None (no registry: the parser behaves as without drift recovery)."""
-    if tools is None:
-        return None
-    if isinstance(tools, Mapping):
-        return {str(name): frozenset(str(a) for a in args) for name, args in tools.items()}
-    return {str(name): frozenset() for name in tools}
-
+__all__ = [
+    "Drift",
+    "Registry",
+    "ToolNames",
+    "find_drift",
+    "known_tool",
+    "looks_like_schema",
+    "recover_block",
+    "registry",
+    "schema_error",
+]
 
 @dataclass(frozen=True)
 class Drift:
@@ -220,7 +218,7 @@ def _name_elements(text: str, masked: str, tools: Registry) -> list[Span]:
     closers = _Closers(_ARGS_CLOSE, masked)
     for match in _NAME_ELEMENT.finditer(masked):
         name = text[match.start("name") : match.end("name")]
-        if _known(name, tools) is None and match.group("tag").lower() == "name":
+        if known_tool(name, tools) is None and match.group("tag").lower() == "name":
             continue  # a bare <name> with no tool in it is anybody's markup
         args = _ARGS_OPEN.match(masked, match.end())
         close = None
@@ -285,7 +283,7 @@ _ATTR = re.compile(r"""([A-Za-z_][\w.-]{0,63})\s*=\s*["']([^"'<>]*)["']""")
 
 def _attribute_call(tag: str, attrs: dict[str, str], tools: Registry) -> Reading:
     def read() -> tuple[ToolCall | None, str | None]:
-        name = _known(tag, tools) or tag
+        name = known_tool(tag, tools) or tag
         call = ToolCall(name, attrs)
         return ToolCall(name, attrs, raw=format_tool_call(call)), None
 
@@ -294,7 +292,7 @@ def _attribute_call(tag: str, attrs: dict[str, str], tools: Registry) -> Reading
 
 def _plain_body(text: str, start: int, end: int, tag: str, tools: Registry) -> Reading:
     def read() -> tuple[ToolCall | None, str | None]:
-        name = _known(tag, tools) or tag
+        name = known_tool(tag, tools) or tag
         args = sorted(tools.get(name, frozenset()))
         value = text[start:end].strip()
         if len(args) == 1:
@@ -316,7 +314,7 @@ def _unknown_tags(masked: str, tools: Registry, closers: _Closers) -> list[Span]
     spans: list[Span] = []
     for match in _TOOLISH.finditer(masked):
         tag = match.group("tag")
-        if _known(tag, tools) is not None or tag in _NOT_TOOLS:
+        if known_tool(tag, tools) is not None or tag in _NOT_TOOLS:
             continue
         close = closers.after(match.end(), tag)
         if close is None:
@@ -334,7 +332,7 @@ def _react(text: str, masked: str, tools: Registry) -> list[Span]:
     spans: list[Span] = []
     for match in _REACT.finditer(masked):
         raw_name = match.group("name")
-        name = _known(raw_name, tools)
+        name = known_tool(raw_name, tools)
         if name is None:
             if match.group("input") is None:
                 continue  # "Action: something" in prose, with no input line: not a call
@@ -373,7 +371,7 @@ def _token_calls(text: str, masked: str, tools: Registry) -> list[Span]:
         raw_name = match.group("dname") or match.group("hname")
         group = "dargs" if match.group("dname") else "hargs"
         value = "" if match.start(group) < 0 else text[match.start(group) : match.end(group)].strip()
-        name = _known(raw_name, tools)
+        name = known_tool(raw_name, tools)
         if name is None:
             spans.append((match.start(), match.end(), _failing(_unknown(raw_name, tools, match.group()[:40]))))
             continue
@@ -414,7 +412,7 @@ def _decoded(body: str, tools: Registry, cut: bool, opener: str) -> tuple[ToolCa
     call, error = decode_block(body, "tool_code", at_end=cut)
     if call is None:
         return None, (error or "") + _where(opener)
-    name = _known(call.name, tools)
+    name = known_tool(call.name, tools)
     if name is None:
         return None, _unknown(call.name, tools, opener)
     call = ToolCall(name, call.arguments)
@@ -423,11 +421,6 @@ def _decoded(body: str, tools: Registry, cut: bool, opener: str) -> tuple[ToolCa
 
 def _where(opener: str) -> str:
     return f" (It was written as {opener.strip()[:60]!r}, which is not the protocol's form.)"
-
-
-def known_tool(name: str, tools: Registry) -> str | None:
-    """The registered tool `name` unambiguously means (`List_Dir`, `functions.list_dir`), or None."""
-    return _known(name, tools)
 
 
 _NAME_THEN_JSON = re.compile(r"\A\s*[\"'`]?(?P<name>[A-Za-z_][\w.:-]{0,127})[\"'`]?\s*[:(]?\s*(?=\{)")
@@ -447,7 +440,7 @@ def recover_block(body: str, tools: Registry) -> ToolCall | None:
         return None
     for pattern in (_NAME_THEN_JSON, _YAMLISH):
         found = pattern.search(body)
-        name = None if found is None else _known(found.group("name"), tools)
+        name = None if found is None else known_tool(found.group("name"), tools)
         if found is not None and name is not None:
             args = _object(body[found.end() :].rstrip().removesuffix(")"))
             if args is not None:
@@ -455,7 +448,7 @@ def recover_block(body: str, tools: Registry) -> ToolCall | None:
     whole = _object(body)
     if whole is not None and len(whole) == 1:
         (key, value), = whole.items()
-        name = _known(key, tools)
+        name = known_tool(key, tools)
         if name is not None and isinstance(value, dict):
             return ToolCall(name, value, raw=format_tool_call(ToolCall(name, value)))
     return None
@@ -472,17 +465,6 @@ def _object(text: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) and not text[end:].strip() else None
 
 
-def _known(name: str, tools: Registry) -> str | None:
-    """The registered tool `name` means, compared exactly, else ignoring case: None if it is not one."""
-    name = name.strip().strip("\"'`")
-    if name in tools:
-        return name
-    if "." in name and name.rsplit(".", 1)[0].lower() in ("functions", "function", "tools", "tool", "default_api"):
-        return _known(name.rsplit(".", 1)[1], tools)  # OpenAI-style `functions.list_dir`
-    folded = [t for t in tools if t.lower() == name.lower()]
-    return folded[0] if len(folded) == 1 else None
-
-
 def _unknown(name: str, tools: Registry, opener: str) -> str:
     listed = ", ".join(sorted(tools)[:30])
     return (f"Your reply looks like a call to {name!r} (written as {opener.strip()[:60]!r}), which is not one of "
@@ -495,29 +477,3 @@ def _malformed(tag: str, tools: Registry) -> str:
             "went wrong: nothing was run and it was not taken as your answer. To call a tool, write exactly:\n"
             + EXAMPLE + f"\nwith one tool name from <tool_definitions> and end the block with {TOOL_CLOSE}. To "
             "answer, write the answer as plain text; put markup you mean literally in backticks.")
-
-
-def looks_like_schema(arguments: Mapping[str, Any], known: frozenset[str] = frozenset()) -> bool:
-    """Arguments that are a JSON Schema (the tool's description echoed back) rather than argument values."""
-    keys = set(arguments)
-    if known and keys <= known:
-        return False
-    schema_words = {"type", "properties", "required", "additionalProperties", "$schema", "title", "description",
-                    "items", "enum", "anyOf", "oneOf", "allOf", "definitions", "$defs"}
-    if not keys or not keys <= schema_words:
-        return False
-    props = arguments.get("properties")
-    return arguments.get("type") == "object" or isinstance(props, Mapping) and all(
-        isinstance(v, Mapping) and ("type" in v or "description" in v) for v in props.values()
-    ) or "$schema" in keys
-
-
-def schema_error(name: str, arguments: Mapping[str, Any], known: frozenset[str]) -> str:
-    """Say what was wrong with schema-shaped arguments, and show the values form with the real argument names."""
-    props = arguments.get("properties")
-    names = sorted(known) or (sorted(props) if isinstance(props, Mapping) else [])
-    values = ", ".join(f'"{n}": VALUE' for n in names[:8]) or '"ARGUMENT": "VALUE"'
-    return (f"The parameters of your call to {name} are a JSON Schema (the description of its arguments, with "
-            '"type" and "properties"), not the arguments themselves, so nothing was run. Write the values the '
-            f"call should use, e.g. <parameters>{{{values}}}</parameters>, with each VALUE replaced:\n"
-            + example(name))

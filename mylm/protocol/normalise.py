@@ -5,8 +5,6 @@ a spelling the scanner does not match, the reply is rewritten to the plain spell
 form the parser knows is recognised in every spelling, without a rule per form:
 
 - tags in confusable brackets or fullwidth letters (`＜tool_code＞`, `〈name〉`: common in CJK output);
-- tags written HTML-escaped (`&lt;tool_code&gt;`), with the text between them decoded when it is consistently
-  escaped (so `&amp;&amp;` in such a block means `&&`);
 - a code fence whose info string names a call (```` ```tool_code ````, `tool`, `tool_call`, `function_call`…)
   is the block it names (Gemma documents ```` ```tool_code ```` around `print(default_api.f(x=1))`);
 - a line that is nothing but a Python-style call of a registered tool (`list_dir(path=".")`) is a block.
@@ -14,6 +12,10 @@ form the parser knows is recognised in every spelling, without a rule per form:
 What the rewritten reply means is decided by the same parser: fences and inline code are still examples, a
 broken call is still a correction. `neutralise` defuses all of these spellings in tool output, so an echoed
 tool output never becomes a call this way.
+
+Tags written HTML-escaped (`&lt;tool_code&gt;`, `&#60;name&#62;`, or half-escaped `&lt;tool_code>`) are *not*
+rewritten: escaping `<` is exactly how `neutralise` defuses protocol tags in tool output, so escaped markup in a
+reply is a quoted observation (or a copy of one), never the model's own call. It stays text.
 """
 
 from __future__ import annotations
@@ -22,8 +24,6 @@ import ast
 import re
 import unicodedata
 from collections.abc import Mapping
-
-from .markup import decode_entities
 
 #: Brackets that read as `<` and `>`: fullwidth, small, CJK angle, mathematical angle, single guillemets.
 OPEN_BRACKETS = "＜﹤〈〈⟨‹《"
@@ -34,7 +34,8 @@ _GT = r"(?:&gt;|&#0*62;|&#[xX]0*3[eE];)"
 CONFUSABLE_TAG = re.compile(
     rf"[<{OPEN_BRACKETS}][ \t　]*[/／]?[ \t　]*[A-Za-zＡ-Ｚａ-ｚ_＿][\w\-.:＿＝=|｜]{{0,63}}"
     rf"(?:[ \t　][^<>{OPEN_BRACKETS}{CLOSE_BRACKETS}\n]{{0,200}})?[>{CLOSE_BRACKETS}]")
-#: A tag written with entities for its brackets: `&lt;tool_code&gt;`, `&#60;/name&#62;`.
+#: A tag written with entities for its brackets: `&lt;tool_code&gt;`, `&#60;/name&#62;`. The parser reads it as
+#: text (see above); `neutralise` still breaks it, as defence in depth for any reader that decodes entities.
 ESCAPED_TAG = re.compile(rf"{_LT}\s*/?\s*[A-Za-z_][\w\-.:=|]{{0,63}}"
                          rf"(?:\s(?:[^<>&\n]|&(?:quot|apos|amp|#[0-9]{{1,7}}|#[xX][0-9a-fA-F]{{1,6}});){{0,200}})?/?{_GT}")
 #: Info strings of a fence that means "this is a call".
@@ -59,8 +60,6 @@ def normalise_markup(text: str, tools: Mapping[str, object] | None = None) -> st
     out = text
     if any(c in out for c in OPEN_BRACKETS) or _has_wide_letters_in_tags(out):
         out = CONFUSABLE_TAG.sub(lambda m: unicodedata.normalize("NFKC", m.group()), out)
-    if "&" in out:
-        out = _unescape_tags(out)
     if any(p.search(out) for p in _ANY_LABEL):  # a cheap look for a labelled fence before the line-anchored rewrite
         out = _LABELLED_FENCE.sub(_fence_as_block, out)
     if tools:
@@ -70,19 +69,6 @@ def normalise_markup(text: str, tools: Mapping[str, object] | None = None) -> st
 
 def _has_wide_letters_in_tags(text: str) -> bool:
     return "<" in text and _WIDE.search(text) is not None
-
-
-def _unescape_tags(text: str) -> str:
-    """Decode entity-escaped tags; between the first and the last, decode the text too if consistently escaped."""
-    found = list(ESCAPED_TAG.finditer(text))
-    if not found:
-        return text
-    start, end = found[0].start(), found[-1].end()
-    region = text[start:end]
-    decoded = decode_entities(region)
-    if decoded == region:  # not consistently escaped (a raw `<` or a bare `&`): decode the tags alone
-        decoded = ESCAPED_TAG.sub(lambda m: decode_entities(m.group()), region)
-    return text[:start] + decoded + text[end:]
 
 
 def _fence_as_block(match: re.Match[str]) -> str:

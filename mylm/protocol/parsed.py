@@ -36,3 +36,11 @@ class ParsedTurn:
     warnings: tuple[str, ...] = ()
     #: The text ended inside reasoning that was never closed (e.g. a server stop fired mid-thought).
     unclosed_reasoning: bool = False
+    #: The model began writing a tool result itself: `<observation>` or `<tool_response>` (also half-written at
+    #: the very end, where a server stop cut it), or after a call an `Observation:`/`Result:` line or an `output`
+    #: fence. The turn ended there; with no call before it, the reply opened with an invented result (what a
+    #: `<observation>` stop string leaves as an empty reply), which deserves its own correction.
+    invented_observation: bool = False
+    #: The text read after the turn's end (the invented result as written, or what followed a one-call turn's
+    #: call), as far as it was read: the stream may be closed there.
+    discarded: str = ""

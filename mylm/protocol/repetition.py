@@ -9,11 +9,23 @@ table's rows or a list's items differ in words or in several numbers at once, an
 come a few at a time. So the thresholds are in whole lines, and a counter, which a requested list of numbers
 can legitimately be, needs many more of them than an exact copy. Cost: a few comparisons per completed line.
 
-A reply can also degenerate inside one line, with no newline at all ("Python 3.11.2 Python 3.11.2 ..."). So a
-line that keeps growing is looked at every `INLINE_STEP` characters: if its tail is one short unit (up to
-`INLINE_MAX_PERIOD` characters) copied end to end over `INLINE_CHARS` characters and at least `INLINE_COPIES`
-times, it is cut too. A legit long line (a paragraph, minified code, a long JSON argument) does not repeat one
-unit for a kilobyte. Cost: one `rfind` and one comparison of the tail per step.
+A reply can also degenerate inside one line, with no newline at all ("Python 3.11.2 Python 3.11.2 ...",
+"2000000000000...", "0.5.5.5.5..."). So a line that keeps growing is looked at every `INLINE_STEP` characters:
+if its tail is one short unit (up to `INLINE_MAX_PERIOD` characters) copied end to end long enough, it is cut
+too. How long depends on what the unit is made of:
+
+- a tiny unit (up to `TINY_PERIOD` characters) holding a letter or a digit (`0`, `.5`, `ha `): `TINY_CHARS`
+  characters. No number, word or identifier repeats one or two characters for that long (a 64-digit zero hash,
+  2**1000's 302 digits and base64 do not); a number that keeps growing this way is a runaway, not an answer;
+- a longer unit holding a letter (a sentence said again and again): `WORDS_CHARS` characters and
+  `INLINE_COPIES` copies;
+- any other unit, of punctuation and blanks (`=`, `-`, `*`, `-+`) or a cycle of numbers: `INLINE_CHARS`
+  characters, since Markdown separators and rules are long runs of one character that nobody means as a loop,
+  and a list of numbers may cycle.
+
+A legit long line (a paragraph, minified code, base64) does not repeat one unit end to end. Call arguments are
+never fed to the guard (a file of repeated lines is data). Cost: one `rfind` and one comparison of the tail per
+step.
 """
 
 from __future__ import annotations
@@ -29,14 +41,21 @@ EXACT_LINES = 48
 COUNTED_LINES = 128
 #: The longest repeated block looked for, in lines.
 MAX_PERIOD = 16
-#: Characters of one line a repetition inside it must cover before the reply is cut.
+#: Characters of one line a repetition of punctuation and blanks (a separator) must cover before it is cut.
 INLINE_CHARS = 1024
-#: Copies of the unit it must hold (a short unit covers INLINE_CHARS long before this many copies of a long one).
+#: Copies of the unit it must hold (a short unit covers its length in characters long before this many copies
+#: of a long one).
 INLINE_COPIES = 8
 #: The longest unit looked for inside a line, in characters.
 INLINE_MAX_PERIOD = 128
+#: A unit this short holding a letter or a digit (`0` of `2000000...`, `.5` of `0.5.5.5...`) is cut after
+#: `TINY_CHARS` characters.
+TINY_PERIOD = 4
+TINY_CHARS = 128
+#: A longer unit holding a letter or a digit (a sentence again and again) is cut after this many characters.
+WORDS_CHARS = 384
 #: How often, in characters of a growing line, its tail is looked at.
-INLINE_STEP = 256
+INLINE_STEP = 64
 
 
 @dataclass(frozen=True)
@@ -125,7 +144,7 @@ class RepetitionGuard:
         line = "".join(self._partial)
         self._partial = [line]  # joined once per step, not per chunk
         self._inline_at = len(line) + INLINE_STEP
-        if len(line) <= self.inline_chars:
+        if len(line) <= min(self.inline_chars, TINY_CHARS):
             return
         # The unit's length is the distance back to the tail's last 16 characters' previous occurrence.
         probe, end = line[-16:], len(line) - 1
@@ -135,7 +154,7 @@ class RepetitionGuard:
             if at < 0:
                 return
             period = len(line) - 16 - at
-            window = max(self.inline_chars, period * INLINE_COPIES)
+            window = self._window(line[-period:])
             if len(line) >= window + period and line[-window:] == line[-window - period:-period]:
                 break
             end = at + 15  # the next occurrence further back (a unit with the probe inside it more than once)
@@ -145,6 +164,16 @@ class RepetitionGuard:
             start -= period
         unit = line[-period:]
         self.found = Repetition(unit, period, (len(line) - start) // period, counted=False, inline=True)
+
+    def _window(self, unit: str) -> int:
+        """How many characters a unit repeated end to end must cover before the line is degenerate."""
+        if not any(c.isalnum() for c in unit):
+            return max(self.inline_chars, len(unit) * INLINE_COPIES)  # a separator: `=====`, `-+-+-+`
+        if len(unit) <= TINY_PERIOD:
+            return min(self.inline_chars, TINY_CHARS)
+        if any(c.isalpha() for c in unit):  # words said again and again
+            return min(self.inline_chars, max(WORDS_CHARS, len(unit) * INLINE_COPIES))
+        return max(self.inline_chars, len(unit) * INLINE_COPIES)  # a cycle of numbers may be data: `[0, 1, ..., 9, 0, …]`
 
     def _line(self, raw: str) -> None:
         text = raw.rstrip()

@@ -6,17 +6,21 @@ import json
 import re
 
 from ..core.types import ToolCall
-from .callblock import call_object, decode_block
+from .callblock import decode_block
 from .corrections import reasoning_call_error, skipped_calls, verdict_error
+from .jsoncalls import call_object
 from .jsonrepair import JSONRepairError, loads
 from .parsed import ParsedTurn
+from .pythonic import pythonic_calls
 from .tags import CALL_MARKERS_AFTER, CALL_MARKERS_BEFORE
 
 
 def verdict(*, calls: tuple[ToolCall, ...], errors: tuple[str, ...], thought: str, reasoning: str, final: str | None,
-            text: str, think_unclosed: bool, ambiguous_example: bool, skipped: tuple[str, ...] = ()) -> ParsedTurn:
+            text: str, think_unclosed: bool, ambiguous_example: bool, skipped: tuple[str, ...] = (),
+            discarded: str = "", invented_observation: bool = False) -> ParsedTurn:
     """Decide the turn: its calls (other block errors become warnings), else an error, else the answer."""
-    common = {"thought": thought, "reasoning": reasoning, "text": text, "unclosed_reasoning": think_unclosed}
+    common = {"thought": thought, "reasoning": reasoning, "text": text, "unclosed_reasoning": think_unclosed,
+              "discarded": discarded, "invented_observation": invented_observation}
     if skipped and errors:
         errors = (errors[0] + skipped_calls(skipped), *errors[1:])
     if calls:
@@ -61,7 +65,7 @@ def reply_calls(visible: str) -> tuple[tuple[ToolCall, ...], bool]:
         text = f'{{"name": {json.dumps(mistral.group(1))}, "arguments": {text[mistral.end() :]}}}'
     if _PYTHONIC.match(text) and (tagged or text.startswith("[")):
         # A lone `name(...)` with no marker is as likely an answer ("call initialize()") as a call.
-        pythonic = _pythonic_calls(text)
+        pythonic = pythonic_calls(text)
         return (pythonic, tagged) if pythonic else ((), False)
     if not text.startswith(("{", "[")):
         return (), False
@@ -94,31 +98,6 @@ def _strip_markers(text: str) -> tuple[str, bool]:
             if stripped.endswith(marker):
                 stripped, found = stripped[: -len(marker)].rstrip(), True
     return stripped, stripped != text.strip()
-
-
-def _pythonic_calls(text: str) -> tuple[ToolCall, ...]:
-    """`[read_file(path="a"), list_dir()]` or `read_file(path="a")`: keyword arguments with literal values only."""
-    import ast
-
-    try:
-        node = ast.parse(text, mode="eval").body
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return ()
-    nodes = node.elts if isinstance(node, ast.List) else [node]
-    calls: list[ToolCall] = []
-    for item in nodes:
-        if not isinstance(item, ast.Call) or not isinstance(item.func, ast.Name) or item.args:
-            return ()
-        args: dict[str, object] = {}
-        for keyword in item.keywords:
-            if keyword.arg is None:
-                return ()
-            try:
-                args[keyword.arg] = ast.literal_eval(keyword.value)
-            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-                return ()
-        calls.append(ToolCall(item.func.id, args, raw=ast.unparse(item)))
-    return tuple(calls)
 
 
 def _json_call_object(item: object) -> ToolCall | None:

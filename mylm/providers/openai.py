@@ -127,8 +127,9 @@ class OpenAIChat(HTTPProvider):
             return {"messages": [m.to_dict() for m in request.messages]}
         body: dict[str, Any] = {"messages": [dict(m) for m in native.messages]}
         if native.tools:
-            body.update(tools=[dict(t) for t in native.tools], tool_choice=native.tool_choice,
-                        parallel_tool_calls=native.parallel)
+            body.update(tools=[dict(t) for t in native.tools], tool_choice=native.tool_choice)
+            if native.parallel is not None:
+                body["parallel_tool_calls"] = native.parallel
         return body
 
     def build_call(self, request: LLMRequest) -> HTTPCall:

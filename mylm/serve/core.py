@@ -308,7 +308,7 @@ class Core:
                 break
             if observe is not None:
                 observe(ErrorEvent(outcome.problem or correction or "", outcome.kind or "call"))
-            messages += [outcome.reply, Message("user", correction or "")]
+            messages += [*([outcome.reply] if outcome.reply.content else []), Message("user", correction or "")]
         # Out of corrections: the text the reply had, never a half call.
         assert outcome is not None
         answer = outcome.turn.parsed.final_answer or outcome.turn.parsed.thought

@@ -138,7 +138,9 @@ def checked(step: ModelStep, corrections: Any, call: NativeCall) -> tuple[ToolCa
     arguments, error = arguments_of(call.arguments)
     if arguments is None:
         message = corrections.escalated(f"{error}; send the call again with a JSON object of arguments")
-        observation = step.prompts.render("tool_error.j2", tool=call.name, message=neutralise(message))
+        observation = step.prompts.render(
+            "tool_error.j2", tool=call.name, message=neutralise(message), example=corrections.take_example()
+        )
         return ToolCall(call.name, {}), observation
     return step.check_call(ToolCall(call.name, arguments), corrections)
 

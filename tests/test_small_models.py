@@ -1,0 +1,265 @@
+"""What the first real capable small models (Qwen2.5-Coder 0.5B and 1.5B Instruct) did to mylm's defaults, one
+class per test, each from the model's real text or the run that showed it (issue "Real small models finish real
+tasks"): a grammar that forbade stopping, a tool forced where none fits, one call repeated to `max_tokens`,
+placeholders called literally, corrections that arrived HTML-escaped, an empty turn recorded as "(empty reply)"
+and copied back as the answer."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mylm import Agent, StopReason
+from mylm.agent.step import ModelStep, StepConfig, ToolDefinition, drain
+from mylm.constrain import ToolSpec, compile_protocol
+from mylm.core.types import Message, ToolCall, ToolResultEvent
+from mylm.prompts import PromptLoader, sample_variables
+from mylm.protocol.canonical import format_tool_call
+from mylm.protocol.examples import example_arguments, example_tool
+from mylm.testing import ScriptedLLM
+from mylm.tools.builtin import builtin_tools
+from mylm.tools.validation import validate
+from tests.constrain.gbnf_support import accepts, parse_gbnf
+
+PLACEHOLDERS = re.compile(r"TOOL_NAME|\"ARGUMENT\"|\"VALUE\"")
+BMI = ToolDefinition("determine_body_mass_index", "Calculate the body mass index.", {
+    "type": "object",
+    "properties": {"weight": {"type": "number"}, "height": {"type": "number"}},
+    "required": ["weight", "height"],
+})
+
+
+def tools(tmp_path: Path) -> list[Any]:
+    return builtin_tools(workspace=tmp_path, memory=False)
+
+
+# ---------------------------------------------------------------------------------------- the grammar
+
+
+def grammar(specs: list[ToolSpec], **options: Any) -> dict[str, Any]:
+    return parse_gbnf(compile_protocol(specs, **options).turn)
+
+
+def test_a_bare_answer_ends_the_turn_under_the_grammar() -> None:
+    # Qwen2.5-Coder 0.5B answered "2000" and could not stop: the grammar wanted a call or <final_answer> after
+    # any prose, so greedy decoding went on "2000000000…" until the token limit.
+    rules = grammar([ToolSpec(BMI.name, BMI.parameters)])
+    assert accepts(rules, "2000")
+    assert accepts(rules, "The file has 3 lines.")
+    assert accepts(rules, "Let me check.\n<final_answer>3</final_answer>")
+    assert not accepts(rules, "")  # an empty turn is still not a turn
+    # A long answer is not cut to force a tag (the old 400-character thought cap cut mid-sentence).
+    assert accepts(rules, "word " * 150)
+
+
+def test_no_tool_is_forced_when_none_fits() -> None:
+    # BFCL irrelevance: asked for a triangle's area with only a BMI tool, the 1.5B model was steered by the tool
+    # names into determine_body_mass_index. The grammar now lets it name what it wanted (and be corrected).
+    rules = grammar([ToolSpec(BMI.name, BMI.parameters)])
+    wanted = format_tool_call(ToolCall("calculate_triangle_area", {"base": 10, "height": 5}))
+    assert accepts(rules, wanted)
+    # A real tool's name still takes only arguments its schema allows: the free branch excludes the names.
+    assert not accepts(rules, format_tool_call(ToolCall(BMI.name, {"base": 10})))
+    assert accepts(rules, format_tool_call(ToolCall(BMI.name, {"weight": 70, "height": 1.8})))
+    # A prefix or an extension of a real name is another name, free to take any arguments.
+    for other in ("determine_body_mass", "determine_body_mass_index2"):
+        assert accepts(rules, format_tool_call(ToolCall(other, {"x": 1})))
+    # tool_choice required (or a tool's name) still means one of the tools.
+    required = grammar([ToolSpec(BMI.name, BMI.parameters)], require_call=True)
+    assert not accepts(required, wanted) and not accepts(required, "2000")
+
+
+def test_calls_per_turn_are_bounded() -> None:
+    spec = ToolSpec(BMI.name, BMI.parameters)
+    one = format_tool_call(ToolCall(BMI.name, {"weight": 70, "height": 1.8}))
+    rules = grammar([spec], multiple_calls=True, max_calls=3)
+    assert accepts(rules, "\n".join([one] * 3))
+    assert not accepts(rules, "\n".join([one] * 4))
+    assert not accepts(grammar([spec]), "\n".join([one] * 2))
+
+
+def test_an_identical_call_in_one_turn_ends_the_stream(tmp_path: Path) -> None:
+    # Through `mylm serve` with parallel_tool_calls unset, the 1.5B model wrote its one call 12-20 times per
+    # answer until max_tokens (160 s each). The stream is now closed at the first repeat.
+    one = format_tool_call(ToolCall("list_dir", {"path": "."}))
+    llm = ScriptedLLM(["\n".join([one] * 20), "Done."], stops="ignore")
+    result = Agent(llm, tools(tmp_path), multiple_calls=True).run("What is here?")
+    assert result.final_text == "Done."
+    assert len([e for e in result.events if isinstance(e, ToolResultEvent)]) == 1
+
+
+# ------------------------------------------------------------------------------- examples, never placeholders
+
+
+def test_the_system_prompt_example_is_a_real_harmless_call(tmp_path: Path) -> None:
+    # The 0.5B model called <name>TOOL_NAME</name> with {"ARGUMENT": "VALUE"}, copied from the system prompt.
+    step = ModelStep(ScriptedLLM([]), tools(tmp_path))
+    prompt = step.system_prompt(cwd=str(tmp_path))
+    assert not PLACEHOLDERS.search(prompt)
+    assert format_tool_call(ToolCall("list_dir", {"path": "."})) in prompt
+    assert "If none of the tools fits the request, do not call one: answer directly." in prompt
+    # Any tools: the example names one of them, with arguments its schema accepts.
+    client = ModelStep(ScriptedLLM([]), [BMI])
+    assert '<name>determine_body_mass_index</name>\n<parameters>\n{"weight": 1.0, "height": 1.0}' in (
+        client.system_prompt()
+    )
+
+
+def test_no_packaged_template_teaches_a_placeholder() -> None:
+    loader = PromptLoader.default()
+    for name in loader.names():
+        for variables in sample_variables(name):
+            assert not PLACEHOLDERS.search(loader.render(name, **variables)), name
+
+
+SCHEMA = st.recursive(
+    st.fixed_dictionaries({"type": st.sampled_from(["string", "integer", "number", "boolean"])})
+    | st.fixed_dictionaries({"enum": st.lists(st.integers() | st.text(max_size=5), min_size=1, max_size=3)}),
+    lambda children: st.fixed_dictionaries({"type": st.just("array"), "items": children})
+    | st.fixed_dictionaries({
+        "type": st.just("object"),
+        "properties": st.dictionaries(st.text("abcxyz_", min_size=1, max_size=6), children, max_size=3),
+    }).map(lambda s: {**s, "required": list(s["properties"])}),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(properties=st.dictionaries(st.text("abcpathcommand_", min_size=1, max_size=10), SCHEMA, max_size=4))
+def test_example_arguments_fit_their_schema(properties: dict[str, Any]) -> None:
+    schema = {"type": "object", "properties": properties, "required": list(properties)}
+    arguments = example_arguments(schema)
+    assert validate(schema, arguments)[1] == []
+
+
+@given(junk=st.recursive(st.none() | st.integers() | st.text(max_size=4),
+                         lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=8), c, max_size=3)))
+def test_example_arguments_never_fail_on_a_schema_from_a_client(junk: Any) -> None:
+    # A client's tool schema is data: "required": 5 once crashed the system prompt (a 500 from mylm serve).
+    schema = junk if isinstance(junk, dict) else {"properties": junk, "required": junk}
+    json.dumps(example_arguments(schema), default=str)
+
+
+def test_the_example_tool_is_a_reading_one_when_there_is_one(tmp_path: Path) -> None:
+    listed = tools(tmp_path)
+    chosen = example_tool(listed)
+    assert chosen is not None and chosen.name == "list_dir"
+    assert example_tool([BMI]) is BMI and example_tool([]) is None
+
+
+# ----------------------------------------------------------------------------------- corrections as written
+
+
+def test_a_repeated_mistake_gets_a_block_the_model_can_copy_as_written(tmp_path: Path) -> None:
+    # The "write exactly" block reached the 0.5B model as &lt;tool_code>: the observation filter escaped
+    # mylm's own suggestion, teaching a form that never runs.
+    bad = format_tool_call(ToolCall("read_file", {"file": "notes.txt"}))
+    llm = ScriptedLLM([bad, bad, "Done."])
+    Agent(llm, tools(tmp_path)).run("Read notes.txt")
+    second = llm.requests[2].messages[-1].content
+    assert '<tool_code>\n<name>read_file</name>\n<parameters>\n{"path": "' in second
+    assert "&lt;tool_code" not in second and not PLACEHOLDERS.search(second)
+
+
+def test_a_parser_correction_teaches_a_real_call_as_written(tmp_path: Path) -> None:
+    # The parser's own messages carried a TOOL_NAME block; through the observation filter it arrived escaped.
+    nameless = '<tool_code>\n<parameters>{"path": "."}</parameters>\n</tool_code>'
+    llm = ScriptedLLM([nameless, "There are two files."], stops="ignore")
+    Agent(llm, tools(tmp_path)).run("What is here?")
+    correction = llm.requests[1].messages[-1].content
+    assert "has no <name>" in correction and "<tool_code>\n<name>list_dir</name>" in correction
+    assert "&lt;tool_code" not in correction and not PLACEHOLDERS.search(correction)
+
+
+def test_a_command_written_as_a_tool_name_gets_the_call_that_runs_it(tmp_path: Path) -> None:
+    # The 0.5B model wrote <name>python3 test_stats.py</name>.
+    llm = ScriptedLLM([format_tool_call(ToolCall("python3 test_stats.py", {})), "ok"])
+    Agent(llm, tools(tmp_path)).run("Run the tests")
+    observation = llm.requests[1].messages[-1].content
+    expected = format_tool_call(ToolCall("execute_command", {"command": "python3 test_stats.py"}))
+    assert "'python3 test_stats.py' is not a tool" in observation and expected in observation
+
+
+def test_the_unknown_tool_message_lists_only_the_tools_the_model_was_shown(tmp_path: Path) -> None:
+    # It listed read_output, which the system prompt never showed.
+    llm = ScriptedLLM([format_tool_call(ToolCall("calculate_area", {"base": 3})), "ok"])
+    Agent(llm, tools(tmp_path)).run("area?")
+    observation = llm.requests[1].messages[-1].content
+    assert "There is no tool named 'calculate_area'" in observation and "read_output" not in observation
+    assert "If none of them fits, do not call a tool: answer directly." in observation
+
+
+# --------------------------------------------------------------------------- empty and invented replies
+
+
+@pytest.mark.parametrize("reply", [
+    "<observation>\nmain.py\nutils.py\n</observation>\nThere are 2 Python files.",
+    "Let me check.\n<observation>\n3\n</observation>",
+])
+def test_an_invented_observation_is_corrected_not_answered(tmp_path: Path, reply: str) -> None:
+    # A reply that opened with <observation> was cut to nothing; after "(empty reply)" was recorded, the model
+    # answered the words "(empty reply)", which ended the run as its answer.
+    llm = ScriptedLLM([reply, format_tool_call(ToolCall("list_dir", {"path": "."})), "There are 2 files."],
+                      stops="ignore")
+    result = Agent(llm, tools(tmp_path)).run("How many Python files are here?")
+    assert result.stop_reason is StopReason.FINAL_ANSWER and result.final_text == "There are 2 files."
+    correction = llm.requests[1].messages[-1].content
+    assert "an observation (a tool's result) that you wrote yourself" in correction
+    assert all("(empty reply)" not in m.content for r in llm.requests for m in r.messages)
+
+
+def test_an_empty_turn_is_not_recorded_as_a_placeholder(tmp_path: Path) -> None:
+    llm = ScriptedLLM(["", "It is here."])
+    result = Agent(llm, tools(tmp_path)).run("Where?")
+    assert result.final_text == "It is here."
+    second = llm.requests[1].messages
+    assert [m.role for m in second] == ["system", "user"]  # the correction joins the task: no made-up reply
+    assert all("(empty reply)" not in m.content for m in result.history)
+
+
+def test_step_records_an_empty_turn_as_nothing() -> None:
+    step = ModelStep(ScriptedLLM([""]), [BMI], StepConfig())
+    _, outcome = drain(step.turn([Message("system", step.system_prompt()), Message("user", "hi")]))
+    assert not outcome.usable and outcome.reply == Message("assistant", "")
+
+
+# ----------------------------------------------------------------------------------------- paced timeouts
+
+
+class SlowModel:
+    """A scripted model whose every turn takes `seconds` on a fake clock (a 1.5B model on a laptop CPU)."""
+
+    def __init__(self, replies: list[str], seconds: float) -> None:
+        self.now = 0.0
+        self.seconds = seconds
+        self.inner = ScriptedLLM(replies)
+
+    def clock(self) -> float:
+        return self.now
+
+    def stream(self, request: Any) -> Any:
+        self.now += self.seconds
+        return self.inner.stream(request)
+
+
+def test_a_paced_timeout_follows_a_slow_model_and_still_ends(tmp_path: Path) -> None:
+    # The default 120 s ended most runs of the 1.5B model on a CPU: each turn took 20-60 s.
+    step = format_tool_call(ToolCall("list_dir", {"path": "."}))
+    slow = SlowModel([step, step.replace('"."', '"./"'), step.replace('"."', '"././"'), "Three entries."], 50.0)
+    paced = Agent(slow, tools(tmp_path), timeout=120, pace_timeout=True, clock=slow.clock).run("What is here?")
+    assert paced.stop_reason is StopReason.FINAL_ANSWER and slow.now == 200.0
+    # Without pacing, the same run is cut at 120 s, and the message says how long it was allowed.
+    fixed_model = SlowModel([step, step.replace('"."', '"./"'), step.replace('"."', '"././"'), "x"], 50.0)
+    fixed = Agent(fixed_model, tools(tmp_path), timeout=120, clock=fixed_model.clock).run("What is here?")
+    assert fixed.stop_reason is StopReason.TIMEOUT and "timeout of 120 s" in str(fixed.error)
+    # A model that gets slower than its pace still meets a deadline: the paced limit is capped.
+    stuck = SlowModel([step] * 3, 1000.0)
+    ended = Agent(stuck, tools(tmp_path), timeout=120, pace_timeout=True, clock=stuck.clock,
+                  max_repeated_calls=0).run("What is here?")
+    assert ended.stop_reason is StopReason.TIMEOUT and "extended to" in str(ended.error)
