@@ -12,9 +12,8 @@ from typing import Any
 
 from ..core.errors import TemplateError
 from ..core.paths import config_dir
-from ..protocol.defuse import defuse_special_tokens
+from ..protocol.defuse import defuse_correction, defuse_special_tokens
 from ..protocol.defuse import neutralise as neutralise  # re-exported: templates and callers use it
-from ..protocol.defuse import defuse_correction
 from .bounded import (
     MAX_RENDER_SECONDS,
     MAX_RENDERED_CHARS,
