@@ -56,27 +56,16 @@ _EXPORTS: dict[str, str] = {
 __all__ = list(_EXPORTS)
 
 if TYPE_CHECKING:  # the same names for type checkers, which cannot follow __getattr__ (a test keeps them equal)
-    from .agent.loop import Agent as Agent
     from .agent.config import AgentConfig as AgentConfig
+    from .agent.loop import Agent as Agent
+    from .agent.streams import AgentStream as AgentStream
     from .core.cancel import CancelToken as CancelToken
     from .core.errors import MylmError as MylmError
-    from .llm import LLM as LLM
-    from .llm import LLMRequest as LLMRequest
-    from .llm import Sampling as Sampling
-    from .prompts import PromptLoader as PromptLoader
-    from .providers import create_llm as create_llm
-    from .providers.base import Endpoint as Endpoint
-    from .agent.streams import AgentStream as AgentStream
-    from .tools.base import TaskComplete as TaskComplete
-    from .tools.base import Tool as Tool
-    from .tools.base import ToolContext as ToolContext
-    from .tools.base import tool as tool
-    from .tools.builtin import builtin_tools as builtin_tools
+    from .core.types import ApprovalEvent as ApprovalEvent
     from .core.types import CompactionEvent as CompactionEvent
     from .core.types import ContinueEvent as ContinueEvent
     from .core.types import ErrorEvent as ErrorEvent
     from .core.types import Event as Event
-    from .core.types import ApprovalEvent as ApprovalEvent
     from .core.types import FinalResponseEvent as FinalResponseEvent
     from .core.types import IterationStartEvent as IterationStartEvent
     from .core.types import Message as Message
@@ -93,6 +82,17 @@ if TYPE_CHECKING:  # the same names for type checkers, which cannot follow __get
     from .core.types import ToolResultEvent as ToolResultEvent
     from .core.types import Usage as Usage
     from .core.types import UsageEvent as UsageEvent
+    from .llm import LLM as LLM
+    from .llm import LLMRequest as LLMRequest
+    from .llm import Sampling as Sampling
+    from .prompts import PromptLoader as PromptLoader
+    from .providers import create_llm as create_llm
+    from .providers.base import Endpoint as Endpoint
+    from .tools.base import TaskComplete as TaskComplete
+    from .tools.base import Tool as Tool
+    from .tools.base import ToolContext as ToolContext
+    from .tools.base import tool as tool
+    from .tools.builtin import builtin_tools as builtin_tools
 
 
 def __getattr__(name: str) -> Any:

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .streams import AgentStream
     from ..core.types import Event, RunResult
+    from .streams import AgentStream
 
 _DONE = object()
 

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..core.types import Message, Permission, ToolCall
 from ..llm import ConstrainMode
 from .step import StepConfig, ToolChoice
-from ..core.types import Message, Permission, ToolCall
 
 if TYPE_CHECKING:
     from ..prompts import PromptLoader

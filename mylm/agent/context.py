@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
-from ..llm import LLMRequest, alternating
 from ..core.types import CompactionEvent, Message, Usage
+from ..llm import LLMRequest, alternating
 
 if TYPE_CHECKING:
     from ..core.cancel import CancelToken
@@ -54,8 +55,7 @@ def split_for_compaction(messages: Sequence[Message], keep: int) -> tuple[list[M
     start = len(messages) - keep
     while start < len(messages) and messages[start].role != "assistant":
         start += 1
-    if start >= len(messages):
-        start = len(messages)
+    start = min(len(messages), start)
     if start == 0:
         return [], list(messages)
     return list(messages[:start]), list(messages[start:])

@@ -9,11 +9,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..core.types import FinishReason, ToolCall
 from ..prompts import PromptLoader, dump_json
 from ..protocol.canonical import format_tool_call
 from ..protocol.defuse import defuse_correction, defuse_special_tokens, neutralise
 from ..protocol.examples import example_arguments, example_tool
-from ..core.types import FinishReason, ToolCall
 
 if TYPE_CHECKING:
     from ..protocol.parsed import ParsedTurn
@@ -37,7 +37,9 @@ class ParametersTool(Protocol):
 
 
 #: A canonical block inside a message (the parser's messages end with the form to write).
-_BLOCK = re.compile(r"\n?<tool_code>\n<name>(.*?)</name>\n<parameters>\n(.*?)\n</parameters>\n</tool_code>", re.S)
+_BLOCK = re.compile(
+    r"\n?<tool_code>\n<name>(.*?)</name>\n<parameters>\n(.*?)\n</parameters>\n</tool_code>", re.DOTALL
+)
 
 #: Words that start a shell command, not a tool's name: a model that writes `<name>python3 x.py</name>` meant to
 #: run it. (Only for the wording of the correction: nothing is run on this guess.)

@@ -9,9 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .config import AgentConfig, BeforeFinishHook, PermissionHook
 from ..core.cancel import CancelToken
-from .context import Compactor
 from ..core.decoding import clean_text
 from ..core.errors import (
     CancelledError,
@@ -22,15 +20,6 @@ from ..core.errors import (
     RunTimeoutError,
     UnusableRepliesError,
 )
-from ..llm import LLM, Constraint
-from ..prompts import PromptLoader
-from .run_state import RunState
-from .step import ModelStep, StepOutcome, Steps
-from .streams import AgentStream
-from .tool_runner import ToolRunner
-from ..tools.outputs import OutputCache
-from ..tools.registry import ToolRegistry
-from .turn import ModelTurn
 from ..core.types import (
     ContinueEvent,
     ErrorEvent,
@@ -41,10 +30,21 @@ from ..core.types import (
     RunResult,
     StopReason,
 )
+from ..llm import LLM, Constraint
+from ..prompts import PromptLoader
+from ..tools.outputs import OutputCache
+from ..tools.registry import ToolRegistry
+from .config import AgentConfig, BeforeFinishHook, PermissionHook
+from .context import Compactor
+from .run_state import RunState
+from .step import ModelStep, StepOutcome, Steps
+from .streams import AgentStream
+from .tool_runner import ToolRunner
+from .turn import ModelTurn
 
 if TYPE_CHECKING:
-    from .aio import AsyncAgentStream
     from ..tools.base import Tool
+    from .aio import AsyncAgentStream
 
 logger = logging.getLogger("mylm.agent")
 # A library's log is the application's to show: without this, Python's last-resort handler would print

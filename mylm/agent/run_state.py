@@ -7,10 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..core.cancel import CancelToken
-from .corrections import Corrections
 from ..core.errors import RunTimeoutError
-from .step import Meter
 from ..core.types import Event, Message
+from .corrections import Corrections
+from .step import Meter
 
 
 @dataclass

@@ -38,11 +38,10 @@ from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
-from ..core.cancel import CancelToken
 from ..constrain.select import TOOL_CHOICES, ConstrainMode, select_constraints
-from .context import TokenEstimator
-from .corrections import TEMPLATES, Corrections
+from ..core.cancel import CancelToken
 from ..core.decoding import clean_text
+from ..core.types import ErrorEvent, Event, Message, ModelCallEvent, ToolCall, Usage, UsageEvent
 from ..llm import LLM, Constraint, LLMRequest, Sampling, alternating
 from ..prompts import PromptLoader, tool_view
 from ..protocol.canonical import format_tool_call
@@ -51,8 +50,9 @@ from ..protocol.examples import example_arguments, example_tool
 from ..protocol.stops import DEFAULT_STOPS, OBSERVATION_STOP, TOOL_STOP
 from ..protocol.tags import with_markers
 from ..tools.validation import validate
+from .context import TokenEstimator
+from .corrections import TEMPLATES, Corrections
 from .turn import ModelTurn, cut_mid_thought, stream_turn
-from ..core.types import ErrorEvent, Event, Message, ModelCallEvent, ToolCall, Usage, UsageEvent
 
 logger = logging.getLogger("mylm.agent")
 

@@ -10,21 +10,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
-from .config import AgentConfig
-from ..core.cancel import hook_deadline
 from ..constrain.select import TOOL_CHOICES
+from ..core.cancel import hook_deadline
 from ..core.decoding import clean_text
 from ..core.errors import CancelledError
-from ..prompts import PromptLoader
-from ..protocol.canonical import format_tool_call
-from ..protocol.defuse import neutralise
-from ..protocol.parsed import ParsedTurn
-from .run_state import RunState
-from .step import Steps
-from ..tools.base import Tool, ToolContext, ToolOutcome
-from ..tools.bounded import run_bounded
-from ..tools.outputs import OutputCache, cut_middle
-from ..tools.registry import ToolRegistry
 from ..core.types import (
     ApprovalEvent,
     ErrorEvent,
@@ -36,6 +25,17 @@ from ..core.types import (
     ToolCallEvent,
     ToolResultEvent,
 )
+from ..prompts import PromptLoader
+from ..protocol.canonical import format_tool_call
+from ..protocol.defuse import neutralise
+from ..protocol.parsed import ParsedTurn
+from ..tools.base import Tool, ToolContext, ToolOutcome
+from ..tools.bounded import run_bounded
+from ..tools.outputs import OutputCache, cut_middle
+from ..tools.registry import ToolRegistry
+from .config import AgentConfig
+from .run_state import RunState
+from .step import Steps
 
 logger = logging.getLogger("mylm.agent")
 

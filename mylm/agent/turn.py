@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Generator
 from dataclasses import dataclass, replace
-from typing import Generator
 
+from ..core.types import Event, FinishReason, ReasoningEvent, TextEvent, ToolCall, Usage
 from ..llm import LLM, FinishChunk, LLMRequest, ReasoningChunk, TextChunk
 from ..protocol.drift import ToolNames
 from ..protocol.parsed import CallParsed, ParsedTurn, ParseEvent
@@ -14,7 +15,6 @@ from ..protocol.parser import StreamParser
 from ..protocol.reasoning import template_opens_reasoning
 from ..protocol.repetition import RepetitionGuard
 from ..protocol.tags import REASONING_DIALECTS, TOOL_CLOSE, TOOL_OPEN, ReasoningDialect
-from ..core.types import Event, FinishReason, ReasoningEvent, TextEvent, ToolCall, Usage
 
 
 @dataclass(frozen=True)

@@ -11,17 +11,18 @@ import json
 import os
 import posixpath
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Literal
 
 from ..core.cancel import hook_deadline
 from ..core.errors import ConfigError, ToolError
+from ..core.types import Grant, Permission, ToolCall
+from ..core.words import counted
 from ..sandbox.profile import secrets_for
 from ..tools.base import Tool
 from ..tools.paths import Workspace
-from ..core.types import Grant, Permission, ToolCall
-from ..core.words import counted
 from .commands import HIDDEN, INVISIBLE, classify
 from .danger import is_protected_path
 

@@ -210,11 +210,9 @@ class _Walker:
             raise NotPlain(f"it redirects descriptor {fd} (only 0, 1 and 2 are read as plain)")
         if target is None:
             raise NotPlain("a redirection without a target")
-        if op in _DUP_OPS and target.text in _STD_FDS and not target.glob:
-            pass
-        elif op in _NULL_OPS and target.text == "/dev/null":
-            pass
-        else:
+        plain = ((op in _DUP_OPS and target.text in _STD_FDS and not target.glob)
+                 or (op in _NULL_OPS and target.text == "/dev/null"))
+        if not plain:
             where = "to" if ">" in op else "from"
             raise NotPlain(f"it redirects {where} {target.text!r} (only /dev/null and 0, 1, 2 are plain)")
         self.redirects.append((fd, op, target.text))

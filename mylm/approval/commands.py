@@ -17,9 +17,10 @@ import os
 import re
 import shlex
 import unicodedata
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Literal, Sequence
+from typing import Literal
 
 from .bash import MAX_COMMAND, NotPlain, PlainLine, agrees, parse_plain
 from .danger import dangerous_reason

@@ -24,7 +24,7 @@ import selectors
 import signal
 import subprocess
 import time
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from ..core.cancel import remaining
 from ..tools.environment import child_environment

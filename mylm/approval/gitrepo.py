@@ -14,8 +14,8 @@ from __future__ import annotations
 import fnmatch
 import os
 import subprocess
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from ..core.cancel import remaining
 from ..tools.environment import NEUTRAL_SETTINGS, child_environment, neutral_env, neutralised
@@ -123,7 +123,7 @@ def _ask(args: list[str], cwd: str, env: dict[str, str], deadline: float | None,
     try:
         done = subprocess.run(
             ["git", *args], cwd=cwd, env=env, capture_output=True, timeout=budget, input=given,
-            stdin=subprocess.DEVNULL if given is None else None,
+            stdin=subprocess.DEVNULL if given is None else None, check=False,
         )
     except subprocess.TimeoutExpired:
         raise _NoAnswer(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 from .shell_syntax import RESERVED, Script, ShellSyntaxError, Word, parse
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping, Union
+from typing import Any, ClassVar
 
 
 class _Event:
@@ -87,4 +88,4 @@ class BatchEnd(_Event):
     wall_s: float
 
 
-BatchEvent = Union[BatchStart, TaskStart, TaskRetry, TaskEnd, RateLimited, BatchStopping, BatchEnd]
+BatchEvent = BatchStart | TaskStart | TaskRetry | TaskEnd | RateLimited | BatchStopping | BatchEnd

@@ -5,11 +5,12 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from ..core.cancel import CancelToken
 from ..core.errors import CancelledError, LLMError, LLMTimeoutError, RateLimitError
-from ..llm import LLM, FinishChunk, LLMChunk, LLMRequest
+from ..llm import LLM, FinishChunk, LLMChunk, LLMRequest, ToolCallChunk
 from ..providers.failures import RetryPolicy
 
 
@@ -129,7 +130,7 @@ class GatedLLM:
                             tokens = chunk.usage.completion_tokens
                     else:
                         produced = True
-                        chars += len(chunk.text)
+                        chars += len(chunk.arguments if isinstance(chunk, ToolCallChunk) else chunk.text)
                     yield chunk
                 ok = True
                 return

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..core.errors import ResultsFileError
 
 if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self is 3.11+; only annotations use it
+
     from ..core.redact import Redactor
 
 #: When lines reach the disk: after every line (a power cut loses nothing written), only when the file is
@@ -107,7 +110,7 @@ class ResultsFile:
             os.close(self._fd)
             self._fd = -1
 
-    def __enter__(self) -> ResultsFile:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core.cancel import CancelToken
 from ..core.errors import LLMError, MylmError, WorkspaceError
@@ -29,8 +30,8 @@ from .workspaces import make_workspace, remove_workspace
 
 if TYPE_CHECKING:
     from ..agent.loop import Agent
-    from ..telemetry.observer import RunObserver
     from ..core.types import RunResult
+    from ..telemetry.observer import RunObserver
 
 #: Builds the agent for one task, working in `workspace` (its tools confined there).
 AgentFactory = Callable[[Task, Path], "Agent"]

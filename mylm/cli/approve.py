@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from typing import IO, TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import IO, TYPE_CHECKING
 
 import click
 
 if TYPE_CHECKING:
     from ..approval import ApprovalPolicy, Decision
     from ..core.redact import Redactor
+    from ..core.types import Permission, ToolCall
     from ..sandbox import Sandbox
     from ..tools.base import Tool
-    from ..core.types import Permission, ToolCall
 
 
 class Terminal:
@@ -80,8 +81,8 @@ class Approver:
     def __call__(self, call: ToolCall, tool: Tool) -> Permission:
         from ..approval import NO_TERMINAL, decide
         from ..core.cancel import hook_deadline
-        from .display import for_terminal
         from ..core.types import Permission
+        from .display import for_terminal
 
         always = frozenset(self._always)
         decision = decide(call, tool, self.policy, always=always, deadline=hook_deadline.get())
@@ -107,8 +108,8 @@ class Approver:
         return self._terminal
 
     def _ask(self, terminal: Terminal, call: ToolCall, tool: Tool, decision: Decision) -> Permission:
-        from .display import for_terminal
         from ..core.types import Permission
+        from .display import for_terminal
 
         # Only exact known secret values are hidden here: a credential-shaped pattern (`TOKEN=...`) can swallow the
         # rest of a command, and the user must see exactly what will run (control characters made visible too).

@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -87,10 +88,10 @@ def batch(ctx: click.Context, /, tasks_file: Path, output: Path, **options: Any)
     """
     from ..batch import Progress, ResultsFile, load_tasks, run_batch
     from ..core.cancel import CancelToken
-    from .display import for_terminal
     from ..sandbox import protect_process
     from ..tools.procs import become_subreaper
     from .batch_agent import BatchAgentFactory, SessionWriter
+    from .display import for_terminal
     from .runner import SCRIPTED_LLM_ENV, sandbox_for, warn_about
     from .tracing import batch_trace, open_telemetry, trace_run
 

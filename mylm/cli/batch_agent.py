@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..agent.loop import Agent
     from ..approval import ApprovalPolicy
     from ..batch import Task
     from ..config import Settings
+    from ..core.types import Permission, RunResult, ToolCall
     from ..prompts import PromptLoader
     from ..tools.base import Tool
-    from ..core.types import Permission, RunResult, ToolCall
 
 _loaders: dict[tuple[str | None, bool], PromptLoader] = {}
 _loaders_lock = threading.Lock()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import IO, TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import IO, TYPE_CHECKING, Any
 
 from ..core.words import counted
 
@@ -16,7 +17,7 @@ def duration(seconds: float | None) -> str:
     """`1h02m`, `4m10s`, `12s`, or `?` when unknown."""
     if seconds is None:
         return "?"
-    whole = int(round(seconds))
+    whole = round(seconds)
     if whole >= 3600:
         return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
     if whole >= 60:

@@ -6,7 +6,8 @@ import contextlib
 import functools
 import os
 import sys
-from typing import IO, TYPE_CHECKING, Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import click
 

@@ -4,9 +4,10 @@ own), the delegate service from the settings, and this process's protection."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -97,8 +98,8 @@ class ServerAgents:
         """Build one agent now, so a bad `[tools]` section or template is one line at start, not an error in
         every run."""
         from ..config import config_path, section_error
-        from ..delegate import RunRequest
         from ..core.errors import ConfigError
+        from ..delegate import RunRequest
 
         try:
             self(RunRequest("check", workspace))
@@ -119,8 +120,8 @@ def compose(ctx: click.Context, options: dict[str, Any], command: str, secrets: 
     """The delegate service for `mylm COMMAND` from the settings (the model chosen exactly as for `mylm ask`),
     runs saved as sessions with `command` in their header unless `--no-save`; `secrets` (a client key) are
     redacted like the API key."""
-    from ..delegate import Bounds, DelegateService, RunSessions
     from ..core.redact import public_url
+    from ..delegate import Bounds, DelegateService, RunSessions
     from .runner import command_sandbox, make_llm, prompt_loader, warn_about
     from .tracing import open_telemetry, trace_run
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO, Any, Callable, Protocol
+from typing import IO, Any, Protocol
 
 from ..core.redact import Redactor, StreamRedactor
 from ..core.types import (

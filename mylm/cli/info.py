@@ -59,8 +59,8 @@ def config(as_json: bool, **options: Any) -> None:
     resolves to. The API key itself is never shown, only where it comes from.
     """
     from ..config import PROJECT_CONFIG, SETTING_NAMES, config_path, read_config_file
-    from .display import for_terminal, json_text
     from ..core.redact import public_url
+    from .display import for_terminal, json_text
     from .endpoint import endpoint_in_use
     from .runner import approval_policy, command_sandbox, tool_settings
 

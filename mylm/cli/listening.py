@@ -4,7 +4,8 @@ loopback a client key is required."""
 from __future__ import annotations
 
 import socket
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 

@@ -35,8 +35,8 @@ def _store_path() -> Path:
 @handles_errors
 def list_notes(limit: int, as_json: bool) -> None:
     """List the notes, newest first: id, when and by which tool it was saved, where, and its text."""
-    from .display import for_terminal, json_text
     from ..tools import MemoryStore
+    from .display import for_terminal, json_text
 
     path = _store_path()
     # Listing must not create the store: a missing file simply has no notes.

@@ -63,9 +63,9 @@ def pull(name: str) -> None:
     pip is configured to use: PIP_INDEX_URL, pip.conf), or a Hugging Face owner/repo/file.gguf when
     huggingface_hub is installed.
     """
-    from .display import for_terminal
     from ..models.index import index_settings
     from ..models.pull import pull as fetch
+    from .display import for_terminal
 
     bar = _ProgressBar()
     try:
@@ -87,7 +87,7 @@ def _after_pull(name: str) -> str:
     except Exception:  # noqa: BLE001 - a config problem is for `ask` to report; the download itself worked
         in_use = None
     if in_use is not None and in_use.provider == "local" and in_use.model == name:
-        return f"mylm now runs it in-process (nothing else is configured): mylm ask \"...\""
+        return "mylm now runs it in-process (nothing else is configured): mylm ask \"...\""
     where = f"; the configured endpoint stays in use: {in_use.describe()}" if in_use is not None else ""
     return f'run it: mylm ask --provider local -m {name} "..."{where}'
 
@@ -124,9 +124,9 @@ class _ProgressBar:
 
 
 def _list_local() -> None:
-    from .display import for_terminal
     from ..models.cache import cached_models, default_model, models_dir
     from ..models.catalogue import CATALOGUE
+    from .display import for_terminal
 
     cached = cached_models()
     chosen = default_model()
@@ -144,8 +144,8 @@ def _list_local() -> None:
 
 
 def _list_known() -> None:
-    from .display import for_terminal
     from ..models.registry import describe, known_models, user_registry_path
+    from .display import for_terminal
 
     path = user_registry_path()
     click.echo(for_terminal(f"# user overrides: {path}{'' if path.is_file() else '  (not found)'}"), err=True)
@@ -155,9 +155,9 @@ def _list_known() -> None:
 
 
 def _list_endpoint(options: dict[str, Any]) -> None:
-    from .display import for_terminal
     from ..core.errors import MylmError
     from ..models.registry import describe, lookup
+    from .display import for_terminal
     from .runner import make_endpoint
 
     settings = settings_from(options)

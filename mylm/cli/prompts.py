@@ -61,9 +61,9 @@ def _template_name(name: str) -> str:
 @handles_errors
 def list_prompts(prompts_dir: str | None) -> None:
     """Every template, where the one in use comes from, and its file."""
-    from .display import for_terminal
     from ..core.errors import TemplateError
     from ..prompts import PromptLoader
+    from .display import for_terminal
 
     loader = _loader(prompts_dir)
     ignored = [(name, directory) for _, directory in loader.ignored for name in PromptLoader([directory]).names()]
@@ -223,8 +223,8 @@ def _set_trust(trusted: bool) -> None:
     from pathlib import Path
 
     from ..config import config_path, set_project_trust
-    from .display import for_terminal
     from ..prompts import project_prompts_dir
+    from .display import for_terminal
 
     here = Path(os.path.realpath(os.getcwd()))
     changed = set_project_trust(here, trusted, path=config_path())

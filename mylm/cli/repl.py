@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -14,9 +15,9 @@ from .common import EXIT_INTERRUPTED, EXIT_OK, from_outside
 
 if TYPE_CHECKING:
     from ..agent.loop import Agent
-    from .display import EventPrinter, JsonPrinter
     from ..core.redact import Redactor
     from ..core.types import Message
+    from .display import EventPrinter, JsonPrinter
     from .record import Recorder
     from .tracing import Tracer
 
@@ -94,8 +95,8 @@ def _typed_text() -> bool:
 
 
 def _answer(state: ChatState, text: str) -> None:
-    from .display import for_terminal
     from ..core.types import StopReason
+    from .display import for_terminal
     from .tracing import run_traced
 
     printer = state.printer_factory()

@@ -10,8 +10,9 @@ from __future__ import annotations
 import errno
 import os
 import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, NoReturn
+from typing import Any, NoReturn
 
 import click
 

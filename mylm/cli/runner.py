@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Callable, Iterator
+from typing import IO, TYPE_CHECKING, Any
 
 import click
 
@@ -16,18 +17,18 @@ from .signals import handling
 
 if TYPE_CHECKING:
     from ..agent.loop import Agent, PermissionHook
+    from ..approval import ApprovalPolicy
     from ..config import Settings
-    from .display import EventPrinter, JsonPrinter
+    from ..core.redact import Redactor
+    from ..core.types import Event, Message, RunResult
     from ..llm import LLM
     from ..models.registry import ModelInfo
     from ..prompts import PromptLoader
-    from ..core.redact import Redactor
     from ..sandbox import Sandbox
-    from ..approval import ApprovalPolicy
     from ..tools import ToolSettings
     from ..tools.base import Tool
-    from ..core.types import Event, Message, RunResult
     from .approve import Approver
+    from .display import EventPrinter, JsonPrinter
 
 #: Names a JSON script file that replaces the model endpoint (a testing aid: see the README, "Testing your own scripts against the CLI").
 SCRIPTED_LLM_ENV = "MYLM_SCRIPTED_LLM"
@@ -387,8 +388,8 @@ def run_exchange(
     event is printed), the run is cancelled through its stream and drained, so the partial exchange is kept either way.
     A third Ctrl-C while draining gives up on it.
     """
-    from ..sessions import INTERRUPTED, close_dangling
     from ..core.types import StopReason
+    from ..sessions import INTERRUPTED, close_dangling
 
     stream = agent.stream(prompt, history=history)
     interrupts = 0

@@ -14,8 +14,9 @@ string (the completion), or an object with any of:
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 from ..core import errors
 from ..core.errors import ConfigError, LLMError, MylmError

@@ -73,7 +73,7 @@ def serve(ctx: click.Context, /, **options: Any) -> None:
 
     from .runner import known_model, make_llm, prompt_loader
 
-    host, key, sock = listener(options, KEY_ENV, "use the model")
+    _host, key, sock = listener(options, KEY_ENV, "use the model")
     settings = settings_from(options)
     if options["timeout"] is not None:
         settings = dataclasses.replace(settings, timeout=options["timeout"])

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import click
 
@@ -32,8 +33,8 @@ def sessions() -> None:
 @handles_errors
 def list_sessions(limit: int, as_json: bool) -> None:
     """List sessions, most recent first: ID, when, command, model, messages and the first prompt."""
-    from .display import for_terminal, json_text
     from ..sessions import iter_sessions, sessions_dir
+    from .display import for_terminal, json_text
 
     shown = 0
     for session in iter_sessions(sessions_dir()):
@@ -63,8 +64,8 @@ def list_sessions(limit: int, as_json: bool) -> None:
 @handles_errors
 def show(session_id: str, as_json: bool) -> None:
     """Print session ID's conversation (ID may be a unique prefix or suffix of it)."""
-    from .display import for_terminal, json_text
     from ..sessions import load, read_records
+    from .display import for_terminal, json_text
 
     path = find_session(session_id)
     if as_json:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -14,8 +15,8 @@ if TYPE_CHECKING:
     from ..agent.loop import Agent
     from ..config import Settings
     from ..core.redact import Redactor
-    from ..telemetry.tracing import BatchTrace, RunTrace, Telemetry
     from ..core.types import Event, Message
+    from ..telemetry.tracing import BatchTrace, RunTrace, Telemetry
     from .runner import Exchange
 
 

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from ..core.errors import ConfigError
 from .files import MAX_CONFIG_BYTES, _line_in, _tomllib, config_path, read_config_file, section_error

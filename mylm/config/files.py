@@ -7,12 +7,14 @@ import os
 import re
 import stat
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ..core.errors import ConfigError
 from ..core.paths import config_dir
 from .settings import _FILE_ONLY, _KEYS, CONFIG_FILE_NAME, PROFILE_KEYS
+
 
 def config_path(environ: Mapping[str, str] | None = None) -> Path:
     """The user's config file: `$MYLM_CONFIG`, else `config.toml` in mylm's user config dir."""

@@ -4,9 +4,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 DEFAULT_BASE_URL = "http://localhost:11434"
 CONFIG_FILE_NAME = "config.toml"

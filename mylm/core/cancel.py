@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Callable
 from contextvars import ContextVar
-from typing import Callable
 
 from .errors import CancelledError
 
@@ -16,7 +17,7 @@ class CancelToken:
     def __init__(self) -> None:
         self._event = threading.Event()
         self._lock = threading.Lock()
-        self._callbacks: dict[int, Callable[[], None]] = {}
+        self._callbacks: dict[int, Callable[[], object]] = {}
         self._next_id = 0
 
     @property
@@ -33,18 +34,17 @@ class CancelToken:
             callbacks = list(self._callbacks.values())
             self._callbacks.clear()
         for callback in callbacks:
-            try:
+            with contextlib.suppress(Exception):  # one failing abort must not stop the others
                 callback()
-            except Exception:  # noqa: BLE001 - one failing abort must not stop the others
-                pass
 
     def raise_if_cancelled(self) -> None:
         """Raise `CancelledError` if the token is set."""
         if self._event.is_set():
             raise CancelledError("cancelled")
 
-    def on_cancel(self, callback: Callable[[], None]) -> Callable[[], None]:
-        """Register `callback` to run on cancel (at once if already cancelled); returns an unregister function."""
+    def on_cancel(self, callback: Callable[[], object]) -> Callable[[], None]:
+        """Register `callback` to run on cancel (at once if already cancelled; what it returns is ignored, so
+        `future.cancel` will do); returns an unregister function."""
         with self._lock:
             if not self._event.is_set():
                 key = self._next_id

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 REDACTED = "[REDACTED]"
 #: Environment values shorter than this are not treated as secrets: too many ordinary words would match.
@@ -57,15 +58,19 @@ _ASSIGNMENTS = (
         r"(?=[^\s\"',;]*[0-9+/=_.\-])[^\s\"',;]{8,}"
     ),
     r"(?i)(\b(?:set-)?cookie[\"']?[ \t]*:[ \t]*[\"']?)(?=[^\r\n\"'=]+=)[^\r\n\"']+",
-    rf"(?i)((?<![^\s;,{{(?&'\"\-])[\"']?{_KEY_NAME}[\"']?[ \t]*=[ \t]*)(?!=)"
-    r"(?P<value>(?P<q>[\"']?)[^\s'\"]+(?P=q))",
+    (
+        rf"(?i)((?<![^\s;,{{(?&'\"\-])[\"']?{_KEY_NAME}[\"']?[ \t]*=[ \t]*)(?!=)"
+        r"(?P<value>(?P<q>[\"']?)[^\s'\"]+(?P=q))"
+    ),
     (
         rf"(?im)((?:^[ \t]*(?:-[ \t]+)?|[{{,][ \t]*)(?P<kq>[\"']?){_KEY_NAME}(?P=kq)"
         r"(?:[ \t]*:[ \t]+|[ \t]*:(?=[\"'])))(?P<value>(?P<q>[\"']?)[^\s'\",}\]]+(?P=q))"
     ),
     # `.netrc` and `.authinfo` (`machine h login bob password x`, on one line or many).
-    r"(?i)(\b(?:login|machine|account)[ \t]+\S+\s+(?:(?:login|account|port)[ \t]+\S+\s+)?(?:password|passwd)[ \t]+)"
-    r"(?P<value>(?P<q>[\"']?)[^\s'\"]+(?P=q))",
+    (
+        r"(?i)(\b(?:login|machine|account)[ \t]+\S+\s+(?:(?:login|account|port)[ \t]+\S+\s+)?(?:password|passwd)[ \t]+)"
+        r"(?P<value>(?P<q>[\"']?)[^\s'\"]+(?P=q))"
+    ),
     # A config line that is only a secret's name and its value (redis' `requirepass x`, `DB_PASSWD x`): the
     # value must look like one (8 characters or more, with a digit or a sign), which a word of prose does not.
     rf"(?im)(^[ \t]*{_KEY_NAME}[ \t]+)(?P<value>(?P<q>)(?=[^\s]*[0-9!#$%^&*+/=_\-])[^\s'\"]{{8,}})[ \t]*$",

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Mapping, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 if TYPE_CHECKING:
     from .errors import MylmError
@@ -273,22 +274,22 @@ class FinalResponseEvent(_Event):
     stop_reason: StopReason
 
 
-Event = Union[
-    IterationStartEvent,
-    ReasoningEvent,
-    TextEvent,
-    StepStartEvent,
-    ToolCallEvent,
-    ApprovalEvent,
-    ToolResultEvent,
-    StepCompleteEvent,
-    UsageEvent,
-    ModelCallEvent,
-    ErrorEvent,
-    CompactionEvent,
-    ContinueEvent,
-    FinalResponseEvent,
-]
+Event = (
+    IterationStartEvent
+    | ReasoningEvent
+    | TextEvent
+    | StepStartEvent
+    | ToolCallEvent
+    | ApprovalEvent
+    | ToolResultEvent
+    | StepCompleteEvent
+    | UsageEvent
+    | ModelCallEvent
+    | ErrorEvent
+    | CompactionEvent
+    | ContinueEvent
+    | FinalResponseEvent
+)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from a2a.helpers import get_message_text, new_task, new_text_artifact, new_text_message, new_text_part
+from a2a.helpers import get_message_text, new_task, new_text_artifact, new_text_part
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
@@ -202,7 +202,7 @@ class DelegateExecutor(AgentExecutor):
         except MylmError as error:
             await run.outbox.put(error)
             return
-        except Exception as error:  # noqa: BLE001 - the task fails with one line; the server goes on
+        except Exception as error:  # the task fails with one line; the server goes on
             logger.exception("a2a run failed")
             await run.outbox.put(error)
             return
@@ -298,7 +298,7 @@ def read_answer(context: RequestContext) -> Answer:
         return Answer("always")
     reason = text
     for prefix in ("no", "n", "deny", "refuse", "reject"):
-        if word == prefix or word.startswith(prefix + " ") or word.startswith(prefix + ","):
+        if word == prefix or word.startswith((prefix + " ", prefix + ",")):
             reason = text[len(prefix):].lstrip(" ,:;-")
             break
     return Answer("no", reason)

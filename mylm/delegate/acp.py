@@ -19,9 +19,9 @@ import os
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from acp import PROTOCOL_VERSION, RequestError, run_agent
+from acp import PROTOCOL_VERSION, Agent, RequestError, run_agent
 from acp.helpers import (
     start_tool_call,
     text_block,
@@ -44,12 +44,13 @@ from acp.schema import (
     PromptResponse,
     ToolCallLocation,
     ToolCallUpdate,
+    ToolKind,
 )
+from acp.schema import StopReason as AcpStopReason
 
 from .. import __version__
 from ..approval import Answer
 from ..core.errors import MylmError
-from ..tools.paths import Workspace
 from ..core.types import (
     ApprovalEvent,
     Event,
@@ -61,6 +62,7 @@ from ..core.types import (
     ToolCallEvent,
     ToolResultEvent,
 )
+from ..tools.paths import Workspace
 from .core import Question, RunSetup
 from .editor import EditorAccess
 from .service import DelegateService
@@ -68,11 +70,12 @@ from .service import DelegateService
 logger = logging.getLogger("mylm.acp")
 
 #: The kind of each builtin tool, as an editor groups and draws calls.
-KINDS = {"read_file": "read", "list_dir": "read", "write_file": "edit", "edit_file": "edit",
+KINDS: dict[str, ToolKind] = {"read_file": "read", "list_dir": "read", "write_file": "edit", "edit_file": "edit",
          "execute_command": "execute", "search_memory": "search", "read_output": "read"}
 #: How a run's end reads to the editor (an error or a timeout ends the turn; its line is said as a message).
-STOPS = {StopReason.MAX_TOKENS: "max_tokens", StopReason.MAX_ITERATIONS: "max_turn_requests",
-         StopReason.CANCELLED: "cancelled"}
+STOPS: dict[StopReason, AcpStopReason] = {
+    StopReason.MAX_TOKENS: "max_tokens", StopReason.MAX_ITERATIONS: "max_turn_requests",
+    StopReason.CANCELLED: "cancelled"}
 OPTIONS = (PermissionOption(option_id="allow_once", name="Allow once", kind="allow_once"),
            PermissionOption(option_id="allow_always", name="Allow always (this session)", kind="allow_always"),
            PermissionOption(option_id="reject_once", name="Reject", kind="reject_once"))
@@ -313,4 +316,6 @@ def _prompt_text(blocks: list[Any]) -> str:
 
 async def serve(service: DelegateService) -> None:
     """Speak ACP on this process's stdin and stdout until the editor closes them."""
-    await run_agent(DelegateAgent(service))
+    # The SDK's `Agent` Protocol lists every method of the protocol; its router answers method-not-found for those
+    # an agent leaves out (session lists, config options, forks...), so this one implements only what it serves.
+    await run_agent(cast(Agent, DelegateAgent(service)))

@@ -12,9 +12,10 @@ import asyncio
 import concurrent.futures
 import os
 import stat
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..core.cancel import CancelToken
 from ..core.errors import CancelledError, WorkspaceRefusedError
@@ -34,8 +35,9 @@ class Question:
     decision: Decision
 
 
-#: Asks someone over the front end's protocol and returns their answer (cancelled when the run is).
-Ask = Callable[[Question], Awaitable["Answer"]]
+#: Asks someone over the front end's protocol and returns their answer (cancelled when the run is). An `async def`:
+#: its coroutine is handed to the loop with `asyncio.run_coroutine_threadsafe`, which takes nothing else.
+Ask = Callable[[Question], Coroutine[Any, Any, "Answer"]]
 #: Swaps tools for a run (an editor's file and terminal access stand in for mylm's own).
 ToolSwap = Callable[[list["Tool"]], list["Tool"]]
 

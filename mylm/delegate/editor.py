@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, replace
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, TypeVar
 
 from ..core.errors import CancelledError, ToolError
 from ..core.redact import redact
+from ..core.words import counted
 from ..tools.base import Tool, ToolContext
 from ..tools.paths import Workspace
-from ..core.words import counted
 
 T = TypeVar("T")
 #: The most output a command's terminal keeps for mylm (the editor shows all of it).
@@ -50,7 +51,7 @@ class EditorAccess:
             "edit_file": self._edit_file(workspace) if self.read and self.write else None,
             "execute_command": self._execute(workspace) if self.terminal else None,
         }
-        return [replace(tool, function=mine[tool.name], context_param="context") if mine.get(tool.name) else tool
+        return [replace(tool, function=function, context_param="context") if (function := mine.get(tool.name)) else tool
                 for tool in tools]
 
     # ------------------------------------------------------------------------------------------ the tools
@@ -134,9 +135,9 @@ class EditorAccess:
             raise ToolError(text)
         return text
 
-    def _call(self, coroutine: Awaitable[T], context: ToolContext | None) -> T:
+    def _call(self, coroutine: Coroutine[Any, Any, T], context: ToolContext | None) -> T:
         """Run a request to the editor from the run's thread; cancelling the run withdraws it."""
-        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)  # type: ignore[arg-type]
+        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
         cancel = context.cancel if context is not None else None
         unregister = cancel.on_cancel(future.cancel) if cancel is not None else (lambda: None)
         try:

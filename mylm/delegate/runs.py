@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core.types import (
     Event,
-    Message,
     IterationStartEvent,
+    Message,
     RunResult,
     StepCompleteEvent,
     StepStartEvent,
@@ -22,8 +23,8 @@ from ..core.types import (
 if TYPE_CHECKING:
     from ..agent.loop import Agent
     from ..core.cancel import CancelToken
-    from .core import RunHooks
     from ..core.redact import Redactor
+    from .core import RunHooks
 
 #: After a cancel, how long the run may take to stop its command and reap it before the handler gives up
 #: waiting (a bound: a cooperative run stops in milliseconds).

@@ -3,16 +3,17 @@ continued: an A2A context or an ACP session is one saved session its runs are ap
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from ..core.errors import SessionNotFoundError
 
 if TYPE_CHECKING:
     from ..core.redact import Redactor
-    from ..sessions import Session, Transcript
     from ..core.types import RunResult
+    from ..sessions import Session, Transcript
 
 
 @dataclass(frozen=True)

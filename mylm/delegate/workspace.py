@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 from urllib.parse import unquote, urlsplit
 
 from ..core.errors import WorkspaceRefusedError

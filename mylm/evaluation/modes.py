@@ -20,9 +20,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..llm import LLM, LLMRequest, NativeTools, TextChunk, supports_native_tools
 from ..agent.step import ModelStep, StepConfig, ToolDefinition, drain
 from ..core.types import Message, ToolCall
+from ..llm import LLM, LLMRequest, NativeTools, TextChunk, supports_native_tools
 
 if TYPE_CHECKING:
     from ..prompts import PromptLoader

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import LLMError
+from ..core.types import Message, Permission, ToolCall
 from ..llm import LLM, FinishChunk, LLMRequest, NativeTools, TextChunk
 from ..tools.base import Tool, ToolContext, run_tool
-from ..core.types import Message, Permission, ToolCall
 
 #: The system message of a native run: what a plain tool-calling client would say.
 SYSTEM = (

@@ -13,8 +13,8 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..llm import LLM, ConstrainMode, FinishChunk, LLMChunk, LLMRequest, TextChunk
 from ..core.types import ErrorEvent, StopReason, ToolResultEvent
+from ..llm import LLM, ConstrainMode, FinishChunk, LLMChunk, LLMRequest, TextChunk
 from .suite import Task
 
 if TYPE_CHECKING:

@@ -14,8 +14,8 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..core.errors import AuthenticationError, EndpointUnreachableError, LLMError, ModelNotFoundError
 from ..agent.step import ToolDefinition
+from ..core.errors import AuthenticationError, EndpointUnreachableError, LLMError, ModelNotFoundError
 from .bfcl import Question, tool_docs
 from .checker import Call, check, is_irrelevance
 from .modes import MODES, Limits, Reply, ServedEndpoint, check_native, native_reply, protocol_reply, served

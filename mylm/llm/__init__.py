@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Iterator, Mapping, Protocol, Sequence, Union, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-from ..core.cancel import CancelToken
 from ..constrain.select import CONSTRAIN_MODES as CONSTRAIN_MODES
 from ..constrain.select import ConstrainMode as ConstrainMode
 from ..constrain.select import Constraint as Constraint
+from ..core.cancel import CancelToken
 from ..core.errors import ConfigError
 from ..core.types import Message, Usage
 
@@ -134,7 +135,7 @@ class ToolCallChunk:
     arguments: str = ""
 
 
-LLMChunk = Union[TextChunk, ReasoningChunk, FinishChunk, ToolCallChunk]
+LLMChunk = TextChunk | ReasoningChunk | FinishChunk | ToolCallChunk
 
 
 @runtime_checkable

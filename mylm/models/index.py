@@ -13,10 +13,11 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 from urllib.parse import unquote, urljoin, urlsplit
 
 from ..core.errors import DownloadError

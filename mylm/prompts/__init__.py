@@ -6,14 +6,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from ..core.errors import TemplateError
 from ..core.paths import config_dir
-from ..protocol.defuse import defuse_special_tokens
+from ..protocol.defuse import defuse_correction, defuse_special_tokens
 from ..protocol.defuse import neutralise as neutralise  # re-exported: templates and callers use it
-from ..protocol.defuse import defuse_correction
 from .bounded import (
     MAX_RENDER_SECONDS,
     MAX_RENDERED_CHARS,

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from ..core.errors import TemplateError
 
@@ -259,13 +260,13 @@ def _bounded_sandbox() -> type[SandboxedEnvironment]:
                 raise SecurityError("exponent too large")
             if operator == "*":
                 for seq, count in ((left, right), (right, left)):
-                    if isinstance(seq, (str, list, tuple)) and isinstance(count, int):
-                        if len(seq) * count > MAX_RENDERED_CHARS:
-                            raise SecurityError("repetition would exceed the size limit")
+                    if (isinstance(seq, (str, list, tuple)) and isinstance(count, int)
+                            and len(seq) * count > MAX_RENDERED_CHARS):
+                        raise SecurityError("repetition would exceed the size limit")
             sized = (str, list, tuple)
-            if operator == "+" and isinstance(left, sized) and isinstance(right, sized):
-                if len(left) + len(right) > MAX_RENDERED_CHARS:
-                    raise SecurityError("joining would exceed the size limit")
+            if (operator == "+" and isinstance(left, sized) and isinstance(right, sized)
+                    and len(left) + len(right) > MAX_RENDERED_CHARS):
+                raise SecurityError("joining would exceed the size limit")
             return super().call_binop(context, operator, left, right)
 
         def bounded_join(self, parts: Iterable[Any]) -> str:
@@ -274,8 +275,8 @@ def _bounded_sandbox() -> type[SandboxedEnvironment]:
                 raise SecurityError("joining would exceed the size limit")
             return "".join(texts)
 
-        def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+        def call(self, context: Any, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
             _check_arguments([*args, *kwargs.values()])
-            return _check_result(super().call(__context, __obj, *args, **kwargs))
+            return _check_result(super().call(context, obj, *args, **kwargs))
 
     return BoundedSandbox

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
-from ..llm import LLMChunk, LLMRequest
 from ..core.types import Usage
+from ..llm import LLMChunk, LLMRequest
 from .base import merge_turns, refused_sampling, without_refused
 from .decoder import Decoder, text_chunks
 from .engine import HTTPProvider

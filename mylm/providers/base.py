@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..core.errors import ConfigError
-from ..llm import SAMPLING_OPTIONS
 from ..core.types import Message
+from ..llm import SAMPLING_OPTIONS
 from .registry import PROVIDERS
 
 if TYPE_CHECKING:

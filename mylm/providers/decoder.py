@@ -5,7 +5,8 @@ chunks and keeps what the stream said about how it finished; the helpers build t
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from ..core.errors import StreamError
 from ..core.types import Usage

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import logging
 from abc import ABC, abstractmethod
+from collections.abc import Generator, Iterator
 from contextlib import closing
-from typing import TYPE_CHECKING, Any, ClassVar, Generator, Iterator, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from ..core.errors import (
     ConfigError,
@@ -39,8 +40,8 @@ from .transport import (
 if TYPE_CHECKING:
     import requests
 
-    from ..prompts import PromptLoader
     from ..core.types import Message
+    from ..prompts import PromptLoader
 
 _log = logging.getLogger("mylm.providers")
 GrammarSupport = Literal["native", "compatible", "none"]

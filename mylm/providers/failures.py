@@ -6,9 +6,10 @@ import json
 import random
 import re
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from ..core.errors import (
     AuthenticationError,
@@ -25,7 +26,7 @@ _MAX_MESSAGE = 400
 #: Codes meaning the account's money or quota is spent: waiting will not help, so they are never retried.
 _QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached", "enforced_spend_limit_reached"})
 #: Error types or codes inside a 200 stream that say "try again" rather than "your request is wrong".
-_TRANSIENT = re.compile(r"overload|unavailable|server_error|api_error|internal|timeout|rate_limit|busy", re.I)
+_TRANSIENT = re.compile(r"overload|unavailable|server_error|api_error|internal|timeout|rate_limit|busy", re.IGNORECASE)
 _CONTEXT = re.compile(
     r"context[ _]length|context window|context size|maximum context|exceed_context_size|prompt is too long"
     r"|too many tokens|input token count|reduce the length|prompt too long|exceeds the available context",

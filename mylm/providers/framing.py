@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from ..core.errors import StreamError
 from .transport import MAX_LINE_BYTES
@@ -65,7 +66,7 @@ def _split(data: bytes) -> list[str]:
     text = data.decode("utf-8", errors="replace")
     lines = text.split("\n")
     if "\r" in text:
-        lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+        lines = [line.removesuffix("\r") for line in lines]
     return lines
 
 
@@ -105,8 +106,7 @@ class SSEReader:
             if line[0] == ":":
                 continue
             field, _, value = line.partition(":")
-            if value.startswith(" "):
-                value = value[1:]
+            value = value.removeprefix(" ")
             if field == "event":
                 name = value
             elif field == "error":

@@ -15,13 +15,13 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..core.errors import CancelledError, ContextOverflowError, LLMError, LLMTimeoutError
+from ..core.types import Message, Usage
 from ..llm import SAMPLING_OPTIONS, FinishChunk, LLMChunk, LLMRequest, TextChunk, alternating, native_refused
 from ..protocol.stops import StopCutter
-from ..core.types import Message, Usage
 from .base import Endpoint
 from .local_engine import _Engine, _module, load
 
@@ -122,7 +122,7 @@ class LocalModel:
 
             add_bos, stops = True, self.format.stops
         else:
-            Jinja2ChatFormatter = _module("llama_cpp.llama_chat_format").Jinja2ChatFormatter  # noqa: N806
+            Jinja2ChatFormatter = _module("llama_cpp.llama_chat_format").Jinja2ChatFormatter
 
             formatter = Jinja2ChatFormatter(
                 template=engine.template or "", eos_token=engine.eos, bos_token=engine.bos

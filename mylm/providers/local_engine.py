@@ -8,9 +8,10 @@ import atexit
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ..core.errors import ConfigError
 
@@ -164,7 +165,7 @@ def _load(path: Path, n_ctx: int | None, options: Mapping[str, Any]) -> _Engine:
 
 def _trained_context(llama_cpp: Any, path: Path) -> int:
     """The GGUF's context length from its metadata, read without the weights (to size the context first)."""
-    LlamaModel = _module("llama_cpp._internals").LlamaModel  # noqa: N806 - a class
+    LlamaModel = _module("llama_cpp._internals").LlamaModel  # a class
 
     params = llama_cpp.llama_model_default_params()
     params.vocab_only = True

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 from ..llm import Constraint, LLMChunk, LLMRequest, ToolCallChunk

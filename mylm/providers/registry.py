@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Mapping, Protocol
+from typing import Protocol
 
 from ..core.errors import ConfigError
 

@@ -7,8 +7,9 @@ import http.client
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 import requests
@@ -436,7 +437,9 @@ def release(response: requests.Response, guard: CallGuard) -> None:
         response.close()
         return
     raw = response.raw
-    try:
+    # Never an error out of the clean-up. A tail not all there (http.client may even fail with TypeError on a
+    # non-blocking read): the connection is closed below.
+    with contextlib.suppress(Exception):
         previous = sock.gettimeout()
         sock.settimeout(0.0)  # only what has arrived: a model still generating is not waited for
         try:
@@ -449,10 +452,6 @@ def release(response: requests.Response, guard: CallGuard) -> None:
                 kept += len(data)
         finally:
             sock.settimeout(previous)
-    except Exception:  # noqa: BLE001 - never an error out of the clean-up
-        # A tail not all there (http.client may even fail with TypeError on a non-blocking read): the
-        # connection is closed below.
-        pass
     response.close()
 
 

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import threading
 import time
-from typing import Any, Callable, List
+from collections.abc import Callable
+from typing import Any
 
 #: [when, sequence, callback or None]: a list, so that cancelling can blank the callback in place.
-_Entry = List[Any]
+_Entry = list[Any]
 
 
 class Watchdog:
@@ -61,10 +63,8 @@ class Watchdog:
                         entry[2] = None
                         break
                     self._cond.wait(self._heap[0][0] - now if self._heap else None)
-            try:
+            with contextlib.suppress(Exception):  # one failing callback must not stop every later deadline
                 callback()
-            except Exception:  # noqa: BLE001 - one failing callback must not stop every later deadline
-                pass
 
 
 #: The process's watchdog.

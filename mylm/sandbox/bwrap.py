@@ -18,7 +18,7 @@ def find() -> str | None:
         return None
     try:
         probe = subprocess.run([program, "--ro-bind", "/", "/", "--unshare-net", "true"],
-                               stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
+                               stdin=subprocess.DEVNULL, capture_output=True, timeout=10, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
     return program if probe.returncode == 0 else None

@@ -11,11 +11,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from ..core.errors import ToolError
+from ..core.errors import LauncherGoneError, ToolError
 from ..core.types import Grant
 from . import bwrap, caps, landlock, seccomp
 from .hidden import scans
-from .launcher import Child, Launcher, LauncherGoneError, LauncherSpec
+from .launcher import Child, Launcher, LauncherSpec
 from .profile import Profile, build_profile
 from .rulesets import kept_rulesets
 
@@ -156,7 +156,7 @@ class Sandbox:
                         kept_rulesets.discard(launcher)  # the next command starts another
                         raise
 
-                yield Launch(env=tmp_env, start=start)
+            yield Launch(env=tmp_env, start=start)
 
     def masks(self, grant: Grant, profile: Profile) -> tuple[tuple[str, bool], ...]:
         """What a command's mount namespace covers: the credential floor and mylm's own directories (hidden

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 from .profile import Profile
 
@@ -98,8 +98,8 @@ def _forbidden(profile: Profile, path: str) -> tuple[str, str] | None:
     if not writable and os.access(existing, os.W_OK):
         if profile.grant == "read-only":
             return (f"writing {path} was refused (it may write nothing)",
-                    "a command that changes files needs the user's approval, and may write only in the "
-                    "workspace and $TMPDIR")
+                    ("a command that changes files needs the user's approval, and may write only in the "
+                     "workspace and $TMPDIR"))
         return (f"writing {path} was refused (outside the workspace and $TMPDIR)",
                 "write inside the workspace or $TMPDIR")
     return None

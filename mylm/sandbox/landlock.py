@@ -6,9 +6,9 @@ import ctypes
 import os
 import stat
 import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable, Iterable
 
 from ..core.errors import SandboxError
 

@@ -11,9 +11,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from ..core.errors import LauncherGoneError, ToolError
 

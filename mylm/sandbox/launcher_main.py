@@ -455,7 +455,7 @@ def exec_command(stdio: list[int], layer: int, request: dict[str, Any]) -> NoRet
         os.closerange(3, 1 << 16)
         argv = request["argv"]
         os.execve(argv[0], argv, request["env"])
-    except BaseException as error:
+    except BaseException as error:  # noqa: BLE001 - the command could not start: say why on its stderr
         try:
             os.write(2, f"mylm: the command could not start: {error}\n".encode())
         finally:

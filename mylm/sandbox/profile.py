@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import glob
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from ..core.types import Grant
 from .hidden import Secrets, mylm_private

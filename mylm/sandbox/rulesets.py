@@ -9,10 +9,10 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Callable, Iterator
 
 from . import landlock
 from .launcher import Launcher

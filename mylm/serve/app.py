@@ -27,6 +27,7 @@ from ..core.errors import (
     LLMTimeoutError,
     MylmError,
     RateLimitError,
+    RequestError,
 )
 from ..telemetry.observer import RequestObserver, RequestTracing
 from . import chat, messages, models, responses
@@ -34,7 +35,7 @@ from .bridge import Backlog, produced
 from .core import Core
 from .guard import client_key, key_matches
 from .http import EventStream, json_response, read_body, unless_disconnected
-from .wire import CallOut, ChatMessage, Finished, Out, RequestError, load_json, said
+from .wire import CallOut, ChatMessage, Finished, Out, load_json, said
 
 logger = logging.getLogger("mylm.serve")
 

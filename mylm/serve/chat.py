@@ -7,9 +7,10 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from ..llm import Sampling
 from ..agent.step import ToolDefinition
+from ..core.errors import RequestError
 from ..core.types import Usage
+from ..llm import Sampling
 from .http import sse
 from .wire import (
     MAX_TOP_K,
@@ -21,7 +22,6 @@ from .wire import (
     Finished,
     Out,
     ReasoningOut,
-    RequestError,
     TextOut,
     arguments_object,
     array,

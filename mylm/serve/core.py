@@ -22,8 +22,21 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..core.cancel import CancelToken
 from ..agent.context import TokenEstimator
+from ..agent.step import Meter, ModelStep, StepConfig, StepOutcome
+from ..core.cancel import CancelToken
+from ..core.errors import RequestError
+from ..core.types import (
+    ErrorEvent,
+    Event,
+    FinishReason,
+    Message,
+    ModelCallEvent,
+    ReasoningEvent,
+    TextEvent,
+    ToolCall,
+    UsageEvent,
+)
 from ..llm import (
     LLM,
     ConstrainMode,
@@ -40,18 +53,6 @@ from ..llm import (
 from ..prompts import PromptLoader
 from ..protocol.canonical import format_tool_call
 from ..protocol.defuse import neutralise
-from ..agent.step import Meter, ModelStep, StepConfig, StepOutcome
-from ..core.types import (
-    ErrorEvent,
-    Event,
-    FinishReason,
-    Message,
-    ModelCallEvent,
-    ReasoningEvent,
-    TextEvent,
-    ToolCall,
-    UsageEvent,
-)
 from .native import (
     NOT_RUN,
     Forwarding,
@@ -63,7 +64,7 @@ from .native import (
     wire_tools,
 )
 from .native import rescued as rescued_json
-from .wire import CallOut, ChatMessage, ChatRequest, Finished, Out, ReasoningOut, RequestError, TextOut
+from .wire import CallOut, ChatMessage, ChatRequest, Finished, Out, ReasoningOut, TextOut
 
 logger = logging.getLogger("mylm.serve")
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import hmac
 import json
-from collections.abc import Iterable, Mapping
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
 
 #: The names a loopback server answers to (with any port): nothing else can be the Host of a request that
 #: really came from this machine, unless the user says so.

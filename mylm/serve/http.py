@@ -12,7 +12,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from .wire import RequestError
+from ..core.errors import RequestError
 
 T = TypeVar("T")
 

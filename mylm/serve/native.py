@@ -17,12 +17,12 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from ..agent.step import ModelStep, ToolDefinition
+from ..core.types import ToolCall
 from ..llm import LLM, LLMChunk, LLMRequest, NativeTools, ToolCallChunk
 from ..protocol import jsonrepair
 from ..protocol.defuse import defuse_special_tokens, neutralise
 from ..protocol.verdict import reply_calls
-from ..agent.step import ModelStep, ToolDefinition
-from ..core.types import ToolCall
 from .wire import ChatRequest
 
 #: The `tool` result of a valid native call that was not run because another part of the turn was unusable.

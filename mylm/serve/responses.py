@@ -9,9 +9,10 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from ..llm import Sampling
 from ..agent.step import ToolDefinition
+from ..core.errors import RequestError
 from ..core.types import Usage
+from ..llm import Sampling
 from .chat import content_text, error_body
 from .http import sse
 from .wire import (
@@ -22,7 +23,6 @@ from .wire import (
     Finished,
     Out,
     ReasoningOut,
-    RequestError,
     TextOut,
     arguments_object,
     array,

@@ -9,11 +9,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..agent.step import ToolDefinition
 from ..core.decoding import clean_text
 from ..core.errors import RequestError
-from ..llm import Sampling
-from ..agent.step import ToolDefinition
 from ..core.types import Usage
+from ..llm import Sampling
 
 Role = Literal["system", "user", "assistant", "tool"]
 #: The reasons a reply ends, in OpenAI's words; each route maps them to its own.

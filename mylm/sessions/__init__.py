@@ -19,15 +19,19 @@ import json
 import os
 import secrets
 import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..core.paths import data_dir
 from ..core.redact import Redactor
 from ..core.types import Message
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self is 3.11+; only annotations use it
 
 SUFFIX = ".jsonl"
 FORMAT_VERSION = 1
@@ -151,7 +155,7 @@ class Transcript:
             os.close(self._fd)
             self._fd = None
 
-    def __enter__(self) -> Transcript:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -20,7 +20,8 @@ events a run has.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from ..core.errors import ConfigError
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Literal, Sequence, Union
+from typing import Literal
 
-from ..llm import FinishChunk, LLMChunk, LLMRequest, ReasoningChunk, TextChunk
 from ..core.types import Usage
+from ..llm import FinishChunk, LLMChunk, LLMRequest, ReasoningChunk, TextChunk
 
 StopBehaviour = Literal["honour", "ignore", "include"]
 
@@ -27,7 +28,7 @@ class ScriptedReply:
     usage: Usage | None = None
 
 
-ScriptItem = Union[str, ScriptedReply, BaseException]
+ScriptItem = str | ScriptedReply | BaseException
 
 
 class ScriptedLLM:

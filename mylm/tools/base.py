@@ -6,9 +6,10 @@ import inspect
 import json
 import time
 import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 
 from ..core.cancel import CancelToken, remaining
 from ..core.types import Grant

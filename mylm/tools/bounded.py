@@ -8,8 +8,9 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from ..core.cancel import CancelToken, remaining
 from ..core.errors import CancelledError

@@ -13,9 +13,9 @@ from typing import Any
 
 from ..core.errors import ToolError
 from ..core.redact import redact
+from ..core.words import counted
 from ..sandbox.hidden import Secrets
 from ..sandbox.profile import secrets_for
-from ..core.words import counted
 from .base import Tool, ToolContext, tool
 from .paths import Workspace, check_regular
 

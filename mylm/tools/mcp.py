@@ -15,8 +15,9 @@ import logging
 import re
 import tempfile
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence, TextIO
+from typing import Any, TextIO
 
 from ..core.cancel import remaining
 from ..core.errors import CancelledError, ConfigError, ToolError

@@ -6,10 +6,10 @@ import os
 import re
 import sqlite3
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from ..core.errors import ToolError
 from ..core.paths import data_dir

@@ -8,9 +8,9 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
 
 #: Every command mylm runs carries `MYLM_TOOL_RUN=<random tag>` in its environment. Children inherit it, so a
 #: grandchild that called setsid() (and so left the process group) or was orphaned can still be found.

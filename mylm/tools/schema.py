@@ -8,7 +8,8 @@ import json
 import re
 import types
 import typing
-from typing import Any, Callable, Literal, Mapping, Union, get_args, get_origin
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, Union, get_args, get_origin
 
 _JSON_TYPES: dict[type, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
 

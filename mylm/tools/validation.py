@@ -13,7 +13,8 @@ import difflib
 import json
 import operator
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..core.jsonref import resolve_ref
 from ..core.words import counted

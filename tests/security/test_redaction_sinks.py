@@ -94,6 +94,6 @@ def test_eval_json_lines_are_redacted_and_terminal_safe(tmp_path: Path) -> None:
         done = invoke(["eval", "--json", "--task", "count-lines", "--max-iterations", "1", "--base-url",
                        server.base_url, "--provider", "openai", "-m", "m"])
     lines = [json.loads(line) for line in done.stdout.splitlines()]
-    assert [line["type"] for line in lines] == ["task", "summary"], done.stdout[-500:] + done.stderr[-500:]
+    assert [line["type"] for line in lines] == ["item", "row", "run"], done.stdout[-500:] + done.stderr[-500:]
     assert lines[0]["error"]  # the endpoint's error is reported ...
     assert SHAPES["npm"] not in done.stdout and "\x1b" not in done.stdout, done.stdout[-500:]  # ... safely
