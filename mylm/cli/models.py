@@ -28,10 +28,10 @@ def models(ctx: click.Context, /, known: bool, **options: Any) -> None:
 
     \b
     Examples:
-      mylm models                      the endpoint's models
-      mylm models --known              what the model registry knows
-      mylm models pull smollm2-135m    fetch a small GGUF to run with --provider local
-      mylm models list --local         the GGUF models downloaded so far
+      mylm models                          the endpoint's models
+      mylm models --known                  what the model registry knows
+      mylm models pull qwen2.5-coder-1.5b  fetch a small GGUF to run with --provider local
+      mylm models list --local             the GGUF models downloaded so far
     """
     if ctx.invoked_subcommand is None:
         _list_known() if known else _list_endpoint(options)
