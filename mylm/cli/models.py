@@ -87,7 +87,7 @@ def _after_pull(name: str) -> str:
     except Exception:  # noqa: BLE001 - a config problem is for `ask` to report; the download itself worked
         in_use = None
     if in_use is not None and in_use.provider == "local" and in_use.model == name:
-        return f"mylm now runs it in-process (nothing else is configured): mylm ask \"...\""
+        return "mylm now runs it in-process (nothing else is configured): mylm ask \"...\""
     where = f"; the configured endpoint stays in use: {in_use.describe()}" if in_use is not None else ""
     return f'run it: mylm ask --provider local -m {name} "..."{where}'
 

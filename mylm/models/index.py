@@ -13,10 +13,11 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 from urllib.parse import unquote, urljoin, urlsplit
 
 from ..errors import DownloadError
@@ -147,7 +148,7 @@ def list_files(index: str, package: str, settings: IndexSettings, session: Any =
     if "json" in kind:
         try:
             return _from_json(response.json(), response.url or page)
-        except ValueError:
+        except (ValueError, TypeError):
             raise DownloadError(f"{public(page)} sent JSON that is not a simple-API page") from None
     return _from_html(response.text, response.url or page)
 
@@ -155,7 +156,7 @@ def list_files(index: str, package: str, settings: IndexSettings, session: Any =
 def _from_json(document: Any, base: str) -> list[IndexFile]:
     files = document.get("files") if isinstance(document, dict) else None
     if not isinstance(files, list):
-        raise ValueError("no files")
+        raise TypeError("no files")
     found = []
     for entry in files:
         if not isinstance(entry, dict) or not isinstance(entry.get("filename"), str) or entry.get("yanked"):

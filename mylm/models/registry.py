@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import fnmatch
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Literal, Sequence, Tuple
+from typing import Any, Literal
 
 from ..errors import ConfigError
 
@@ -47,7 +48,7 @@ class ModelInfo:
 
 _KEYS = {f.name for f in fields(ModelInfo)} - {"source"}
 #: A parsed entry and the keys its table set (a user's entry for a packaged family changes only those).
-_Entry = Tuple[ModelInfo, "frozenset[str]"]
+_Entry = tuple[ModelInfo, "frozenset[str]"]
 
 
 def user_registry_path() -> Path:
