@@ -21,7 +21,7 @@ from mylm.core.types import Message
 
 DEFAULT_MODEL = (
     Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    / "mylm" / "test-models" / "smollm2-135m-instruct-q4_1.gguf"
+    / "mylm" / "test-models" / "smollm2-135m.gguf"  # scripts/install_models.sh names files as mylm's catalogue
 )
 PROMPT = "Write a long story about a lighthouse keeper who finds a message in a bottle."
 

@@ -21,8 +21,8 @@ from tests.providers.engine_support import EngineServer  # noqa: E402
 
 #: label -> (file, [(provider, chat format)])
 MODELS = {
-    "SmolLM2-135M-Instruct Q4_1": ("smollm2-135m-instruct-q4_1.gguf", [("openai", None), ("openai-completions", "chatml")]),
-    "Gemma 3 270M Q4_K_M": ("gemma3-270m-q4_k_m.gguf", [("openai-completions", "gemma")]),
+    "SmolLM2-135M-Instruct Q4_1": ("smollm2-135m.gguf", [("openai", None), ("openai-completions", "chatml")]),
+    "Gemma 3 270M Q4_K_M": ("gemma3-270m.gguf", [("openai-completions", "gemma")]),
 }
 
 

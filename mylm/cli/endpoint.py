@@ -31,7 +31,9 @@ class InUse:
         """One phrase: `the local model smollm2-135m (in-process: /path.gguf)` or `m at ollama http://...`."""
         if self.provider == "local":
             if self.path is None:
-                return "a local model in-process (none downloaded yet: `mylm models pull smollm2-135m`)"
+                from ..models.cache import SUGGESTED
+
+                return f"a local model in-process (none downloaded yet: `mylm models pull {SUGGESTED}`)"
             return f"the local model {self.model or self.path} (in-process: {self.path})"
         named = self.model or "the server's default model"
         return f"{named} at {self.base_url} ({self.provider})"

@@ -28,10 +28,10 @@ def models(ctx: click.Context, /, known: bool, **options: Any) -> None:
 
     \b
     Examples:
-      mylm models                      the endpoint's models
-      mylm models --known              what the model registry knows
-      mylm models pull smollm2-135m    fetch a small GGUF to run with --provider local
-      mylm models list --local         the GGUF models downloaded so far
+      mylm models                          the endpoint's models
+      mylm models --known                  what the model registry knows
+      mylm models pull qwen2.5-coder-1.5b  fetch a small GGUF to run with --provider local
+      mylm models list --local             the GGUF models downloaded so far
     """
     if ctx.invoked_subcommand is None:
         _list_known() if known else _list_endpoint(options)
@@ -104,10 +104,15 @@ class _ProgressBar:
         if label != self._label:
             self.close()
             self._label, self._shown = label, 0
+            # In a terminal the label (what is downloaded, ~80 characters) gets a line of its own: beside the bar
+            # it would wrap, and every redraw would then start a new line. Elsewhere click prints it once.
+            terminal = sys.stderr.isatty()
+            if terminal:
+                click.echo(label, err=True)
             progressbar: Any = click.progressbar  # its overloads do not cover a length-only bar
             self._bar = progressbar(
                 length=total or 0,
-                label=label,
+                label=" " if terminal else label,
                 file=sys.stderr,
                 show_pos=False,
                 show_percent=bool(total),

@@ -201,12 +201,13 @@ class _SuggestLocal:
 
     def stream(self, request: Any) -> Iterator[Any]:
         from ..core.errors import EndpointUnreachableError
+        from ..models.cache import SUGGESTED
         from ..providers.local_engine import INSTALL_HINT
 
         try:
             yield from self.llm.stream(request)
         except EndpointUnreachableError as error:
-            hint = f"; or run a model inside mylm: {INSTALL_HINT} && mylm models pull smollm2-135m"
+            hint = f"; or run a model inside mylm: {INSTALL_HINT} && mylm models pull {SUGGESTED}"
             unreachable = EndpointUnreachableError(error.message + hint)
             unreachable.retryable = error.retryable
             raise unreachable from None

@@ -12,8 +12,8 @@ from ..core.paths import cache_dir
 
 #: Overrides the cache folder (tests, shared machines); else `${XDG_CACHE_HOME:-~/.cache}/mylm/models`.
 MODELS_DIR_ENV = "MYLM_MODELS_DIR"
-#: The model `mylm ask` suggests pulling when nothing is configured and nothing is cached.
-SUGGESTED = "smollm2-135m"
+#: The model `mylm ask` suggests pulling when nothing is configured and nothing is cached: the quick start's.
+SUGGESTED = "qwen2.5-coder-1.5b"
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,11 @@ def resolve_model(spec: str | None, directory: Path | None = None) -> Path:
 
 def no_model_message() -> str:
     """What to do when the local provider has no model at all."""
+    from .catalogue import CATALOGUE
+
+    size = CATALOGUE[SUGGESTED].size
+    shown = f" ({size / 1e9:.1f} GB)" if size else ""
     return (
-        f"no local model is downloaded: `mylm models pull {SUGGESTED}` fetches a small one (98 MB), "
+        f"no local model is downloaded: `mylm models pull {SUGGESTED}` fetches a small one{shown}, "
         "or point mylm at a model server with --base-url / MYLM_BASE_URL"
     )

@@ -148,7 +148,7 @@ def list_files(index: str, package: str, settings: IndexSettings, session: Any =
     if "json" in kind:
         try:
             return _from_json(response.json(), response.url or page)
-        except ValueError:
+        except (ValueError, TypeError):
             raise DownloadError(f"{public(page)} sent JSON that is not a simple-API page") from None
     return _from_html(response.text, response.url or page)
 
@@ -156,7 +156,7 @@ def list_files(index: str, package: str, settings: IndexSettings, session: Any =
 def _from_json(document: Any, base: str) -> list[IndexFile]:
     files = document.get("files") if isinstance(document, dict) else None
     if not isinstance(files, list):
-        raise ValueError("no files")
+        raise TypeError("no files")
     found = []
     for entry in files:
         if not isinstance(entry, dict) or not isinstance(entry.get("filename"), str) or entry.get("yanked"):

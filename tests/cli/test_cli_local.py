@@ -118,8 +118,8 @@ def test_with_nothing_configured_ask_says_how_to_fetch_a_model_then_uses_it(
     done = mylm(["ask", "hi"], subprocess_env)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "mylm: error: no local model is downloaded: `mylm models pull smollm2-135m` fetches a small one "
-        "(98 MB), "
+        "mylm: error: no local model is downloaded: `mylm models pull qwen2.5-coder-1.5b` fetches a small one "
+        "(1.1 GB), "
         "or point mylm at a model server with --base-url / MYLM_BASE_URL"
     ]
     cache = Path(subprocess_env["XDG_CACHE_HOME"]) / "mylm" / "models"
@@ -156,7 +156,7 @@ def test_the_real_smollm2_answers_through_the_cli(subprocess_env: dict[str, str]
     # Greedy decoding: at temperature 0 this small model answers in prose rather than calling a tool.
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() and "<|im_end|>" not in done.stdout
-    assert "loaded smollm2-135m-instruct-q4_1.gguf" in done.stderr and "tokens/s" in done.stderr
+    assert f"loaded {model.name}" in done.stderr and "tokens/s" in done.stderr
 
 
 @pytest.mark.parametrize(
@@ -194,7 +194,7 @@ def test_without_the_extra_the_default_server_error_offers_it(monkeypatch: pytes
         list(wrapped.stream(LLMRequest((Message("user", "hi"),))))
     assert str(caught.value) == (
         "cannot reach the ollama endpoint at http://localhost:11434: refused; or run a model inside mylm: "
-        "pip install 'mylm[local]' && mylm models pull smollm2-135m"
+        "pip install 'mylm[local]' && mylm models pull qwen2.5-coder-1.5b"
     )
     configured = load_settings({"base_url": "http://127.0.0.1:8080/v1"})
     assert not runner.nothing_configured(configured)

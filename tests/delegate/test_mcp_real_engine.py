@@ -14,40 +14,24 @@ from typing import Any
 import pytest
 
 from tests.delegate.mcp_support import child_env, mcp_sessions, stdio
-from tests.providers.engine_support import EngineServer, engine_missing
+from tests.providers.engine_support import SERVER_NEEDS, EngineServer
+from tests.support import REQUIRE_MODELS, need_real_model
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
-# Read at import: the test fixtures clear every MYLM_ variable.
-MODELS_DIR = os.environ.get("MYLM_TEST_MODELS", "")
-REQUIRED = os.environ.get("MYLM_REQUIRE_MODELS") == "1"
-MODEL_FILE = "smollm2-135m-instruct-q4_1.gguf"
-
-
-def _unavailable() -> str | None:
-    if importlib.util.find_spec("mcp") is None:
-        return "the mcp SDK is not installed: pip install 'mylm[mcp]'"
-    missing = engine_missing()
-    if missing:
-        return missing
-    if not MODELS_DIR:
-        return "MYLM_TEST_MODELS is not set; run scripts/install_models.sh and export it"
-    if not (Path(MODELS_DIR) / MODEL_FILE).is_file():
-        return f"{MODEL_FILE} is not in {MODELS_DIR}; run scripts/install_models.sh"
-    return None
+MODEL = "smollm2-135m"
 
 
 def test_a_delegated_task_on_a_real_model_under_the_grammar_ends_cleanly(isolated_user_state: Path) -> None:
-    why = _unavailable()
-    if why:
-        if REQUIRED:
-            pytest.fail(why)
-        pytest.skip(why)
+    if importlib.util.find_spec("mcp") is None:
+        why = "the mcp SDK is not installed: pip install 'mylm[mcp]'"
+        pytest.fail(why) if REQUIRE_MODELS else pytest.skip(why)
+    model = need_real_model(MODEL, needs=SERVER_NEEDS)
     import anyio
     from mcp import Client
 
     (isolated_user_state / "notes.txt").write_text("The launch code is 4417.\n")
-    server = EngineServer(Path(MODELS_DIR) / MODEL_FILE, n_ctx=4096, threads=2)
+    server = EngineServer(model, n_ctx=4096, threads=2)
     try:
         server.wait_ready(timeout=180)
         args = ["--base-url", server.base_url, "--provider", "openai", "-m", "smollm2", "--constrain", "grammar",

@@ -8,51 +8,31 @@ scripts/install_models.sh (pip only); `.ci/run` exports MYLM_TEST_MODELS and MYL
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from mylm.evaluation import TaskResult, load_suite, run_task
 from mylm.evaluation.suite import default_suite_path
 from mylm.providers import Endpoint, create_llm
-from tests.providers.engine_support import EngineServer, engine_missing
+from tests.providers.engine_support import SERVER_NEEDS, EngineServer
+from tests.support import need_real_model
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
-# Read at import: the test fixtures clear every MYLM_ variable.
-MODELS_DIR = os.environ.get("MYLM_TEST_MODELS", "")
-REQUIRED = os.environ.get("MYLM_REQUIRE_MODELS") == "1"
-#: model file, provider, chat format (None: the server applies the GGUF's own template)
+#: catalogue name, provider, chat format (None: the server applies the GGUF's own template)
 MODELS = {
-    "smollm2": ("smollm2-135m-instruct-q4_1.gguf", "openai", None),
-    "gemma3": ("gemma3-270m-q4_k_m.gguf", "openai-completions", "gemma"),
+    "smollm2": ("smollm2-135m", "openai", None),
+    "gemma3": ("gemma3-270m", "openai-completions", "gemma"),
 }
 #: Small budgets keep CI well under its limit on two shared cores.
 LIMITS = {"max_iterations": 2, "timeout": 400.0, "max_tokens": 160}
 
 
-def _unavailable(name: str) -> str | None:
-    missing = engine_missing()
-    if missing:
-        return missing
-    if not MODELS_DIR:
-        return "MYLM_TEST_MODELS is not set; run scripts/install_models.sh and export it"
-    if not (Path(MODELS_DIR) / MODELS[name][0]).is_file():
-        return f"{MODELS[name][0]} is not in {MODELS_DIR}; run scripts/install_models.sh"
-    return None
-
-
 @pytest.fixture(scope="module", params=sorted(MODELS))
 def served(request: pytest.FixtureRequest) -> Iterator[tuple[str, EngineServer]]:
     name = request.param
-    why = _unavailable(name)
-    if why:
-        if REQUIRED:
-            pytest.fail(why)
-        pytest.skip(why)
-    server = EngineServer(Path(MODELS_DIR) / MODELS[name][0], n_ctx=4096, threads=2)
+    server = EngineServer(need_real_model(MODELS[name][0], needs=SERVER_NEEDS), n_ctx=4096, threads=2)
     try:
         server.wait_ready(timeout=180)
         yield name, server

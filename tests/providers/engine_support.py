@@ -22,9 +22,13 @@ CHATML_TEMPLATE = (
 SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 
 
+#: What serving a model with llama-cpp-python's server imports besides the engine.
+SERVER_NEEDS = ("gguf", "numpy", "uvicorn", "fastapi", "sse_starlette", "starlette_context")
+
+
 def engine_missing() -> str | None:
     """Why the engine cannot serve a model here (with the command that fixes it), or None when it can."""
-    return missing(("gguf", "numpy", "uvicorn", "fastapi", "sse_starlette", "starlette_context"))
+    return missing(SERVER_NEEDS)
 
 
 def _byte_symbols() -> list[str]:
@@ -75,7 +79,7 @@ def write_tiny_llama(path: Path, *, seed: int = 0) -> Path:
     writer.add_add_bos_token(False)
     writer.add_chat_template(CHATML_TEMPLATE)
 
-    def weight(*shape: int) -> "np.ndarray":
+    def weight(*shape: int) -> np.ndarray:
         return (rng.standard_normal(shape) * 0.02).astype(np.float32)
 
     writer.add_tensor("token_embd.weight", weight(n_vocab, n_embd))

@@ -5,7 +5,6 @@ tool call the SDKs receive validates against its schema (checked with the indepe
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,15 +18,13 @@ from mylm.providers import Endpoint, create_llm
 from mylm.serve.app import ServeConfig, create_app
 from mylm.serve.core import Core, CoreSettings
 from mylm.serve.server import Background
-from tests.providers.engine_support import EngineServer, engine_missing
+from tests.providers.engine_support import SERVER_NEEDS, EngineServer
+from tests.support import need_real_model
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 jsonschema = pytest.importorskip("jsonschema")
 
-# Read at import: the test fixtures clear every MYLM_ variable.
-MODELS_DIR = Path(os.environ.get("MYLM_TEST_MODELS") or os.path.expanduser("~/.cache/mylm/test-models"))
-REQUIRED = os.environ.get("MYLM_REQUIRE_MODELS") == "1"
-SMOLLM, GEMMA = "smollm2-135m-instruct-q4_1.gguf", "gemma3-270m-q4_k_m.gguf"
+SMOLLM, GEMMA = "smollm2-135m", "gemma3-270m"
 PARAMETERS = {
     "type": "object",
     "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
@@ -38,12 +35,7 @@ QUESTION = [{"role": "user", "content": "What is the weather in Paris, in celsiu
 
 
 def _need(model: str) -> Path:
-    why = engine_missing() or (None if (MODELS_DIR / model).is_file() else f"{model} is not in {MODELS_DIR}")
-    if why:
-        if REQUIRED:
-            pytest.fail(why)
-        pytest.skip(why)
-    return MODELS_DIR / model
+    return need_real_model(model, needs=SERVER_NEEDS)
 
 
 def _serve(endpoint: Endpoint) -> Background:
