@@ -199,9 +199,14 @@ def test_grammar_rejects_what_the_schema_forbids() -> None:
     for bad in ('{"n": 3}', '{"path": 1}', '{"path": "a", "extra": 1}', '{"path": "a", "n": -1}',
                 '{"path": "a", "mode": "x"}', '{"path": "a</parameters>"}', '{"path": "a"'):
         assert not accepts(rules, call(bad)), bad
-    assert not accepts(rules, call('{"path": "a"}', name="write_file"))
+    # Another name is a call to no tool (never forced into read_file; the runner corrects it), but not under
+    # tool_choice required, where it must be one of the tools.
+    assert accepts(rules, call('{"path": "a"}', name="write_file"))
+    required = parse_gbnf(compile_protocol([ToolSpec("read_file", schema)], require_call=True).turn)
+    assert not accepts(required, call('{"path": "a"}', name="write_file"))
     assert not accepts(rules, "I think <tool_code> is next" + call('{"path": "a"}'))
-    assert not accepts(rules, "Just prose with no answer tags.")
+    # Prose alone is a bare answer: the model may stop after it.
+    assert accepts(rules, "Just prose with no answer tags.")
     assert not accepts(rules, "<final_answer>   </final_answer>")
     named = parse_gbnf(compile_protocol([ToolSpec("read_file", {**schema, "properties": {
         "path": {"type": "string", "minLength": 2}}})]).turn)
