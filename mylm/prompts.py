@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from .errors import TemplateError
 from .paths import config_dir
-from .protocol.defuse import defuse_special_tokens
 from .protocol.defuse import neutralise as neutralise  # re-exported: templates and callers use it
 
 if TYPE_CHECKING:
@@ -574,8 +573,9 @@ def tool_view(tools: Iterable[Any]) -> list[dict[str, Any]]:
     """The template-facing view of tools: name, description and the parameters schema as JSON text."""
     return [
         # Compact JSON: every character of the tool list is paid on every call.
-        # Descriptions come from MCP servers and plugins: data, so no special token in them survives intact.
-        {"name": t.name, "description": defuse_special_tokens(t.description),
-         "parameters": defuse_special_tokens(dump_json(prompt_schema(dict(t.parameters)), compact=True))}
+        # Descriptions and schemas come from MCP servers, plugins and `mylm serve`'s clients: data, so neither a
+        # special token nor a protocol tag in them survives intact (`</tool_definitions>` cannot end the list).
+        {"name": t.name, "description": neutralise(t.description),
+         "parameters": neutralise(dump_json(prompt_schema(dict(t.parameters)), compact=True))}
         for t in tools
     ]

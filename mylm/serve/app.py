@@ -33,6 +33,7 @@ from ..telemetry.observer import RequestObserver, RequestTracing
 from . import chat, messages, models, responses
 from .bridge import Backlog, produced
 from .core import Core
+from .guard import Guard, Guarding
 from .http import EventStream, json_response, read_body, unless_disconnected
 from .wire import CallOut, ChatMessage, Finished, Out, RequestError, load_json, said
 
@@ -55,6 +56,20 @@ class ServeConfig:
     body_timeout: float = 30.0
     #: Requests served upstream at once; more wait their turn.
     max_concurrency: int = 128
+    #: Host names accepted besides loopback ones (`*`: any), and web origins (see `guard.py`).
+    allowed_hosts: tuple[str, ...] = ()
+    allowed_origins: tuple[str, ...] = ()
+    #: Seconds a client has to send a request's head.
+    head_timeout: float = 10.0
+    #: Connections one client address may hold open at once.
+    max_connections_per_client: int = 128
+
+    def guarding(self) -> Guarding:
+        """The desktop-safety rules these settings ask for (`guard.py`)."""
+        # The protocol's body deadline is a floor a little beyond the application's own, which answers first
+        # with a 408 in the API's shape.
+        return Guarding(hosts=self.allowed_hosts, origins=self.allowed_origins, head_timeout=self.head_timeout,
+                        body_timeout=self.body_timeout + 5, max_connections=self.max_connections_per_client)
 
 
 class Server:
@@ -292,9 +307,16 @@ async def _prepend(first: Out, rest: AsyncGenerator[Out, None]) -> AsyncGenerato
         await rest.aclose()
 
 
+def refused(path: str, status: int, message: str, kind: str) -> dict[str, Any]:
+    """A request refused before routing (`guard.py`), in the error shape of the API its path belongs to."""
+    error = RequestError(message, status=status, kind=kind)
+    return messages.error_body(error) if path.startswith("/v1/messages") else chat.error_body(error)
+
+
 def create_app(core: Core, config: ServeConfig, redact: Callable[[str], str] = lambda s: s,
-               tracing: RequestTracing | None = None) -> Starlette:
-    """The ASGI application serving `core`; `tracing` traces each generation request."""
+               tracing: RequestTracing | None = None) -> Guard:
+    """The ASGI application serving `core` behind the desktop-safety rules (`Guard`: `server.server_for` reads
+    its rules for the protocol's deadlines and limits too); `tracing` traces each generation request."""
     server = Server(core, config, redact, tracing)
     pool = getattr(core.llm, "pool", None)
     if callable(pool):
@@ -311,7 +333,7 @@ def create_app(core: Core, config: ServeConfig, redact: Callable[[str], str] = l
     ]
     app = Starlette(routes=routes)
     app.state.server = server
-    return app
+    return Guard(app, config.guarding(), refused)
 
 
 __all__ = ["DEFAULT_MAX_BODY", "ServeConfig", "Server", "create_app"]

@@ -39,7 +39,7 @@ from ..llm import (
 )
 from ..prompts import PromptLoader
 from ..protocol.canonical import format_tool_call
-from ..protocol.defuse import neutralise
+from ..protocol.defuse import defuse_special_tokens, neutralise
 from ..step import Meter, ModelStep, StepConfig, StepOutcome
 from ..types import (
     ErrorEvent,
@@ -153,7 +153,12 @@ class Core:
 
     def render(self, request: ChatRequest, step: ModelStep | None = None) -> tuple[Message, ...]:
         """The messages sent upstream for `request` (with tools, through its `step`'s system prompt)."""
-        instructions = "\n\n".join(m.content for m in request.messages if m.role == "system" and m.content)
+        # The client's own words (system, user, its assistant turns) are its principal's, kept as written; only
+        # chat-template special tokens in them are broken, so no message can forge a turn of the upstream's
+        # template. Tool results and tool descriptions are data and are fully neutralised (`_observation`,
+        # `prompts.tool_view`).
+        instructions = "\n\n".join(defuse_special_tokens(m.content) for m in request.messages
+                                    if m.role == "system" and m.content)
         turns = self._turns(request)
         if step is None:
             system = (Message("system", instructions),) if instructions else ()
@@ -182,10 +187,10 @@ class Core:
                 turns.append(Message("user", "\n".join(results)))
                 results = []
             if message.role == "user":
-                turns.append(Message("user", message.content))
+                turns.append(Message("user", defuse_special_tokens(message.content)))
             elif message.role == "assistant":
                 canonical = "\n".join(format_tool_call(ToolCall(c.name, c.arguments)) for c in message.calls)
-                thought = message.content.strip()
+                thought = defuse_special_tokens(message.content.strip())
                 content = f"{thought}\n{canonical}" if thought and canonical else thought or canonical
                 if content:
                     turns.append(Message("assistant", content))

@@ -71,8 +71,9 @@ class Forwarding:
 
 
 def wire_tools(tools: tuple[ToolDefinition, ...]) -> tuple[dict[str, Any], ...]:
-    """The request's tools as OpenAI function tools."""
-    return tuple({"type": "function", "function": {"name": t.name, "description": t.description,
+    """The request's tools as OpenAI function tools (descriptions neutralised: the upstream's template writes
+    them into its prompt, where a special token or a closing tag in one would end the tool list)."""
+    return tuple({"type": "function", "function": {"name": t.name, "description": neutralise(t.description),
                                                    "parameters": dict(t.parameters)}} for t in tools)
 
 
@@ -86,21 +87,24 @@ def wire_choice(choice: str) -> str | dict[str, Any]:
 def wire_messages(request: ChatRequest) -> list[dict[str, Any]]:
     """The conversation in OpenAI's chat shapes: the system messages joined first (strict templates want one),
     earlier calls as assistant `tool_calls`, results as `tool` messages (special tokens defused, as in the loop)."""
-    system = "\n\n".join(m.content for m in request.messages if m.role == "system" and m.content)
+    system = "\n\n".join(defuse_special_tokens(m.content) for m in request.messages
+                          if m.role == "system" and m.content)
     out: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
     for message in request.messages:
         if message.role == "user":
-            out.append({"role": "user", "content": message.content})
+            out.append({"role": "user", "content": defuse_special_tokens(message.content)})
         elif message.role == "assistant":
             # "" rather than null beside calls: llama-cpp-python's server refuses a null content (OpenAI takes both).
-            entry: dict[str, Any] = {"role": "assistant", "content": message.content}
+            entry: dict[str, Any] = {"role": "assistant", "content": defuse_special_tokens(message.content)}
             if message.calls:
                 entry["tool_calls"] = [call_entry(upstream_id(c.id), c.name,
                                                   json.dumps(dict(c.arguments), ensure_ascii=False))
                                        for c in message.calls]
             out.append(entry)
         elif message.role == "tool":
-            content = defuse_special_tokens(message.content)
+            # Neutralised as in emulate mode: a result cannot open reasoning (`<think>`), close the template's
+            # `<tool_response>`, or hold a `<tool_call>` block the rescue would read back as the model's call.
+            content = neutralise(message.content)
             out.append({"role": "tool", "tool_call_id": upstream_id(message.call_id or ""),
                         "content": f"Error: {content}" if message.is_error else content})
     return out

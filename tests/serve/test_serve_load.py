@@ -33,7 +33,7 @@ def test_a_client_leaving_before_the_answer_cancels_the_upstream_call(upstream: 
     parts = urlsplit(served)
     body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": [WEATHER]}).encode()
     with socket.create_connection((parts.hostname, parts.port)) as sock:
-        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
         assert upstream.wait_for_requests(1)
     assert upstream.disconnected.wait(10), "the upstream call went on after the client left"
