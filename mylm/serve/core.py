@@ -50,12 +50,12 @@ from ..types import (
     ReasoningEvent,
     TextEvent,
     ToolCall,
+    Usage,
     UsageEvent,
 )
 from .native import (
     NOT_RUN,
     Forwarding,
-    Holdback,
     call_entry,
     checked,
     wire_choice,
@@ -63,7 +63,17 @@ from .native import (
     wire_tools,
 )
 from .native import rescued as rescued_json
-from .wire import CallOut, ChatMessage, ChatRequest, Finished, Out, ReasoningOut, RequestError, TextOut
+from .wire import (
+    CallOut,
+    ChatMessage,
+    ChatRequest,
+    Finish,
+    Finished,
+    Out,
+    ReasoningOut,
+    RequestError,
+    TextOut,
+)
 
 logger = logging.getLogger("mylm.serve")
 
@@ -272,7 +282,7 @@ class Core:
         seed = stable_id("", *(f"{m.role}\x01{m.content}" for m in messages))
         corrections = step.corrections()
         meter = Meter()
-        counted = [False]
+        counted = [False, False]
         outcome: StepOutcome | None = None
         for attempt in range(self.settings.max_corrections + 1):
             stops = step.stops
@@ -298,13 +308,17 @@ class Core:
                     if observation is not None:
                         observations.append(observation)
                 if not observations:
+                    cut = outcome.turn.finish is FinishReason.MAX_TOKENS
+                    if not calls:
+                        yield from answered(parsed.thought, parsed.final_answer, "length" if cut else "stop", usage,
+                                            counted)
+                        return
+                    yield from thought_of(parsed.thought, counted)
                     for index, call in enumerate(calls):
                         # Stable: the same conversation gives the same ids, so a retried request is answered alike.
                         call_id = stable_id("call_", seed, str(attempt), str(index))
                         yield CallOut(call_id, call.name, json.dumps(call.arguments, ensure_ascii=False))
-                    cut = outcome.turn.finish is FinishReason.MAX_TOKENS
-                    settled = parsed.thought if calls else (parsed.final_answer or parsed.thought)
-                    yield Finished("tool_calls" if calls else ("length" if cut else "stop"), usage, settled)
+                    yield Finished("tool_calls", usage, "")
                     return
                 correction = "\n".join(observations)
             logger.info("Unusable reply (attempt %d): %s", attempt + 1, outcome.problem or correction)
@@ -315,9 +329,10 @@ class Core:
             messages += [outcome.reply, Message("user", correction or "")]
         # Out of corrections: the text the reply had, never a half call.
         assert outcome is not None
-        answer = outcome.turn.parsed.final_answer or outcome.turn.parsed.thought
+        parsed = outcome.turn.parsed
         cut = outcome.turn.finish is FinishReason.MAX_TOKENS
-        yield Finished("length" if cut else "stop", meter.usage if counted[0] else None, answer)
+        yield from answered(parsed.thought, parsed.final_answer, "length" if cut else "stop",
+                            meter.usage if counted[0] else None, counted)
 
 
     def _native(self, request: ChatRequest, deadline: float, cancel: CancelToken,
@@ -334,16 +349,15 @@ class Core:
         wire = wire_messages(request)
         seed = stable_id("", json.dumps(wire, sort_keys=True, default=str))
         shown = list(self.render(request))  # what the step calibrates its token estimate with
-        corrections, meter, counted = step.corrections(), Meter(), [False]
+        corrections, meter, counted = step.corrections(), Meter(), [False, False]
         settled: str = ""
         cut = False
         for attempt in range(self.settings.max_corrections + 1):
             upstream = Forwarding(self.llm, NativeTools(tuple(wire), wire_tools(request.tools),
                                                         wire_choice(request.tool_choice), request.parallel))
             step.llm = upstream
-            hold = Holdback()
             outcome = yield from _relay(step.turn(shown, deadline=deadline, cancel=cancel, corrections=corrections,
-                                                  meter=meter), counted, hold, observe)
+                                                  meter=meter), counted, observe)
             parsed = outcome.turn.parsed
             cut = outcome.turn.finish is FinishReason.MAX_TOKENS
             native = upstream.calls if request.parallel else upstream.calls[:1]
@@ -359,22 +373,21 @@ class Core:
                 # The whole reply, or a fenced block ending it, is call JSON: what vLLM's and llama.cpp's tool
                 # parsers leave in `content`. Its text was held back, so the client never saw it as text.
                 rescued, thought, problem = list(printed[0]), printed[1], None
-            else:
-                rest = hold.rest()
-                if rest:
-                    yield TextOut(rest)
             results = [checked(step, corrections, call) for call in native]
             found = [step.check_call(call, corrections) for call in rescued[: None if request.parallel else 1]]
             text_problems = [o for _, o in found if o is not None] + ([problem] if problem else [])
             if not text_problems and all(o is None for _, o in results):
                 ids = [c.id or "" for c in native] + [stable_id("call_", seed, str(attempt), str(i))
                                                      for i in range(len(found))]
+                usage = meter.usage if counted[0] else None
+                if not (native or found):
+                    yield from answered(parsed.thought, parsed.final_answer, "length" if cut else "stop", usage,
+                                            counted)
+                    return
+                yield from thought_of(thought, counted)
                 for call_id, (good, _) in zip(ids, [*results, *found]):
                     yield CallOut(call_id, good.name, json.dumps(good.arguments, ensure_ascii=False))
-                calls = bool(native or found)
-                text = thought if calls else (parsed.final_answer or parsed.thought)
-                usage = meter.usage if counted[0] else None
-                yield Finished("tool_calls" if calls else ("length" if cut else "stop"), usage, text)
+                yield Finished("tool_calls", usage, "")
                 return
             logger.info("Unusable reply (attempt %d): %s", attempt + 1,
                         outcome.problem or "; ".join(o for _, o in results if o) or text_problems[0])
@@ -396,14 +409,15 @@ class Core:
             if text_problems:
                 wire.append({"role": "user", "content": "\n".join(text_problems)})
         # Out of corrections: the text the reply had, never a half call.
-        yield Finished("length" if cut else "stop", meter.usage if counted[0] else None, settled)
+        yield from answered(settled, None, "length" if cut else "stop", meter.usage if counted[0] else None, counted)
 
 
-def _relay(steps: Generator[Any, None, StepOutcome], counted: list[bool], hold: Holdback | None = None,
+def _relay(steps: Generator[Any, None, StepOutcome], counted: list[bool],
            observe: Observe | None = None) -> Generator[Out, None, StepOutcome]:
-    """The step's text and reasoning events as the server's `Out` items; returns its outcome. `counted[0]` is
-    set once the upstream has reported usage; text passes through `hold` (what may be a call printed as JSON
-    waits), if given; `observe` sees every event."""
+    """The step's reasoning as the server's `ReasoningOut` items as it streams; returns its outcome. Its text is
+    held: until the reply has ended nobody knows whether it is the answer or the thought before a call (see
+    `answered` and `thought_of`). `counted[0]` is set once the upstream has reported usage, `counted[1]` once
+    reasoning was sent; `observe` sees every event."""
     try:
         while True:
             try:
@@ -413,17 +427,35 @@ def _relay(steps: Generator[Any, None, StepOutcome], counted: list[bool], hold: 
                 return result
             if observe is not None:
                 observe(event)
-            if isinstance(event, TextEvent):
-                shown = hold.feed(event.text) if hold is not None else event.text
-                if shown:
-                    yield TextOut(shown)
-            elif isinstance(event, ReasoningEvent):
+            if isinstance(event, ReasoningEvent):
                 if event.text:
+                    counted[1] = True
                     yield ReasoningOut(event.text)
             elif isinstance(event, UsageEvent):
                 counted[0] = True
     finally:
         steps.close()  # a client gone mid-reply: the upstream stream is released now, not when collected
+
+
+def thought_of(thought: str, after: list[bool] | None = None) -> Iterator[Out]:
+    """The prose a reply wrote before its calls, sent as reasoning. As content it would reach the client ahead
+    of the calls, and clients take content for the answer: pydantic-ai's `run_stream` ends the run on the first
+    text and never runs the tool, Codex prints it (even a lone newline) as a message of its own. `after[1]`:
+    reasoning was sent before it (a blank line then parts the two)."""
+    if thought.strip():
+        yield ReasoningOut(("\n\n" if after and after[1] else "") + thought.strip())
+
+
+def answered(thought: str, final: str | None, reason: Finish, usage: Usage | None,
+             after: list[bool] | None = None) -> Iterator[Out]:
+    """A reply without calls: the answer as content (the `<final_answer>` if the model wrote one, its prose before
+    that as reasoning), then the end."""
+    answer = (final if final is not None else thought).lstrip("\n").rstrip()
+    before = thought[: thought.rfind(final)] if final and final in thought else ""
+    yield from thought_of(before, after)
+    if answer:
+        yield TextOut(answer)
+    yield Finished(reason, usage, answer)
 
 
 def _tools_key(request: ChatRequest) -> str:

@@ -149,10 +149,6 @@ def checked(step: ModelStep, corrections: Any, call: NativeCall) -> tuple[ToolCa
 
 #: A fenced block ending the reply (`​```json ... ```​`), which may hold the calls a native parser missed.
 _TRAILING_FENCE = re.compile(r"(?ms)^[ \t]*(```|~~~)[\w-]*[ \t]*\n.*?\n[ \t]*\1[ \t]*\s*\Z")
-#: Where text that may turn out to be a call printed as text begins: a line opening with JSON or a fence.
-_MAYBE_CALL = re.compile(r"(?m)^[ \t]*(?:[{\[]|```|~~~)")
-#: The start of a last line that is still too short to tell (spaces, a backtick or two).
-_UNDECIDED = re.compile(r"(?:\A|\n)[ \t]*[`~]{0,2}\Z")
 
 
 def rescued(text: str, names: set[str]) -> tuple[tuple[ToolCall, ...], str] | None:
@@ -167,36 +163,3 @@ def rescued(text: str, names: set[str]) -> tuple[tuple[ToolCall, ...], str] | No
         if calls and all(call.name in names for call in calls):
             return calls, before
     return None
-
-
-class Holdback:
-    """Streamed text, held back from the first line that may be a call printed as JSON (a line opening with
-    `{`, `[` or a fence): at the end it is either a rescued call (dropped) or text (sent late, whole)."""
-
-    def __init__(self) -> None:
-        self.seen = ""
-        self.sent = 0
-        self.holding = False
-
-    def feed(self, text: str) -> str:
-        """The part of the text so far that can be shown now."""
-        self.seen += text
-        if self.holding:
-            return ""
-        # Only lines starting at or after what was shown (`^` matches at line starts, not at `pos`); a line's
-        # leading spaces are never shown before its first other character is known (`_UNDECIDED`).
-        found = _MAYBE_CALL.search(self.seen, self.sent)
-        if found is not None:
-            self.holding = True
-            return self._upto(found.start())
-        undecided = _UNDECIDED.search(self.seen)
-        return self._upto(undecided.start() if undecided is not None else len(self.seen))
-
-    def rest(self) -> str:
-        """What was held back (the reply turned out to be text)."""
-        return self._upto(len(self.seen))
-
-    def _upto(self, end: int) -> str:
-        end = max(end, self.sent)
-        piece, self.sent = self.seen[self.sent:end], end
-        return piece
