@@ -41,6 +41,8 @@ from .wire import (
 )
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
+#: What keeps a silent stream open: an SSE comment, which every SSE reader skips (llama.cpp's server sends them).
+KEEPALIVE = b": keep-alive\n\n"
 
 
 def error_body(error: RequestError) -> dict[str, Any]:

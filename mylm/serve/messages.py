@@ -45,6 +45,8 @@ _KINDS = {
     504: "timeout_error",
 }
 _STOPS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
+#: What keeps a silent stream open: Anthropic's own `ping` event (its SDKs skip it; after `message_start` only).
+KEEPALIVE = sse({"type": "ping"}, "ping")
 
 
 def error_body(error: RequestError) -> dict[str, Any]:

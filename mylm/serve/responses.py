@@ -12,7 +12,7 @@ from typing import Any
 from ..llm import Sampling
 from ..step import ToolDefinition
 from ..types import Usage
-from .chat import content_text, error_body
+from .chat import KEEPALIVE, content_text, error_body
 from .http import sse
 from .wire import (
     CallIn,
@@ -39,7 +39,7 @@ from .wire import (
     tool_name,
 )
 
-__all__ = ["answer", "error_body", "events", "parse", "stream_error"]
+__all__ = ["KEEPALIVE", "answer", "error_body", "events", "parse", "stream_error"]
 
 
 def stream_error(error: RequestError) -> bytes:

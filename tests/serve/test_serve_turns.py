@@ -107,7 +107,8 @@ def test_pydantic_ai_run_stream_runs_the_tool_and_returns_the_answer(upstream: O
     from pydantic_ai.providers.openai import OpenAIProvider
 
     upstream.script(["<think>Read it first.</think>\n" + PROSE_FIRST, "The file says hi."])
-    model = OpenAIChatModel("local", provider=OpenAIProvider(base_url=served + "/v1", api_key="unused"))
+    provider = OpenAIProvider(base_url=served + "/v1", api_key="unused")
+    model = OpenAIChatModel("local", provider=provider)
     agent = pydantic_ai.Agent(model)
     ran: list[str] = []
 
@@ -118,8 +119,11 @@ def test_pydantic_ai_run_stream_runs_the_tool_and_returns_the_answer(upstream: O
         return "hi"
 
     async def main() -> str:
-        async with agent.run_stream("What does hello.txt say?") as result:
-            return await result.get_output()
+        try:
+            async with agent.run_stream("What does hello.txt say?") as result:
+                return await result.get_output()
+        finally:
+            await provider.client.close()  # its connections belong to this event loop
 
     assert asyncio.run(main()) == "The file says hi." and ran == ["hello.txt"]
     sent = upstream.requests[-1].body["messages"]
