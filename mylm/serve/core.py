@@ -18,7 +18,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -43,15 +43,12 @@ from ..protocol.defuse import defuse_special_tokens, neutralise
 from ..step import Meter, ModelStep, StepConfig, StepOutcome
 from ..types import (
     ErrorEvent,
-    Event,
     FinishReason,
     Message,
     ModelCallEvent,
     ReasoningEvent,
     TextEvent,
     ToolCall,
-    Usage,
-    UsageEvent,
 )
 from .native import (
     NOT_RUN,
@@ -63,11 +60,11 @@ from .native import (
     wire_tools,
 )
 from .native import rescued as rescued_json
+from .turns import Observe, answered, relay, thought_of
 from .wire import (
     CallOut,
     ChatMessage,
     ChatRequest,
-    Finish,
     Finished,
     Out,
     ReasoningOut,
@@ -78,8 +75,6 @@ from .wire import (
 logger = logging.getLogger("mylm.serve")
 
 ToolsMode = Literal["emulate", "native"]
-#: Sees the events of a request's upstream calls (a trace of the request); see `Core.run`.
-Observe = Callable[[Event], None]
 TOOLS_MODES: tuple[ToolsMode, ...] = ("emulate", "native")
 
 #: The templates the core renders itself (the step checks its own); checked when the server starts.
@@ -286,7 +281,7 @@ class Core:
         outcome: StepOutcome | None = None
         for attempt in range(self.settings.max_corrections + 1):
             stops = step.stops
-            outcome = yield from _relay(step.turn(messages, deadline=deadline, cancel=cancel,
+            outcome = yield from relay(step.turn(messages, deadline=deadline, cancel=cancel,
                                                   corrections=corrections, meter=meter), counted,
                                    observe=observe)
             self.opens_reasoning = step.opens_reasoning
@@ -356,7 +351,7 @@ class Core:
             upstream = Forwarding(self.llm, NativeTools(tuple(wire), wire_tools(request.tools),
                                                         wire_choice(request.tool_choice), request.parallel))
             step.llm = upstream
-            outcome = yield from _relay(step.turn(shown, deadline=deadline, cancel=cancel, corrections=corrections,
+            outcome = yield from relay(step.turn(shown, deadline=deadline, cancel=cancel, corrections=corrections,
                                                   meter=meter), counted, observe)
             parsed = outcome.turn.parsed
             cut = outcome.turn.finish is FinishReason.MAX_TOKENS
@@ -410,52 +405,6 @@ class Core:
                 wire.append({"role": "user", "content": "\n".join(text_problems)})
         # Out of corrections: the text the reply had, never a half call.
         yield from answered(settled, None, "length" if cut else "stop", meter.usage if counted[0] else None, counted)
-
-
-def _relay(steps: Generator[Any, None, StepOutcome], counted: list[bool],
-           observe: Observe | None = None) -> Generator[Out, None, StepOutcome]:
-    """The step's reasoning as the server's `ReasoningOut` items as it streams; returns its outcome. Its text is
-    held: until the reply has ended nobody knows whether it is the answer or the thought before a call (see
-    `answered` and `thought_of`). `counted[0]` is set once the upstream has reported usage, `counted[1]` once
-    reasoning was sent; `observe` sees every event."""
-    try:
-        while True:
-            try:
-                event = next(steps)
-            except StopIteration as stop:
-                result: StepOutcome = stop.value
-                return result
-            if observe is not None:
-                observe(event)
-            if isinstance(event, ReasoningEvent):
-                if event.text:
-                    counted[1] = True
-                    yield ReasoningOut(event.text)
-            elif isinstance(event, UsageEvent):
-                counted[0] = True
-    finally:
-        steps.close()  # a client gone mid-reply: the upstream stream is released now, not when collected
-
-
-def thought_of(thought: str, after: list[bool] | None = None) -> Iterator[Out]:
-    """The prose a reply wrote before its calls, sent as reasoning. As content it would reach the client ahead
-    of the calls, and clients take content for the answer: pydantic-ai's `run_stream` ends the run on the first
-    text and never runs the tool, Codex prints it (even a lone newline) as a message of its own. `after[1]`:
-    reasoning was sent before it (a blank line then parts the two)."""
-    if thought.strip():
-        yield ReasoningOut(("\n\n" if after and after[1] else "") + thought.strip())
-
-
-def answered(thought: str, final: str | None, reason: Finish, usage: Usage | None,
-             after: list[bool] | None = None) -> Iterator[Out]:
-    """A reply without calls: the answer as content (the `<final_answer>` if the model wrote one, its prose before
-    that as reasoning), then the end."""
-    answer = (final if final is not None else thought).lstrip("\n").rstrip()
-    before = thought[: thought.rfind(final)] if final and final in thought else ""
-    yield from thought_of(before, after)
-    if answer:
-        yield TextOut(answer)
-    yield Finished(reason, usage, answer)
 
 
 def _tools_key(request: ChatRequest) -> str:

@@ -35,6 +35,20 @@ SEARCH = {
 }
 
 
+#: OpenAI clients made by `openai_client`, closed after each test (conftest): a client left to the garbage
+#: collector leaves its sockets open, which pytest reports against whatever test happens to run then.
+OPEN_CLIENTS: list[Any] = []
+
+
+def openai_client(url: str) -> Any:
+    """The official OpenAI SDK's client for the server at `url` (closed after the test)."""
+    import openai
+
+    made = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=30)
+    OPEN_CLIENTS.append(made)
+    return made
+
+
 def call(name: str, arguments: str, thought: str = "") -> str:
     """A reply calling `name` in mylm's canonical form, after an optional thought."""
     block = f"<tool_code>\n<name>{name}</name>\n<parameters>\n{arguments}\n</parameters>\n</tool_code>"

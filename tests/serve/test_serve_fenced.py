@@ -10,6 +10,7 @@ import openai
 import pytest
 
 from tests.providers.servers import OpenAIServer
+from tests.serve.support import openai_client
 
 READ = {"type": "function", "function": {
     "name": "read_file", "description": "Read a file of the workspace.",
@@ -22,7 +23,7 @@ NEEDS_PARSER = pytest.mark.xfail(strict=True, reason="needs the parser's fenced-
 
 
 def client(url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=30)
+    return openai_client(url)  # type: ignore[no-any-return]
 
 
 @NEEDS_PARSER

@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from tests.providers.servers import Completion, OpenAIServer
-from tests.serve.support import WEATHER, call
+from tests.serve.support import WEATHER, call, openai_client
 
 READ = {"type": "function", "function": {
     "name": "read_file", "description": "Read a file of the workspace.",
@@ -26,7 +26,7 @@ PROSE_FIRST = call("read_file", '{"path": "hello.txt"}', "Running it now.")
 
 
 def client(url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=30)
+    return openai_client(url)  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize("reply", [AFTER_THINK, PROSE_FIRST])
@@ -87,7 +87,7 @@ def test_claude_code_gets_no_text_block_before_its_tool_use(upstream: OpenAIServ
     api = anthropic.Anthropic(base_url=served, api_key="unused", max_retries=0, timeout=30)
     tool = {"name": "read_file", "description": "Reads a file.", "input_schema": READ["function"]["parameters"]}  # type: ignore[index]
     starts = []
-    with api.messages.stream(model="local", max_tokens=32000, tools=[tool],  # type: ignore[list-item]
+    with api, api.messages.stream(model="local", max_tokens=32000, tools=[tool],  # type: ignore[list-item]
                              system=[{"type": "text", "text": "You are Claude Code."}],
                              messages=[{"role": "user", "content": [{"type": "text", "text": "Read hello.txt"}]}],
                              ) as stream:
@@ -142,3 +142,33 @@ def test_text_of_an_attempt_that_was_corrected_never_reaches_the_client(upstream
             content += choice.delta.content or ""
             reasoning += getattr(choice.delta, "reasoning_content", None) or ""
     assert content == "" and reasoning == "Ok."
+
+
+#: What the constrained grammar lets a model write when it reaches for `<observation>` inside its answer (a `<`
+#: there must be followed by a space): issue 31's capture leaked it to the client as `< observation>`.
+MADE_UP = ("<final_answer>The file hello.txt says hi.\n< observation>\nmylm-capture-42\n< /observation>\n"
+           "</final_answer>")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_defused_observation_never_reaches_the_client(upstream: OpenAIServer, served: str, stream: bool) -> None:
+    upstream.script([MADE_UP])
+    question = [{"role": "user", "content": "What does hello.txt say?"}]
+    if stream:
+        content = "".join(choice.delta.content or "" for chunk in client(served).chat.completions.create(
+            model="m", stream=True, tools=[READ], messages=question) for choice in chunk.choices)
+    else:
+        content = client(served).chat.completions.create(model="m", tools=[READ], messages=question
+                                                         ).choices[0].message.content or ""
+    assert content == "The file hello.txt says hi."
+
+
+def test_defused_tags_are_dropped_from_the_thought_and_the_answer(upstream: OpenAIServer, served: str) -> None:
+    upstream.script([call("read_file", '{"path": "a.txt"}', "I use the &lt;tool_code> form. < think>ok"),
+                     "< final_answer>It says hi.< /final_answer>"])
+    message = client(served).chat.completions.create(model="m", tools=[READ], messages=[
+        {"role": "user", "content": "Read a.txt"}]).choices[0].message
+    assert message.reasoning_content == "I use the  form. ok"  # type: ignore[attr-defined]
+    answer = client(served).chat.completions.create(model="m", tools=[READ], messages=[
+        {"role": "user", "content": "Read a.txt"}]).choices[0].message
+    assert answer.content == "It says hi."
