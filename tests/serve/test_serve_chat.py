@@ -10,13 +10,13 @@ import openai
 import pytest
 
 from tests.providers.servers import Completion, OpenAIServer
-from tests.serve.support import SEARCH, WEATHER, call
+from tests.serve.support import SEARCH, WEATHER, call, tracked
 
 QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 def client(url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=30)
+    return tracked(openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=30))
 
 
 def streamed(url: str, **request: Any) -> tuple[str, str, list[dict[str, Any]], str | None, Any]:

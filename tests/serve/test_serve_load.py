@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from tests.providers.servers import Completion, Hang, OpenAIServer
-from tests.serve.support import WEATHER, call
+from tests.serve.support import WEATHER, call, tracked
 
 
 def test_a_client_leaving_a_stream_cancels_the_upstream_stream(upstream: OpenAIServer, served: str) -> None:
@@ -50,7 +50,7 @@ def test_many_streaming_clients_at_once_each_get_their_own_answer(
 ) -> None:
     clients = 24
     upstream.script([call("get_weather", json.dumps({"city": f"city{i}"})) for i in range(clients)])
-    api = openai.OpenAI(base_url=served + "/v1", api_key="x", max_retries=0, timeout=60)
+    api = tracked(openai.OpenAI(base_url=served + "/v1", api_key="x", max_retries=0, timeout=60))
 
     def ask(i: int) -> str:
         arguments = ""

@@ -8,7 +8,7 @@ import anthropic
 import pytest
 
 from tests.providers.servers import Completion, OpenAIServer
-from tests.serve.support import call
+from tests.serve.support import call, tracked
 
 WEATHER = {
     "name": "get_weather",
@@ -19,7 +19,7 @@ QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 def client(url: str, key: str = "unused") -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=url, api_key=key, max_retries=0, timeout=30)
+    return tracked(anthropic.Anthropic(base_url=url, api_key=key, max_retries=0, timeout=30))
 
 
 def test_a_call_is_a_tool_use_block(upstream: OpenAIServer, served: str) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.providers.servers import Completion, OpenAIServer
-from tests.serve.support import SEARCH, WEATHER, serving
+from tests.serve.support import SEARCH, WEATHER, serving, tracked
 from tests.serve.test_serve_chat import QUESTION, client, streamed
 
 
@@ -148,7 +148,7 @@ def test_an_anthropic_client_gets_the_same_forwarding(upstream: OpenAIServer, se
     tool = {"name": "get_weather", "description": "The weather.", "input_schema": WEATHER["function"]["parameters"]}
     upstream.script([Completion("On it.", tool_calls=[native("get_weather", '{"city": "Paris"}')]),
                      '{"name": "get_weather", "arguments": {"city": "Oslo"}}'])
-    api = anthropic.Anthropic(base_url=served, api_key="unused", max_retries=0, timeout=30)
+    api = tracked(anthropic.Anthropic(base_url=served, api_key="unused", max_retries=0, timeout=30))
     first = api.messages.create(model="m", max_tokens=256, messages=QUESTION, tools=[tool])  # type: ignore[list-item]
     assert first.stop_reason == "tool_use"
     text, tool_use = first.content

@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from tests.providers.servers import Completion, OpenAIServer
-from tests.serve.support import call
+from tests.serve.support import call, tracked
 
 WEATHER = {
     "type": "function",
@@ -20,7 +20,7 @@ WEATHER = {
 
 
 def client(url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=30)
+    return tracked(openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=30))
 
 
 def test_a_call_is_a_function_call_item(upstream: OpenAIServer, served: str) -> None:
