@@ -92,7 +92,7 @@ async def fetch(port: int, body: dict[str, Any]) -> str:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         data = json.dumps(body).encode()
-        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      b"Authorization: Bearer bench\r\nContent-Length: %d\r\n\r\n%s" % (len(data), data))
         head = await reader.readuntil(b"\r\n\r\n")
         if not head.startswith(b"HTTP/1.1 200"):

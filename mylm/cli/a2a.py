@@ -46,13 +46,12 @@ def a2a(ctx: click.Context, /, **options: Any) -> None:
     Exit codes: 0 stopped (Ctrl-C), 1 error, 2 usage.
     """
     require("a2a", "a2a", "a2a")
-    from ..serve.guard import LOOPBACK_NAMES
     from ..serve.server import run
 
     host, key, sock = listener(options, KEY_ENV, "run tasks here")
     composed = compose(ctx, options, "a2a", secrets=(key,) if key else ())
     url = options["public_url"] or f"http://{shown_address(sock)}/"
-    hosts = (*LOOPBACK_NAMES, *((host,) if host not in ("0.0.0.0", "::") else ()), *options["allow_hosts"])
+    hosts = (*((host,) if host not in ("0.0.0.0", "::") else ()), *options["allow_hosts"])
     from ..delegate.a2a import build_app
 
     app = build_app(composed.service, url=url, key=key, hosts=tuple(h.lower() for h in hosts))

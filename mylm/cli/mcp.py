@@ -64,7 +64,12 @@ async def _serve_http(server: Any, port: int) -> None:
 
     import uvicorn
 
-    app = server.streamable_http_app(host=HOST)
+    from ..serve.guard import Guard, Guarding, guarded_protocol
+
+    # The desktop-safety rules `mylm serve` applies (one implementation: `serve/guard.py`): loopback Host names
+    # only, no foreign web origin, JSON bodies only, head and body deadlines, connections per client bounded.
+    guarding = Guarding()
+    app = Guard(server.streamable_http_app(host=HOST), guarding, _refused)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -79,8 +84,14 @@ async def _serve_http(server: Any, port: int) -> None:
     bound = sock.getsockname()[1]
     click.echo(f"mylm: MCP server on http://{HOST}:{bound}/mcp", err=True)
     sys.stderr.flush()
-    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", http=guarded_protocol(guarding, _refused))
     try:
         await uvicorn.Server(config).serve(sockets=[sock])
     finally:
         sock.close()
+
+
+def _refused(path: str, status: int, message: str, kind: str) -> dict[str, Any]:
+    """A request refused by the guard, as a JSON-RPC error (what an MCP client reads)."""
+    return {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message, "data": {"status": status,
+                                                                                               "kind": kind}}}

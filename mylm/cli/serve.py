@@ -40,6 +40,15 @@ KEY_ENV = "MYLM_SERVE_KEY"
               help="Largest request body accepted; larger ones get a 413 [16 MiB].")
 @click.option("--max-concurrency", type=click.IntRange(1, 4096), default=128, show_default=True,
               help="Requests served upstream at once (and the upstream connections kept); more wait their turn.")
+@click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME",
+              help="A Host name clients may use besides localhost and loopback addresses (repeatable; '*': any). "
+                   "Requests naming another host are refused: a web page may have rebound its name to this "
+                   "machine (DNS rebinding).")
+@click.option("--allow-origin", "allow_origins", multiple=True, metavar="ORIGIN",
+              help="A web origin (scheme://host[:port]) whose pages may call the server besides loopback ones "
+                   "(repeatable; '*': any). Requests from other browser origins are refused.")
+@click.option("--max-connections-per-client", type=click.IntRange(1, 65536), default=128, show_default=True,
+              help="Connections one client address may hold open at once; more are refused (429).")
 @otel_option
 @verbose_option
 @click.pass_context
@@ -133,6 +142,12 @@ def build_app(llm: Any, loader: Any, settings: Any, key: str | None, options: di
         ))
     except ValueError as error:
         raise ConfigError(str(error)) from None
+    hosts = tuple(options.get("allow_hosts") or ())
+    bound = options.get("host") or ""
+    if bound and bound not in ("0.0.0.0", "::", ""):
+        hosts = (*hosts, bound)  # the address it was told to listen on is a name its clients use
     config = ServeConfig(model=settings.model or "mylm", client_key=key, max_body=options["max_body"],
-                         max_concurrency=options["max_concurrency"])
+                         max_concurrency=options["max_concurrency"], allowed_hosts=hosts,
+                         allowed_origins=tuple(options.get("allow_origins") or ()),
+                         max_connections_per_client=options.get("max_connections_per_client", 128))
     return create_app(core, config, redact, tracing)

@@ -308,14 +308,14 @@ def build_app(service: DelegateService, *, url: str, key: str | None, hosts: tup
     """The ASGI app: the card, JSON-RPC (1.0, and 0.3 on the same route), behind the Host/Origin/key rules."""
     from starlette.applications import Starlette
 
-    from ..serve.guard import Guard
+    from ..serve.guard import KeyedGuard
 
     card = agent_card(url, keyed=key is not None)
     handler = DefaultRequestHandler(agent_executor=DelegateExecutor(service), task_store=InMemoryTaskStore(),
                                     agent_card=card)
     routes = [*create_agent_card_routes(card, card_url=CARD_PATH),
               *create_jsonrpc_routes(handler, "/", enable_v0_3_compat=True)]
-    return Guard(Starlette(routes=routes), hosts=hosts, key=key, public=(CARD_PATH,))
+    return KeyedGuard(Starlette(routes=routes), hosts=hosts, key=key, public=(CARD_PATH,))
 
 
 def _short(text: str) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..core.errors import TemplateError
 from ..core.paths import config_dir
-from ..protocol.defuse import defuse_correction, defuse_special_tokens
+from ..protocol.defuse import defuse_correction
 from ..protocol.defuse import neutralise as neutralise  # re-exported: templates and callers use it
 from .bounded import (
     MAX_RENDER_SECONDS,
@@ -325,8 +325,9 @@ def tool_view(tools: Iterable[Any]) -> list[dict[str, Any]]:
     """The template-facing view of tools: name, description and the parameters schema as JSON text."""
     return [
         # Compact JSON: every character of the tool list is paid on every call.
-        # Descriptions come from MCP servers and plugins: data, so no special token in them survives intact.
-        {"name": t.name, "description": defuse_special_tokens(t.description),
-         "parameters": defuse_special_tokens(dump_json(prompt_schema(dict(t.parameters)), compact=True))}
+        # Descriptions and schemas come from MCP servers, plugins and `mylm serve`'s clients: data, so neither a
+        # special token nor a protocol tag in them survives intact (`</tool_definitions>` cannot end the list).
+        {"name": t.name, "description": neutralise(t.description),
+         "parameters": neutralise(dump_json(prompt_schema(dict(t.parameters)), compact=True))}
         for t in tools
     ]

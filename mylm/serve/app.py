@@ -33,7 +33,7 @@ from ..telemetry.observer import RequestObserver, RequestTracing
 from . import chat, messages, models, responses
 from .bridge import Backlog, produced
 from .core import Core
-from .guard import client_key, key_matches
+from .guard import Guard, Guarding, client_key, key_matches
 from .http import EventStream, json_response, read_body, unless_disconnected
 from .wire import CallOut, ChatMessage, Finished, Out, load_json, said
 
@@ -56,6 +56,24 @@ class ServeConfig:
     body_timeout: float = 30.0
     #: Requests served upstream at once; more wait their turn.
     max_concurrency: int = 128
+    #: Host names accepted besides loopback ones (`*`: any), and web origins (see `guard.py`).
+    allowed_hosts: tuple[str, ...] = ()
+    allowed_origins: tuple[str, ...] = ()
+    #: Seconds a client has to send a request's head.
+    head_timeout: float = 10.0
+    #: Connections one client address may hold open at once.
+    max_connections_per_client: int = 128
+    #: Seconds a stream's headers wait for the first output (an upstream refusal within it is an HTTP status).
+    status_wait: float = 0.5
+    #: Seconds of silence after which a stream sends a keep-alive (an SSE comment, or Anthropic's `ping`).
+    keepalive: float = 10.0
+
+    def guarding(self) -> Guarding:
+        """The desktop-safety rules these settings ask for (`guard.py`)."""
+        # The protocol's body deadline is a floor a little beyond the application's own, which answers first
+        # with a 408 in the API's shape.
+        return Guarding(hosts=self.allowed_hosts, origins=self.allowed_origins, head_timeout=self.head_timeout,
+                        body_timeout=self.body_timeout + 5, max_connections=self.max_connections_per_client)
 
 
 class Server:
@@ -159,25 +177,35 @@ class Server:
             if found is None:
                 return Response(status_code=499)  # the client went away; nobody reads this
             return json_response(api.answer(parsed, found, body))
-        # The first item is awaited before the headers go out, so an upstream that is down or refuses the
-        # request is an HTTP error status, not a 200 with an error event.
-        try:
-            first = await unless_disconnected(request, items.__anext__())
-        except StopAsyncIteration:
-            first = None
-        except asyncio.CancelledError:
-            await items.aclose()
-            raise
-        except BaseException as error:  # noqa: BLE001 - every failure is answered in the API's shape
-            await items.aclose()
-            raise self._failure(error) from None
-        if first is None:
+        # The headers wait a moment for the first item, so an upstream that is down or refuses the request (which
+        # it does at once) is an HTTP error status, not a 200 with an error event. No longer: a client must not
+        # wait for headers while the model reads a long prompt or thinks (clients give up after a few minutes of
+        # silence); from then on keep-alives hold the stream open and a failure is the API's error event.
+        head = asyncio.ensure_future(items.__anext__())
+        settled = await unless_disconnected(request, _settled(head, self.config.status_wait))
+        if settled is None:  # the client went away
+            head.cancel()
+            await asyncio.gather(head, return_exceptions=True)
             await items.aclose()
             return Response(status_code=499)
-        events = self._guarded(api, api.events(parsed, _prepend(first, items), body), observer)
+        first: Out | None = None
+        if head.done():
+            try:
+                first = head.result()
+            except StopAsyncIteration:
+                await items.aclose()
+                return Response(status_code=499)
+            except asyncio.CancelledError:
+                await items.aclose()
+                raise
+            except BaseException as error:  # noqa: BLE001 - every failure is answered in the API's shape
+                await items.aclose()
+                raise self._failure(error) from None
+        events = self._guarded(api, api.events(parsed, _prepend(first, head, items), body), observer)
         # A client gone before the stream ended: the trace ends too (a no-op once the stream has ended it).
         closed = (lambda: observer.end(200, "cancelled")) if observer is not None else None
-        return EventStream(events, more=backlog, closed=closed)
+        return EventStream(events, more=backlog, closed=closed, keepalive=api.KEEPALIVE,
+                           interval=self.config.keepalive)
 
     async def _items(self, parsed: Any, backlog: Backlog | None = None,
                      observer: RequestObserver | None = None) -> AsyncGenerator[Out, None]:
@@ -281,18 +309,38 @@ async def collected_from(items: AsyncGenerator[Out, None]) -> list[Out]:
         await items.aclose()
 
 
-async def _prepend(first: Out, rest: AsyncGenerator[Out, None]) -> AsyncGenerator[Out, None]:
+async def _settled(task: asyncio.Future[Any], within: float) -> bool:
+    """Wait up to `within` seconds for `task` (never cancelling it); whether it is done."""
+    await asyncio.wait({task}, timeout=within)
+    return task.done()
+
+
+async def _prepend(first: Out | None, head: asyncio.Future[Out], rest: AsyncGenerator[Out, None]
+                   ) -> AsyncGenerator[Out, None]:
+    """The items: `first` if it had arrived before the headers went out, else what `head` brings, then `rest`."""
     try:
-        yield first
+        yield first if first is not None else await head
         async for item in rest:
             yield item
+    except StopAsyncIteration:
+        return
     finally:
+        if not head.done():
+            head.cancel()
+            await asyncio.gather(head, return_exceptions=True)
         await rest.aclose()
 
 
+def refused(path: str, status: int, message: str, kind: str) -> dict[str, Any]:
+    """A request refused before routing (`guard.py`), in the error shape of the API its path belongs to."""
+    error = RequestError(message, status=status, kind=kind)
+    return messages.error_body(error) if path.startswith("/v1/messages") else chat.error_body(error)
+
+
 def create_app(core: Core, config: ServeConfig, redact: Callable[[str], str] = lambda s: s,
-               tracing: RequestTracing | None = None) -> Starlette:
-    """The ASGI application serving `core`; `tracing` traces each generation request."""
+               tracing: RequestTracing | None = None) -> Guard:
+    """The ASGI application serving `core` behind the desktop-safety rules (`Guard`: `server.server_for` reads
+    its rules for the protocol's deadlines and limits too); `tracing` traces each generation request."""
     server = Server(core, config, redact, tracing)
     pool = getattr(core.llm, "pool", None)
     if callable(pool):
@@ -309,7 +357,7 @@ def create_app(core: Core, config: ServeConfig, redact: Callable[[str], str] = l
     ]
     app = Starlette(routes=routes)
     app.state.server = server
-    return app
+    return Guard(app, config.guarding(), refused)
 
 
 __all__ = ["DEFAULT_MAX_BODY", "ServeConfig", "Server", "create_app"]

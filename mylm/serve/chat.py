@@ -41,6 +41,8 @@ from .wire import (
 )
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
+#: What keeps a silent stream open: an SSE comment, which every SSE reader skips (llama.cpp's server sends them).
+KEEPALIVE = b": keep-alive\n\n"
 
 
 def error_body(error: RequestError) -> dict[str, Any]:
@@ -165,8 +167,9 @@ def _message(value: Any, param: str) -> ChatMessage:
     return ChatMessage("assistant", content, calls=tuple(calls))
 
 
-def _usage(usage: Usage | None) -> dict[str, int]:
-    usage = usage or Usage()
+def _usage(usage: Usage | None) -> dict[str, int] | None:
+    if usage is None:
+        return None  # the upstream counted nothing (llama-cpp-python's stream): unknown, not 0
     return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
             "total_tokens": usage.total_tokens}
 

@@ -18,7 +18,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -28,14 +28,12 @@ from ..core.cancel import CancelToken
 from ..core.errors import RequestError
 from ..core.types import (
     ErrorEvent,
-    Event,
     FinishReason,
     Message,
     ModelCallEvent,
     ReasoningEvent,
     TextEvent,
     ToolCall,
-    UsageEvent,
 )
 from ..llm import (
     LLM,
@@ -52,11 +50,10 @@ from ..llm import (
 )
 from ..prompts import PromptLoader
 from ..protocol.canonical import format_tool_call
-from ..protocol.defuse import neutralise
+from ..protocol.defuse import defuse_special_tokens, neutralise
 from .native import (
     NOT_RUN,
     Forwarding,
-    Holdback,
     call_entry,
     checked,
     wire_choice,
@@ -64,13 +61,20 @@ from .native import (
     wire_tools,
 )
 from .native import rescued as rescued_json
-from .wire import CallOut, ChatMessage, ChatRequest, Finished, Out, ReasoningOut, TextOut
+from .turns import Observe, answered, relay, thought_of
+from .wire import (
+    CallOut,
+    ChatMessage,
+    ChatRequest,
+    Finished,
+    Out,
+    ReasoningOut,
+    TextOut,
+)
 
 logger = logging.getLogger("mylm.serve")
 
 ToolsMode = Literal["emulate", "native"]
-#: Sees the events of a request's upstream calls (a trace of the request); see `Core.run`.
-Observe = Callable[[Event], None]
 TOOLS_MODES: tuple[ToolsMode, ...] = ("emulate", "native")
 
 #: The templates the core renders itself (the step checks its own); checked when the server starts.
@@ -154,7 +158,12 @@ class Core:
 
     def render(self, request: ChatRequest, step: ModelStep | None = None) -> tuple[Message, ...]:
         """The messages sent upstream for `request` (with tools, through its `step`'s system prompt)."""
-        instructions = "\n\n".join(m.content for m in request.messages if m.role == "system" and m.content)
+        # The client's own words (system, user, its assistant turns) are its principal's, kept as written; only
+        # chat-template special tokens in them are broken, so no message can forge a turn of the upstream's
+        # template. Tool results and tool descriptions are data and are fully neutralised (`_observation`,
+        # `prompts.tool_view`).
+        instructions = "\n\n".join(defuse_special_tokens(m.content) for m in request.messages
+                                    if m.role == "system" and m.content)
         turns = self._turns(request)
         if step is None:
             system = (Message("system", instructions),) if instructions else ()
@@ -183,10 +192,10 @@ class Core:
                 turns.append(Message("user", "\n".join(results)))
                 results = []
             if message.role == "user":
-                turns.append(Message("user", message.content))
+                turns.append(Message("user", defuse_special_tokens(message.content)))
             elif message.role == "assistant":
                 canonical = "\n".join(format_tool_call(ToolCall(c.name, c.arguments)) for c in message.calls)
-                thought = message.content.strip()
+                thought = defuse_special_tokens(message.content.strip())
                 content = f"{thought}\n{canonical}" if thought and canonical else thought or canonical
                 if content:
                     turns.append(Message("assistant", content))
@@ -268,11 +277,11 @@ class Core:
         seed = stable_id("", *(f"{m.role}\x01{m.content}" for m in messages))
         corrections = step.corrections()
         meter = Meter()
-        counted = [False]
+        counted = [False, False]
         outcome: StepOutcome | None = None
         for attempt in range(self.settings.max_corrections + 1):
             stops = step.stops
-            outcome = yield from _relay(step.turn(messages, deadline=deadline, cancel=cancel,
+            outcome = yield from relay(step.turn(messages, deadline=deadline, cancel=cancel,
                                                   corrections=corrections, meter=meter), counted,
                                    observe=observe)
             self.opens_reasoning = step.opens_reasoning
@@ -294,13 +303,17 @@ class Core:
                     if observation is not None:
                         observations.append(observation)
                 if not observations:
+                    cut = outcome.turn.finish is FinishReason.MAX_TOKENS
+                    if not calls:
+                        yield from answered(parsed.thought, parsed.final_answer, "length" if cut else "stop", usage,
+                                            counted)
+                        return
+                    yield from thought_of(parsed.thought, counted)
                     for index, call in enumerate(calls):
                         # Stable: the same conversation gives the same ids, so a retried request is answered alike.
                         call_id = stable_id("call_", seed, str(attempt), str(index))
                         yield CallOut(call_id, call.name, json.dumps(call.arguments, ensure_ascii=False))
-                    cut = outcome.turn.finish is FinishReason.MAX_TOKENS
-                    settled = parsed.thought if calls else (parsed.final_answer or parsed.thought)
-                    yield Finished("tool_calls" if calls else ("length" if cut else "stop"), usage, settled)
+                    yield Finished("tool_calls", usage, "")
                     return
                 correction = "\n".join(observations)
             logger.info("Unusable reply (attempt %d): %s", attempt + 1, outcome.problem or correction)
@@ -311,9 +324,10 @@ class Core:
             messages += [*([outcome.reply] if outcome.reply.content else []), Message("user", correction or "")]
         # Out of corrections: the text the reply had, never a half call.
         assert outcome is not None
-        answer = outcome.turn.parsed.final_answer or outcome.turn.parsed.thought
+        parsed = outcome.turn.parsed
         cut = outcome.turn.finish is FinishReason.MAX_TOKENS
-        yield Finished("length" if cut else "stop", meter.usage if counted[0] else None, answer)
+        yield from answered(parsed.thought, parsed.final_answer, "length" if cut else "stop",
+                            meter.usage if counted[0] else None, counted)
 
 
     def _native(self, request: ChatRequest, deadline: float, cancel: CancelToken,
@@ -330,16 +344,15 @@ class Core:
         wire = wire_messages(request)
         seed = stable_id("", json.dumps(wire, sort_keys=True, default=str))
         shown = list(self.render(request))  # what the step calibrates its token estimate with
-        corrections, meter, counted = step.corrections(), Meter(), [False]
+        corrections, meter, counted = step.corrections(), Meter(), [False, False]
         settled: str = ""
         cut = False
         for attempt in range(self.settings.max_corrections + 1):
             upstream = Forwarding(self.llm, NativeTools(tuple(wire), wire_tools(request.tools),
                                                         wire_choice(request.tool_choice), request.parallel))
             step.llm = upstream
-            hold = Holdback()
-            outcome = yield from _relay(step.turn(shown, deadline=deadline, cancel=cancel, corrections=corrections,
-                                                  meter=meter), counted, hold, observe)
+            outcome = yield from relay(step.turn(shown, deadline=deadline, cancel=cancel, corrections=corrections,
+                                                  meter=meter), counted, observe)
             parsed = outcome.turn.parsed
             cut = outcome.turn.finish is FinishReason.MAX_TOKENS
             native = upstream.calls if request.parallel else upstream.calls[:1]
@@ -355,22 +368,21 @@ class Core:
                 # The whole reply, or a fenced block ending it, is call JSON: what vLLM's and llama.cpp's tool
                 # parsers leave in `content`. Its text was held back, so the client never saw it as text.
                 rescued, thought, problem = list(printed[0]), printed[1], None
-            else:
-                rest = hold.rest()
-                if rest:
-                    yield TextOut(rest)
             results = [checked(step, corrections, call) for call in native]
             found = [step.check_call(call, corrections) for call in rescued[: None if request.parallel else 1]]
             text_problems = [o for _, o in found if o is not None] + ([problem] if problem else [])
             if not text_problems and all(o is None for _, o in results):
                 ids = [c.id or "" for c in native] + [stable_id("call_", seed, str(attempt), str(i))
                                                      for i in range(len(found))]
+                usage = meter.usage if counted[0] else None
+                if not (native or found):
+                    yield from answered(parsed.thought, parsed.final_answer, "length" if cut else "stop", usage,
+                                            counted)
+                    return
+                yield from thought_of(thought, counted)
                 for call_id, (good, _) in zip(ids, [*results, *found]):
                     yield CallOut(call_id, good.name, json.dumps(good.arguments, ensure_ascii=False))
-                calls = bool(native or found)
-                text = thought if calls else (parsed.final_answer or parsed.thought)
-                usage = meter.usage if counted[0] else None
-                yield Finished("tool_calls" if calls else ("length" if cut else "stop"), usage, text)
+                yield Finished("tool_calls", usage, "")
                 return
             logger.info("Unusable reply (attempt %d): %s", attempt + 1,
                         outcome.problem or "; ".join(o for _, o in results if o) or text_problems[0])
@@ -392,34 +404,7 @@ class Core:
             if text_problems:
                 wire.append({"role": "user", "content": "\n".join(text_problems)})
         # Out of corrections: the text the reply had, never a half call.
-        yield Finished("length" if cut else "stop", meter.usage if counted[0] else None, settled)
-
-
-def _relay(steps: Generator[Any, None, StepOutcome], counted: list[bool], hold: Holdback | None = None,
-           observe: Observe | None = None) -> Generator[Out, None, StepOutcome]:
-    """The step's text and reasoning events as the server's `Out` items; returns its outcome. `counted[0]` is
-    set once the upstream has reported usage; text passes through `hold` (what may be a call printed as JSON
-    waits), if given; `observe` sees every event."""
-    try:
-        while True:
-            try:
-                event = next(steps)
-            except StopIteration as stop:
-                result: StepOutcome = stop.value
-                return result
-            if observe is not None:
-                observe(event)
-            if isinstance(event, TextEvent):
-                shown = hold.feed(event.text) if hold is not None else event.text
-                if shown:
-                    yield TextOut(shown)
-            elif isinstance(event, ReasoningEvent):
-                if event.text:
-                    yield ReasoningOut(event.text)
-            elif isinstance(event, UsageEvent):
-                counted[0] = True
-    finally:
-        steps.close()  # a client gone mid-reply: the upstream stream is released now, not when collected
+        yield from answered(settled, None, "length" if cut else "stop", meter.usage if counted[0] else None, counted)
 
 
 def _tools_key(request: ChatRequest) -> str:

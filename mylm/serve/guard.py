@@ -1,33 +1,182 @@
-"""Who may talk to a server mylm runs on this machine: the client key, and the Host and Origin rules that keep a
-web page (DNS rebinding, a cross-site POST) from reaching a loopback server through the user's browser.
+"""What keeps a local HTTP server of mylm's safe on a desktop, shared by `mylm serve` and `mylm mcp --port`.
 
-One implementation for every HTTP face of mylm: `client_key` is what `mylm serve` compares its key with, and
-`Guard` wraps an ASGI app (`mylm a2a`) with all three rules. (`mylm mcp --port` has the same rules from the MCP
-SDK's own transport security.)"""
+A server on loopback is still reachable from every web page the user opens: a page can POST to
+`http://127.0.0.1:8765` (blind CSRF, no answer needed to spend the model or inject a conversation), or rebind its
+own name to 127.0.0.1 and read the answers (DNS rebinding). And any local process can hold connections open.
+So, before anything else sees a request:
+
+- **Host**: the `Host` header must name this machine (`localhost`, a loopback address) or a name the operator
+  allowed; a rebound name (`evil.example`) is refused (421).
+- **Origin**: a browser's request carries `Origin`; one that is not a loopback origin or an allowed one is
+  refused (403), as is the opaque `null` origin of sandboxed frames and files.
+- **Content type**: a request with a body (whatever its method) must say `application/json`. A page can send `text/plain`, form data
+  or a body without a type across origins without a CORS preflight; it cannot send JSON that way (415).
+- **Deadlines**: the request head must arrive within `head_timeout` seconds of the connection opening (or of
+  the previous answer ending), the body within `body_timeout` of the head; a client trickling a byte every few
+  seconds (slowloris) is dropped. uvicorn's own keep-alive timeout only covers an idle connection, not one that
+  sends a byte now and then.
+- **Connections per client**: at most `max_connections` open at once from one address; more are answered 429
+  and closed, so one client cannot take every socket.
+
+The first three are an ASGI middleware (`Guard`); the last two live in the HTTP protocol (`guarded_protocol`),
+where the bytes arrive. Each failure is answered in the caller's error shape (`Refusal`). A server that also
+takes a key (`mylm a2a`) wraps the same rules with the key check (`KeyedGuard`; `client_key` and `key_matches`
+are what `mylm serve` compares its key with).
+"""
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import json
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
-#: The names a loopback server answers to (with any port): nothing else can be the Host of a request that
-#: really came from this machine, unless the user says so.
-LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]", "::1")
+logger = logging.getLogger("mylm.serve")
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
+#: Host names that always mean this machine (besides every loopback address).
+LOOPBACK_NAMES = frozenset({"localhost", "localhost.", "ip6-localhost", "ip6-loopback"})
+#: Media types of a request body the servers accept.
+JSON_TYPES = frozenset({"application/json"})
 
 
-def client_key(headers: Mapping[str, str]) -> str:
+@dataclass(frozen=True)
+class Guarding:
+    """The rules (see the module's docstring); the defaults suit a server on loopback."""
+
+    #: Host names (or addresses) accepted besides loopback ones; `*` accepts any (the check is off).
+    hosts: tuple[str, ...] = ()
+    #: Origins (`scheme://host[:port]`) accepted besides loopback ones; `*` accepts any.
+    origins: tuple[str, ...] = ()
+    #: Seconds a client has to send a request's head (request line and headers).
+    head_timeout: float = 10.0
+    #: Seconds a client has to send a request's body, once its head has arrived.
+    body_timeout: float = 30.0
+    #: Connections one client address may hold open at once.
+    max_connections: int = 128
+
+
+#: How a refusal is written: (path, status, message, kind) -> a JSON document in the API's own error shape.
+Refusal = Callable[[str, int, str, str], Any]
+
+
+def host_name(value: str) -> str:
+    """The name in a `Host` header or an origin's authority, without its port, lower case (`[::1]` -> `::1`)."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        return value[1:value.find("]")] if "]" in value else value
+    if value.count(":") == 1:
+        value = value.split(":", 1)[0]
+    return value
+
+
+def is_loopback_name(name: str) -> bool:
+    """Whether `name` (from `host_name`) always means this machine: `localhost` or a loopback address."""
+    if name in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(name.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def host_allowed(header: str | None, allowed: tuple[str, ...]) -> bool:
+    """Whether a request's `Host` header names this machine or an allowed name (a missing one does not)."""
+    if "*" in allowed:
+        return True
+    if not header:
+        return False
+    name = host_name(header)
+    return is_loopback_name(name) or name in {host_name(a) for a in allowed}
+
+
+def origin_allowed(origin: str | None, allowed: tuple[str, ...]) -> bool:
+    """Whether a request's `Origin` is acceptable: absent (not a browser, or a same-origin GET), a loopback
+    origin, or one the operator allowed."""
+    if origin is None or "*" in allowed:
+        return True
+    origin = origin.strip().lower().rstrip("/")
+    if origin in {a.strip().lower().rstrip("/") for a in allowed}:
+        return True
+    try:
+        parts = urlsplit(origin)
+        port = parts.port  # raises on a port that is not a number
+    except ValueError:
+        return False
+    del port
+    if parts.scheme not in ("http", "https") or parts.path or parts.query or parts.username is not None:
+        return False
+    return is_loopback_name(host_name(parts.netloc))
+
+
+def is_json(content_type: str | None) -> bool:
+    """Whether a `Content-Type` header says JSON (parameters such as `charset` allowed)."""
+    if not content_type:
+        return False
+    return content_type.split(";", 1)[0].strip().lower() in JSON_TYPES
+
+
+def refusal(scope: dict[str, Any], guarding: Guarding) -> tuple[int, str, str] | None:
+    """Why the request in `scope` is refused (status, message, kind), or None."""
+    headers: dict[str, str] = {}
+    for key, value in scope.get("headers") or ():
+        name = key.decode("latin-1").lower()
+        # A repeated Host or Origin is ambiguous (which one did the browser mean?): refused below.
+        headers[name] = "\x00" if name in headers and name in ("host", "origin") else value.decode("latin-1")
+    host = headers.get("host")
+    if not host_allowed(host, guarding.hosts):
+        message = (f"the Host header {(host or '(none)')[:100]!r} does not name this server; a web page may have "
+                   "rebound its name to this machine (DNS rebinding). Connect as localhost or 127.0.0.1, or allow "
+                   "the name with --allow-host")
+        return 421, message, "misdirected_request"
+    if not origin_allowed(headers.get("origin"), guarding.origins):
+        message = (f"requests from the web origin {headers['origin'][:100]!r} are refused (a page the user opened "
+                   "cannot use this server); allow it with --allow-origin")
+        return 403, message, "permission_error"
+    carries_body = headers.get("content-length", "0").strip() != "0" or "transfer-encoding" in headers
+    if carries_body and not is_json(headers.get("content-type")):
+        shown = headers.get("content-type") or "none"
+        return (415, f"the request's Content-Type is {shown[:100]!r}; send the body as application/json",
+                "unsupported_media_type")
+    return None
+
+
+class Guard:
+    """ASGI middleware applying the Host, Origin and content-type rules before `app` sees a request."""
+
+    def __init__(self, app: Any, guarding: Guarding, refused: Refusal) -> None:
+        self.app = app
+        self.guarding = guarding
+        self.refused = refused
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        found = refusal(scope, self.guarding)
+        if found is None:
+            await self.app(scope, receive, send)
+            return
+        status, message, kind = found
+        client = scope.get("client") or ("?", 0)
+        logger.warning("Refused %s %s from %s: %s", scope.get("method"), scope.get("path"), client[0], message)
+        body = json.dumps(self.refused(scope.get("path") or "/", status, message, kind)).encode("utf-8")
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def client_key(headers: dict[str, str] | Any) -> str:
     """The key a request sent: `x-api-key`, else `Authorization: Bearer KEY` ("" when none)."""
     sent = headers.get("x-api-key") or ""
     authorization = headers.get("authorization") or ""
     if not sent and authorization[:7].lower() == "bearer ":
         sent = authorization[7:].strip()
-    return sent
+    return str(sent)
 
 
 def key_matches(sent: str, key: str) -> bool:
@@ -35,50 +184,129 @@ def key_matches(sent: str, key: str) -> bool:
     return bool(sent) and hmac.compare_digest(sent.encode("utf-8", "replace"), key.encode("utf-8"))
 
 
-def host_name(host: str) -> str:
-    """A Host header's name without its port (`[::1]:80` -> `[::1]`)."""
-    host = host.strip().lower()
-    if host.startswith("["):
-        return host[: host.find("]") + 1] if "]" in host else host
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+class KeyedGuard:
+    """`Guard`'s rules, then the client key (when one is set) unless the path is public (an agent card).
+    Refusals are JSON with one line."""
 
-
-class Guard:
-    """ASGI middleware: a request must name an allowed Host, come from no Origin or an allowed one, and carry
-    the key (when one is set) unless its path is public (an agent card). Refusals are JSON with one line."""
-
-    def __init__(self, app: Any, *, hosts: Iterable[str] = LOOPBACK_NAMES, key: str | None = None,
-                 public: Iterable[str] = ()) -> None:
+    def __init__(self, app: Any, *, hosts: tuple[str, ...] = (), key: str | None = None,
+                 public: tuple[str, ...] = (), guarding: Guarding | None = None) -> None:
         self.app = app
-        self.hosts = frozenset(h.lower() for h in hosts)
+        self.guarding = guarding or Guarding(hosts=hosts)
         self.key = key
         self.public = frozenset(public)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        refusal = self.refusal(headers, scope.get("path", "/"))
-        if refusal is None:
+        found = refusal(scope, self.guarding)
+        if found is None and self.key is not None and scope.get("path", "/") not in self.public:
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or ()}
+            sent = client_key(headers)
+            if not key_matches(sent, self.key):
+                why = "a wrong key was sent" if sent else "no key was sent"
+                message = (f"invalid client key ({why}): send the server's key as `Authorization: Bearer KEY` "
+                           "or `x-api-key`")
+                found = (401, message, "authentication_error")
+        if found is None:
             await self.app(scope, receive, send)
             return
-        status, message = refusal
+        status, message, _ = found
+        logger.warning("Refused %s %s: %s", scope.get("method"), scope.get("path"), message)
         body = json.dumps({"error": {"message": message, "status": status}}).encode()
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
 
-    def refusal(self, headers: Mapping[str, str], path: str) -> tuple[int, str] | None:
-        """(status, why) when the request is refused, else None."""
-        host = host_name(headers.get("host", ""))
-        if host not in self.hosts:
-            return 421, (f"the Host {host or '(none)'!r} is not one this server answers to (a web page may be "
-                         "trying to reach it through your browser)")
-        origin = headers.get("origin")
-        if origin is not None and host_name(origin.split("://", 1)[-1].split("/", 1)[0]) not in self.hosts:
-            return 403, f"requests from the web origin {origin!r} are refused"
-        if self.key is not None and path not in self.public and not key_matches(client_key(headers), self.key):
-            why = "a wrong key was sent" if client_key(headers) else "no key was sent"
-            return 401, f"invalid client key ({why}): send the server's key as `Authorization: Bearer KEY` or `x-api-key`"
-        return None
+
+def raw_answer(status: int, reason: str, document: Any) -> bytes:
+    """A whole HTTP/1.1 answer that closes the connection (for refusals before any request is parsed)."""
+    body = json.dumps(document).encode("utf-8")
+    return (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n").encode("ascii") + body
+
+
+def guarded_protocol(guarding: Guarding, refused: Refusal) -> type:
+    """uvicorn's h11 protocol with the head and body deadlines and the per-client connection limit (a class:
+    uvicorn makes one per connection); its connection counts are shared by every connection of this class."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    open_per_client: dict[str, int] = {}
+
+    class GuardedProtocol(H11Protocol):
+        _head_timer: Any = None
+        _body_timer: Any = None
+        _counted: str | None = None
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            address = str(self.client[0]) if self.client else "?"
+            if open_per_client.get(address, 0) >= guarding.max_connections:
+                logger.warning("Refused a connection from %s: it holds %d already", address,
+                               guarding.max_connections)
+                transport.write(raw_answer(429, "Too Many Requests", refused(
+                    "/", 429, f"this client already holds {guarding.max_connections} connections to the server; "
+                              "close some or reuse them", "rate_limit_error")))
+                transport.close()
+                return
+            open_per_client[address] = open_per_client.get(address, 0) + 1
+            self._counted = address
+            self._arm_head()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            if self._counted is not None:
+                left = open_per_client.get(self._counted, 1) - 1
+                if left > 0:
+                    open_per_client[self._counted] = left
+                else:
+                    open_per_client.pop(self._counted, None)
+                self._counted = None
+            super().connection_lost(exc)
+
+        def handle_events(self) -> None:
+            super().handle_events()
+            if self._head_timer is not None and self.cycle is not None and not self.cycle.response_complete:
+                # The head has arrived: from now on the body's deadline counts.
+                self._head_timer.cancel()
+                self._head_timer = None
+                if self.conn.their_state is h11.SEND_BODY and self._body_timer is None:
+                    self._body_timer = self.loop.call_later(guarding.body_timeout, self._body_late)
+
+        def on_response_complete(self) -> None:
+            self._disarm()
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self._arm_head()  # the next request's head has its own deadline
+
+        def _arm_head(self) -> None:
+            self._head_timer = self.loop.call_later(guarding.head_timeout, self._head_late)
+
+        def _disarm(self) -> None:
+            for timer in (self._head_timer, self._body_timer):
+                if timer is not None:
+                    timer.cancel()
+            self._head_timer = self._body_timer = None
+
+        def _head_late(self) -> None:
+            self._head_timer = None
+            if self.transport.is_closing() or (self.cycle is not None and not self.cycle.response_complete):
+                return
+            logger.warning("Dropped a connection from %s: no request head within %g s", self._counted,
+                           guarding.head_timeout)
+            self.transport.write(raw_answer(408, "Request Timeout", refused(
+                "/", 408, f"the request head did not arrive within {guarding.head_timeout:g} s", "timeout")))
+            self.transport.close()
+
+        def _body_late(self) -> None:
+            self._body_timer = None
+            if self.transport.is_closing() or self.conn.their_state is not h11.SEND_BODY:
+                return
+            # The application answers a late body itself where it reads with a deadline (`mylm serve`: a 408 in
+            # the API's shape); this is the floor for one that does not.
+            logger.warning("Dropped a connection from %s: its body did not arrive within %g s", self._counted,
+                           guarding.body_timeout)
+            self.transport.close()
+
+    return GuardedProtocol

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sized
 from typing import Any, TypeVar
 
@@ -101,10 +102,12 @@ class EventStream(Response):
     media_type = "text/event-stream"
 
     def __init__(self, events: AsyncIterator[bytes], headers: dict[str, str] | None = None, *,
-                 more: Sized = (), closed: Callable[[], None] | None = None) -> None:
+                 more: Sized = (), closed: Callable[[], None] | None = None, keepalive: bytes = b"",
+                 interval: float = 0.0) -> None:
         """`more` is non-empty while more events are ready to be taken at once: they are gathered into one write
         (the client gets them no later: nothing is awaited meanwhile). `closed` is called once the answer is
-        over, however it ended."""
+        over, however it ended. `keepalive` is written whenever nothing else was for `interval` seconds (after
+        the first event: an API's own ping may not come before its opening event)."""
         # No body and so no Content-Length: the answer is chunked, its length unknown until it ends.
         self.status_code = 200
         self.background = None
@@ -113,6 +116,8 @@ class EventStream(Response):
         self.events = events
         self.more = more
         self.closed = closed
+        self.keepalive = keepalive
+        self.interval = interval
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         stream = asyncio.ensure_future(self._stream(send))
@@ -133,13 +138,41 @@ class EventStream(Response):
 
     async def _stream(self, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        lock = asyncio.Lock()
+        last = [time.monotonic()]
+
+        async def write(body: bytes, more: bool = True) -> None:
+            async with lock:
+                await send({"type": "http.response.body", "body": body, "more_body": more})
+                last[0] = time.monotonic()
+
+        ticker: asyncio.Future[None] | None = None
         pending: list[bytes] = []
         try:
             async for chunk in self.events:
                 pending.append(chunk)
                 if not self.more:
-                    await send({"type": "http.response.body", "body": b"".join(pending), "more_body": True})
+                    await write(b"".join(pending))
                     pending.clear()
+                    if ticker is None and self.keepalive and self.interval > 0:
+                        ticker = asyncio.ensure_future(self._tick(write, last))
         except OSError:
             return  # the client went away mid-write
-        await send({"type": "http.response.body", "body": b"".join(pending), "more_body": False})
+        finally:
+            if ticker is not None:
+                ticker.cancel()
+                await asyncio.gather(ticker, return_exceptions=True)
+        await write(b"".join(pending), more=False)
+
+    async def _tick(self, write: Callable[[bytes], Awaitable[None]], last: list[float]) -> None:
+        """A keep-alive whenever the stream has been silent for `interval` seconds: the model may think or be
+        corrected for minutes before the answer's first byte, and clients and proxies drop a silent stream."""
+        while True:
+            wait = last[0] + self.interval - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+                continue
+            try:
+                await write(self.keepalive)
+            except OSError:
+                return

@@ -45,6 +45,8 @@ _KINDS = {
     504: "timeout_error",
 }
 _STOPS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
+#: What keeps a silent stream open: Anthropic's own `ping` event (its SDKs skip it; after `message_start` only).
+KEEPALIVE = sse({"type": "ping"}, "ping")
 
 
 def error_body(error: RequestError) -> dict[str, Any]:
@@ -180,9 +182,22 @@ def _message(value: Any, param: str) -> list[ChatMessage]:
     return [*results, *([ChatMessage("user", "".join(texts))] if texts or not results else [])]
 
 
-def _usage(usage: Usage | None) -> dict[str, int]:
-    usage = usage or Usage()
-    return {"input_tokens": usage.prompt_tokens, "output_tokens": usage.completion_tokens}
+#: Characters per token of the estimate given when the upstream counted nothing (English text and code).
+CHARS_PER_TOKEN = 4
+
+
+def _usage(usage: Usage | None, request: ChatRequest | None = None, items: list[Out] | None = None
+           ) -> dict[str, int]:
+    """The usage as Anthropic reports it. Its schema has no "unknown", so when the upstream counted nothing
+    (llama-cpp-python's stream) it is estimated from the characters of the client's messages and of the reply,
+    never a made-up 0 (docs/serve.md)."""
+    if usage is not None:
+        return {"input_tokens": usage.prompt_tokens, "output_tokens": usage.completion_tokens}
+    sent = sum(len(m.content) + sum(len(json.dumps(dict(c.arguments))) for c in m.calls)
+               for m in (request.messages if request else ()))
+    said_chars = sum(len(i.text) if isinstance(i, (TextOut, ReasoningOut)) else len(i.arguments)
+                     for i in items or () if isinstance(i, (TextOut, ReasoningOut, CallOut)))
+    return {"input_tokens": -(-sent // CHARS_PER_TOKEN), "output_tokens": -(-said_chars // CHARS_PER_TOKEN)}
 
 
 def _start(request: ChatRequest) -> dict[str, Any]:
@@ -211,13 +226,15 @@ def answer(request: ChatRequest, items: list[Out], body: dict[str, Any]) -> dict
                             "input": json.loads(item.arguments)})
     finish = next((i for i in items if isinstance(i, Finished)), Finished("stop"))
     return {**_start(request), "content": content, "stop_reason": _STOPS[finish.reason],
-            "usage": _usage(finish.usage)}
+            "usage": _usage(finish.usage, request, items)}
 
 
 async def events(request: ChatRequest, items: AsyncIterator[Out], body: dict[str, Any]) -> AsyncIterator[bytes]:
     """The message as Anthropic streams it: `message_start`, one content block per kind of output (thinking,
     text, each `tool_use` with its `input_json_delta`), `message_delta` with the stop reason, `message_stop`."""
-    yield sse({"type": "message_start", "message": {**_start(request), "usage": _usage(None)}}, "message_start")
+    opening = {"input_tokens": 0, "output_tokens": 0}  # Anthropic's own message_start counts nothing yet either
+    yield sse({"type": "message_start", "message": {**_start(request), "usage": opening}}, "message_start")
+    seen: list[Out] = []
     index = -1
     open_kind: str | None = None
 
@@ -225,6 +242,8 @@ async def events(request: ChatRequest, items: AsyncIterator[Out], body: dict[str
         return sse({"type": "content_block_stop", "index": index}, "content_block_stop")
 
     async for item in items:
+        if not isinstance(item, Finished):
+            seen.append(item)
         if isinstance(item, (TextOut, ReasoningOut)):
             kind = "text" if isinstance(item, TextOut) else "thinking"
             if open_kind != kind:
@@ -254,5 +273,5 @@ async def events(request: ChatRequest, items: AsyncIterator[Out], body: dict[str
                 yield stop_block()
                 open_kind = None
             yield sse({"type": "message_delta", "delta": {"stop_reason": _STOPS[item.reason], "stop_sequence": None},
-                       "usage": _usage(item.usage)}, "message_delta")
+                       "usage": _usage(item.usage, request, seen)}, "message_delta")
     yield sse({"type": "message_stop"}, "message_stop")

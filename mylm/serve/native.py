@@ -71,8 +71,9 @@ class Forwarding:
 
 
 def wire_tools(tools: tuple[ToolDefinition, ...]) -> tuple[dict[str, Any], ...]:
-    """The request's tools as OpenAI function tools."""
-    return tuple({"type": "function", "function": {"name": t.name, "description": t.description,
+    """The request's tools as OpenAI function tools (descriptions neutralised: the upstream's template writes
+    them into its prompt, where a special token or a closing tag in one would end the tool list)."""
+    return tuple({"type": "function", "function": {"name": t.name, "description": neutralise(t.description),
                                                    "parameters": dict(t.parameters)}} for t in tools)
 
 
@@ -86,21 +87,24 @@ def wire_choice(choice: str) -> str | dict[str, Any]:
 def wire_messages(request: ChatRequest) -> list[dict[str, Any]]:
     """The conversation in OpenAI's chat shapes: the system messages joined first (strict templates want one),
     earlier calls as assistant `tool_calls`, results as `tool` messages (special tokens defused, as in the loop)."""
-    system = "\n\n".join(m.content for m in request.messages if m.role == "system" and m.content)
+    system = "\n\n".join(defuse_special_tokens(m.content) for m in request.messages
+                          if m.role == "system" and m.content)
     out: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
     for message in request.messages:
         if message.role == "user":
-            out.append({"role": "user", "content": message.content})
+            out.append({"role": "user", "content": defuse_special_tokens(message.content)})
         elif message.role == "assistant":
             # "" rather than null beside calls: llama-cpp-python's server refuses a null content (OpenAI takes both).
-            entry: dict[str, Any] = {"role": "assistant", "content": message.content}
+            entry: dict[str, Any] = {"role": "assistant", "content": defuse_special_tokens(message.content)}
             if message.calls:
                 entry["tool_calls"] = [call_entry(upstream_id(c.id), c.name,
                                                   json.dumps(dict(c.arguments), ensure_ascii=False))
                                        for c in message.calls]
             out.append(entry)
         elif message.role == "tool":
-            content = defuse_special_tokens(message.content)
+            # Neutralised as in emulate mode: a result cannot open reasoning (`<think>`), close the template's
+            # `<tool_response>`, or hold a `<tool_call>` block the rescue would read back as the model's call.
+            content = neutralise(message.content)
             out.append({"role": "tool", "tool_call_id": upstream_id(message.call_id or ""),
                         "content": f"Error: {content}" if message.is_error else content})
     return out
@@ -147,10 +151,6 @@ def checked(step: ModelStep, corrections: Any, call: NativeCall) -> tuple[ToolCa
 
 #: A fenced block ending the reply (`​```json ... ```​`), which may hold the calls a native parser missed.
 _TRAILING_FENCE = re.compile(r"(?ms)^[ \t]*(```|~~~)[\w-]*[ \t]*\n.*?\n[ \t]*\1[ \t]*\s*\Z")
-#: Where text that may turn out to be a call printed as text begins: a line opening with JSON or a fence.
-_MAYBE_CALL = re.compile(r"(?m)^[ \t]*(?:[{\[]|```|~~~)")
-#: The start of a last line that is still too short to tell (spaces, a backtick or two).
-_UNDECIDED = re.compile(r"(?:\A|\n)[ \t]*[`~]{0,2}\Z")
 
 
 def rescued(text: str, names: set[str]) -> tuple[tuple[ToolCall, ...], str] | None:
@@ -165,36 +165,3 @@ def rescued(text: str, names: set[str]) -> tuple[tuple[ToolCall, ...], str] | No
         if calls and all(call.name in names for call in calls):
             return calls, before
     return None
-
-
-class Holdback:
-    """Streamed text, held back from the first line that may be a call printed as JSON (a line opening with
-    `{`, `[` or a fence): at the end it is either a rescued call (dropped) or text (sent late, whole)."""
-
-    def __init__(self) -> None:
-        self.seen = ""
-        self.sent = 0
-        self.holding = False
-
-    def feed(self, text: str) -> str:
-        """The part of the text so far that can be shown now."""
-        self.seen += text
-        if self.holding:
-            return ""
-        # Only lines starting at or after what was shown (`^` matches at line starts, not at `pos`); a line's
-        # leading spaces are never shown before its first other character is known (`_UNDECIDED`).
-        found = _MAYBE_CALL.search(self.seen, self.sent)
-        if found is not None:
-            self.holding = True
-            return self._upto(found.start())
-        undecided = _UNDECIDED.search(self.seen)
-        return self._upto(undecided.start() if undecided is not None else len(self.seen))
-
-    def rest(self) -> str:
-        """What was held back (the reply turned out to be text)."""
-        return self._upto(len(self.seen))
-
-    def _upto(self, end: int) -> str:
-        end = max(end, self.sent)
-        piece, self.sent = self.seen[self.sent:end], end
-        return piece

@@ -4,6 +4,7 @@ events (`response.output_item.added`, `response.output_text.delta`, `response.fu
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -13,7 +14,7 @@ from ..agent.step import ToolDefinition
 from ..core.errors import RequestError
 from ..core.types import Usage
 from ..llm import Sampling
-from .chat import content_text, error_body
+from .chat import KEEPALIVE, content_text, error_body
 from .http import sse
 from .wire import (
     CallIn,
@@ -39,7 +40,11 @@ from .wire import (
     tool_name,
 )
 
-__all__ = ["answer", "error_body", "events", "parse", "stream_error"]
+logger = logging.getLogger("mylm.serve")
+#: Between a namespace and its function's name in the name the model is offered (`multi_agent_v1.spawn_agent`).
+SEPARATOR = "."
+
+__all__ = ["KEEPALIVE", "answer", "error_body", "events", "parse", "stream_error"]
 
 
 def stream_error(error: RequestError) -> bytes:
@@ -57,10 +62,7 @@ def parse(body: dict[str, Any]) -> ChatRequest:
     # The Responses API's sampling fields are these two (no seed, no penalties).
     sampling = Sampling(temperature=number(body.get("temperature"), "temperature", 0, 2),
                         top_p=number(body.get("top_p"), "top_p", 0, 1))
-    # Tools other than functions (web search, file search, ...) are the provider's own, not the client's:
-    # this server cannot run them, so they are not offered to the model.
-    tools = checked_tools([_tool(t, f"tools[{i}]") for i, t in enumerate(array(body.get("tools") or [], "tools"))
-                           if isinstance(t, dict) and t.get("type") == "function"], "tools")
+    tools = checked_tools(_tools(array(body.get("tools") or [], "tools")), "tools")
     conversation: list[ChatMessage] = []
     if body.get("instructions") is not None:
         conversation.append(ChatMessage("system", text(body.get("instructions"), "instructions")))
@@ -84,6 +86,39 @@ def parse(body: dict[str, Any]) -> ChatRequest:
     )
 
 
+def _tools(listed: list[Any]) -> list[ToolDefinition]:
+    """The function tools the model is offered: plain ones, and the functions of a namespace (Codex's
+    `multi_agent_v1`: `spawn_agent`, `wait_agent`, ...) flattened to `namespace.name`, the name a call of one is
+    given back under (`_call_item` splits it again). Tools that are not functions (hosted ones such as web
+    search, which the provider runs, not the client; `custom` free-form tools) are not offered: logged, with why."""
+    found: list[ToolDefinition] = []
+    dropped: list[str] = []
+    for i, tool in enumerate(listed):
+        tool = obj(tool, f"tools[{i}]")
+        kind = tool.get("type")
+        if kind == "function":
+            found.append(_tool(tool, f"tools[{i}]"))
+        elif kind == "namespace":
+            space = tool_name(tool.get("name"), f"tools[{i}].name")
+            about = text(tool.get("description"), f"tools[{i}].description", required=False)
+            for j, inner in enumerate(array(tool.get("tools") or [], f"tools[{i}].tools")):
+                inner = obj(inner, f"tools[{i}].tools[{j}]")
+                if inner.get("type", "function") != "function":
+                    dropped.append(f"{space}.{inner.get('name')} ({inner.get('type')})")
+                    continue
+                member = _tool(inner, f"tools[{i}].tools[{j}]")
+                found.append(ToolDefinition(
+                    name=tool_name(f"{space}{SEPARATOR}{member.name}", f"tools[{i}].tools[{j}].name"),
+                    description=f"{about}\n{member.description}".strip() if about else member.description,
+                    parameters=member.parameters))
+        else:
+            dropped.append(f"{tool.get('name') or kind} ({kind})")
+    if dropped:
+        logger.info("Responses tools not offered to the model (only function tools can be called through this "
+                    "server; hosted tools run at OpenAI, custom ones take free-form input): %s", ", ".join(dropped))
+    return found
+
+
 def _tool(tool: dict[str, Any], param: str) -> ToolDefinition:
     return ToolDefinition(
         name=tool_name(tool.get("name"), f"{param}.name"),
@@ -102,7 +137,7 @@ def _choice(value: Any) -> str:
     choice = obj(value, "tool_choice")
     if choice.get("type") != "function":
         raise RequestError("tool_choice: only function tools can be chosen", param="tool_choice.type")
-    return tool_name(choice.get("name"), "tool_choice.name")
+    return _flat(choice, "tool_choice")
 
 
 def _items(items: list[Any]) -> list[ChatMessage]:
@@ -120,7 +155,7 @@ def _items(items: list[Any]) -> list[ChatMessage]:
             found.append(ChatMessage("system" if role == "developer" else role, content))
         elif kind == "function_call":
             call = CallIn(text(item.get("call_id"), f"{where}.call_id", allow_empty=False),
-                          tool_name(item.get("name"), f"{where}.name"),
+                          _flat(item, where),
                           arguments_object(item.get("arguments"), f"{where}.arguments"))
             if found and found[-1].role == "assistant":
                 last = found[-1]
@@ -138,8 +173,25 @@ def _items(items: list[Any]) -> list[ChatMessage]:
     return found
 
 
-def _usage(usage: Usage | None) -> dict[str, Any]:
-    usage = usage or Usage()
+def _flat(item: dict[str, Any], where: str) -> str:
+    """The name of the function `item` names, with its namespace if it has one (`multi_agent_v1.spawn_agent`)."""
+    name = tool_name(item.get("name"), f"{where}.name")
+    space = item.get("namespace")
+    if space is None:
+        return name
+    return tool_name(f"{tool_name(space, f'{where}.namespace')}{SEPARATOR}{name}", f"{where}.name")
+
+
+def _namespaces(body: dict[str, Any]) -> frozenset[str]:
+    """The namespaces the request's tools declared."""
+    tools = body.get("tools") or []
+    return frozenset(t["name"] for t in tools if isinstance(t, dict) and t.get("type") == "namespace"
+                     and isinstance(t.get("name"), str))
+
+
+def _usage(usage: Usage | None) -> dict[str, Any] | None:
+    if usage is None:
+        return None  # the upstream counted nothing: unknown, not 0
     return {"input_tokens": usage.prompt_tokens, "input_tokens_details": {"cached_tokens": 0},
             "output_tokens": usage.completion_tokens, "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": usage.total_tokens}
@@ -166,9 +218,14 @@ def _reasoning_item(rid: str, thought: str) -> dict[str, Any]:
             "content": [{"type": "reasoning_text", "text": thought}] if thought else []}
 
 
-def _call_item(call: CallOut, arguments: str, status: str = "completed") -> dict[str, Any]:
-    return {"type": "function_call", "id": "fc_" + call.id.removeprefix("call_"), "call_id": call.id,
+def _call_item(call: CallOut, arguments: str, status: str = "completed",
+               namespaces: frozenset[str] = frozenset()) -> dict[str, Any]:
+    item = {"type": "function_call", "id": "fc_" + call.id.removeprefix("call_"), "call_id": call.id,
             "name": call.name, "arguments": arguments, "status": status}
+    space, _, name = call.name.partition(SEPARATOR)
+    if name and space in namespaces:
+        item.update(name=name, namespace=space)  # a namespace's function, as the client declared it
+    return item
 
 
 def _ending(finish: Finished) -> tuple[str, dict[str, Any] | None]:
@@ -187,7 +244,8 @@ def answer(request: ChatRequest, items: list[Out], body: dict[str, Any]) -> dict
     words = said(items)
     if words:
         output.append(_message_item(f"msg_{uuid.uuid4().hex}", words))
-    output.extend(_call_item(i, i.arguments) for i in items if isinstance(i, CallOut))
+    spaces = _namespaces(body)
+    output.extend(_call_item(i, i.arguments, namespaces=spaces) for i in items if isinstance(i, CallOut))
     finish = next((i for i in items if isinstance(i, Finished)), Finished("stop"))
     status, incomplete = _ending(finish)
     return {**_response(request, body, rid, status), "output": output, "incomplete_details": incomplete,
@@ -254,13 +312,13 @@ async def events(request: ChatRequest, items: AsyncIterator[Out], body: dict[str
             for done in close_current():
                 yield done
             index = len(output)
-            call_item = _call_item(item, "", "in_progress")
+            call_item = _call_item(item, "", "in_progress", _namespaces(body))
             yield event("response.output_item.added", output_index=index, item=call_item)
             yield event("response.function_call_arguments.delta", item_id=call_item["id"], output_index=index,
                         delta=item.arguments)
             yield event("response.function_call_arguments.done", item_id=call_item["id"], output_index=index,
                         arguments=item.arguments)
-            finished = _call_item(item, item.arguments)
+            finished = _call_item(item, item.arguments, namespaces=_namespaces(body))
             output.append(finished)
             yield event("response.output_item.done", output_index=index, item=finished)
         elif isinstance(item, Finished):

@@ -44,8 +44,15 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 def server_for(app: Any, sock: socket.socket, *, drain: float = DRAIN_SECONDS) -> Any:
-    """A uvicorn server for `app` on `sock`."""
+    """A uvicorn server for `app` on `sock`; an app behind a `guard.Guard` gets its deadlines and connection
+    limits in the HTTP protocol too."""
     import uvicorn
+
+    from .guard import Guard, guarded_protocol
+
+    # h11, not httptools: h11 bounds the request head (MAX_HEAD_BYTES), httptools buffers a header of any
+    # length, and it measured no faster here.
+    protocol: Any = guarded_protocol(app.guarding, app.refused) if isinstance(app, Guard) else "h11"
 
     config = uvicorn.Config(
         app,
@@ -59,10 +66,9 @@ def server_for(app: Any, sock: socket.socket, *, drain: float = DRAIN_SECONDS) -
         # The client address is the socket's: no X-Forwarded-For is believed (nothing here depends on it).
         proxy_headers=False,
         date_header=True,
-        # h11, not httptools: h11 bounds the request head (MAX_HEAD_BYTES), httptools buffers a header of any
-        # length, and it measured no faster here. The loop is uvloop where it is installed (the `serve` extra):
-        # about a tenth less CPU per request than asyncio's (scripts/bench_serve.py, docs/serve.md).
-        http="h11",
+        # The loop is uvloop where it is installed (the `serve` extra): about a tenth less CPU per request than
+        # asyncio's (scripts/bench_serve.py, docs/serve.md).
+        http=protocol,
         loop="auto",
     )
     return uvicorn.Server(config)

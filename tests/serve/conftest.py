@@ -7,7 +7,15 @@ from collections.abc import Iterator
 import pytest
 
 from tests.providers.servers import OpenAIServer
-from tests.serve.support import serving
+from tests.serve.support import OPEN_CLIENTS, serving
+
+
+@pytest.fixture(autouse=True)
+def close_clients() -> Iterator[None]:
+    """Close the SDK clients a test made (`support.openai_client`)."""
+    yield
+    while OPEN_CLIENTS:
+        OPEN_CLIENTS.pop().close()
 
 
 @pytest.fixture

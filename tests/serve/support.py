@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 from mylm.prompts import PromptLoader
 from mylm.providers import Endpoint, create_llm
 from mylm.serve.app import ServeConfig, create_app
 from mylm.serve.core import Core, CoreSettings
 from mylm.serve.server import Background
+
+T = TypeVar("T")
 
 WEATHER = {
     "type": "function",
@@ -33,6 +35,24 @@ SEARCH = {
         "parameters": {"type": "object", "properties": {"pattern": {"type": "string"}}, "required": ["pattern"]},
     },
 }
+
+
+#: OpenAI clients made by `openai_client`, closed after each test (conftest): a client left to the garbage
+#: collector leaves its sockets open, which pytest reports against whatever test happens to run then.
+OPEN_CLIENTS: list[Any] = []
+
+
+def tracked(client: T) -> T:
+    """`client` (an SDK client), closed after the test."""
+    OPEN_CLIENTS.append(client)
+    return client
+
+
+def openai_client(url: str) -> Any:
+    """The official OpenAI SDK's client for the server at `url` (closed after the test)."""
+    import openai
+
+    return tracked(openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=30))
 
 
 def call(name: str, arguments: str, thought: str = "") -> str:

@@ -10,13 +10,13 @@ import openai
 import pytest
 
 from tests.providers.servers import Completion, OpenAIServer
-from tests.serve.support import SEARCH, WEATHER, call
+from tests.serve.support import SEARCH, WEATHER, call, tracked
 
 QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 def client(url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=30)
+    return tracked(openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=30))
 
 
 def streamed(url: str, **request: Any) -> tuple[str, str, list[dict[str, Any]], str | None, Any]:
@@ -46,7 +46,9 @@ def test_a_call_comes_back_as_a_native_tool_call(upstream: OpenAIServer, served:
     assert choice.finish_reason == "tool_calls" and reply.model == "my-model"
     (tool_call,) = choice.message.tool_calls or []
     assert tool_call.function.name == "get_weather" and json.loads(tool_call.function.arguments) == {"city": "Paris"}
-    assert tool_call.id.startswith("call_") and "I will check the weather." in (choice.message.content or "")
+    # The prose before the call is reasoning, never content: a client takes content for the answer.
+    assert tool_call.id.startswith("call_") and choice.message.content is None
+    assert choice.message.reasoning_content == "I will check the weather."  # type: ignore[attr-defined]
     assert "<tool_code>" not in (choice.message.content or "")
     sent = upstream.requests[0].body
     assert "get_weather" in sent["messages"][0]["content"] and "tools" not in sent
@@ -54,9 +56,9 @@ def test_a_call_comes_back_as_a_native_tool_call(upstream: OpenAIServer, served:
 
 def test_streamed_call_arrives_as_openai_streams_it(upstream: OpenAIServer, served: str) -> None:
     upstream.script([call("get_weather", '{"city": "Paris", "days": 2}', "Checking.")])
-    content, _, calls, finish, usage = streamed(served, model="m", messages=QUESTION, tools=[WEATHER],
-                                                stream_options={"include_usage": True})
-    assert finish == "tool_calls" and content.strip() == "Checking."
+    content, reasoning, calls, finish, usage = streamed(served, model="m", messages=QUESTION, tools=[WEATHER],
+                                                        stream_options={"include_usage": True})
+    assert finish == "tool_calls" and content == "" and reasoning == "Checking."
     assert calls == [{"id": calls[0]["id"], "name": "get_weather", "arguments": '{"city": "Paris", "days": 2}'}]
     assert usage is not None and usage.prompt_tokens == 17
 

@@ -17,6 +17,7 @@ from tests.serve.support import WEATHER, serving
 
 CHAT, MESSAGES, RESPONSES = "/v1/chat/completions", "/v1/messages", "/v1/responses"
 USER = [{"role": "user", "content": "hi"}]
+JSON = {"Content-Type": "application/json"}
 ISSUED = {"role": "assistant", "tool_calls": [
     {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]}
 
@@ -195,9 +196,9 @@ def test_a_slow_client_body_gets_408_and_others_are_served_meanwhile(upstream: O
     slow = socket.create_connection((parts.hostname, parts.port))
     header_only = socket.create_connection((parts.hostname, parts.port))
     try:
-        slow.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        slow.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      b"Content-Length: 1000\r\n\r\n{\"model\":")
-        header_only.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        header_only.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
         upstream.script(["served"])
         status, body = post(served, CHAT, chat())
         assert status == 200 and body["choices"][0]["message"]["content"] == "served"
@@ -218,12 +219,15 @@ def test_client_key_is_required_in_each_apis_shape(upstream: OpenAIServer) -> No
     with serving(upstream.base_url, client_key="sekret") as url:
         for path, document in ((CHAT, chat()), (MESSAGES, anthropic()), (RESPONSES, {"model": "m", "input": "x"})):
             assert_shape(path, *post(url, path, document), 401)
-            wrong = send(url, "POST", path, json.dumps(document).encode(), {"Authorization": "Bearer nope"})
+            wrong = send(url, "POST", path, json.dumps(document).encode(),
+                         {"Authorization": "Bearer nope", **JSON})
             assert_shape(path, *wrong, 401)
         assert_shape(CHAT, *send(url, "GET", "/v1/models"), 401)
         upstream.script(["ok", "ok"])
-        assert send(url, "POST", CHAT, json.dumps(chat()).encode(), {"Authorization": "Bearer sekret"})[0] == 200
-        assert send(url, "POST", MESSAGES, json.dumps(anthropic()).encode(), {"x-api-key": "sekret"})[0] == 200
+        assert send(url, "POST", CHAT, json.dumps(chat()).encode(), {"Authorization": "Bearer sekret", **JSON})[0] \
+            == 200
+        assert send(url, "POST", MESSAGES, json.dumps(anthropic()).encode(), {"x-api-key": "sekret", **JSON})[0] \
+            == 200
         assert send(url, "GET", "/health")[0] == 200
 
 

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from tests.providers.servers import Completion, Hang, OpenAIServer
-from tests.serve.support import WEATHER, call
+from tests.serve.support import WEATHER, call, tracked
 
 
 def test_a_client_leaving_a_stream_cancels_the_upstream_stream(upstream: OpenAIServer, served: str) -> None:
@@ -33,7 +33,7 @@ def test_a_client_leaving_before_the_answer_cancels_the_upstream_call(upstream: 
     parts = urlsplit(served)
     body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": [WEATHER]}).encode()
     with socket.create_connection((parts.hostname, parts.port)) as sock:
-        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
         assert upstream.wait_for_requests(1)
     assert upstream.disconnected.wait(10), "the upstream call went on after the client left"
@@ -50,7 +50,7 @@ def test_many_streaming_clients_at_once_each_get_their_own_answer(
 ) -> None:
     clients = 24
     upstream.script([call("get_weather", json.dumps({"city": f"city{i}"})) for i in range(clients)])
-    api = openai.OpenAI(base_url=served + "/v1", api_key="x", max_retries=0, timeout=60)
+    api = tracked(openai.OpenAI(base_url=served + "/v1", api_key="x", max_retries=0, timeout=60))
 
     def ask(i: int) -> str:
         arguments = ""

@@ -8,7 +8,7 @@ import anthropic
 import pytest
 
 from tests.providers.servers import Completion, OpenAIServer
-from tests.serve.support import call
+from tests.serve.support import call, tracked
 
 WEATHER = {
     "name": "get_weather",
@@ -19,7 +19,7 @@ QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 def client(url: str, key: str = "unused") -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=url, api_key=key, max_retries=0, timeout=30)
+    return tracked(anthropic.Anthropic(base_url=url, api_key=key, max_retries=0, timeout=30))
 
 
 def test_a_call_is_a_tool_use_block(upstream: OpenAIServer, served: str) -> None:
@@ -28,7 +28,7 @@ def test_a_call_is_a_tool_use_block(upstream: OpenAIServer, served: str) -> None
                                              system="Be terse.")
     assert message.stop_reason == "tool_use" and message.model == "claude-x"
     text, tool_use = message.content
-    assert text.type == "text" and text.text == "I will check."
+    assert text.type == "thinking" and text.thinking == "I will check."  # type: ignore[union-attr]
     assert tool_use.type == "tool_use" and tool_use.name == "get_weather" and tool_use.input == {"city": "Paris"}
     assert tool_use.id.startswith("toolu_")
     assert "Be terse." in upstream.requests[0].body["messages"][0]["content"]
@@ -43,9 +43,10 @@ def test_streamed_tool_use_and_the_final_message(upstream: OpenAIServer, served:
         final = stream.get_final_message()
     assert final.stop_reason == "tool_use"
     kinds = [block.type for block in final.content]
-    assert kinds == ["thinking", "text", "tool_use"]
-    assert final.content[0].thinking == "Paris, so look."  # type: ignore[union-attr]
-    assert final.content[2].input == {"city": "Paris"}  # type: ignore[union-attr]
+    assert kinds == ["thinking", "tool_use"]
+    # The reasoning, then the prose before the call (reasoning too: as text it would come before the call).
+    assert final.content[0].thinking.startswith("Paris, so look.\n\n")  # type: ignore[union-attr]
+    assert final.content[1].input == {"city": "Paris"}  # type: ignore[union-attr]
     assert events[0] == "message_start" and events[-1] == "message_stop" and "content_block_start" in events
 
 

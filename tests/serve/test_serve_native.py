@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.providers.servers import Completion, OpenAIServer
-from tests.serve.support import SEARCH, WEATHER, serving
+from tests.serve.support import SEARCH, WEATHER, serving, tracked
 from tests.serve.test_serve_chat import QUESTION, client, streamed
 
 
@@ -49,9 +49,9 @@ def test_streamed_native_calls_pass_through_with_their_ids(upstream: OpenAIServe
         native("get_weather", '{"city": "Paris"}', "call_a"),
         native("search_files", '{"pattern": "*.py"}', "call_b"),
     ])])
-    content, _, calls, finish, usage = streamed(served, model="m", messages=QUESTION, tools=[WEATHER, SEARCH],
-                                                stream_options={"include_usage": True})
-    assert finish == "tool_calls" and content == "Checking both."
+    content, reasoning, calls, finish, usage = streamed(served, model="m", messages=QUESTION,
+                                                        tools=[WEATHER, SEARCH], stream_options={"include_usage": True})
+    assert finish == "tool_calls" and content == "" and reasoning == "Checking both."
     assert [(c["id"], c["name"], json.loads(c["arguments"])) for c in calls] == [
         ("call_a", "get_weather", {"city": "Paris"}), ("call_b", "search_files", {"pattern": "*.py"})]
     assert usage is not None and usage.prompt_tokens == 17
@@ -148,11 +148,11 @@ def test_an_anthropic_client_gets_the_same_forwarding(upstream: OpenAIServer, se
     tool = {"name": "get_weather", "description": "The weather.", "input_schema": WEATHER["function"]["parameters"]}
     upstream.script([Completion("On it.", tool_calls=[native("get_weather", '{"city": "Paris"}')]),
                      '{"name": "get_weather", "arguments": {"city": "Oslo"}}'])
-    api = anthropic.Anthropic(base_url=served, api_key="unused", max_retries=0, timeout=30)
+    api = tracked(anthropic.Anthropic(base_url=served, api_key="unused", max_retries=0, timeout=30))
     first = api.messages.create(model="m", max_tokens=256, messages=QUESTION, tools=[tool])  # type: ignore[list-item]
     assert first.stop_reason == "tool_use"
     text, tool_use = first.content
-    assert text.text == "On it." and tool_use.input == {"city": "Paris"}  # type: ignore[union-attr]
+    assert text.thinking == "On it." and tool_use.input == {"city": "Paris"}  # type: ignore[union-attr]
     conversation = [*QUESTION, {"role": "assistant", "content": [b.model_dump() for b in first.content]},
                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tool_use.id,  # type: ignore[union-attr]
                                                   "content": "sunny"}]}]

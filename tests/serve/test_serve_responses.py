@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from tests.providers.servers import Completion, OpenAIServer
-from tests.serve.support import call
+from tests.serve.support import call, tracked
 
 WEATHER = {
     "type": "function",
@@ -20,7 +20,7 @@ WEATHER = {
 
 
 def client(url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=30)
+    return tracked(openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=30))
 
 
 def test_a_call_is_a_function_call_item(upstream: OpenAIServer, served: str) -> None:
@@ -29,10 +29,10 @@ def test_a_call_is_a_function_call_item(upstream: OpenAIServer, served: str) -> 
                                                instructions="You are helpful.", store=False)
     assert response.status == "completed" and response.model == "codex-x"
     kinds = [item.type for item in response.output]
-    assert kinds == ["message", "function_call"]
+    assert kinds == ["reasoning", "function_call"]
     function_call = response.output[1]
     assert function_call.name == "get_weather" and json.loads(function_call.arguments) == {"city": "Paris"}  # type: ignore[union-attr]
-    assert response.output_text == "Checking."
+    assert response.output_text == "" and response.output[0].content[0].text == "Checking."  # type: ignore[union-attr,index]
     assert "You are helpful." in upstream.requests[0].body["messages"][0]["content"]
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from tests.providers.native_servers import AnthropicServer
 from tests.providers.servers import Completion, OpenAIServer
-from tests.serve.support import WEATHER, call, serving
+from tests.serve.support import WEATHER, call, serving, tracked
 from tests.serve.test_serve_chat import QUESTION, client, streamed
 
 CLAUDE_WEATHER = {"name": WEATHER["function"]["name"], "description": WEATHER["function"]["description"],
@@ -26,7 +26,7 @@ def bodies(upstream: OpenAIServer | AnthropicServer) -> list[dict[str, Any]]:
 
 
 def claude(url: str) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=30)
+    return tracked(anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=30))
 
 
 # The Anthropic SDK (2.x) no longer has keyword arguments for the sampling fields the Messages API still takes
