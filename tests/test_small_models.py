@@ -56,6 +56,9 @@ def test_a_bare_answer_ends_the_turn_under_the_grammar() -> None:
     assert not accepts(rules, "")  # an empty turn is still not a turn
     # A long answer is not cut to force a tag (the old 400-character thought cap cut mid-sentence).
     assert accepts(rules, "word " * 150)
+    # The 1.5B model ended an answer with "< /final_answer> < /tool_code" when the tag itself was meant.
+    assert not accepts(rules, "<final_answer>Fixed. < /final_answer></final_answer>")
+    assert accepts(rules, "<final_answer>1 < 2, x <= 3</final_answer>")
 
 
 def test_no_tool_is_forced_when_none_fits() -> None:

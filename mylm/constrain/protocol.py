@@ -51,10 +51,11 @@ _SPACE = "\\t\\n\\r\\x0B\\x0C\\x1C-\\x1F\\x85\\xA0\\u1680\\u2000-\\u200A\\u2028\
 #: (`<end_of_turn>`, `<|im_end|>`, which a server cuts as a stop string) can sit inside it, and no made-up tag
 #: (`<#15>`) either: a model that keeps reaching for a tag (its end-of-turn marker, which it may not write here)
 #: once looped on `<#15>\n<#16>\n…` until its token limit; now the one tag it can write is `</final_answer>`,
-#: which ends the answer. `{n}` pieces.
+#: which ends the answer. Nor `< /tag` (a space, then a slash): Qwen2.5-Coder 1.5B closed its answer with
+#: `< /final_answer> < /tool_code` when the exact tag was what it meant. `{n}` pieces.
 _ANSWER_TEXT = (
-    'answer-text ::= [ \\t\\n]{{0,8}} ([^<{space}] | "<" [ \\t=]) '
-    '([^<] | "<" [ \\t=]){{0,{n}}}'
+    'answer-text ::= [ \\t\\n]{{0,8}} ([^<{space}] | "<" ([=] | [ \\t] [^/<])) '
+    '([^<] | "<" ([=] | [ \\t] [^/<])){{0,{n}}}'
 )
 _PLAIN_ANSWER = "plain-answer ::= [ \\t\\n]{{0,8}} [^<`~{space}] [^<`~]{{0,{n}}}"
 
