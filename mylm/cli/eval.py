@@ -48,8 +48,9 @@ def _listed(values: tuple[str, ...]) -> list[str]:
               help="Download the bfcl-eval wheel (pip download --no-deps) into mylm's cache first.")
 @click.option("--max-iterations", type=int, metavar="N", default=6, show_default=True,
               help="Model calls allowed per agent task.")
-@click.option("--timeout", type=float, metavar="SECONDS", default=300.0, show_default=True,
-              help="Wall-clock budget per question or task.")
+@click.option("--timeout", type=float, metavar="SECONDS", default=900.0, show_default=True,
+              help="Wall-clock budget per question or task, the same in every mode (a 1.5B model on a laptop CPU "
+                   "takes 20-60 s a turn, so a six-turn task needs minutes).")
 @click.option("--max-tokens", type=int, metavar="N", default=None,
               help="Output cap per model call [config, 4096].")
 @click.option("--repeat", type=click.IntRange(1, 100), default=1, show_default=True, help="Runs per agent task.")
