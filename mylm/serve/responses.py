@@ -14,7 +14,8 @@ from ..agent.step import ToolDefinition
 from ..core.errors import RequestError
 from ..core.types import Usage
 from ..llm import Sampling
-from .chat import KEEPALIVE, content_text, error_body
+from . import chat
+from .chat import KEEPALIVE, content_text
 from .http import sse
 from .wire import (
     CallIn,
@@ -47,9 +48,18 @@ SEPARATOR = "."
 __all__ = ["KEEPALIVE", "answer", "error_body", "events", "parse", "stream_error"]
 
 
+def error_body(error: RequestError) -> dict[str, Any]:
+    """OpenAI's error shape; a prompt beyond the context blames `input`, as the Responses API does."""
+    body = chat.error_body(error)
+    if error.code == "context_length_exceeded":
+        body["error"]["param"] = "input"
+    return body
+
+
 def stream_error(error: RequestError) -> bytes:
     """An error after the stream has started: the Responses API's `error` event."""
-    return sse({"type": "error", "code": error.code or error.kind, "message": error.message, "param": error.param},
+    return sse({"type": "error", "code": error.code or error.kind, "message": error.message,
+                "param": error_body(error)["error"]["param"]},
                "error")
 
 
