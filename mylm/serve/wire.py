@@ -70,6 +70,10 @@ class ChatRequest:
     stream: bool = False
     #: The client's sampling settings, sent with every upstream call of the request (corrections included).
     sampling: Sampling = field(default_factory=Sampling)
+    #: The Responses API's id for the answer, chosen up front, and whether the answer is kept under it for a
+    #: later `previous_response_id` (`stored.py`).
+    response_id: str | None = None
+    keep: bool = False
 
 
 @dataclass(frozen=True)
