@@ -173,3 +173,14 @@ def test_an_in_process_engine_tells_its_own_window() -> None:
     window = ContextWindow(model)
     assert window.size() == 1024 and window.source == "engine"
     assert window.fit([], 4000) == 1024 - 0  # an empty prompt leaves the whole window
+
+
+def test_langchain_reads_it_as_a_context_overflow() -> None:
+    from langchain_core.exceptions import ContextOverflowError
+    from langchain_openai import ChatOpenAI
+
+    with LlamaServer(2048) as upstream, fronting(upstream) as url:
+        model = ChatOpenAI(base_url=url + "/v1", api_key="unused", model="local", max_retries=0)  # type: ignore[arg-type]
+        with pytest.raises(ContextOverflowError):
+            model.invoke(LONG)
+        assert generations(upstream) == []
