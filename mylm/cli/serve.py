@@ -130,6 +130,8 @@ def build_app(llm: Any, loader: Any, settings: Any, key: str | None, options: di
     from ..core.errors import ConfigError
     from ..serve.app import ServeConfig, create_app
     from ..serve.core import Core, CoreSettings
+    from ..serve.window import ContextWindow
+    from .runner import context_budget
 
     try:
         core = Core(llm, loader, CoreSettings(
@@ -139,7 +141,7 @@ def build_app(llm: Any, loader: Any, settings: Any, key: str | None, options: di
             timeout=settings.timeout,
             stop_strings=stop_strings,
             tools=options.get("tools_mode", "emulate"),
-        ))
+        ), ContextWindow(llm, fallback=context_budget(settings)))
     except ValueError as error:
         raise ConfigError(str(error)) from None
     hosts = tuple(options.get("allow_hosts") or ())

@@ -52,6 +52,10 @@ class Sampling:
     seed: int | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
+    #: llama.cpp's, vLLM's, Ollama's and LM Studio's; not OpenAI's, Anthropic's or Gemini's.
+    min_p: float | None = None
+    #: llama.cpp's, Ollama's and LM Studio's name (vLLM's `repetition_penalty` is read as it by `mylm serve`).
+    repeat_penalty: float | None = None
 
     def items(self) -> tuple[tuple[str, float | int], ...]:
         """The options this request sets, as `(name, value)` pairs in `SAMPLING_OPTIONS` order."""

@@ -110,9 +110,9 @@ class OpenAIChat(HTTPProvider):
         # OpenAI itself wants the newer field name; compatible servers mostly know only `max_tokens`.
         if (urlsplit(self.endpoint.base_url).hostname or "") == "api.openai.com":
             self.quirks.add("max_completion_tokens")
-            # ... and has no grammar field and no `top_k` (llama.cpp's, vLLM's and LM Studio's extension):
-            # known, so not learned from a refused call.
-            self.quirks.update(("no_grammar", "no_top_k"))
+            # ... and has no grammar field and no `top_k`, `min_p` or `repeat_penalty` (llama.cpp's, vLLM's and
+            # LM Studio's extensions): known, so not learned from a refused call.
+            self.quirks.update(("no_grammar", "no_top_k", "no_min_p", "no_repeat_penalty"))
 
     @classmethod
     def normalise_base_url(cls, base_url: str) -> str:

@@ -35,6 +35,7 @@ from .bridge import Backlog, produced
 from .core import Core
 from .guard import Guard, Guarding, client_key, key_matches
 from .http import EventStream, json_response, read_body, unless_disconnected
+from .stored import StoredResponses
 from .wire import CallOut, ChatMessage, Finished, Out, load_json, said
 
 logger = logging.getLogger("mylm.serve")
@@ -87,6 +88,8 @@ class Server:
         #: Traces each generation request (None: tracing is off, and nothing of OpenTelemetry is loaded).
         self.tracing = tracing
         self.active = 0
+        #: The last Responses answers, for `previous_response_id` (this process's memory only).
+        self.stored = StoredResponses()
         self._slots = asyncio.Semaphore(config.max_concurrency)
 
     # ---------------------------------------------------------------------------------------- handlers
@@ -160,7 +163,7 @@ class Server:
         if refused is not None:
             return refused
         body = load_json(await read_body(request, self.config.max_body, self.config.body_timeout))
-        parsed = api.parse(body)
+        parsed = api.parse(body, self.stored) if api is responses else api.parse(body)
         if observer is not None:
             observer.request(api=api.__name__.rsplit(".", 1)[-1], model=parsed.model, stream=parsed.stream,
                              tools=len(parsed.tools), max_tokens=parsed.max_tokens,
@@ -212,12 +215,15 @@ class Server:
         async with self._slots:
             self.active += 1
             seen: list[Out] = []
+            keep = bool(getattr(parsed, "keep", False) and getattr(parsed, "response_id", None))
             try:
                 async for item in produced(lambda cancel: self.core.run(parsed, cancel, observer),
                                            backlog=backlog):
-                    if observer is not None:
+                    if observer is not None or keep:
                         seen.append(item)
                     yield item
+                if keep:
+                    self.stored.put(parsed.response_id, parsed.messages, seen)
             finally:
                 self.active -= 1
             if observer is not None:

@@ -13,6 +13,7 @@ from ..core.types import Usage
 from ..llm import Sampling
 from .http import sse
 from .wire import (
+    MAX_REPEAT_PENALTY,
     MAX_TOP_K,
     SEED_RANGE,
     CallIn,
@@ -88,8 +89,15 @@ def parse(body: dict[str, Any]) -> ChatRequest:
 
 
 def _sampling(body: dict[str, Any]) -> Sampling:
-    """The sampling fields, in OpenAI's ranges; `top_k` is not OpenAI's but llama.cpp's, vLLM's and LM Studio's
-    extension, which clients send to such servers (the OpenAI SDK's `extra_body`)."""
+    """The sampling fields, in OpenAI's ranges; `top_k`, `min_p` and `repeat_penalty` are not OpenAI's but
+    llama.cpp's, vLLM's and LM Studio's extensions, which clients send to such servers (the OpenAI SDK's
+    `extra_body`); vLLM spells the last `repetition_penalty`, read here as the same field."""
+    repeat = body.get("repeat_penalty")
+    if repeat is None:
+        repeat = body.get("repetition_penalty")
+        where = "repetition_penalty"
+    else:
+        where = "repeat_penalty"
     return Sampling(
         temperature=number(body.get("temperature"), "temperature", 0, 2),
         top_p=number(body.get("top_p"), "top_p", 0, 1),
@@ -97,6 +105,8 @@ def _sampling(body: dict[str, Any]) -> Sampling:
         seed=integer(body.get("seed"), "seed", *SEED_RANGE),
         presence_penalty=number(body.get("presence_penalty"), "presence_penalty", -2, 2),
         frequency_penalty=number(body.get("frequency_penalty"), "frequency_penalty", -2, 2),
+        min_p=number(body.get("min_p"), "min_p", 0, 1),
+        repeat_penalty=number(repeat, where, 0, MAX_REPEAT_PENALTY),
     )
 
 

@@ -62,6 +62,7 @@ from .native import (
 )
 from .native import rescued as rescued_json
 from .turns import Observe, answered, relay, thought_of
+from .window import ContextWindow
 from .wire import (
     CallOut,
     ChatMessage,
@@ -101,10 +102,13 @@ class CoreSettings:
 class Core:
     """Serves `ChatRequest`s against one upstream model; thread-safe (each request runs in its own thread)."""
 
-    def __init__(self, llm: LLM, prompts: PromptLoader, settings: CoreSettings = CoreSettings()) -> None:
+    def __init__(self, llm: LLM, prompts: PromptLoader, settings: CoreSettings = CoreSettings(),
+                 window: ContextWindow | None = None) -> None:
         self.llm = llm
         self.prompts = prompts
         self.settings = settings
+        #: The upstream's context window, which requests are fitted into (None: nothing is checked).
+        self.window = window
         #: What replies have shown about the upstream (shared by every request's step): whether its chat template
         #: opens `<think>` (None: not known yet), and whether its stop strings cut the model's reasoning.
         self.opens_reasoning: bool | None = None
@@ -237,12 +241,28 @@ class Core:
             yield from self._plain(request, self.render(request), deadline, cancel, observe=observe)
             return
         step = self.step(request)
-        yield from self._emulate(request, step, list(self.render(request, step)), deadline, cancel, observe)
+        messages = self.render(request, step)
+        step.config = dataclasses.replace(step.config, max_tokens=self._fitted(messages, step.config.max_tokens))
+        yield from self._emulate(request, step, list(messages), deadline, cancel, observe)
+
+    def _fitted(self, messages: tuple[Message, ...], max_tokens: int, native: NativeTools | None = None) -> int:
+        """`max_tokens` fitted into the upstream's window (a `RequestError` in the API's context-length shape
+        when the prompt cannot fit: refused at once, before anything goes upstream). With `native` tools the
+        forwarded conversation and schemas are what is sent, so they are what is counted."""
+        if self.window is None:
+            return max_tokens
+        if native is not None:
+            return self.window.fit((), max_tokens, json.dumps([*native.messages, *native.tools], default=str))
+        return self.window.fit(messages, max_tokens)
 
     def _plain(self, request: ChatRequest, messages: tuple[Message, ...], deadline: float,
                cancel: CancelToken, native: NativeTools | None = None, observe: Observe | None = None) -> Iterator[Out]:
         """No tools: the conversation proxied as plain chat, its text and reasoning passed straight on."""
-        upstream = LLMRequest(messages, stop=request.stop, max_tokens=request.max_tokens, deadline=deadline,
+        wanted = request.max_tokens or self.settings.max_tokens
+        fitted = self._fitted(messages, wanted, native)
+        # No cap asked for and none needed: the upstream's own default, as before.
+        max_tokens = request.max_tokens if fitted == wanted else fitted
+        upstream = LLMRequest(messages, stop=request.stop, max_tokens=max_tokens, deadline=deadline,
                               cancel=cancel, native=native, sampling=request.sampling)
         finish: FinishChunk | None = None
         started, first = time.monotonic(), None
@@ -342,6 +362,8 @@ class Core:
             prompts=self.prompts)
         step.stops = tuple(request.stop)
         wire = wire_messages(request)
+        step.config = dataclasses.replace(step.config, max_tokens=self._fitted(
+            (), step.config.max_tokens, NativeTools(tuple(wire), wire_tools(request.tools))))
         seed = stable_id("", json.dumps(wire, sort_keys=True, default=str))
         shown = list(self.render(request))  # what the step calibrates its token estimate with
         corrections, meter, counted = step.corrections(), Meter(), [False, False]

@@ -1,4 +1,5 @@
-"""`POST /v1/responses`: OpenAI's Responses API over the core, stateless (`store: false`), streaming its typed
+"""`POST /v1/responses`: OpenAI's Responses API over the core (the last responses kept for `previous_response_id`,
+in memory: `stored.py`), streaming its typed
 events (`response.output_item.added`, `response.output_text.delta`, `response.function_call_arguments.delta`,
 `response.completed`, ...)."""
 
@@ -14,8 +15,10 @@ from ..agent.step import ToolDefinition
 from ..core.errors import RequestError
 from ..core.types import Usage
 from ..llm import Sampling
-from .chat import KEEPALIVE, content_text, error_body
+from . import chat
+from .chat import KEEPALIVE, content_text
 from .http import sse
+from .stored import StoredResponses
 from .wire import (
     CallIn,
     CallOut,
@@ -47,18 +50,35 @@ SEPARATOR = "."
 __all__ = ["KEEPALIVE", "answer", "error_body", "events", "parse", "stream_error"]
 
 
+def error_body(error: RequestError) -> dict[str, Any]:
+    """OpenAI's error shape; a prompt beyond the context blames `input`, as the Responses API does."""
+    body = chat.error_body(error)
+    if error.code == "context_length_exceeded":
+        body["error"]["param"] = "input"
+    return body
+
+
 def stream_error(error: RequestError) -> bytes:
     """An error after the stream has started: the Responses API's `error` event."""
-    return sse({"type": "error", "code": error.code or error.kind, "message": error.message, "param": error.param},
+    return sse({"type": "error", "code": error.code or error.kind, "message": error.message,
+                "param": error_body(error)["error"]["param"]},
                "error")
 
 
-def parse(body: dict[str, Any]) -> ChatRequest:
-    """The request, checked: a `RequestError` names the first field that is wrong."""
+def parse(body: dict[str, Any], stored: StoredResponses | None = None) -> ChatRequest:
+    """The request, checked: a `RequestError` names the first field that is wrong. A `previous_response_id`
+    puts the conversation that response ended (from `stored`) before the new input."""
     model = text(body.get("model"), "model", allow_empty=False)
-    if body.get("previous_response_id") is not None:
-        raise RequestError("previous_response_id is not supported: this server keeps no responses (store is "
-                           "false); send the whole conversation in input", param="previous_response_id")
+    history: tuple[ChatMessage, ...] = ()
+    previous = body.get("previous_response_id")
+    if previous is not None:
+        previous = text(previous, "previous_response_id", allow_empty=False)
+        found = stored.get(previous) if stored is not None else None
+        if found is None:
+            # OpenAI's answer to an id it does not have (this server keeps the last few, in memory only).
+            raise RequestError(f"Previous response with id '{previous}' not found.", param="previous_response_id",
+                               code="previous_response_not_found")
+        history = found
     # The Responses API's sampling fields are these two (no seed, no penalties).
     sampling = Sampling(temperature=number(body.get("temperature"), "temperature", 0, 2),
                         top_p=number(body.get("top_p"), "top_p", 0, 1))
@@ -66,6 +86,8 @@ def parse(body: dict[str, Any]) -> ChatRequest:
     conversation: list[ChatMessage] = []
     if body.get("instructions") is not None:
         conversation.append(ChatMessage("system", text(body.get("instructions"), "instructions")))
+    # Instructions are the request's own: a previous response's are not carried over (as OpenAI does).
+    conversation.extend(history)
     given = body.get("input")
     if isinstance(given, str):
         conversation.append(ChatMessage("user", text(given, "input")))
@@ -83,6 +105,8 @@ def parse(body: dict[str, Any]) -> ChatRequest:
         max_tokens=count(body.get("max_output_tokens"), "max_output_tokens"),
         stream=flag(body.get("stream"), "stream", False),
         sampling=sampling,
+        response_id=f"resp_{uuid.uuid4().hex}",
+        keep=flag(body.get("store"), "store", True),
     )
 
 
@@ -203,8 +227,8 @@ def _response(request: ChatRequest, body: dict[str, Any], rid: str, status: str)
         "output": [], "parallel_tool_calls": request.parallel, "tool_choice": body.get("tool_choice", "auto"),
         "tools": body.get("tools") or [], "instructions": body.get("instructions"), "error": None,
         "incomplete_details": None, "metadata": body.get("metadata") or {}, "temperature": body.get("temperature"),
-        "top_p": body.get("top_p"), "max_output_tokens": request.max_tokens, "previous_response_id": None,
-        "store": False, "text": {"format": {"type": "text"}}, "truncation": "disabled", "usage": None,
+        "top_p": body.get("top_p"), "max_output_tokens": request.max_tokens, "previous_response_id": body.get("previous_response_id"),
+        "store": request.keep, "text": {"format": {"type": "text"}}, "truncation": "disabled", "usage": None,
     }
 
 
@@ -236,7 +260,7 @@ def _ending(finish: Finished) -> tuple[str, dict[str, Any] | None]:
 
 def answer(request: ChatRequest, items: list[Out], body: dict[str, Any]) -> dict[str, Any]:
     """The whole response, for a request that is not streamed."""
-    rid = f"resp_{uuid.uuid4().hex}"
+    rid = request.response_id or f"resp_{uuid.uuid4().hex}"
     output: list[dict[str, Any]] = []
     thought = "".join(i.text for i in items if isinstance(i, ReasoningOut))
     if thought:
@@ -254,7 +278,7 @@ def answer(request: ChatRequest, items: list[Out], body: dict[str, Any]) -> dict
 
 async def events(request: ChatRequest, items: AsyncIterator[Out], body: dict[str, Any]) -> AsyncIterator[bytes]:
     """The response as the Responses API streams it, each event numbered (`sequence_number`)."""
-    rid = f"resp_{uuid.uuid4().hex}"
+    rid = request.response_id or f"resp_{uuid.uuid4().hex}"
     sequence = 0
     output: list[dict[str, Any]] = []
 

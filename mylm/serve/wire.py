@@ -27,6 +27,8 @@ MAX_COUNT = 10_000_000
 MAX_SCHEMA_DEPTH = 48
 #: The range of a `seed`: a signed 64-bit integer, as OpenAI takes it (each upstream reduces it to its own width).
 SEED_RANGE = (-(2**63), 2**63 - 1)
+#: The largest `repeat_penalty` accepted (llama.cpp takes any float; 1 is off).
+MAX_REPEAT_PENALTY = 10.0
 #: The largest `top_k` accepted (far beyond any vocabulary).
 MAX_TOP_K = 1_000_000
 
@@ -68,6 +70,10 @@ class ChatRequest:
     stream: bool = False
     #: The client's sampling settings, sent with every upstream call of the request (corrections included).
     sampling: Sampling = field(default_factory=Sampling)
+    #: The Responses API's id for the answer, chosen up front, and whether the answer is kept under it for a
+    #: later `previous_response_id` (`stored.py`).
+    response_id: str | None = None
+    keep: bool = False
 
 
 @dataclass(frozen=True)

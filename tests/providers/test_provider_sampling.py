@@ -16,7 +16,8 @@ from tests.providers.local_support import real_model
 from tests.providers.native_servers import AnthropicServer, GeminiServer, LlamaCppServer, OllamaServer
 from tests.providers.servers import HTTPError, LoopbackServer, OpenAIServer, RecordedRequest
 
-ALL = Sampling(temperature=0.3, top_p=0.9, top_k=20, seed=7, presence_penalty=0.5, frequency_penalty=0.25)
+ALL = Sampling(temperature=0.3, top_p=0.9, top_k=20, seed=7, presence_penalty=0.5, frequency_penalty=0.25,
+               min_p=0.05, repeat_penalty=1.1)
 
 
 def sent_body(provider: str, server: LoopbackServer, sampling: Sampling, **settings: Any) -> Any:
@@ -32,7 +33,7 @@ def with_sampling(req: LLMRequest, sampling: Sampling) -> LLMRequest:
 
 
 TOP_LEVEL = {"temperature": 0.3, "top_p": 0.9, "top_k": 20, "seed": 7, "presence_penalty": 0.5,
-             "frequency_penalty": 0.25}
+             "frequency_penalty": 0.25, "min_p": 0.05, "repeat_penalty": 1.1}
 
 #: provider, server, endpoint settings, where the sampling values sit in the body, and what they must be there.
 CASES: list[tuple[str, Callable[..., LoopbackServer], dict[str, Any], Callable[[Any], Any], dict[str, Any]]] = [

@@ -6,7 +6,6 @@ import json
 from typing import Any
 
 import openai
-import pytest
 
 from tests.providers.servers import Completion, OpenAIServer
 from tests.serve.support import call, tracked
@@ -58,9 +57,3 @@ def test_streamed_events_and_a_second_turn_with_the_output(upstream: OpenAIServe
     answer = api.responses.create(model="m", input=second, tools=[WEATHER])
     assert answer.output_text == "Sunny."
     assert "<observation>\nsunny\n</observation>" in upstream.requests[1].body["messages"][-1]["content"]
-
-
-def test_previous_response_id_is_a_clear_400(served: str) -> None:
-    with pytest.raises(openai.BadRequestError) as raised:
-        client(served).responses.create(model="m", input="hi", previous_response_id="resp_1")
-    assert "previous_response_id" in str(raised.value)

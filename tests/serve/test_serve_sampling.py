@@ -116,7 +116,31 @@ def test_native_tools_forward_the_clients_sampling(upstream: OpenAIServer) -> No
         (0.1, 0.5, 9, "get_weather")
 
 
+def test_min_p_and_repeat_penalty_reach_every_upstream_call_corrections_included(
+    upstream: OpenAIServer, served: str
+) -> None:
+    # llama.cpp's, vLLM's and LM Studio's fields, sent with the OpenAI SDK's `extra_body`.
+    upstream.script([call("get_wether", '{"city": "Paris"}'), call("get_weather", '{"city": "Paris"}')])
+    reply = client(served).chat.completions.create(model="m", messages=QUESTION, tools=[WEATHER],  # type: ignore[arg-type]
+                                                   extra_body={"min_p": 0.05, "repeat_penalty": 1.1})
+    assert reply.choices[0].finish_reason == "tool_calls"
+    first, corrected = bodies(upstream)
+    for body in (first, corrected):
+        assert (body["min_p"], body["repeat_penalty"]) == (0.05, 1.1)
+
+
+def test_vllms_repetition_penalty_is_read_as_repeat_penalty(upstream: OpenAIServer, served: str) -> None:
+    upstream.script(["Hello."])
+    client(served).chat.completions.create(model="m", messages=QUESTION,  # type: ignore[arg-type]
+                                           extra_body={"repetition_penalty": 1.2})
+    [body] = bodies(upstream)
+    assert body["repeat_penalty"] == 1.2 and "min_p" not in body
+
+
 @pytest.mark.parametrize(("fields", "param"), [
+    ({"extra_body": {"min_p": 1.5}}, "min_p"),
+    ({"extra_body": {"repeat_penalty": "high"}}, "repeat_penalty"),
+    ({"extra_body": {"repetition_penalty": -1}}, "repetition_penalty"),
     ({"presence_penalty": 2.5}, "presence_penalty"),
     ({"frequency_penalty": -3}, "frequency_penalty"),
     ({"seed": "lucky"}, "seed"),
