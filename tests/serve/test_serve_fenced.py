@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 import openai
-import pytest
 
 from tests.providers.servers import OpenAIServer
 from tests.serve.support import openai_client
