@@ -125,6 +125,41 @@ def endpoint_options(command: F) -> F:
     return command
 
 
+def run_options(command: F) -> F:
+    """The per-run limits, approval and tool-choice flags: `ask`, `chat` and `batch` (for each task) take the same."""
+    options = [
+        click.option("--max-iterations", type=int, metavar="N",
+                     help="Model calls allowed before a summary answer [10] [env: MYLM_MAX_ITERATIONS]."),
+        click.option("--timeout", type=float, metavar="SECONDS",
+                     help="Wall-clock budget for each run [120] [env: MYLM_TIMEOUT]."),
+        click.option("--max-tokens", type=int, metavar="N",
+                     help="Output cap for each model call [4096] [env: MYLM_MAX_TOKENS]."),
+        click.option("-y", "--yes", is_flag=True, default=None,
+                     help="Run every tool call the approval policy does not forbid, without asking."),
+        click.option(
+            "--sandbox", type=click.Choice(["auto", "off"]), default=None,
+            help="auto: confine commands with the kernel's sandbox (Landlock, else bubblewrap); off: run them "
+                 "unconfined (warns every run) [auto].",
+        ),
+        click.option(
+            "--tool-choice", metavar="auto|none|required|TOOL",
+            help="auto: the model decides [default]; none: no tools; required: every reply must call a tool; "
+                 "TOOL: every reply must call that tool.",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def timeout_hint(settings: Settings) -> str:
+    """The ways to raise the runs' time limit (the flag first), added where the CLI prints a timeout (the agent's own message names no
+    flag: a library user sets `Agent(timeout=...)`)."""
+    source = settings.sources.get("timeout", "default")
+    origin = "" if source in ("default", "flag") else f"; this one is from {source}"
+    return f"--timeout SECONDS (or timeout = SECONDS in config.toml, or MYLM_TIMEOUT){origin}"
+
+
 def verbose_option(command: F) -> F:
     """`-v`: full tool output and the loop's log on stderr (`-vv` for debug)."""
     return click.option(
