@@ -7,6 +7,7 @@ import time
 from collections import deque
 from typing import Any, Callable, Sequence
 
+from .._version import install_command
 from ..cancel import CancelToken
 from ..errors import ConfigError
 from .events import TaskStart
@@ -70,7 +71,7 @@ def import_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise ConfigError("--executor ray needs Ray: pip install 'mylm[ray]'") from None
+        raise ConfigError(f"--executor ray needs Ray: {install_command('ray')}") from None
     return ray
 
 

@@ -15,6 +15,7 @@ from .common import (
     EXIT_TIMEOUT,
     configure_logging,
     endpoint_options,
+    exit_codes_help,
     from_outside,
     handles_errors,
     make_redactor,
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from ..types import RunResult
 
 
-@click.command()
+@click.command(epilog=exit_codes_help())
 @click.argument("prompt", nargs=-1)
 @endpoint_options
 @run_options
@@ -58,8 +59,6 @@ def ask(ctx: click.Context, /, prompt: tuple[str, ...], **options: Any) -> None:
       git diff | mylm ask "review this"
       mylm ask -m work --json "list the TODOs" | jq .
       mylm ask --continue "and now fix the first one"
-
-    Exit codes: 0 answer, 1 error, 2 usage, 3 iteration limit, 4 timeout, 130 interrupted.
     """
     from .runner import build_agent, make_approver, make_printer, session_tools
     from .tracing import make_tracer, run_traced

@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 @click.option("--fsync", type=click.Choice(["line", "close", "never"]), default="line", show_default=True,
               help="When result lines are forced to disk.")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="Threads on this machine, or tasks on a Ray cluster (pip install 'mylm[ray]').")
+              help="Threads on this machine, or tasks on a Ray cluster (the ray extra).")
 @click.option("--ray-address", metavar="auto|HOST:PORT", help="The Ray cluster to join [auto].")
 @click.option("--json", "as_json", is_flag=True, help="Progress events as JSON lines on stdout.")
 @otel_option

@@ -16,8 +16,29 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: Exit codes (also in the README): 0 answer, 1 error, 2 usage, 3 iteration limit, 4 timeout, 130 interrupted.
+#: Exit codes (all of them in EXIT_CODES).
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_ITERATIONS, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+#: Every exit code of `mylm ask`: the code, its word in `--help`, and its meaning in docs/cli.md's table (which a
+#: test checks against this, so the help and the docs cannot drift apart).
+EXIT_CODES: tuple[tuple[int, str, str], ...] = (
+    (0, "answer", "the model answered (or a done tool finished the task)"),
+    (1, "error", "error: endpoint unreachable, HTTP error, broken stream, the model kept replying unusably"),
+    (2, "usage", "usage: bad flags, bad config, bad template, unknown session"),
+    (3, "iteration limit", "iteration limit reached (a summary answer is still printed)"),
+    (4, "timeout", "timeout (the message says how to raise it)"),
+    (5, "repeated call", "stopped: the model kept making the same call and getting the same result "
+                         "(`max_repeated_calls`, 3 in a row)"),
+    (74, "output not written", "the output could not be written: stdout closed (`>&-`) or a full disk "
+                               "(`> /dev/full`); any command"),
+    (130, "interrupted", "interrupted (Ctrl-C)"),
+    (141, "broken pipe", "the program reading the output went away (a broken pipe: `mylm ask ... | head -1`), "
+                         "as git exits; any command"),
+)
+
+
+def exit_codes_help() -> str:
+    """`Exit codes: 0 answer, 1 error, ...`: the help's epilog, from EXIT_CODES."""
+    return "Exit codes: " + ", ".join(f"{code} {word}" for code, word, _ in EXIT_CODES) + "."
 
 
 def fail(message: str, code: int) -> None:

@@ -69,9 +69,10 @@ def mcp(ctx: click.Context, /, **options: Any) -> None:
     try:
         import mcp as _  # noqa: F401 - only to say clearly that the extra is missing
     except ImportError:
+        from .._version import install_command
         from ..errors import ConfigError
 
-        raise ConfigError("mylm mcp needs the MCP SDK: pip install 'mylm[mcp]'") from None
+        raise ConfigError(f"mylm mcp needs the MCP SDK: {install_command('mcp')}") from None
     from ..delegate import Bounds, DelegateService, RunSessions
     from ..delegate.server import build_server
     from .runner import command_sandbox, make_llm, prompt_loader, warn_about

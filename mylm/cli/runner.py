@@ -208,12 +208,12 @@ class _SuggestLocal:
 
     def stream(self, request: Any) -> Iterator[Any]:
         from ..errors import EndpointUnreachableError
-        from ..providers.local import INSTALL_HINT
+        from .._version import install_command
 
         try:
             yield from self.llm.stream(request)
         except EndpointUnreachableError as error:
-            hint = f"; or run a model inside mylm: {INSTALL_HINT} && mylm models pull smollm2-135m"
+            hint = f"; or run a model inside mylm: {install_command('local')} && mylm models pull smollm2-135m"
             unreachable = EndpointUnreachableError(error.message + hint)
             unreachable.retryable = error.retryable
             raise unreachable from None

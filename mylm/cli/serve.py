@@ -108,14 +108,15 @@ def serve(ctx: click.Context, /, **options: Any) -> None:
         fail(f"cannot listen on {host}:{options['port']}: {error.strerror or error}", EXIT_ERROR)
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-    click.echo(f"mylm serve: {settings.model or 'the default model'} on http://{shown}:{bound_port}/v1 "
-               "(Ctrl-C stops)", err=True)
     from ..serve.server import run
+    from .endpoint import endpoint_in_use
 
+    # The model named as `mylm config` and the chat banner name it (never "the default model": which one?).
+    banner = f"mylm serve: http://{shown}:{bound_port}/v1 serves {endpoint_in_use(settings).describe()} (Ctrl-C stops)"
     try:
-        run(app, sock)
+        run(app, sock, ready=lambda: click.echo(banner, err=True))
     except KeyboardInterrupt:
-        pass  # uvicorn drained the requests in flight, then re-raised the signal it caught: a clean stop
+        pass  # a Ctrl-C before the server's handler was in place: nothing was being served yet
     finally:
         if tracing is not None:
             tracing.shutdown()  # exports the last requests' spans

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Mapping
 
+from .._version import install_command
 from ..errors import CancelledError, ConfigError, ContextOverflowError, LLMError, LLMTimeoutError
 from ..llm import SAMPLING_OPTIONS, FinishChunk, LLMChunk, LLMRequest, TextChunk, alternating, native_refused
 from ..protocol.stops import StopCutter
@@ -51,7 +52,6 @@ _SAMPLING = (
 _LOAD_OPTIONS = ("n_threads", "n_gpu_layers", "n_batch", "seed")
 #: A request's own sampling options that `Llama.generate` takes (its `seed` is the sampler's, set apart).
 _REQUEST_SAMPLING = {name: name for name in SAMPLING_OPTIONS if name in _SAMPLING}
-INSTALL_HINT = "pip install 'mylm[local]'"
 
 
 def engine_available() -> bool:
@@ -108,7 +108,7 @@ def _import_llama_cpp() -> Any:
         llama_cpp = _module("llama_cpp")
     except ImportError as error:
         raise ConfigError(
-            f"--provider local needs llama-cpp-python ({error}); install it with: {INSTALL_HINT}"
+            f"--provider local needs llama-cpp-python ({error}); install it with: {install_command('local')}"
         ) from None
     if _log_callback is None:
         # llama.cpp reports on everything it loads, on stderr; mylm's log takes it instead (shown with -vv),

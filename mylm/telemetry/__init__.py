@@ -23,6 +23,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping
 
+from .._version import install_command
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ def configure(
     except ImportError as error:
         raise ConfigError(
             f"an OpenTelemetry endpoint is set, but the exporter is not installed ({error.name}): "
-            "pip install 'mylm[otel]'"
+            f"{install_command('otel')}"
         ) from None
     return Telemetry.create(url, redactor=redactor, capture_content=capture_content, report=report, file=file)
 

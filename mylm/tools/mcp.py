@@ -18,6 +18,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence, TextIO
 
+from .._version import install_command
 from ..cancel import remaining
 from ..errors import CancelledError, ConfigError, ToolError
 from ..redact import redact
@@ -168,7 +169,7 @@ class McpServers:
             import mcp  # noqa: F401 - only to say clearly what is missing
         except ImportError:
             raise ConfigError(
-                "MCP servers are configured, but the MCP SDK is not installed: pip install 'mylm[mcp]'"
+                f"MCP servers are configured, but the MCP SDK is not installed: {install_command('mcp')}"
             ) from None
         logging.getLogger("mcp").addHandler(self._notes)
         self._loop = asyncio.new_event_loop()

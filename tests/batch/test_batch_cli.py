@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from mylm._version import install_command
 from mylm.protocol.parser import format_tool_call
 from mylm.types import ToolCall
 from tests.cli.cli_support import invoke
@@ -185,7 +186,7 @@ def test_ray_options_are_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert misplaced.exit_code == 2 and "--executor ray" in misplaced.stderr
     monkeypatch.setitem(sys.modules, "ray", None)  # as if the extra were not installed
     missing = invoke(["batch", str(tasks), "-o", out, "--executor", "ray"])
-    assert missing.exit_code == 2 and "pip install 'mylm[ray]'" in missing.stderr
+    assert missing.exit_code == 2 and f"needs Ray: {install_command('ray')}" in missing.stderr
 
 
 def test_a_failed_task_is_one_progress_line(tmp_path: Path) -> None:

@@ -193,6 +193,7 @@ def test_help_never_imports_the_engine(subprocess_env: dict[str, str], args: lis
 
 
 def test_without_the_extra_the_default_server_error_offers_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mylm._version import install_command
     from mylm.cli import runner
     from mylm.config import load_settings
     from mylm.errors import EndpointUnreachableError
@@ -212,7 +213,7 @@ def test_without_the_extra_the_default_server_error_offers_it(monkeypatch: pytes
         list(wrapped.stream(LLMRequest((Message("user", "hi"),))))
     assert str(caught.value) == (
         "cannot reach the ollama endpoint at http://localhost:11434: refused; or run a model inside mylm: "
-        "pip install 'mylm[local]' && mylm models pull smollm2-135m"
+        f"{install_command('local')} && mylm models pull smollm2-135m"
     )
     configured = load_settings({"base_url": "http://127.0.0.1:8080/v1"})
     assert not runner.nothing_configured(configured)
