@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from mylm._version import install_command
 from mylm.protocol.parser import format_tool_call
 from mylm.types import ToolCall
 from tests.cli.cli_support import invoke
@@ -180,6 +179,8 @@ def test_live_line_on_a_terminal(tmp_path: Path, subprocess_env: dict[str, str])
 
 
 def test_ray_options_are_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mylm._version import install_command
+
     tasks = write_tasks(tmp_path / "tasks.jsonl", 1)
     out = str(tmp_path / "out.jsonl")
     misplaced = invoke(["batch", str(tasks), "-o", out, "--ray-address", "auto"])
