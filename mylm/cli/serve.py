@@ -112,7 +112,8 @@ def serve(ctx: click.Context, /, **options: Any) -> None:
     from .endpoint import endpoint_in_use
 
     # The model named as `mylm config` and the chat banner name it (never "the default model": which one?).
-    banner = f"mylm serve: http://{shown}:{bound_port}/v1 serves {endpoint_in_use(settings).describe()} (Ctrl-C stops)"
+    serving = endpoint_in_use(settings).describe()
+    banner = f"mylm serve: listening on http://{shown}:{bound_port}/v1, serving {serving} (Ctrl-C stops)"
     try:
         run(app, sock, ready=lambda: click.echo(banner, err=True))
     except KeyboardInterrupt:

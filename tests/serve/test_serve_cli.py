@@ -118,7 +118,7 @@ def test_the_banner_names_the_model_and_a_ctrl_c_right_after_it_stops_the_server
                           env=subprocess_env, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     banner, stopped = done.stderr.splitlines()  # nothing else: no warning, no traceback
-    assert re.fullmatch(rf"mylm serve: http://127\.0\.0\.1:\d+/v1 serves test-model at "
+    assert re.fullmatch(rf"mylm serve: listening on http://127\.0\.0\.1:\d+/v1, serving test-model at "
                         rf"{re.escape(upstream.base_url)} \(openai\) \(Ctrl-C stops\)", banner), banner
     assert stopped == "mylm serve: stopped"
     assert not upstream.requests
