@@ -97,5 +97,5 @@ def test_docs_carry_no_comment_but_test_directives() -> None:
     # Issue 30: docs/mcp.md opened with "<!-- Placeholder page: engineer `delegate` extends it. -->", a note
     # about who would write the page instead of the page; a reader of the source saw it, the site hid it.
     for path in DOCS:
-        for comment in re.findall(r"<!--(.*?)-->", path.read_text(), flags=re.S):
+        for comment in re.findall(r"<!--(.*?)-->", path.read_text(), flags=re.DOTALL):
             assert comment.strip().startswith("docs-test:"), f"{path.name}: <!--{comment}-->"

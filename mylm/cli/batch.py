@@ -33,8 +33,8 @@ from .tracing import otel_option
 if TYPE_CHECKING:
     from ..agent import Agent
     from ..batch import BatchSummary, Task
-    from ..config import Settings
     from ..cancel import CancelToken
+    from ..config import Settings
     from ..telemetry.observer import RunObserver
 
 

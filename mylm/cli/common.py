@@ -26,13 +26,13 @@ EXIT_CODES: tuple[tuple[int, str, str], ...] = (
     (2, "usage", "usage: bad flags, bad config, bad template, unknown session"),
     (3, "iteration limit", "iteration limit reached (a summary answer is still printed)"),
     (4, "timeout", "timeout (the message says how to raise it)"),
-    (5, "repeated call", "stopped: the model kept making the same call and getting the same result "
-                         "(`max_repeated_calls`, 3 in a row)"),
-    (74, "output not written", "the output could not be written: stdout closed (`>&-`) or a full disk "
-                               "(`> /dev/full`); any command"),
+    (5, "repeated call", ("stopped: the model kept making the same call and getting the same result "
+                          "(`max_repeated_calls`, 3 in a row)")),
+    (74, "output not written", ("the output could not be written: stdout closed (`>&-`) or a full disk "
+                                "(`> /dev/full`); any command")),
     (130, "interrupted", "interrupted (Ctrl-C)"),
-    (141, "broken pipe", "the program reading the output went away (a broken pipe: `mylm ask ... | head -1`), "
-                         "as git exits; any command"),
+    (141, "broken pipe", ("the program reading the output went away (a broken pipe: `mylm ask ... | head -1`), "
+                          "as git exits; any command")),
 )
 
 

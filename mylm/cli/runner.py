@@ -16,6 +16,7 @@ from .signals import handling
 
 if TYPE_CHECKING:
     from ..agent import Agent, PermissionHook
+    from ..approval import ApprovalPolicy
     from ..config import Settings
     from ..display import EventPrinter, JsonPrinter
     from ..llm import LLM
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
     from ..prompts import PromptLoader
     from ..redact import Redactor
     from ..sandbox import Sandbox
-    from ..approval import ApprovalPolicy
     from ..tools import ToolSettings
     from ..tools.base import Tool
     from ..types import Event, Message, RunResult
@@ -207,8 +207,8 @@ class _SuggestLocal:
         self.llm = llm
 
     def stream(self, request: Any) -> Iterator[Any]:
-        from ..errors import EndpointUnreachableError
         from .._version import install_command
+        from ..errors import EndpointUnreachableError
 
         try:
             yield from self.llm.stream(request)

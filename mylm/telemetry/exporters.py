@@ -133,7 +133,7 @@ class OTLPJsonFile(SpanExporter):
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o600)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        from google.protobuf.json_format import MessageToDict
+        from google.protobuf.json_format import MessageToDict  # type: ignore[import-untyped]  # no stubs shipped
         from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
         request = MessageToDict(encode_spans(spans), use_integers_for_enums=True)

@@ -48,7 +48,6 @@ from ..types import (
     ToolCallEvent,
     ToolResultEvent,
 )
-
 from .exporters import OTLPJsonFile, Watched, quiet_sdk_logs
 
 if TYPE_CHECKING:
