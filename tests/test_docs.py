@@ -45,8 +45,11 @@ def test_docs_python_example(where: str, code: str, mark: str | None) -> None:
 
 def test_docs_examples_mostly_run() -> None:
     # Marking is for examples that truly need a server or files; it must not become the way to silence one.
-    marked = [where for where, _, mark in PYTHON if mark is not None]
-    assert len(PYTHON) >= 5 and len(marked) * 2 < len(PYTHON), marked
+    # serve.md's are third-party clients' configurations, each talking to a running `mylm serve` (compiled, and
+    # driven for real in tests/serve): they are counted apart.
+    pages = [(where, mark) for where, _, mark in PYTHON if not where.startswith("serve.md#")]
+    marked = [where for where, mark in pages if mark is not None]
+    assert len(pages) >= 5 and len(marked) * 2 < len(pages), marked
 
 
 def test_docs_marks_sit_on_python_blocks() -> None:
@@ -91,3 +94,11 @@ def test_docs_every_page_is_in_the_site_navigation() -> None:
     nav = re.findall(r"^\s+- (?:[^:\n]+: )?([\w/.-]+\.md)\s*$", (REPO_ROOT / "mkdocs.yml").read_text(), re.MULTILINE)
     pages = sorted(p.relative_to(REPO_ROOT / "docs").as_posix() for p in (REPO_ROOT / "docs").rglob("*.md"))
     assert sorted(nav) == pages
+
+
+def test_docs_carry_no_comment_but_test_directives() -> None:
+    # Issue 30: docs/mcp.md opened with "<!-- Placeholder page: engineer `delegate` extends it. -->", a note
+    # about who would write the page instead of the page; a reader of the source saw it, the site hid it.
+    for path in DOCS:
+        for comment in re.findall(r"<!--(.*?)-->", path.read_text(), flags=re.DOTALL):
+            assert comment.strip().startswith("docs-test:"), f"{path.name}: <!--{comment}-->"

@@ -259,7 +259,7 @@ def test_a_paced_timeout_follows_a_slow_model_and_still_ends(tmp_path: Path) -> 
     # Without pacing, the same run is cut at 120 s, and the message says how long it was allowed.
     fixed_model = SlowModel([step, step.replace('"."', '"./"'), step.replace('"."', '"././"'), "x"], 50.0)
     fixed = Agent(fixed_model, tools(tmp_path), timeout=120, clock=fixed_model.clock).run("What is here?")
-    assert fixed.stop_reason is StopReason.TIMEOUT and "timeout of 120 s" in str(fixed.error)
+    assert fixed.stop_reason is StopReason.TIMEOUT and "its 120 s timeout" in str(fixed.error)
     # A model that gets slower than its pace still meets a deadline: the paced limit is capped.
     stuck = SlowModel([step] * 3, 1000.0)
     ended = Agent(stuck, tools(tmp_path), timeout=120, pace_timeout=True, clock=stuck.clock,

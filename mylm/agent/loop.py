@@ -298,9 +298,8 @@ class Agent:
                 return (yield from self._fail(run, error))
             allowed = run.deadline - run.started
             logger.warning("Run timed out after %g s", allowed)
-            paced = f" ({self.timeout:g} s, extended to {allowed:.0f} s at this model's pace)" if (
-                allowed > self.timeout + 0.5) else f" of {self.timeout:g} s"
-            timeout = RunTimeoutError(f"the run took longer than its timeout{paced}")
+            paced = f" (extended to {allowed:.0f} s at this model's pace)" if allowed > self.timeout + 0.5 else ""
+            timeout = RunTimeoutError(f"the run took longer than its {self.timeout:g} s timeout{paced}")
             return self._result(run, "", StopReason.TIMEOUT, timeout)
         except MylmError as error:
             return (yield from self._fail(run, error))

@@ -8,6 +8,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .._version import install_command
 from ..core.cancel import CancelToken
 from ..core.errors import ConfigError
 from .events import TaskStart
@@ -71,7 +72,7 @@ def import_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise ConfigError("--executor ray needs Ray: pip install 'mylm[ray]'") from None
+        raise ConfigError(f"--executor ray needs Ray: {install_command('ray')}") from None
     return ray
 
 

@@ -20,13 +20,15 @@ class _Event:
 
 @dataclass(frozen=True)
 class BatchStart(_Event):
-    """The batch begins: how many tasks will run, how many were already done (skipped)."""
+    """The batch begins: how many tasks will run, how many were already done (skipped), and of those that run,
+    how many had failed before, by how (`{"timed out": 1, "endpoint error": 1}`)."""
 
     type: ClassVar[str] = "batch_start"
     total: int
     skipped: int
     concurrency: int
     executor: str = "local"
+    again: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

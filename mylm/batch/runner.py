@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -37,8 +37,25 @@ if TYPE_CHECKING:
 AgentFactory = Callable[[Task, Path], "Agent"]
 #: Saves a finished task's conversation as a session; returns the session id (or None if not saved).
 SessionSaver = Callable[[Task, "RunResult", Path], "str | None"]
-#: Stop reasons that count a task as failed.
+#: Stop reasons that count a task as failed: a resume runs it again. Every other ending (an answer, a done tool,
+#: the iteration limit's summary answer, a cut-off answer) is done.
 FAILED = frozenset({"error", "timeout", "crashed"})
+
+
+def failure(record: Mapping[str, Any]) -> str | None:
+    """How a result line failed, as a resume reports it (`timed out`, `endpoint error`, `error`, `crashed`), or
+    None when its task is done."""
+    reason = record.get("stop_reason")
+    if reason not in FAILED:
+        return None
+    if reason == "timeout":
+        return "timed out"
+    if reason == "crashed":
+        return "crashed"
+    from ..core import errors
+
+    kind = getattr(errors, str(record.get("error_type")), None)
+    return "endpoint error" if isinstance(kind, type) and issubclass(kind, LLMError) else "error"
 
 
 @dataclass(frozen=True)
@@ -243,6 +260,8 @@ class BatchSummary:
     tokens: int
     rate_limited: int
     records: tuple[dict[str, Any], ...] = field(default=(), repr=False)
+    #: Tasks that had failed in the results file and ran again, by how they had failed (`failure`).
+    again: Mapping[str, int] = field(default_factory=dict)
 
 
 def run_batch(
@@ -264,8 +283,9 @@ def run_batch(
 ) -> BatchSummary:
     """Run `tasks`, `concurrency` at once, each with an agent from `agent_factory(task, workspace)`.
 
-    `results` (a path or an open `ResultsFile`) gets one line per finished task as it ends; tasks whose id is
-    already there are skipped, so running again with the same file resumes. Setting `cancel` stops starting
+    `results` (a path or an open `ResultsFile`) gets one line per finished task as it ends; running again with
+    the same file resumes: a task whose last line there is done is skipped, and one that failed (an error, a
+    timeout: `FAILED`) runs again and gets a new line, which is the one that counts. Setting `cancel` stops starting
     tasks and cancels the running ones; their results are not written (they run again on resume). `observe`
     watches each local task's run (tracing); a cluster executor's tasks run elsewhere and are not observed.
     """
@@ -276,8 +296,11 @@ def run_batch(
     opened = ResultsFile(Path(results), fsync=fsync) if isinstance(results, (str, Path)) else None
     sink = owned or opened
     try:
-        done_before = set(sink.done) if sink is not None else set()
+        failed_before = {id_: how for id_, record in (sink.done if sink is not None else {}).items()
+                         if (how := failure(record)) is not None}
+        done_before = set(sink.done if sink is not None else ()) - set(failed_before)
         todo = [task for task in listed if task.id not in done_before]
+        again = dict(Counter(failed_before[task.id] for task in todo if task.id in failed_before))
         token = cancel or CancelToken()
         tracker = progress or Progress(len(todo))
         tracker.total = len(todo)
@@ -310,7 +333,7 @@ def run_batch(
         job = TaskJob(agent_factory, retries, keep_workspaces, workspace_root, sessions)
         context = TaskContext(token, gate, emit, tracker.add_tokens, observe)
         begun = time.monotonic()
-        emit(BatchStart(len(todo), len(listed) - len(todo), concurrency, runner.name))
+        emit(BatchStart(len(todo), len(listed) - len(todo), concurrency, runner.name, again))
         try:
             runner.run(todo, job, context, started, finished)
         finally:
@@ -319,7 +342,7 @@ def run_batch(
         summary = BatchSummary(
             total=len(listed), done=snap.done, failed=snap.failed, skipped=len(listed) - len(todo),
             remaining=len(todo) - snap.done, interrupted=token.cancelled, wall_s=time.monotonic() - begun,
-            tokens=snap.tokens, rate_limited=gate.rate_limited, records=tuple(records),
+            tokens=snap.tokens, rate_limited=gate.rate_limited, records=tuple(records), again=again,
         )
         emit(BatchEnd(summary.done, summary.failed, summary.skipped, summary.remaining, summary.interrupted,
                       round(summary.wall_s, 3)))

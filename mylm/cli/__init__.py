@@ -91,9 +91,9 @@ def cli() -> None:
     Configure the endpoint with --base-url/-m or MYLM_BASE_URL/MYLM_MODEL (OPENAI_BASE_URL and
     OPENAI_API_KEY also work), or with named profiles in the config file (`mylm config` shows it and
     where each setting comes from). With nothing set, mylm runs the latest model fetched with
-    `mylm models pull` inside itself when the local extra is installed (pip install 'mylm[local]'), and
-    otherwise talks to a local Ollama at http://localhost:11434. Shell completion:
-    eval "$(mylm completion bash)".
+    `mylm models pull` inside itself when the local extra is installed (pip install '.[local]' in
+    mylm's checkout), and otherwise talks to a local Ollama at http://localhost:11434. Shell
+    completion: eval "$(mylm completion bash)".
     """
 
 

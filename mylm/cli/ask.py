@@ -15,46 +15,26 @@ from .common import (
     EXIT_TIMEOUT,
     configure_logging,
     endpoint_options,
+    exit_codes_help,
     from_outside,
     handles_errors,
     make_redactor,
     read_piped_stdin,
+    run_options,
     settings_from,
+    timeout_hint,
     verbose_option,
 )
 from .record import Recorder, inherit_model, resume_option, session_to_resume
 from .tracing import otel_option
 
 if TYPE_CHECKING:
+    from ..config import Settings
     from ..core.redact import Redactor
     from ..core.types import RunResult
 
 
-def run_options(command: Any) -> Any:
-    """The per-run limits and approval flag shared by `ask` and `chat`."""
-    options = [
-        click.option("--max-iterations", type=int, metavar="N", help="Model calls allowed before a summary answer [10]."),
-        click.option("--timeout", type=float, metavar="SECONDS", help="Wall-clock budget for each run [120]."),
-        click.option("--max-tokens", type=int, metavar="N",
-                     help="Output cap for each model call [4096] [env: MYLM_MAX_TOKENS]."),
-        click.option("-y", "--yes", is_flag=True, default=None, help="Run every tool call without asking."),
-        click.option(
-            "--sandbox", type=click.Choice(["auto", "off"]), default=None,
-            help="auto: confine commands with the kernel's sandbox (Landlock, else bubblewrap); off: run them "
-                 "unconfined (warns every run) [auto].",
-        ),
-        click.option(
-            "--tool-choice", metavar="auto|none|required|TOOL",
-            help="auto: the model decides [default]; none: no tools; required: every reply must call a tool; "
-                 "TOOL: every reply must call that tool.",
-        ),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
-
-
-@click.command()
+@click.command(epilog=exit_codes_help())
 @click.argument("prompt", nargs=-1)
 @endpoint_options
 @run_options
@@ -79,8 +59,6 @@ def ask(ctx: click.Context, /, prompt: tuple[str, ...], **options: Any) -> None:
       git diff | mylm ask "review this"
       mylm ask -m work --json "list the TODOs" | jq .
       mylm ask --continue "and now fix the first one"
-
-    Exit codes: 0 answer, 1 error, 2 usage, 3 iteration limit, 4 timeout, 130 interrupted.
     """
     from .runner import build_agent, make_approver, make_printer, session_tools
     from .tracing import make_tracer, run_traced
@@ -121,7 +99,7 @@ def ask(ctx: click.Context, /, prompt: tuple[str, ...], **options: Any) -> None:
     result = exchange.result
     if options["as_json"]:
         printer.emit(_summary(result, recorder.id))  # type: ignore[union-attr]
-    _report_ending(result, recorder.id, redactor, settings.max_tokens)
+    _report_ending(result, recorder.id, redactor, settings)
     ctx.exit(exit_code(result))
 
 
@@ -133,11 +111,14 @@ def _prompt_text(words: tuple[str, ...], piped: str) -> str:
     return piped or prompt
 
 
-def _report_ending(result: RunResult, session: str | None, redactor: Redactor, max_tokens: int) -> None:
+def _report_ending(result: RunResult, session: str | None, redactor: Redactor, settings: Settings) -> None:
     from .display import for_terminal
 
     reason = result.stop_reason.value
-    if result.error is not None and reason in ("error", "timeout"):
+    if result.error is not None and reason == "timeout":
+        message = for_terminal(redactor.redact(str(result.error)))
+        click.echo(f"mylm: error: {message}; raise it with {timeout_hint(settings)}", err=True)
+    elif result.error is not None and reason == "error":
         click.echo(f"mylm: error: {for_terminal(redactor.redact(str(result.error)))}", err=True)
     elif reason == "cancelled":
         resume = " (the conversation is saved: `mylm ask --continue` resumes it)" if session else ""
@@ -149,7 +130,7 @@ def _report_ending(result: RunResult, session: str | None, redactor: Redactor, m
         click.echo(f"mylm: stopped: {for_terminal(redactor.redact(str(result.error)))}", err=True)
     elif reason == "max_tokens":
         click.echo(
-            f"mylm: warning: the answer was cut off at the output limit of {max_tokens} tokens; raise it "
+            f"mylm: warning: the answer was cut off at the output limit of {settings.max_tokens} tokens; raise it "
             "with --max-tokens (or max_tokens in the config file, or MYLM_MAX_TOKENS)",
             err=True,
         )

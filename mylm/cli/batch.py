@@ -22,7 +22,9 @@ from .common import (
     handles_errors,
     isatty,
     make_redactor,
+    run_options,
     settings_from,
+    timeout_hint,
     verbose_option,
     warn,
 )
@@ -31,7 +33,8 @@ from .tracing import otel_option
 
 if TYPE_CHECKING:
     from ..agent.loop import Agent
-    from ..batch import Task
+    from ..batch import BatchSummary, Task
+    from ..config import Settings
     from ..core.cancel import CancelToken
     from ..telemetry.observer import RunObserver
 
@@ -42,12 +45,7 @@ if TYPE_CHECKING:
               type=click.Path(dir_okay=False, path_type=Path),
               help="Where result lines go; ids already there are skipped (resume).")
 @endpoint_options
-@click.option("--max-iterations", type=int, metavar="N", help="Model calls allowed per task [10].")
-@click.option("--timeout", type=float, metavar="SECONDS", help="Wall-clock budget for each task [120].")
-@click.option("-y", "--yes", is_flag=True, default=None,
-              help="Run every tool call the policy does not forbid.")
-@click.option("--sandbox", type=click.Choice(["auto", "off"]), default=None,
-              help="auto: confine each task's commands with the kernel's sandbox; off: unconfined (warns) [auto].")
+@run_options
 @click.option("-j", "--concurrency", type=click.IntRange(1, 1024), default=4, show_default=True,
               help="Tasks running at once.")
 @click.option("--retries", type=click.IntRange(0, 100), default=1, show_default=True,
@@ -59,7 +57,7 @@ if TYPE_CHECKING:
 @click.option("--fsync", type=click.Choice(["line", "close", "never"]), default="line", show_default=True,
               help="When result lines are forced to disk.")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="Threads on this machine, or tasks on a Ray cluster (pip install 'mylm[ray]').")
+              help="Threads on this machine, or tasks on a Ray cluster (the ray extra).")
 @click.option("--ray-address", metavar="auto|HOST:PORT", help="The Ray cluster to join [auto].")
 @click.option("--json", "as_json", is_flag=True, help="Progress events as JSON lines on stdout.")
 @otel_option
@@ -104,8 +102,10 @@ def batch(ctx: click.Context, /, tasks_file: Path, output: Path, **options: Any)
     redactor = make_redactor(settings)
     configure_logging(options["verbose"], redactor)
     tasks = load_tasks(tasks_file)
-    factory = BatchAgentFactory.from_settings(settings, scripted=os.environ.get(SCRIPTED_LLM_ENV) or None)
+    factory = BatchAgentFactory.from_settings(settings, scripted=os.environ.get(SCRIPTED_LLM_ENV) or None,
+                                              tool_choice=options["tool_choice"])
     _check_templates(factory)
+    _check_tool_choice(options["tool_choice"])
     sessions = SessionWriter(settings.model, settings.base_url, settings.provider, settings.api_key) \
         if options["save_sessions"] else None
     executor = None
@@ -168,6 +168,7 @@ def batch(ctx: click.Context, /, tasks_file: Path, output: Path, **options: Any)
         if telemetry is not None:
             telemetry.shutdown()
     view.close(summary)
+    _report_failures(summary, settings)
     if summary.interrupted:
         click.echo(
             f"mylm: interrupted: {counted(summary.done, 'result')} written to {output} this run, "
@@ -176,6 +177,23 @@ def batch(ctx: click.Context, /, tasks_file: Path, output: Path, **options: Any)
         )
         ctx.exit(EXIT_INTERRUPTED)
     ctx.exit(EXIT_ERROR if summary.failed else EXIT_OK)
+
+
+def _report_failures(summary: BatchSummary, settings: Settings) -> None:
+    """One line for the tasks that failed: how, that the same command runs them again, and how to give them more
+    time when they timed out."""
+    from collections import Counter
+
+    from ..batch.runner import failure
+    from .batch_view import tally
+
+    kinds = Counter(how for record in summary.records if (how := failure(record)) is not None)
+    if not kinds:
+        return
+    line = f"mylm: {counted(sum(kinds.values()), 'task')} failed ({tally(kinds)}): the same command runs them again"
+    if kinds["timed out"]:
+        line += f"; more time for each: {timeout_hint(settings)}, or the task's \"timeout\""
+    click.echo(line, err=True)
 
 
 def _command_line(output: Path) -> str:
@@ -195,6 +213,21 @@ def _check_templates(factory: Any) -> None:
         warn(f"ignoring the templates in {directory}: this project is not trusted")
     if loader.project is not None:
         warn(f"using the project's templates in {loader.project}")
+
+
+def _check_tool_choice(choice: str | None) -> None:
+    """A tool choice no task's agent could take is a usage error now, not a failure of every task."""
+    from ..constrain.select import TOOL_CHOICES
+
+    if choice is None or choice in TOOL_CHOICES:
+        return
+    from ..tools import builtin_tools
+
+    names = [tool.name for tool in builtin_tools(workspace=Path.cwd(), memory=False)]
+    if choice not in names:
+        raise click.BadParameter(
+            f"{choice!r} is not auto, none, required or a task's tool ({', '.join(names)})", param_hint="--tool-choice"
+        )
 
 
 @contextmanager

@@ -53,32 +53,57 @@ class BatchAgentFactory:
     sandbox_network: bool = True
     sandbox_unix_sockets: bool = False
     constrain: str = "auto"
+    #: The user named no endpoint: a local Ollama's "cannot reach" also offers the in-process model (as `ask`).
+    suggest_local: bool = False
+    #: The rest of `runner.agent_options` (what `ask` gives its agent), so a task's agent is `ask`'s.
+    reasoning_markers: tuple[tuple[str, str], ...] = ()
+    tool_choice: str = "auto"
+    stop_strings: bool = True
+    #: `context_tokens` was set: an in-process model's own context window does not replace `context_budget`.
+    explicit_context: bool = False
+    #: The timeout was left at its default, so it follows the model's pace (`AgentConfig.pace_timeout`).
+    pace_timeout: bool = False
 
     @classmethod
-    def from_settings(cls, settings: Settings, *, scripted: str | None = None) -> BatchAgentFactory:
-        """The factory for the effective settings."""
-        from .runner import context_budget
+    def from_settings(
+        cls, settings: Settings, *, scripted: str | None = None, tool_choice: str | None = None
+    ) -> BatchAgentFactory:
+        """The factory for the effective settings: the endpoint and agent options `ask` would use."""
+        import dataclasses
 
-        endpoint = {
-            "provider": settings.provider, "base_url": settings.base_url, "model": settings.model,
-            "api_key": settings.api_key, "api_key_source": settings.api_key_source,
-            "chat_format": settings.chat_format, "max_tokens": settings.max_tokens,
-            "options": _plain(settings.options or {}), "max_response_chars": settings.max_response_chars,
-        }
+        from .runner import agent_options, make_endpoint, nothing_configured
+
+        # The endpoint as `ask` resolves it (with nothing configured, the pulled in-process model), as plain data.
+        endpoint = {field.name: getattr(made, field.name)
+                    for made in [make_endpoint(settings)] for field in dataclasses.fields(made)}
+        endpoint["options"] = _plain(endpoint["options"])
+        options = agent_options(settings, tool_choice)
         return cls(
-            endpoint=endpoint, max_iterations=settings.max_iterations, timeout=settings.timeout,
-            max_tokens=settings.max_tokens, prompts=settings.prompts,
+            endpoint=endpoint, max_iterations=options["max_iterations"], timeout=options["timeout"],
+            max_tokens=options["max_tokens"], prompts=settings.prompts,
             trusted=settings.project_trust is not None,
-            yes=settings.yes, instructions=settings.instructions, context_budget=context_budget(settings),
+            yes=settings.yes, instructions=options["instructions"], context_budget=options["context_budget"],
             tools=_plain(settings.extra.get("tools", {}) or {}), scripted=scripted,
             sandbox=settings.sandbox, sandbox_network=settings.sandbox_network,
-            sandbox_unix_sockets=settings.sandbox_unix_sockets, constrain=settings.constrain,
+            sandbox_unix_sockets=settings.sandbox_unix_sockets, constrain=options["constrain"],
+            suggest_local=nothing_configured(settings), reasoning_markers=options["reasoning_markers"],
+            tool_choice=options["tool_choice"], stop_strings=options["stop_strings"],
+            explicit_context=settings.context_tokens is not None, pace_timeout=options["pace_timeout"],
         )
+
+    def agent_options(self) -> dict[str, Any]:
+        """The options `runner.agent_options` gave, back from this factory's plain fields."""
+        return {
+            "max_iterations": self.max_iterations, "timeout": self.timeout, "max_tokens": self.max_tokens,
+            "constrain": self.constrain, "instructions": self.instructions,
+            "reasoning_markers": self.reasoning_markers, "context_budget": self.context_budget,
+            "tool_choice": self.tool_choice, "stop_strings": self.stop_strings, "pace_timeout": self.pace_timeout,
+        }
 
     def __call__(self, task: Task, workspace: Path) -> Agent:
         from ..agent.loop import Agent
         from ..tools import ToolSettings, builtin_tools
-        from .runner import sandbox_for
+        from .runner import checked_for, sandbox_for
 
         loader = self._loader()
         configured = ToolSettings.from_config(dict(self.tools))
@@ -89,13 +114,9 @@ class BatchAgentFactory:
             env_passthrough=configured.env, sandbox=sandbox,
         )
         permission = unattended(self.tools, workspace=workspace, yes=self.yes, confined=sandbox.confines)
-        return Agent(
-            self._llm(loader), tools, max_iterations=self.max_iterations, timeout=self.timeout,
-            prompts=loader,
-            max_tokens=self.max_tokens, permission=permission, instructions=self.instructions,
-            context_budget=self.context_budget, workspace=workspace,
-            constrain=self.constrain,  # validated by the config reader
-        )
+        llm = self._llm(loader)
+        options = checked_for(llm, loader, self.agent_options(), explicit_context=self.explicit_context)
+        return Agent(llm, tools, prompts=loader, permission=permission, workspace=workspace, **options)
 
     def _loader(self) -> PromptLoader:
         from ..prompts import PromptLoader
@@ -111,9 +132,10 @@ class BatchAgentFactory:
             from .scripted import load_script
 
             return load_script(Path(self.scripted))
-        from ..providers import Endpoint, create_llm
+        from ..providers import Endpoint
+        from .runner import endpoint_llm
 
-        return create_llm(Endpoint(**self.endpoint), prompts=loader)
+        return endpoint_llm(Endpoint(**self.endpoint), loader, suggest_local=self.suggest_local)
 
 
 def unattended(tools_section: Mapping[str, Any], *, workspace: Path, yes: bool, confined: bool) -> NeverAsk:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import IO, TYPE_CHECKING, Any
 
 from ..core.words import counted
 
 if TYPE_CHECKING:
-    from ..batch import BatchEvent, BatchSummary, Progress, Snapshot
+    from ..batch import BatchEvent, BatchStart, BatchSummary, Progress, Snapshot
 
 
 def duration(seconds: float | None) -> str:
@@ -83,8 +83,28 @@ class PlainView(View):
         elif kind == "batch_stopping":
             self.note("stopping: no new tasks; cancelling the running ones (Ctrl-C again to quit at once)")
         elif kind == "batch_start":
-            skipped = f", {event.skipped} already done" if event.skipped else ""  # type: ignore[union-attr]
-            self.note(f"batch: {counted(event.total, 'task')} to run{skipped}, {event.concurrency} at a time")  # type: ignore[union-attr]
+            self.note(start_line(event))  # type: ignore[arg-type]
+
+
+def tally(failures: Mapping[str, int]) -> str:
+    """`2 timed out, 1 endpoint error`: failed tasks by how they failed (`mylm.batch.runner.failure`), most first."""
+    ordered = sorted(failures.items(), key=lambda item: (-item[1], item[0]))
+    return ", ".join(counted(n, how) if how.endswith("error") else f"{n:,} {how}" for how, n in ordered)
+
+
+def start_line(event: BatchStart) -> str:
+    """`batch: 2 tasks to run again: 1 timed out, 1 endpoint error; 3 already done, 4 at a time`."""
+    again = sum(event.again.values())
+    why = tally(event.again)
+    if again and again == event.total:
+        line = f"batch: {counted(event.total, 'task')} to run again: {why}"
+    elif again:
+        line = f"batch: {counted(event.total, 'task')} to run, {again} of them again: {why}"
+    else:
+        line = f"batch: {counted(event.total, 'task')} to run"
+    if event.skipped:
+        line += f"{';' if again else ','} {event.skipped} already done"
+    return f"{line}, {event.concurrency} at a time"
 
 
 class LiveView(PlainView):
@@ -156,10 +176,11 @@ def summary_rows(summary: BatchSummary) -> list[tuple[str, str]]:
         counts[record["stop_reason"]] = counts.get(record["stop_reason"], 0) + 1
     rows = [(f"ended: {reason}", str(n)) for reason, n in sorted(counts.items())]
     minutes = summary.wall_s / 60
+    rows += [("tasks finished now", str(summary.done)), ("failed (error, timeout)", str(summary.failed))]
+    if summary.again:
+        rows.append(("run again (had failed)", str(sum(summary.again.values()))))
     rows += [
-        ("tasks finished now", str(summary.done)),
-        ("failed (error, timeout)", str(summary.failed)),
-        ("skipped (already in the results)", str(summary.skipped)),
+        ("skipped (already done)", str(summary.skipped)),
         ("not run (interrupted)", str(summary.remaining)),
         ("wall time", duration(summary.wall_s)),
         ("tasks/min", f"{summary.done / minutes:.1f}" if minutes > 0 else "-"),

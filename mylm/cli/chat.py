@@ -8,14 +8,15 @@ from typing import Any
 import click
 
 from ..core.words import counted
-from .ask import run_options
 from .common import (
     configure_logging,
     endpoint_options,
     handles_errors,
     isatty,
     make_redactor,
+    run_options,
     settings_from,
+    timeout_hint,
     verbose_option,
 )
 from .record import Recorder, inherit_model, resume_option, session_to_resume
@@ -59,6 +60,7 @@ def chat(ctx: click.Context, /, **options: Any) -> None:
             recorder=recorder,
             redactor=redactor,
             history=resume.history if resume is not None else (),
+            timeout_hint=f"raise it with {timeout_hint(settings)}",
             printer_factory=lambda: make_printer(
                 redactor, verbose=options["verbose"] > 0, stream=not options["no_stream"]
             ),

@@ -17,8 +17,29 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: Exit codes (also in the README): 0 answer, 1 error, 2 usage, 3 iteration limit, 4 timeout, 130 interrupted.
+#: Exit codes (all of them in EXIT_CODES).
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_ITERATIONS, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+#: Every exit code of `mylm ask`: the code, its word in `--help`, and its meaning in docs/cli.md's table (which a
+#: test checks against this, so the help and the docs cannot drift apart).
+EXIT_CODES: tuple[tuple[int, str, str], ...] = (
+    (0, "answer", "the model answered (or a done tool finished the task)"),
+    (1, "error", "error: endpoint unreachable, HTTP error, broken stream, the model kept replying unusably"),
+    (2, "usage", "usage: bad flags, bad config, bad template, unknown session"),
+    (3, "iteration limit", "iteration limit reached (a summary answer is still printed)"),
+    (4, "timeout", "timeout (the message says how to raise it)"),
+    (5, "repeated call", ("stopped: the model kept making the same call and getting the same result "
+                          "(`max_repeated_calls`, 3 in a row); the answer it then gave without tools is printed")),
+    (74, "output not written", ("the output could not be written: stdout closed (`>&-`) or a full disk "
+                                "(`> /dev/full`); any command")),
+    (130, "interrupted", "interrupted (Ctrl-C)"),
+    (141, "broken pipe", ("the program reading the output went away (a broken pipe: `mylm ask ... | head -1`), "
+                          "as git exits; any command")),
+)
+
+
+def exit_codes_help() -> str:
+    """`Exit codes: 0 answer, 1 error, ...`: the help's epilog, from EXIT_CODES."""
+    return "Exit codes: " + ", ".join(f"{code} {word}" for code, word, _ in EXIT_CODES) + "."
 
 
 def fail(message: str, code: int) -> None:
@@ -124,6 +145,41 @@ def endpoint_options(command: F) -> F:
     for option in reversed(options):
         command = option(command)
     return command
+
+
+def run_options(command: F) -> F:
+    """The per-run limits, approval and tool-choice flags: `ask`, `chat` and `batch` (for each task) take the same."""
+    options = [
+        click.option("--max-iterations", type=int, metavar="N",
+                     help="Model calls allowed before a summary answer [10] [env: MYLM_MAX_ITERATIONS]."),
+        click.option("--timeout", type=float, metavar="SECONDS",
+                     help="Wall-clock budget for each run [120] [env: MYLM_TIMEOUT]."),
+        click.option("--max-tokens", type=int, metavar="N",
+                     help="Output cap for each model call [4096] [env: MYLM_MAX_TOKENS]."),
+        click.option("-y", "--yes", is_flag=True, default=None,
+                     help="Run every tool call the approval policy does not forbid, without asking."),
+        click.option(
+            "--sandbox", type=click.Choice(["auto", "off"]), default=None,
+            help="auto: confine commands with the kernel's sandbox (Landlock, else bubblewrap); off: run them "
+                 "unconfined (warns every run) [auto].",
+        ),
+        click.option(
+            "--tool-choice", metavar="auto|none|required|TOOL",
+            help="auto: the model decides [default]; none: no tools; required: every reply must call a tool; "
+                 "TOOL: every reply must call that tool.",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def timeout_hint(settings: Settings) -> str:
+    """The ways to raise the runs' time limit (the flag first), added where the CLI prints a timeout (the agent's own message names no
+    flag: a library user sets `Agent(timeout=...)`)."""
+    source = settings.sources.get("timeout", "default")
+    origin = "" if source in ("default", "flag") else f"; this one is from {source}"
+    return f"--timeout SECONDS (or timeout = SECONDS in config.toml, or MYLM_TIMEOUT){origin}"
 
 
 def verbose_option(command: F) -> F:

@@ -45,6 +45,8 @@ class ChatState:
     #: Ctrl-C presses in a row with nothing typed in between; the second one leaves.
     interrupts: int = 0
     done: bool = False
+    #: Added to a timeout's error line: how to raise the limit (`common.timeout_hint`).
+    timeout_hint: str = ""
 
 
 def repl(state: ChatState, *, prompt: str) -> int:
@@ -117,7 +119,8 @@ def _answer(state: ChatState, text: str) -> None:
     elif result.stop_reason is StopReason.REPEATED_CALL:
         click.echo(f"mylm: stopped: {for_terminal(state.redactor.redact(str(result.error)))}", err=True)
     elif result.error is not None:
-        click.echo(f"mylm: error: {for_terminal(state.redactor.redact(str(result.error)))}", err=True)
+        hint = f"; {state.timeout_hint}" if result.stop_reason is StopReason.TIMEOUT and state.timeout_hint else ""
+        click.echo(f"mylm: error: {for_terminal(state.redactor.redact(str(result.error)))}{hint}", err=True)
     elif result.stop_reason is StopReason.MAX_ITERATIONS:
         used = counted(result.iterations_used, "iteration")
         click.echo(f"mylm: stopped after {used} (--max-iterations)", err=True)

@@ -139,15 +139,23 @@ def make_llm(ctx: click.Context, settings: Settings, loader: PromptLoader) -> LL
 
         return load_script(Path(script))
     try:
-        from ..providers import create_llm
-
         endpoint = make_endpoint(settings)
     except ImportError as error:
         from ..core.errors import MylmError
 
         raise MylmError(f"this installation of mylm has no HTTP providers ({error})") from None
+    return endpoint_llm(endpoint, loader, suggest_local=nothing_configured(settings))
+
+
+def endpoint_llm(endpoint: Any, loader: PromptLoader, *, suggest_local: bool) -> LLM:
+    """The model for an endpoint from `make_endpoint`: the one path from settings to a model, for `ask`, `chat`,
+    `serve` and each `batch` task (which rebuilds it from plain data, possibly on a cluster worker).
+
+    `suggest_local` (the user named no endpoint) adds the in-process model to a local Ollama's "cannot reach"."""
+    from ..providers import create_llm
+
     llm = create_llm(endpoint, prompts=loader)
-    if nothing_configured(settings) and endpoint.provider != "local":
+    if suggest_local and endpoint.provider != "local":
         return _SuggestLocal(llm)
     return llm
 
@@ -200,14 +208,14 @@ class _SuggestLocal:
         self.llm = llm
 
     def stream(self, request: Any) -> Iterator[Any]:
+        from .._version import install_command
         from ..core.errors import EndpointUnreachableError
         from ..models.cache import SUGGESTED
-        from ..providers.local_engine import INSTALL_HINT
 
         try:
             yield from self.llm.stream(request)
         except EndpointUnreachableError as error:
-            hint = f"; or run a model inside mylm: {INSTALL_HINT} && mylm models pull {SUGGESTED}"
+            hint = f"; or run a model inside mylm: {install_command('local')} && mylm models pull {SUGGESTED}"
             unreachable = EndpointUnreachableError(error.message + hint)
             unreachable.retryable = error.retryable
             raise unreachable from None
@@ -255,40 +263,46 @@ def build_agent(
 
     loader = loader or prompt_loader(settings)
     llm = llm or make_llm(ctx, settings, loader)
-    chat = getattr(llm, "chat_format", None)
-    if chat is not None and isinstance(getattr(chat, "template", None), str):
-        loader.check([chat.template])  # a raw-completion route renders it on every call: check it now
-    tool_choice = ctx.params.get("tool_choice") or "auto"
-    # An in-process model knows the context it really allocated (GGUF metadata, n_ctx): that beats the
-    # registry's figure for the family, but not the user's own context_tokens.
-    window = getattr(llm, "context_window", None)
-    if settings.context_tokens is None and isinstance(window, int) and window > 0:
-        budget: int | None = window
-    else:
-        budget = context_budget(settings)
+    options = agent_options(settings, ctx.params.get("tool_choice"))
     try:
-        return Agent(
-            llm,
-            tools,
-            max_iterations=settings.max_iterations,
-            timeout=settings.timeout,
-            # A timeout nobody set follows the model's pace (a slow local model is not cut off at the default).
-            pace_timeout=settings.sources.get("timeout", "default") == "default",
-            prompts=loader,
-            max_tokens=settings.max_tokens,
-            constrain=settings.constrain,  # validated by the config reader
-            permission=approver,
-            instructions=settings.instructions,
-            reasoning_markers=settings.reasoning_markers,
-            context_budget=budget,
-            tool_choice=tool_choice,
-            stop_strings=getattr(known_model(settings), "stop_strings", True),
-            workspace=workspace,
-        )
+        return Agent(llm, tools, prompts=loader, permission=approver, workspace=workspace,
+                     **checked_for(llm, loader, options, explicit_context=settings.context_tokens is not None))
     except ValueError as error:
         from ..core.errors import ConfigError
 
         raise ConfigError(f"--tool-choice: {error}") from None
+
+
+def agent_options(settings: Settings, tool_choice: str | None) -> dict[str, Any]:
+    """The `Agent` options the settings give, as plain data: the one list for `ask`, `chat`, `serve` and each
+    `batch` task (whose factory carries it to a cluster worker). The context budget is the configured one;
+    `checked_for` lets an in-process model's own window replace it."""
+    return {
+        "max_iterations": settings.max_iterations,
+        "timeout": settings.timeout,
+        # A timeout nobody set follows the model's pace (a slow local model is not cut off at the default).
+        "pace_timeout": settings.sources.get("timeout", "default") == "default",
+        "max_tokens": settings.max_tokens,
+        "constrain": settings.constrain,  # validated by the config reader
+        "instructions": settings.instructions,
+        "reasoning_markers": settings.reasoning_markers,
+        "context_budget": context_budget(settings),
+        "tool_choice": tool_choice or "auto",
+        "stop_strings": getattr(known_model(settings), "stop_strings", True),
+    }
+
+
+def checked_for(llm: LLM, loader: PromptLoader, options: dict[str, Any], *, explicit_context: bool) -> dict[str, Any]:
+    """`options` for this model: its raw-completion template checked now, and an in-process model's context."""
+    chat = getattr(llm, "chat_format", None)
+    if chat is not None and isinstance(getattr(chat, "template", None), str):
+        loader.check([chat.template])  # a raw-completion route renders it on every call: check it now
+    # An in-process model knows the context it really allocated (GGUF metadata, n_ctx): that beats the
+    # registry's figure for the family, but not the user's own context_tokens.
+    window = getattr(llm, "context_window", None)
+    if not explicit_context and isinstance(window, int) and window > 0:
+        return {**options, "context_budget": window}
+    return options
 
 
 def prompt_loader(settings: Settings) -> PromptLoader:

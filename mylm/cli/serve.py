@@ -15,7 +15,7 @@ from .common import (
     settings_from,
     verbose_option,
 )
-from .listening import listener, listening_options, shown_address
+from .listening import listener, listening_options
 from .tracing import otel_option
 
 #: The variable the client key may come from (a flag's value is visible in `ps`).
@@ -97,14 +97,18 @@ def serve(ctx: click.Context, /, **options: Any) -> None:
     tracing = serve_tracer(settings, redactor, options["otel_endpoint"])
     app = build_app(llm, loader, settings, key, options, redactor.redact,
                     stop_strings=getattr(known_model(settings), "stop_strings", True), tracing=tracing)
-    click.echo(f"mylm serve: {settings.model or 'the default model'} on http://{shown_address(sock)}/v1 "
-               "(Ctrl-C stops)", err=True)
+    bound_host, bound_port = sock.getsockname()[:2]
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     from ..serve.server import run
+    from .endpoint import endpoint_in_use
 
+    # The model named as `mylm config` and the chat banner name it (never "the default model": which one?).
+    serving = endpoint_in_use(settings).describe()
+    banner = f"mylm serve: listening on http://{shown}:{bound_port}/v1, serving {serving} (Ctrl-C stops)"
     try:
-        run(app, sock)
+        run(app, sock, ready=lambda: click.echo(banner, err=True))
     except KeyboardInterrupt:
-        pass  # uvicorn drained the requests in flight, then re-raised the signal it caught: a clean stop
+        pass  # a Ctrl-C before the server's handler was in place: nothing was being served yet
     finally:
         if tracing is not None:
             tracing.shutdown()  # exports the last requests' spans

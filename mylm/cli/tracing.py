@@ -23,16 +23,19 @@ if TYPE_CHECKING:
 def otel_option(command: Any) -> Any:
     """`--otel URL`: export a trace of every run (as OTEL_EXPORTER_OTLP_ENDPOINT does)."""
     return click.option(
-        "--otel", "otel_endpoint", metavar="URL",
-        help="Export a trace of every run to this OTLP/HTTP endpoint [env: OTEL_EXPORTER_OTLP_ENDPOINT].",
+        "--otel", "otel_endpoint", metavar="URL|file:PATH",
+        help="Export a trace of every run to this OTLP/HTTP endpoint, or append it to a file as OTLP JSON lines "
+             "[env: OTEL_EXPORTER_OTLP_ENDPOINT].",
     )(command)
 
 
 def open_telemetry(settings: Settings, redactor: Redactor, endpoint: str | None) -> Telemetry | None:
-    """The telemetry for this command, or None (nothing of OpenTelemetry imported) when no endpoint is set."""
+    """The telemetry for this command, or None (nothing of OpenTelemetry imported) when no endpoint is set. A
+    collector that cannot be reached is one warning, once."""
     from ..telemetry import configure
+    from .common import warn
 
-    return configure(endpoint, redactor=redactor, capture_content=settings.otel_capture_content)
+    return configure(endpoint, redactor=redactor, capture_content=settings.otel_capture_content, report=warn)
 
 
 def system_of(settings: Settings) -> str:

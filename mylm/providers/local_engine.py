@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._version import install_command
 from ..core.errors import ConfigError
 
 _log = logging.getLogger("mylm.providers")
@@ -22,7 +23,6 @@ _log = logging.getLogger("mylm.providers")
 DEFAULT_CONTEXT_CAP = 8192
 _GGUF_MAGIC = b"GGUF"
 _LOAD_OPTIONS = ("n_threads", "n_gpu_layers", "n_batch", "seed")
-INSTALL_HINT = "pip install 'mylm[local]'"
 
 
 
@@ -81,7 +81,7 @@ def _import_llama_cpp() -> Any:
         llama_cpp = _module("llama_cpp")
     except ImportError as error:
         raise ConfigError(
-            f"--provider local needs llama-cpp-python ({error}); install it with: {INSTALL_HINT}"
+            f"--provider local needs llama-cpp-python ({error}); install it with: {install_command('local')}"
         ) from None
     if _log_callback is None:
         # llama.cpp reports on everything it loads, on stderr; mylm's log takes it instead (shown with -vv),

@@ -7,9 +7,12 @@ requests in flight finish, then cancel what is left after `drain` seconds).
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+import signal
 import socket
 import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 #: Seconds Ctrl-C lets the requests in flight finish before they are cancelled.
@@ -74,9 +77,35 @@ def server_for(app: Any, sock: socket.socket, *, drain: float = DRAIN_SECONDS) -
     return uvicorn.Server(config)
 
 
-def run(app: Any, sock: socket.socket, *, drain: float = DRAIN_SECONDS) -> None:
-    """Serve until SIGINT/SIGTERM, then drain (blocks; in the main thread it handles the signals)."""
-    server_for(app, sock, drain=drain).run(sockets=[sock])
+def run(app: Any, sock: socket.socket, *, drain: float = DRAIN_SECONDS, ready: Callable[[], None] | None = None) -> None:
+    """Serve until SIGINT/SIGTERM, then drain (blocks; in the main thread it handles the signals). `ready` is
+    called once a signal would stop the server (the CLI prints its banner then)."""
+    server = server_for(app, sock, drain=drain)
+    with _stopped_by_signals(server):
+        if ready is not None:
+            ready()
+        server.run(sockets=[sock])
+
+
+@contextlib.contextmanager
+def _stopped_by_signals(server: Any) -> Iterator[None]:
+    """SIGINT and SIGTERM stop `server` from now on, not only once its event loop runs.
+
+    uvicorn installs its handler inside the loop: a Ctrl-C in the tens of milliseconds before (right after the
+    banner, the user's first) raised KeyboardInterrupt wherever it landed, inside asyncio's set-up (a "coroutine
+    'Server.serve' was never awaited" warning on stderr) or inside uvloop's signal callback, which logs it and
+    carries on. With the server's own handler installed first, that Ctrl-C asks the server to stop, as later ones
+    do; uvicorn puts this handler back when it is done, so what it re-raises lands here too."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {number: signal.signal(number, server.handle_exit) for number in (signal.SIGINT, signal.SIGTERM)
+                if signal.getsignal(number) is not signal.SIG_IGN}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 class Background:

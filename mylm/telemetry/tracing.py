@@ -14,18 +14,21 @@ Text the model or a tool produced (prompt, completion, arguments, output) is rec
 from __future__ import annotations
 
 import json
+import logging
+import os
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
 from .. import __version__
@@ -46,10 +49,12 @@ from ..core.types import (
     ToolCallEvent,
     ToolResultEvent,
 )
+from .exporters import OTLPJsonFile, Watched, quiet_sdk_logs
 
 if TYPE_CHECKING:
     from ..core.redact import Redactor
 
+_log = logging.getLogger("mylm.telemetry")
 #: How long exporting may hold up the end of a command (the exporter's own timeout bounds each request).
 FLUSH_MILLIS = 5_000
 #: The most text one content attribute carries (a tracing backend is not a transcript store).
@@ -68,15 +73,30 @@ class Telemetry:
     provider: TracerProvider
     redactor: Redactor
     capture_content: bool = False
+    #: The exporter, watched: its first failure is said once, and a failing one is not waited for at exit.
+    exporter: Watched | None = None
 
     @classmethod
-    def create(cls, url: str | None, *, redactor: Redactor, capture_content: bool = False) -> Telemetry:
-        """Export to `url` (None: where the standard OTEL_EXPORTER_OTLP_* variables say)."""
+    def create(
+        cls, url: str | None, *, redactor: Redactor, capture_content: bool = False,
+        report: Callable[[str], None] | None = None, file: Path | None = None,
+    ) -> Telemetry:
+        """Export to `url` (None: where the standard OTEL_EXPORTER_OTLP_* variables say), or with `file` append
+        OTLP JSON lines to it. `report` is told, once, that exporting fails (default: mylm's log, a warning)."""
         # Only the service: no process detector, whose command line could carry --api-key.
         provider = TracerProvider(resource=Resource.create({"service.name": "mylm", "service.version": __version__}))
-        exporter = OTLPSpanExporter(endpoint=url) if url else OTLPSpanExporter()
+        if file is not None:
+            inner: SpanExporter = OTLPJsonFile(file)
+            destination = str(file)
+        else:
+            quiet_sdk_logs()
+            inner = OTLPSpanExporter(endpoint=url) if url else OTLPSpanExporter()
+            named = url or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get(
+                "OTEL_EXPORTER_OTLP_ENDPOINT")
+            destination = redactor.redact(named or "the OTLP endpoint")
+        exporter = Watched(inner, destination, report or _log.warning)
         provider.add_span_processor(BatchSpanProcessor(exporter))
-        return cls(provider, redactor, capture_content)
+        return cls(provider, redactor, capture_content, exporter)
 
     @property
     def tracer(self) -> trace.Tracer:
@@ -127,8 +147,15 @@ class Telemetry:
         self.provider.force_flush(FLUSH_MILLIS)
 
     def shutdown(self) -> None:
-        """Export what is left and stop the exporter."""
-        self.flush()
+        """Export what is left and stop the exporter; with a collector that failed, drop it at once instead (its
+        retries would hold the caller's exit for seconds)."""
+        exporter = self.exporter
+        if exporter is not None:
+            exporter.closing = True
+        if exporter is None or not exporter.failed:
+            self.flush()  # a failure during it stops the retries (the exporter is closing)
+        if exporter is not None:
+            exporter.shutdown()
         self.provider.shutdown()
 
 

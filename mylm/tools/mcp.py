@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from .._version import install_command
 from ..core.cancel import remaining
 from ..core.errors import CancelledError, ConfigError, ToolError
 from ..core.redact import redact
@@ -169,7 +170,7 @@ class McpServers:
             import mcp  # noqa: F401 - only to say clearly what is missing
         except ImportError:
             raise ConfigError(
-                "MCP servers are configured, but the MCP SDK is not installed: pip install 'mylm[mcp]'"
+                f"MCP servers are configured, but the MCP SDK is not installed: {install_command('mcp')}"
             ) from None
         logging.getLogger("mcp").addHandler(self._notes)
         self._loop = asyncio.new_event_loop()

@@ -17,7 +17,7 @@ from mylm.protocol.parser import format_tool_call
 from mylm.core.types import ToolCall
 from tests.cli.cli_support import invoke
 from tests.support import default_sigint
-from tests.providers.servers import OpenAIServer
+from tests.providers.servers import Hang, HTTPError, OpenAIServer
 
 #: Bounds a wait for the child's output, so a broken test fails instead of hanging.
 WAIT = 60.0
@@ -179,13 +179,15 @@ def test_live_line_on_a_terminal(tmp_path: Path, subprocess_env: dict[str, str])
 
 
 def test_ray_options_are_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mylm._version import install_command
+
     tasks = write_tasks(tmp_path / "tasks.jsonl", 1)
     out = str(tmp_path / "out.jsonl")
     misplaced = invoke(["batch", str(tasks), "-o", out, "--ray-address", "auto"])
     assert misplaced.exit_code == 2 and "--executor ray" in misplaced.stderr
     monkeypatch.setitem(sys.modules, "ray", None)  # as if the extra were not installed
     missing = invoke(["batch", str(tasks), "-o", out, "--executor", "ray"])
-    assert missing.exit_code == 2 and "pip install 'mylm[ray]'" in missing.stderr
+    assert missing.exit_code == 2 and f"needs Ray: {install_command('ray')}" in missing.stderr
 
 
 def test_a_failed_task_is_one_progress_line(tmp_path: Path) -> None:
@@ -258,3 +260,67 @@ def test_live_summary_table_has_no_empty_header_row() -> None:
     # The top border, then the first row at once: no row of blank cells, no header rule under it.
     assert "ended: final_answer" in rows[2], err.getvalue()
     assert not any(set(line.strip()) <= set("│┃ ") for line in rows[1:]), err.getvalue()
+
+
+def test_failed_tasks_run_again_on_resume_and_the_batch_says_how_they_had_failed(tmp_path: Path) -> None:
+    # Issue 30: a timed-out or endpoint-failed task was recorded as done; the same command said "0 tasks to
+    # run, 2 already done" and exit 0, and the user deleted the results file by hand.
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 3)
+    out = tmp_path / "out.jsonl"
+    refused = HTTPError(400, {"error": {"message": "bad day", "type": "invalid_request_error"}})
+    args = ["batch", str(tasks), "-o", str(out), "-j", "1", "--retries", "0", "--timeout", "1"]
+    with OpenAIServer([ANSWER, Hang(), refused]) as server:  # -j 1: the tasks take them in order
+        first = invoke([*args, *endpoint(server)])
+    assert first.exit_code == 1, first.output
+    assert [r["stop_reason"] for r in results(out)] == ["final_answer", "timeout", "error"]
+    assert "mylm: 2 tasks failed (1 endpoint error, 1 timed out): the same command runs them again; more time " \
+           "for each: --timeout SECONDS (or timeout = SECONDS in config.toml, or MYLM_TIMEOUT), or the task's " \
+           '"timeout"' in first.stderr
+    with OpenAIServer([ANSWER] * 2) as server:
+        second = invoke([*args, *endpoint(server)])
+    assert second.exit_code == 0, second.output
+    assert second.stderr.splitlines()[0] == \
+        "batch: 2 tasks to run again: 1 endpoint error, 1 timed out; 1 already done, 1 at a time"
+    assert len(server.requests) == 2
+    # The last line of an id is its result: every task now has an answer.
+    latest = {r["id"]: r for r in results(out)}
+    assert sorted(latest) == ["t00", "t01", "t02"] and all(r["final_text"] == ANSWER for r in latest.values())
+    with OpenAIServer([]) as server:
+        third = invoke([*args, *endpoint(server)])
+    assert third.exit_code == 0 and not server.requests
+    assert third.stderr.splitlines()[0] == "batch: 0 tasks to run, 3 already done, 1 at a time"
+
+
+def test_batch_takes_ask_s_run_flags_and_gives_each_task_ask_s_agent(tmp_path: Path) -> None:
+    # Issue 30: batch had no --max-tokens (nor --tool-choice); every flag of `ask`'s run options is `batch`'s.
+    from mylm.cli.ask import ask
+    from mylm.cli.batch import batch
+
+    run_flags = {"--max-iterations", "--timeout", "--max-tokens", "--yes", "--sandbox", "--tool-choice"}
+    for command in (ask, batch):
+        assert run_flags <= {opt for param in command.params for opt in param.opts}, command.name
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 1)
+    with OpenAIServer([ANSWER]) as server:
+        result = invoke(["batch", str(tasks), "-o", str(tmp_path / "out.jsonl"), "--max-tokens", "77",
+                         "--tool-choice", "none", *endpoint(server)])
+    assert result.exit_code == 0, result.output
+    body = server.requests[0].body
+    assert body["max_tokens"] == 77
+    assert "list_dir" not in body["messages"][0]["content"]  # tool choice none: no tool is offered
+    bad = invoke(["batch", str(tasks), "-o", str(tmp_path / "o2.jsonl"), "--tool-choice", "nope"])
+    assert bad.exit_code == 2 and "--tool-choice" in bad.stderr and "read_file" in bad.stderr
+
+
+def test_with_nothing_configured_a_batch_task_gets_the_endpoint_ask_would(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 30: `ask` ran the pulled in-process model, `batch` failed every task with "ollama needs a model name".
+    from mylm.cli import runner
+    from mylm.cli.batch_agent import BatchAgentFactory
+    from mylm.config import load_settings
+
+    settings = load_settings({})
+    monkeypatch.setattr("mylm.providers.local_engine.engine_available", lambda: True)
+    factory = BatchAgentFactory.from_settings(settings)
+    assert factory.endpoint["provider"] == runner.make_endpoint(settings).provider == "local"
+    assert factory.suggest_local and factory.agent_options() == runner.agent_options(settings, None)
+    monkeypatch.setattr("mylm.providers.local_engine.engine_available", lambda: False)
+    assert BatchAgentFactory.from_settings(settings).endpoint["provider"] is None  # a local Ollama, as `ask`

@@ -161,3 +161,19 @@ def test_cli_model_text_cannot_drive_the_terminal() -> None:
     result = invoke(["ask", "x"], ScriptedLLM(["evil \x1b]52;c;aGVsbG8=\x07 \x1b[2J done \u202e"]))
     assert "\x1b" not in result.stdout and "\u202e" not in result.stdout
     assert "\\x1b]52" in result.stdout and "<U+202E>" in result.stdout
+
+
+@pytest.mark.parametrize("where", ["flag", "env"])
+def test_a_timeout_says_how_to_raise_the_limit(where: str) -> None:
+    # Issue 30: "the run took longer than its 120 s timeout" was a dead end for a slow CPU model.
+    from tests.providers.servers import Hang, OpenAIServer
+
+    with OpenAIServer([Hang()]) as server:
+        flags = ["--timeout", "1"] if where == "flag" else []
+        env = {"MYLM_TIMEOUT": "1"} if where == "env" else None
+        result = invoke(["ask", "--base-url", server.base_url, "-m", "m", *flags, "hi"], env=env)
+    assert result.exit_code == 4
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("mylm: error:")]
+    assert line.startswith("mylm: error: the run took longer than its 1 s timeout; raise it with --timeout SECONDS "
+                           "(or timeout = SECONDS in config.toml, or MYLM_TIMEOUT)")
+    assert line.endswith("; this one is from env MYLM_TIMEOUT") == (where == "env")

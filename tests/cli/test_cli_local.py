@@ -133,6 +133,24 @@ def test_with_nothing_configured_ask_says_how_to_fetch_a_model_then_uses_it(
     assert "tiny-test" in listed.stdout and "(default)" in listed.stdout
 
 
+def test_with_nothing_configured_batch_runs_the_pulled_model_as_ask_does(
+    tiny: Path, subprocess_env: dict[str, str], tmp_path: Path
+) -> None:
+    # Issue 30: `ask` ran the pulled model, `batch` failed every task with "ollama needs a model name".
+    cache = Path(subprocess_env["XDG_CACHE_HOME"]) / "mylm" / "models"
+    cache.mkdir(parents=True)
+    shutil.copyfile(tiny, cache / "tiny-test.gguf")
+    env = tiny_config(subprocess_env, exact_grammar(ANSWER))
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id": "a", "prompt": "hi"}\n{"id": "b", "prompt": "hello"}\n')
+    out = tmp_path / "out.jsonl"
+    done = mylm(["batch", str(tasks), "-o", str(out), "-j", "2"], env)
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(r["id"] for r in records) == ["a", "b"]
+    assert all(r["final_text"] == ANSWER and r["stop_reason"] == "final_answer" for r in records), records
+
+
 def test_the_real_smollm2_answers_through_the_cli(subprocess_env: dict[str, str]) -> None:
     model = real_model()
     env = configure(subprocess_env, options={"temperature": 0.0, "seed": 7})
@@ -175,6 +193,7 @@ def test_help_never_imports_the_engine(subprocess_env: dict[str, str], args: lis
 
 
 def test_without_the_extra_the_default_server_error_offers_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mylm._version import install_command
     from mylm.cli import runner
     from mylm.config import load_settings
     from mylm.core.errors import EndpointUnreachableError
@@ -194,7 +213,7 @@ def test_without_the_extra_the_default_server_error_offers_it(monkeypatch: pytes
         list(wrapped.stream(LLMRequest((Message("user", "hi"),))))
     assert str(caught.value) == (
         "cannot reach the ollama endpoint at http://localhost:11434: refused; or run a model inside mylm: "
-        "pip install 'mylm[local]' && mylm models pull qwen2.5-coder-1.5b"
+        f"{install_command('local')} && mylm models pull qwen2.5-coder-1.5b"
     )
     configured = load_settings({"base_url": "http://127.0.0.1:8080/v1"})
     assert not runner.nothing_configured(configured)

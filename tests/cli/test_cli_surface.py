@@ -381,3 +381,18 @@ def test_cli_help_lists_exactly_the_providers() -> None:
     listed = text.split("Wire format:")[1].split("(default")[0]
     assert [p.strip(" ,") for p in listed.replace(" or ", ", ").split(", ")] == list(PROVIDERS)
 
+
+
+def test_ask_help_lists_every_exit_code_the_docs_table_lists() -> None:
+    # Issue 30: `ask --help` listed 0-4 and 130, not 5 (the first code the quick start gave), 74 or 141.
+    import re
+
+    from mylm.cli.common import EXIT_CODES
+
+    docs = (Path(__file__).parents[2] / "docs" / "cli.md").read_text()
+    rows = [re.match(r"\| (\d+) \| (.*) \|$", line) for line in docs.splitlines()]
+    table = [(int(row[1]), row[2].replace("\\|", "|")) for row in rows if row]
+    assert table == [(code, meaning) for code, _, meaning in EXIT_CODES]
+    shown = " ".join(invoke(["ask", "--help"]).stdout.split())
+    assert "Exit codes: 0 answer, 1 error, 2 usage, 3 iteration limit, 4 timeout, 5 repeated call, 74 output not " \
+           "written, 130 interrupted, 141 broken pipe." in shown

@@ -301,3 +301,34 @@ def test_prompts_list_labels_the_directory_by_where_it_was_set(tmp_path: Path) -
     assert [line.split()[1] for line in by_flag.splitlines() if line.startswith("system.j2")] == ["--prompts"]
     paths = invoke(["prompts", "path"], env={"MYLM_PROMPTS": str(mine)}).stdout.splitlines()
     assert paths[0].split() == ["$MYLM_PROMPTS", str(mine)] and sum(str(mine) in line for line in paths) == 1
+
+
+def test_a_missing_extra_is_named_with_the_install_command_that_works_for_this_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 30: messages and docs said `pip install 'mylm[serve]'`, but mylm is not on the package index: a copy
+    # installed from a checkout is told to install from that checkout.
+    import importlib.metadata
+
+    import mylm._version
+    from mylm._version import install_command
+
+    checkout = Path(__file__).resolve().parents[2]
+    assert install_command("serve") == f"pip install -e '{checkout}[serve]'"  # the tests run from a checkout
+
+    class Installed:
+        def __init__(self, record: str | None) -> None:
+            self.record = record
+
+        def read_text(self, name: str) -> str | None:
+            return self.record if name == "direct_url.json" else None
+
+    def installed(record: str | None) -> None:
+        monkeypatch.setattr(importlib.metadata, "distribution", lambda name: Installed(record))
+
+    installed('{"url": "file:///home/me/src/my%20lm", "dir_info": {}}')
+    assert install_command("otel") == "pip install '/home/me/src/my lm[otel]'"
+    # From a package index (no record of a directory, no checkout around the package): the index form.
+    installed(None)
+    monkeypatch.setattr(mylm._version, "__file__", str(tmp_path / "site-packages" / "mylm" / "_version.py"))
+    assert install_command("serve") == "pip install 'mylm[serve]'"

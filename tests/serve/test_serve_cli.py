@@ -93,3 +93,32 @@ def test_help_stays_light(subprocess_env: dict[str, str]) -> None:
     done = subprocess.run([sys.executable, "-c", "import json; " + code], env=subprocess_env, capture_output=True,
                           text=True, timeout=60, check=False)
     assert json.loads(done.stdout) == [False, False, True]
+
+
+def test_the_banner_names_the_model_and_a_ctrl_c_right_after_it_stops_the_server(
+    subprocess_env: dict[str, str], upstream: OpenAIServer
+) -> None:
+    # Issue 30: the banner said "the default model" without naming it, and a Ctrl-C in the first moments of a
+    # terminal's `mylm serve` was not a clean stop: uvicorn installs its handler only once its event loop runs,
+    # so the signal raised KeyboardInterrupt wherever it landed (inside asyncio's set-up: a "coroutine was never
+    # awaited" warning; inside uvloop's signal callback: logged and carried on). The SIGINT is raised here exactly
+    # in that window, as uvicorn picks the event loop, so the test needs no timing.
+    code = (
+        "import signal, sys, uvicorn\n"
+        "real = uvicorn.Config.get_loop_factory\n"
+        "def early(self):\n"
+        "    signal.raise_signal(signal.SIGINT)\n"
+        "    return real(self)\n"
+        "uvicorn.Config.get_loop_factory = early\n"
+        "from mylm.cli import main\n"
+        "sys.argv = ['mylm', 'serve', '--port', '0', *sys.argv[1:]]\n"
+        "main()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, "--base-url", upstream.base_url, "-m", "test-model"],
+                          env=subprocess_env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    banner, stopped = done.stderr.splitlines()  # nothing else: no warning, no traceback
+    assert re.fullmatch(rf"mylm serve: listening on http://127\.0\.0\.1:\d+/v1, serving test-model at "
+                        rf"{re.escape(upstream.base_url)} \(openai\) \(Ctrl-C stops\)", banner), banner
+    assert stopped == "mylm serve: stopped"
+    assert not upstream.requests

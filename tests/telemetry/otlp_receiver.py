@@ -44,7 +44,8 @@ def _attributes(items: Any) -> dict[str, Any]:
 class OTLPReceiver:
     """`POST /v1/traces` on 127.0.0.1; keeps every raw body (to search for secrets) and the decoded spans."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, status: int = 200) -> None:
+        """`status`: what every export is answered (503: a collector that is up but cannot take traces)."""
         self.bodies: list[bytes] = []
         self.spans: list[Span] = []
         self.paths: list[str] = []
@@ -62,6 +63,14 @@ class OTLPReceiver:
                 )
 
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                if status != 200:
+                    self.send_response(status)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    with receiver._changed:
+                        receiver.paths.append(self.path)
+                        receiver._changed.notify_all()
+                    return
                 if self.headers.get("Content-Encoding") == "gzip":
                     body = gzip.decompress(body)
                 request = ExportTraceServiceRequest()

@@ -209,3 +209,55 @@ def test_each_prompt_of_a_chat_is_a_trace_of_its_own(tmp_path: Path, isolated_us
     runs = [s for s in spans if s.name == "invoke_agent mylm"]
     assert len(runs) == 2 and len({r.trace_id for r in runs}) == 2
     assert {r.attributes["mylm.command"] for r in runs} == {"chat"}
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as probe:  # bound, then closed: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.parametrize("collector", ["refused", "503"])
+def test_a_collector_that_cannot_take_traces_is_one_warning_and_no_retries_at_exit(
+    collector: str, isolated_user_state: Path
+) -> None:
+    # Issue 30: `--otel http://127.0.0.1:9` printed four lines of the SDK's retries and held the exit ~8 s after
+    # the answer. One line now, and the exporter gives up at exit instead of retrying (1, 2, 4 s of backoff):
+    # the receiver answering 503 counts the attempts, so no clock is needed to see it.
+    with OTLPReceiver(status=503) as receiver, OpenAIServer([Completion("Four.")]) as model:
+        url = f"http://127.0.0.1:{_closed_port()}" if collector == "refused" else receiver.url
+        done = _ask(["--base-url", model.base_url, "-m", "m", "--otel", url, "2+2?"], child_env(),
+                    isolated_user_state)
+    assert done.returncode == 0 and done.stdout == "Four.\n", done.stderr
+    lines = [line for line in done.stderr.splitlines() if "trace" in line.lower() or "error" in line.lower()]
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"mylm: warning: cannot export traces to {url}/v1/traces: ")
+    assert "Transient" not in done.stderr and "Traceback" not in done.stderr
+    if collector == "refused":
+        assert "connection refused" in lines[0]
+    else:
+        assert receiver.paths == ["/v1/traces"]  # one attempt: no retry held the exit
+
+
+def test_otel_file_writes_the_trace_as_otlp_json_lines(isolated_user_state: Path, tmp_path: Path) -> None:
+    # Issue 30: a trace to look at without installing a backend.
+    import json
+
+    target = tmp_path / "trace.jsonl"
+    with OpenAIServer([Completion("Four.")]) as model:
+        done = _ask(["--base-url", model.base_url, "-m", "m", "--otel", f"file:{target}", "2+2?"], child_env(),
+                    isolated_user_state)
+    assert done.returncode == 0 and done.stderr.count("warning") == 0, done.stderr
+    assert target.stat().st_mode & 0o077 == 0  # a trace may hold prompts: the user's only
+    spans = [span for line in target.read_text().splitlines()
+             for resource in json.loads(line)["resourceSpans"] for scope in resource["scopeSpans"]
+             for span in scope["spans"]]
+    by_name = {span["name"]: span for span in spans}
+    run, chat = by_name["invoke_agent mylm"], by_name["chat m"]
+    assert len(run["traceId"]) == 32 and len(run["spanId"]) == 16 and "parentSpanId" not in run  # hex, per OTLP
+    assert chat["traceId"] == run["traceId"] and chat["parentSpanId"] == by_name["iteration 1"]["spanId"]
+    assert chat["kind"] == 3  # enums as integers, per OTLP JSON
+    bad = _ask(["--otel", f"file:{tmp_path / 'missing' / 't.jsonl'}", "hi"], child_env(), isolated_user_state)
+    assert bad.returncode == 2 and bad.stderr.startswith("mylm: error: --otel") and "does not exist" in bad.stderr
