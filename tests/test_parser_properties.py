@@ -148,3 +148,32 @@ def test_property_call_is_emitted_by_the_chunk_that_completes_it(value: str, bef
         assert emitted_at is None  # a fenced call waits for the fence to be decided
     else:
         assert emitted_at == len(text)
+
+
+def _track_lines_tick_by_tick(inline: int, line_blank: bool, text: str) -> tuple[int, bool]:
+    """The line tracking as first written (every backtick run and newline walked in turn): the reference."""
+    import re
+
+    if "`" in text or "\n" in text:
+        for match in re.finditer(r"`+|\n", text):
+            if match.group() == "\n":
+                inline, line_blank = 0, True
+            else:
+                run = match.end() - match.start()
+                inline, line_blank = (0 if inline == run else inline or run), False
+        tail = text[text.rfind("\n") + 1 :] if line_blank else ""
+        line_blank = line_blank and (not tail or tail.isspace())
+    elif not text.isspace():
+        line_blank = False
+    return inline, line_blank
+
+
+@given(st.integers(0, 3), st.booleans(), st.text(alphabet="`\n x\t", max_size=40))
+def test_line_tracking_from_the_last_newline_matches_walking_every_tick(
+    inline: int, line_blank: bool, text: str
+) -> None:
+    # The parser skips to the text after a chunk's last newline (a hot path: a long answer's every chunk).
+    parser = StreamParser()
+    parser._inline, parser._line_blank = inline, line_blank
+    parser._track_lines(text)
+    assert (parser._inline, parser._line_blank) == _track_lines_tick_by_tick(inline, line_blank, text)

@@ -103,6 +103,10 @@ _SECRET_NAMES = ("bearer", "key", "secret", "token", "pass", "pwd", "credential"
 _SENSITIVE_TAIL = re.compile(
     r"(?i)(?:bearer|key|secret|token|pass|pwd|credential|authorization|cookie)[^\n]{0,40}\Z"
 )
+#: The longest text `_SENSITIVE_TAIL` can match (its longest name and 40 more characters): a search needs to
+#: start only this far from the end. It has no look-behind and no anchor but `\Z`, so a match found from there
+#: is the one a search of the whole text finds (matches are at most this long and the leftmost one is kept).
+_SENSITIVE_TAIL_REACH = len("authorization") + 40
 
 
 class Redactor:
@@ -213,7 +217,7 @@ class StreamRedactor:
         start = _word_start(text, len(text))
         word = len(text) - start if _could_become_secret(text[start:]) else 0
         seen = self._context + text
-        near = _SENSITIVE_TAIL.search(seen)
+        near = _SENSITIVE_TAIL.search(seen, max(0, len(seen) - _SENSITIVE_TAIL_REACH))
         if near is not None:
             # `Bearer x`, `"token": "x"`, `password = x`: the value comes some words after the name.
             word = max(word, len(seen) - max(_word_start(seen, near.start()), len(self._context)))

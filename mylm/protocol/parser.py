@@ -43,7 +43,7 @@ from .tags import (
     ReasoningDialect,
 )
 
-_TICK_OR_NL = re.compile(r"`+|\n")
+_TICKS = re.compile(r"`+")
 _FINAL_CLOSE_RE = re.compile(re.escape(FINAL_CLOSE), re.IGNORECASE)
 #: In a block, text is processed every this many characters even without a `/`: a block that ends without its
 #: end tag (complete parameters, then prose) is still noticed promptly.
@@ -266,15 +266,18 @@ class StreamParser(OutsideSteps, BlockSteps, WholeReplyReadings):
     def _track_lines(self, text: str) -> None:
         """Follow inline code spans and line starts through text that holds no tag and no fence."""
         inline, line_blank = self._inline, self._line_blank
-        if "`" in text or "\n" in text:
-            for match in _TICK_OR_NL.finditer(text):
-                if match.group() == "\n":
-                    inline, line_blank = 0, True
-                else:
-                    run = match.end() - match.start()
-                    inline, line_blank = (0 if inline == run else inline or run), False
-            tail = text[text.rfind("\n") + 1 :] if line_blank else ""
-            line_blank = line_blank and (not tail or tail.isspace())
+        newline = text.rfind("\n")
+        if newline >= 0:
+            # A newline closes any inline span and starts a blank line: only the text after the last one
+            # matters (a long chunk is not walked tick by tick).
+            inline, line_blank, text = 0, True, text[newline + 1 :]
+        if "`" in text:
+            for match in _TICKS.finditer(text):
+                run = match.end() - match.start()
+                inline = 0 if inline == run else inline or run
+            line_blank = False
+        elif newline >= 0:
+            line_blank = not text or text.isspace()
         elif not text.isspace():
             line_blank = False
         self._inline, self._line_blank = inline, line_blank

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..llm import Constraint, LLMChunk, LLMRequest, ToolCallChunk
+from ..llm import Constraint, LLMChunk, LLMRequest, TextChunk, ToolCallChunk
 from .base import model_rejects_stop, refused_sampling, strip_route, without_refused
 from .decoder import Decoder, text_chunks, usage_of
 from .engine import HTTPProvider, bearer
@@ -40,32 +40,45 @@ class _OpenAIDecoder(Decoder):
         return chunks
 
     def _object(self, obj: Any, out: list[LLMChunk]) -> None:
-        """Appends the chunks of one `chat.completion.chunk` (or `text_completion`) object to `out`."""
-        self.fail_on_error(obj)
+        """Appends the chunks of one `chat.completion.chunk` (or `text_completion`) object to `out`.
+
+        Runs once per token: the error check is `fail_on_error`'s, inlined, and the common delta (content only)
+        appends its chunk directly; every field is still read exactly as before.
+        """
         if not isinstance(obj, dict):
-            return
-        usage = obj.get("usage")
-        if isinstance(usage, dict):
+            return  # not an error object either (`fail_on_error` looks only at dicts)
+        get = obj.get
+        if "error" in obj or get("object") == "error" or get("type") == "error":
+            self.fail_on_error(obj)
+        usage = get("usage")
+        if usage is not None and isinstance(usage, dict):
             self.usage = usage_of(usage.get("prompt_tokens"), usage.get("completion_tokens")) or self.usage
-        for choice in obj.get("choices") or ():
+        for choice in get("choices") or ():
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
-            delta = choice.get("delta") or choice.get("message") or {}
+            field = choice.get
+            delta = field("delta") or field("message") or {}
             if isinstance(delta, dict):
                 # llama.cpp, vLLM and DeepSeek send `reasoning_content`; Ollama, OpenRouter `reasoning`.
                 thought = delta.get("reasoning_content") or delta.get("reasoning")
-                out += text_chunks(delta.get("content"), thought)
+                content = delta.get("content")
+                if thought:
+                    out += text_chunks(content, thought)
+                elif content and isinstance(content, str):
+                    out.append(TextChunk(content))
                 calls = delta.get("tool_calls")
                 if calls is not None:
                     out += _call_pieces(calls)
-            text = choice.get("text")
+            text = field("text")
             if text is not None:
                 out += text_chunks(text)
-            if choice.get("finish_reason"):
-                self.reason = str(choice["finish_reason"]).lower()
+            finish = field("finish_reason")
+            if finish:
+                self.reason = str(finish).lower()
             # vLLM names the stop string that fired.
-            if isinstance(choice.get("stop_reason"), str):
-                self.stop_sequence = choice["stop_reason"]
+            stop = field("stop_reason")
+            if isinstance(stop, str):
+                self.stop_sequence = stop
 
 
 def _call_pieces(calls: Any) -> Iterator[ToolCallChunk]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from mylm.core.redact import REDACTED, Redactor, public_url, url_secrets
@@ -117,3 +117,17 @@ def test_redact_url_credentials(url: str, shown: str, secrets: set[str]) -> None
     assert public_url(url) == shown
     assert set(url_secrets(url)) == secrets
     assert "hunter2secretpw" not in Redactor.from_environment({}, url_secrets(url)).redact(f"error at {url}")
+
+
+@given(st.lists(st.sampled_from([*"aB \n:=_-x", "Bearer", "token", "KEY", "authorization"]), max_size=120)
+       .map("".join))
+@example("say authorization" + "x" * 40)  # the longest match: the name and 40 characters after it
+@example("pass" + "y" * 41)  # one too many: no match at all
+def test_sensitive_tail_search_from_its_reach_finds_what_a_whole_search_finds(text: str) -> None:
+    # The stream redactor searches only the last _SENSITIVE_TAIL_REACH characters (a hot path: once per chunk);
+    # the match, and so where the held-back value starts, must be the whole text's.
+    from mylm.core.redact import _SENSITIVE_TAIL, _SENSITIVE_TAIL_REACH
+
+    whole = _SENSITIVE_TAIL.search(text)
+    tail = _SENSITIVE_TAIL.search(text, max(0, len(text) - _SENSITIVE_TAIL_REACH))
+    assert (whole.span() if whole else None) == (tail.span() if tail else None)
