@@ -54,8 +54,10 @@ def test_a_bare_answer_ends_the_turn_under_the_grammar() -> None:
     assert accepts(rules, "The file has 3 lines.")
     assert accepts(rules, "Let me check.\n<final_answer>3</final_answer>")
     assert not accepts(rules, "")  # an empty turn is still not a turn
-    # A long answer is not cut to force a tag (the old 400-character thought cap cut mid-sentence).
-    assert accepts(rules, "word " * 150)
+    # A long answer goes in <final_answer> (past the prose cap the model must choose: at 2000 characters the 1.5B
+    # model worked BFCL questions out by hand instead of calling the tool).
+    assert accepts(rules, "word " * 70) and not accepts(rules, "word " * 90)
+    assert accepts(rules, "Done.\n<final_answer>" + "word " * 150 + "</final_answer>")
     # The 1.5B model ended an answer with "< /final_answer> < /tool_code" when the tag itself was meant.
     assert not accepts(rules, "<final_answer>Fixed. < /final_answer></final_answer>")
     assert accepts(rules, "<final_answer>1 < 2, x <= 3</final_answer>")
