@@ -267,3 +267,36 @@ def test_a_paced_timeout_follows_a_slow_model_and_still_ends(tmp_path: Path) -> 
     ended = Agent(stuck, tools(tmp_path), timeout=120, pace_timeout=True, clock=stuck.clock,
                   max_repeated_calls=0).run("What is here?")
     assert ended.stop_reason is StopReason.TIMEOUT and "extended to" in str(ended.error)
+
+
+def _repetition_cost(grammar: str) -> int:
+    """The largest (rules inside a repeated group) x (its repeat count) in `grammar`, as llama.cpp's grammar
+    parser counts it when it expands `(...){m,n}`: above 2000 it refuses the grammar ("number of rules that are
+    going to be repeated multiplied by the new repetition exceeds sane defaults")."""
+    worst = 0
+    for match in re.finditer(r"\{(\d+),(\d+)\}", grammar):
+        start = match.start()
+        if grammar[start - 1] != ")":
+            continue
+        depth, i, groups = 0, start - 1, 0
+        while i >= 0:
+            if grammar[i] == ")" and grammar[i - 1] != "\\":
+                depth += 1
+                groups += 1
+            elif grammar[i] == "(" and grammar[i - 1] != "\\":
+                depth -= 1
+                if depth == 0:
+                    break
+            i -= 1
+        worst = max(worst, groups * (int(match[2]) - int(match[1])))
+    return worst
+
+
+@pytest.mark.parametrize("multiple", [False, True])
+def test_the_grammar_stays_within_llama_cpp_s_repetition_limit(tmp_path: Path, multiple: bool) -> None:
+    # An answer rule with a nested group inside its {0,1999} was refused by llama-cpp-python's llama.cpp at the
+    # default max_tokens (4096): every in-process run failed before its first token.
+    specs = [ToolSpec(t.name, t.parameters) for t in tools(tmp_path)]
+    grammar = compile_protocol(specs, multiple_calls=multiple)
+    for text in (grammar.turn, grammar.call, grammar.answer):
+        assert _repetition_cost(text) <= 2000

@@ -55,8 +55,8 @@ _SPACE = "\\t\\n\\r\\x0B\\x0C\\x1C-\\x1F\\x85\\xA0\\u1680\\u2000-\\u200A\\u2028\
 #: which ends the answer. Nor `< /tag` (a space, then a slash): Qwen2.5-Coder 1.5B closed its answer with
 #: `< /final_answer> < /tool_code` when the exact tag was what it meant. `{n}` pieces.
 _ANSWER_TEXT = (
-    'answer-text ::= [ \\t\\n]{{0,8}} ([^<{space}] | "<" ([=] | [ \\t] [^/<])) '
-    '([^<] | "<" ([=] | [ \\t] [^/<])){{0,{n}}}'
+    'answer-text ::= [ \\t\\n]{{0,8}} ([^<{space}] | "<=" | "<" [ \\t] [^/<]) '
+    '([^<] | "<=" | "<" [ \\t] [^/<]){{0,{n}}}'
 )
 _PLAIN_ANSWER = "plain-answer ::= [ \\t\\n]{{0,8}} [^<`~{space}] [^<`~]{{0,{n}}}"
 
