@@ -64,7 +64,7 @@ def qwen() -> Iterator[LLM]:
     path = need_real_model(MODEL)
     options = {"temperature": 0.0, "seed": 7, "n_ctx": 4096, "n_threads": 2}
     yield create_llm(Endpoint(provider="local", model=str(path), options=options))
-    from mylm.providers.local import close_all
+    from mylm.providers.local_engine import close_all
 
     close_all()
 
