@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from ..core.types import Message, Permission, ToolCall
 from ..llm import ConstrainMode
+from ..protocol.dialects import checked
 from .step import StepConfig, ToolChoice
 
 if TYPE_CHECKING:
@@ -56,6 +57,10 @@ class AgentConfig:
     constrain: ConstrainMode = "off"
     #: `auto`: call or answer; `none`: no tools; `required`: every turn calls one; a tool's name: that tool.
     tool_choice: ToolChoice = "auto"
+    #: The form of call the prompt teaches and the grammar allows: `mylm` (`<tool_code>` blocks), `hermes`
+    #: (`<tool_call>{"name", "arguments"}</tool_call>`, as Qwen2.5's chat template teaches), or `auto` (the
+    #: model registry's dialect for the endpoint's model, else `mylm`). See `mylm.protocol.dialects`.
+    tool_dialect: str = "mylm"
     #: Send stop strings where the endpoint accepts them (off for APIs that refuse them).
     stop_strings: bool = True
     #: The templates of everything the model reads (None: `PromptLoader.default()`).
@@ -95,8 +100,10 @@ class AgentConfig:
             raise ValueError("timeout must be positive")
         if self.max_repeated_calls == 1 or self.max_repeated_calls < 0:
             raise ValueError("max_repeated_calls must be 0 (never stop) or at least 2")
+        if self.tool_dialect != "auto":
+            checked(self.tool_dialect)
 
     def step(self) -> StepConfig:
         """The part of this configuration that shapes each model turn."""
         return StepConfig(self.max_tokens, self.multiple_calls, self.constrain, self.tool_choice, self.stop_strings,
-                          self.reasoning_markers)
+                          self.reasoning_markers, self.tool_dialect)

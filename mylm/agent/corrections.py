@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core.types import FinishReason, ToolCall
 from ..prompts import PromptLoader, dump_json
-from ..protocol.canonical import format_tool_call
-from ..protocol.defuse import defuse_correction, defuse_special_tokens, neutralise
+from ..protocol import dialects
+from ..protocol.defuse import defuse_correction, neutralise
 from ..protocol.examples import example_arguments, example_tool
 
 if TYPE_CHECKING:
@@ -56,10 +56,15 @@ class Corrections:
     That block (`example`) is mylm's own text and must reach the model as written: a correction's message is
     defused like any observation (it quotes the model's and the tools' text), so the block is kept apart and
     placed after the message by the template (`format_error.j2`, `tool_error.j2`). Read it once with
-    `take_example()` when rendering the correction it belongs to."""
+    `take_example()` when rendering the correction it belongs to. It is written in the conversation's tool
+    `dialect` (`protocol.dialects`), as the system prompt's example is."""
 
-    def __init__(self, prompts: PromptLoader, *, max_tokens: int, tools: Sequence[ParametersTool] = ()) -> None:
+    def __init__(
+        self, prompts: PromptLoader, *, max_tokens: int, tools: Sequence[ParametersTool] = (), dialect: str = "mylm"
+    ) -> None:
         self.prompts = prompts
+        #: The tool dialect ready-made blocks are written in.
+        self.dialect = dialects.checked(dialect)
         self.max_tokens = max_tokens
         #: The tools the model was shown (the ones corrections may name and build examples from).
         self.tools = tuple(tools)
@@ -95,10 +100,14 @@ class Corrections:
         message = self.escalated(problem)
         # The parser's messages end with the form to write; it must reach the model as a real call, as written.
         message, block, after = self._lifted_block(message)
-        return self.prompts.render(
-            "format_error.j2", message=defuse_correction(message), example=self.take_example() or block,
+        example = self.take_example() or block
+        text = self.prompts.render(
+            "format_error.j2", message=defuse_correction(message), example="\0" if example else "",
             after=defuse_correction(after),
         )
+        # The parser's messages and the template name mylm's own tags; in another dialect they name its tags
+        # (the block, already in the dialect, is put in after).
+        return dialects.speak(text, self.dialect).replace("\0", example, 1)
 
     def _lifted_block(self, message: str) -> tuple[str, str, str]:
         """`message` split around the example block the parser's messages carry (before, block, after), the
@@ -125,7 +134,7 @@ class Corrections:
 
     def tool_required(self, tool: str | None) -> str:
         """The user message answering a turn without a call while tool_choice requires one (`tool`: the one)."""
-        return self.prompts.render("tool_required.j2", tool=tool)
+        return dialects.speak(self.prompts.render("tool_required.j2", tool=tool), self.dialect)
 
     def invalid_arguments(
         self, tool: ParametersTool, problems: Sequence[str], given: Mapping[str, Any] | None = None
@@ -192,8 +201,7 @@ class Corrections:
             block=bool(self.example),
         )
 
-    @staticmethod
-    def _block(call: ToolCall) -> str:
+    def _block(self, call: ToolCall) -> str:
         # Canonical JSON escapes `</` and reasoning markers; a special token in a value or a client's tool name
-        # is broken like any data.
-        return defuse_special_tokens(format_tool_call(call))
+        # is broken like any data (the dialect's own tags stay whole).
+        return dialects.example_block(call, self.dialect)

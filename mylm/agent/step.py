@@ -43,11 +43,10 @@ from ..core.cancel import CancelToken
 from ..core.decoding import clean_text
 from ..core.types import ErrorEvent, Event, Message, ModelCallEvent, ToolCall, Usage, UsageEvent
 from ..llm import LLM, Constraint, LLMRequest, Sampling, alternating
-from ..prompts import PromptLoader, tool_view
-from ..protocol.canonical import format_tool_call
+from ..prompts import PromptLoader, prompt_schema, tool_view
+from ..protocol import dialects
 from ..protocol.defuse import defuse_special_tokens, neutralise
 from ..protocol.examples import example_arguments, example_tool
-from ..protocol.stops import DEFAULT_STOPS, OBSERVATION_STOP, TOOL_STOP
 from ..protocol.tags import with_markers
 from ..tools.validation import validate
 from .context import TokenEstimator
@@ -55,6 +54,9 @@ from .corrections import TEMPLATES, Corrections
 from .turn import ModelTurn, cut_mid_thought, stream_turn
 
 logger = logging.getLogger("mylm.agent")
+
+#: The end of a call in every dialect: a stop string that a draft call inside `<think>` could end the turn at.
+_CALL_ENDS = frozenset(close for _, close in dialects.CALL_TAGS.values())
 
 T = TypeVar("T")
 #: A step of the loop: yields events as they happen, returns its outcome.
@@ -101,6 +103,10 @@ class StepConfig:
     stop_strings: bool = True
     #: More reasoning dialects as `(open, close)` pairs, beyond `protocol.tags.REASONING_DIALECTS`.
     reasoning_markers: tuple[tuple[str, str], ...] = ()
+    #: The form of call the prompt teaches and the grammar allows (`protocol.dialects`): `mylm` (`<tool_code>`),
+    #: `hermes` (`<tool_call>{"name", "arguments"}`, Qwen2.5's own), or `auto`: the model registry's dialect for
+    #: the endpoint's model where it knows one, else `mylm`. The parser reads both whatever this says.
+    tool_dialect: str = "mylm"
     #: Sampling settings sent with every completion of the step (corrections and retries too), over the
     #: endpoint's configured `options` (a server's client asks for them per request).
     sampling: Sampling = field(default_factory=Sampling)
@@ -177,16 +183,20 @@ class ModelStep:
         else:
             self.listed = tuple(t for t in self.tools if choice in TOOL_CHOICES or t.name == choice)
         callable_ = (*self.tools, *self.unlisted)
+        #: The tool dialect this step speaks (`auto` resolved for the endpoint's model).
+        self.dialect: dialects.ToolDialect = dialects.resolve(
+            config.tool_dialect, getattr(getattr(llm, "endpoint", None), "model", None)
+        )
         #: The grammars requests carry (compiled once per step): every turn, and an answer-only turn.
         self.constraint, self.answer_constraint = select_constraints(
             callable_, mode=config.constrain, multiple_calls=config.multiple_calls, max_tokens=config.max_tokens,
-            tool_choice=choice, always={t.name for t in self.unlisted},
+            tool_choice=choice, always={t.name for t in self.unlisted}, dialect=self.dialect,
         )
         #: The tools in play and their argument names: the parser reads drifted calls against them.
         self.names = {t.name: tuple(dict(t.parameters).get("properties") or ()) for t in callable_}
         # Without several calls per turn, the end of the first call can stop generation at the server. Models
         # whose API refuses stop strings get none: the parser still ends the turn at the call.
-        self.stops: tuple[str, ...] = DEFAULT_STOPS if not config.multiple_calls else (OBSERVATION_STOP,)
+        self.stops: tuple[str, ...] = dialects.stops(self.dialect, multiple_calls=config.multiple_calls)
         if not config.stop_strings:
             self.stops = ()
         #: Whether this endpoint's chat template opens `<think>` for the model, as its replies have shown so far
@@ -204,13 +214,16 @@ class ModelStep:
 
     def corrections(self) -> Corrections:
         """A fresh memory of corrections, for one conversation."""
-        return Corrections(self.prompts, max_tokens=self.config.max_tokens, tools=self.listed)
+        return Corrections(self.prompts, max_tokens=self.config.max_tokens, tools=self.listed, dialect=self.dialect)
 
     def system_prompt(self, *, instructions: str = "", cwd: str = "") -> str:
         """The system prompt listing the tools; keep it for the conversation (no timestamps, so caches hit)."""
         return self.prompts.render(
-            "system.j2",
+            dialects.SYSTEM_TEMPLATES[self.dialect],
             tools=tool_view(self.listed),
+            # The hermes dialect lists each tool as the Qwen2.5 template does: one JSON signature a line.
+            signatures=[dialects.signature(t.name, t.description, prompt_schema(dict(t.parameters)))
+                        for t in self.listed] if self.dialect == "hermes" else [],
             multiple_calls=self.config.multiple_calls,
             final_answer_tag=self.config.constrain != "off",
             instructions=defuse_special_tokens(clean_text(instructions)[0]),  # project data: no turn forging
@@ -227,7 +240,7 @@ class ModelStep:
         if tool is None:
             return ""
         call = ToolCall(tool.name, example_arguments(dict(tool.parameters)))
-        return defuse_special_tokens(format_tool_call(call))  # a client's tool name is data
+        return dialects.example_block(call, self.dialect)  # a client's tool name is data
 
     def turn(
         self,
@@ -340,7 +353,7 @@ class ModelStep:
         if self.opens_reasoning is not False:
             # Unless replies have shown that the template does not open <think>, a call may be a draft that a later
             # lone </think> turns into reasoning: let the model go on past it (docs/parser.md, "Reasoning").
-            stops = tuple(s for s in stops if s != TOOL_STOP)
+            stops = tuple(s for s in stops if s not in _CALL_ENDS)
         # Roles alternate in the request, as strict chat templates require; the caller's history is unchanged.
         request = LLMRequest(alternating(messages), stops, self.config.max_tokens, deadline, cancel, constraint,
                              sampling=self.config.sampling)

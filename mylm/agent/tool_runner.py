@@ -26,7 +26,7 @@ from ..core.types import (
     ToolResultEvent,
 )
 from ..prompts import PromptLoader
-from ..protocol.canonical import format_tool_call
+from ..protocol.dialects import format_call
 from ..protocol.defuse import neutralise
 from ..protocol.parsed import ParsedTurn
 from ..tools.base import Tool, ToolContext, ToolOutcome
@@ -73,8 +73,9 @@ class ToolRunner:
         """Run the turn's calls in order; the call and every observation made go into the conversation."""
         calls = parsed.tool_calls if self.config.multiple_calls else parsed.tool_calls[:1]
         calls = tuple(replace(c, id=f"call_{run.iteration}_{i}") for i, c in enumerate(calls, 1))
-        # History records the canonical form, so the next prompt is an exact extension of this one.
-        canonical = "\n".join(format_tool_call(c) for c in calls)
+        # History records the canonical form (in the conversation's tool dialect), so the next prompt is an exact
+        # extension of this one.
+        canonical = "\n".join(format_call(c, run.corrections.dialect) for c in calls)
         run.add(Message("assistant", f"{parsed.thought}\n{canonical}" if parsed.thought else canonical))
         logger.info("Executing %d tool call(s)", len(calls))
         observations: list[str] = []

@@ -53,6 +53,8 @@ class BatchAgentFactory:
     sandbox_network: bool = True
     sandbox_unix_sockets: bool = False
     constrain: str = "auto"
+    #: The tool dialect, resolved for the model (`runner.agent_options`).
+    tool_dialect: str = "mylm"
     #: The user named no endpoint: a local Ollama's "cannot reach" also offers the in-process model (as `ask`).
     suggest_local: bool = False
     #: The rest of `runner.agent_options` (what `ask` gives its agent), so a task's agent is `ask`'s.
@@ -86,6 +88,7 @@ class BatchAgentFactory:
             tools=_plain(settings.extra.get("tools", {}) or {}), scripted=scripted,
             sandbox=settings.sandbox, sandbox_network=settings.sandbox_network,
             sandbox_unix_sockets=settings.sandbox_unix_sockets, constrain=options["constrain"],
+            tool_dialect=options["tool_dialect"],
             suggest_local=nothing_configured(settings), reasoning_markers=options["reasoning_markers"],
             tool_choice=options["tool_choice"], stop_strings=options["stop_strings"],
             explicit_context=settings.context_tokens is not None, pace_timeout=options["pace_timeout"],
@@ -95,7 +98,7 @@ class BatchAgentFactory:
         """The options `runner.agent_options` gave, back from this factory's plain fields."""
         return {
             "max_iterations": self.max_iterations, "timeout": self.timeout, "max_tokens": self.max_tokens,
-            "constrain": self.constrain, "instructions": self.instructions,
+            "constrain": self.constrain, "tool_dialect": self.tool_dialect, "instructions": self.instructions,
             "reasoning_markers": self.reasoning_markers, "context_budget": self.context_budget,
             "tool_choice": self.tool_choice, "stop_strings": self.stop_strings, "pace_timeout": self.pace_timeout,
         }

@@ -140,6 +140,12 @@ def endpoint_options(command: F) -> F:
             help="Sample under a grammar of the tool protocol: where the endpoint can (auto, the default), "
                  "always (grammar: an error where it cannot), or never [env: MYLM_CONSTRAIN].",
         ),
+        click.option(
+            "--tool-dialect", type=click.Choice(["mylm", "hermes", "auto"]), default=None,
+            help="The form of tool call the prompt teaches and the grammar allows: mylm's <tool_code> block "
+                 "(mylm, the default), the <tool_call> JSON of Qwen2.5/Hermes chat templates (hermes), or the "
+                 "model's own where the registry knows it (auto) [env: MYLM_TOOL_DIALECT].",
+        ),
         click.option("--prompts", "prompts_dir", metavar="DIR", help="Directory of templates overriding the defaults."),
     ]
     for option in reversed(options):
@@ -194,8 +200,8 @@ def settings_from(options: dict[str, Any]) -> Settings:
     from ..config import load_settings
 
     names = (
-        "base_url", "model", "api_key", "provider", "chat_format", "constrain", "max_iterations", "timeout",
-        "max_tokens", "yes", "sandbox",
+        "base_url", "model", "api_key", "provider", "chat_format", "constrain", "tool_dialect", "max_iterations",
+        "timeout", "max_tokens", "yes", "sandbox",
     )
     flags = {name: options.get(name) for name in names}
     flags["prompts"] = options.get("prompts_dir")

@@ -18,6 +18,7 @@ from .common import (
     warn,
 )
 
+#: What `--mode all` runs (the dialect modes are asked for by name: each doubles a run's time).
 MODE_NAMES = ("protocol", "protocol-nogrammar", "native", "serve")
 
 
@@ -34,10 +35,12 @@ def _listed(values: tuple[str, ...]) -> list[str]:
                    "parallel_multiple, irrelevance, live_simple, live_multiple, live_parallel, "
                    "live_parallel_multiple, live_irrelevance.")
 @click.option("--mode", "modes", multiple=True, metavar="MODE",
-              help="How to ask (repeatable, or a comma list; all for every one): protocol (mylm's text protocol, "
-                   "the grammar where the endpoint can), protocol-nogrammar, native (the endpoint's own tool "
-                   "calling), serve (an in-process mylm serve in front of the endpoint, asked as an OpenAI client "
-                   "asks). Default: protocol (protocol-nogrammar with --constrain off).")
+              help="How to ask (repeatable, or a comma list; all for the first four): protocol (mylm's text "
+                   "protocol, the grammar where the endpoint can), protocol-nogrammar, native (the endpoint's own "
+                   "tool calling), serve (an in-process mylm serve in front of the endpoint, asked as an OpenAI "
+                   "client asks), protocol-hermes and protocol-hermes-nogrammar (the protocol in the hermes tool "
+                   "dialect; protocol and protocol-nogrammar speak --tool-dialect's). Default: protocol "
+                   "(protocol-nogrammar with --constrain off).")
 @click.option("--limit", type=click.IntRange(1, None), metavar="N", help="At most N questions (or tasks) per category.")
 @click.option("--offset", type=click.IntRange(0, None), default=0, show_default=True, metavar="N",
               help="Skip the first N questions (or tasks) of each category.")
@@ -82,6 +85,7 @@ def eval_(ctx: click.Context, /, **options: Any) -> None:
     """
     from ..core.errors import ConfigError
     from ..evaluation.bfcl import CATEGORIES, CORE_CATEGORIES
+    from ..evaluation.modes import MODES
     from .runner import known_model, make_llm, prompt_loader
 
     settings = settings_from({**options, "yes": True})
@@ -94,9 +98,9 @@ def eval_(ctx: click.Context, /, **options: Any) -> None:
         raise ConfigError(f"unknown --category {unknown[0]!r} (choose tasks, bfcl or one of: {', '.join(CATEGORIES)})")
     modes = _listed(options["modes"]) or ["protocol-nogrammar" if settings.constrain == "off" else "protocol"]
     modes = list(dict.fromkeys(m for name in modes for m in (MODE_NAMES if name == "all" else (name,))))
-    if any(m not in MODE_NAMES for m in modes):
-        bad = next(m for m in modes if m not in MODE_NAMES)
-        raise ConfigError(f"unknown --mode {bad!r} (choose {', '.join(MODE_NAMES)} or all)")
+    if any(m not in MODES for m in modes):
+        bad = next(m for m in modes if m not in MODES)
+        raise ConfigError(f"unknown --mode {bad!r} (choose {', '.join(MODES)} or all)")
     questions, tasks = _load(categories, options)
     loader = prompt_loader(settings)
     llm = make_llm(ctx, settings, loader)
@@ -156,7 +160,7 @@ def _run(ctx: click.Context, settings: Any, llm: Any, loader: Any, modes: list[s
     from ..evaluation.score import Session, ask_question, best_mode, run_agent_task, summarise, table
     from ..sandbox import protect_process
     from ..tools.procs import become_subreaper
-    from .runner import command_sandbox, warn_about
+    from .runner import command_sandbox, tool_dialect, warn_about
 
     def emit(record: dict[str, Any]) -> None:
         line = redactor.redact(json.dumps(record, ensure_ascii=False))
@@ -177,7 +181,8 @@ def _run(ctx: click.Context, settings: Any, llm: Any, loader: Any, modes: list[s
     constrain = settings.constrain if settings.constrain != "off" else "auto"
     items: list[Any] = []
     total = len(modes) * (len(questions) + len(tasks) * options["repeat"])
-    with Session(llm, loader, limits, model=settings.model, constrain=constrain, sandbox=sandbox) as session:
+    with Session(llm, loader, limits, model=settings.model, constrain=constrain, sandbox=sandbox,
+                 tool_dialect=tool_dialect(settings)) as session:
         for mode in modes:
             why = session.unavailable(mode)
             if why is not None:

@@ -284,6 +284,7 @@ def agent_options(settings: Settings, tool_choice: str | None) -> dict[str, Any]
         "pace_timeout": settings.sources.get("timeout", "default") == "default",
         "max_tokens": settings.max_tokens,
         "constrain": settings.constrain,  # validated by the config reader
+        "tool_dialect": tool_dialect(settings),
         "instructions": settings.instructions,
         "reasoning_markers": settings.reasoning_markers,
         "context_budget": context_budget(settings),
@@ -332,6 +333,14 @@ def context_budget(settings: Settings) -> int | None:
         return num_ctx
     info = known_model(settings)
     return info.context_window if info is not None else None
+
+
+def tool_dialect(settings: Settings) -> str:
+    """The tool dialect the settings mean for the configured model (`auto` resolved by the model registry)."""
+    from ..protocol.dialects import resolve
+
+    info = known_model(settings) if settings.tool_dialect == "auto" else None
+    return resolve(settings.tool_dialect, known=getattr(info, "tool_dialect", None))
 
 
 def known_model(settings: Settings) -> ModelInfo | None:

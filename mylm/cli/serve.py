@@ -135,11 +135,12 @@ def build_app(llm: Any, loader: Any, settings: Any, key: str | None, options: di
     from ..serve.app import ServeConfig, create_app
     from ..serve.core import Core, CoreSettings
     from ..serve.window import ContextWindow
-    from .runner import context_budget
+    from .runner import context_budget, tool_dialect
 
     try:
         core = Core(llm, loader, CoreSettings(
             constrain=settings.constrain,
+            tool_dialect=tool_dialect(settings),
             max_corrections=options["max_corrections"],
             max_tokens=settings.max_tokens,
             timeout=settings.timeout,

@@ -62,6 +62,15 @@ def _constrain(value: Any) -> str:
     return text
 
 
+def _tool_dialect(value: Any) -> str:
+    from ..protocol.dialects import DIALECT_SETTINGS
+
+    text = str(value).strip().lower()
+    if text not in DIALECT_SETTINGS:
+        raise ValueError(f"must be {', '.join(DIALECT_SETTINGS[1:])} or auto")
+    return text
+
+
 def _flag(value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -104,6 +113,7 @@ _KEYS: dict[str, _Key] = {
     "provider": _Key(("MYLM_PROVIDER",), _text),
     "chat_format": _Key(("MYLM_CHAT_FORMAT",), _text),
     "constrain": _Key(("MYLM_CONSTRAIN",), _constrain, "auto"),
+    "tool_dialect": _Key(("MYLM_TOOL_DIALECT",), _tool_dialect, "mylm"),
     "max_tokens": _Key(("MYLM_MAX_TOKENS",), _positive_int, 4096),
     "max_response_chars": _Key(("MYLM_MAX_RESPONSE_CHARS",), _positive_int, 8 * 1024 * 1024),
     "context_tokens": _Key(("MYLM_CONTEXT_TOKENS",), _positive_int),
@@ -128,7 +138,7 @@ SETTING_NAMES = tuple(_KEYS)
 _FILE_ONLY = {"mcp", "profiles", "tools", "api_key_env", "default_profile", "trusted_projects"}
 #: What a `[profiles.NAME]` table may set: an endpoint and how to talk to it.
 PROFILE_KEYS = (
-    "base_url", "model", "provider", "api_key_env", "chat_format", "constrain", "max_tokens",
+    "base_url", "model", "provider", "api_key_env", "chat_format", "constrain", "tool_dialect", "max_tokens",
     "max_response_chars", "context_tokens", "options",
 )
 #: Limits a project file may lower (never raise), and the flag it may only turn off.
@@ -146,6 +156,9 @@ class Settings:
     chat_format: str | None = None
     #: Grammar-constrained decoding: `auto` where the endpoint can, `grammar` insists, `off` never.
     constrain: str = "auto"
+    #: The form of call the prompt teaches: `mylm` (`<tool_code>`), `hermes` (`<tool_call>`, Qwen2.5's), or
+    #: `auto`: the model registry's dialect for the model, else `mylm` (see `mylm.protocol.dialects`).
+    tool_dialect: str = "mylm"
     max_tokens: int = 4096
     #: The most text one streamed reply may carry, in characters (decoded text, not wire bytes).
     max_response_chars: int = 8 * 1024 * 1024

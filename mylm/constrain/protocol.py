@@ -16,24 +16,30 @@ real small model (Qwen2.5-Coder 0.5B and 1.5B) under greedy decoding:
   into the nearest real name (`determine_body_mass_index`); the unknown-tool correction then tells it to answer.
 - **Calls are bounded.** Several calls per turn are at most `max_calls` (the loop also ends a turn at a call that
   repeats one before it): `call ("\n" call)*` let a model repeat one call until `max_tokens`.
+
+The call is written in the agent's tool dialect (`protocol.dialects`): mylm's `<tool_code>` block, or the
+`<tool_call>\n{"name": …, "arguments": …}\n</tool_call>` the Qwen2.5/Hermes chat templates teach; the rules above
+hold for both.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..protocol.tags import TOOL_CLOSE, TOOL_OPEN
+from ..protocol.tags import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, TOOL_CLOSE, TOOL_OPEN
 from .gbnf import Rules, literal
 from .jsonschema import SchemaCompiler
 
 FINAL_OPEN = "<final_answer>"
 FINAL_CLOSE = "</final_answer>"
-#: The text that switches a lazy grammar on (llama-server `grammar_triggers`).
+#: The text that switches a lazy grammar on (llama-server `grammar_triggers`), in mylm's dialect.
 TRIGGER = TOOL_OPEN
+#: The same for each tool dialect: where its call begins.
+TRIGGERS = {"mylm": TOOL_OPEN, "hermes": TOOL_CALL_OPEN}
 
 #: How long the thought before a call or an answer may be, in characters, by default: long enough for a plan,
 #: short enough that a small model that would ramble on is brought to choose a call or an answer.
@@ -79,6 +85,8 @@ class ProtocolGrammar:
     call: str
     #: An answer with no call (the summary request at the iteration limit).
     answer: str
+    #: Where a call begins (the lazy `call` grammar's trigger), in the grammar's dialect.
+    trigger: str = TRIGGER
 
 
 def compile_protocol(
@@ -89,19 +97,24 @@ def compile_protocol(
     answer_chars: int = ANSWER_CHARS,
     require_call: bool = False,
     max_calls: int = MAX_CALLS,
+    dialect: str = "mylm",
 ) -> ProtocolGrammar:
     """The grammars for these tools; the same tools always give the same text (cached). Properties keep the
     order their schema declares, which is the order the grammar asks for them. With `require_call` (tool_choice
     required, or a tool's name) a turn must call a tool: its grammar has no answer branch; otherwise the prose
-    (at most `thought_chars`) may be the whole turn, a bare answer."""
+    (at most `thought_chars`) may be the whole turn, a bare answer. Calls are written in `dialect` (`mylm` or
+    `hermes`)."""
+    if dialect not in TRIGGERS:
+        raise ValueError(f"no grammar for the tool dialect {dialect!r}")
     key = tuple((t.name, json.dumps(t.parameters, default=str)) for t in tools)
-    return _compile(key, multiple_calls, max(thought_chars, 0), max(answer_chars, 1), require_call, max(max_calls, 1))
+    return _compile(key, multiple_calls, max(thought_chars, 0), max(answer_chars, 1), require_call, max(max_calls, 1),
+                    dialect)
 
 
 @functools.lru_cache(maxsize=64)
 def _compile(
     key: tuple[tuple[str, str], ...], multiple_calls: bool, thought_chars: int, answer_chars: int,
-    require_call: bool = False, max_calls: int = MAX_CALLS,
+    require_call: bool = False, max_calls: int = MAX_CALLS, dialect: str = "mylm",
 ) -> ProtocolGrammar:
     specs = [ToolSpec(name, json.loads(schema)) for name, schema in key]
     # One cap for the prose, whether a call follows or it is the whole (bare) answer: past it the model must
@@ -113,19 +126,46 @@ def _compile(
         _ANSWER_TEXT.format(space=_SPACE, n=answer_chars - 1),
     )
     calls = max_calls if multiple_calls else 1
+    shape = _SHAPES[dialect]
     return ProtocolGrammar(
-        turn=_grammar(specs, calls, "turn", lines, require_call, prose),
-        call=_grammar(specs, calls, "call", lines, require_call),
+        turn=_grammar(specs, calls, "turn", lines, require_call, prose, shape),
+        call=_grammar(specs, calls, "call", lines, require_call, shape=shape),
         answer=_grammar(
             specs, calls, "answer", (*lines, _PLAIN_ANSWER.format(space=_SPACE, n=answer_chars - 1))
         ),
+        trigger=TRIGGERS[dialect],
     )
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """How a dialect writes one call around its arguments: `open`, the name (escaped by `name`), `between`, the
+    arguments, `close`."""
+
+    open: str
+    between: str
+    close: str
+    #: The name as it appears between `open` and `between` (escaped for the dialect's syntax).
+    name: Callable[[str], str]
+
+    def head(self, name: str) -> str:
+        return f"{self.open}{self.name(name)}{self.between}"
+
+
+_SHAPES = {
+    "mylm": _Shape(f"{TOOL_OPEN}\n<name>", "</name>\n<parameters>\n", f"\n</parameters>\n{TOOL_CLOSE}",
+                   lambda n: _escaped(n)),  # noqa: PLW0108 - _escaped is defined below
+    # As the Qwen2.5 template writes an assistant's call: the JSON object on one line between the tags.
+    "hermes": _Shape(f'{TOOL_CALL_OPEN}\n{{"name": "', '", "arguments": ', f"}}\n{TOOL_CALL_CLOSE}",
+                     lambda n: json.dumps(n, ensure_ascii=False)[1:-1]),
+}
 
 
 def _grammar(
     specs: list[ToolSpec], max_calls: int, form: str, lines: tuple[str, ...], require_call: bool = False,
-    prose: int = THOUGHT_CHARS,
+    prose: int = THOUGHT_CHARS, shape: _Shape | None = None,
 ) -> str:
+    shape = shape or _SHAPES["mylm"]
     rules = Rules()
     if form == "answer":
         rules.define("final", f'{literal(FINAL_OPEN)} answer-text {literal(FINAL_CLOSE)}')
@@ -136,17 +176,15 @@ def _grammar(
         params = compiler.value(spec.parameters, f"{spec.name}-params")
         if params is None:
             continue  # a schema nothing satisfies: the tool cannot be called validly
-        head = f"{TOOL_OPEN}\n<name>{_escaped(spec.name)}</name>\n<parameters>\n"
-        tail = f"\n</parameters>\n{TOOL_CLOSE}"
-        calls.append(rules.add(f"call-{spec.name}", f"{literal(head)} {params} {literal(tail)}"))
+        calls.append(rules.add(f"call-{spec.name}",
+                               f"{literal(shape.head(spec.name))} {params} {literal(shape.close)}"))
     if calls and not require_call:
-        # Any other name, with any object of arguments: the model says what it wanted, and is corrected.
-        other = _other_name(rules, [_escaped(s.name) for s in specs])
+        # Any other name, with any object of arguments: the model says what it wanted, and is corrected. (A
+        # name with a character no made-up name has cannot be one, so it need not be excluded.)
+        other = _other_name(rules, [n for s in specs if set(n := shape.name(s.name)) <= set(_NAME_ALPHABET)])
         anything = compiler.value({"type": "object"}, "other-params")
-        head, tail = f"{TOOL_OPEN}\n<name>", f"\n</parameters>\n{TOOL_CLOSE}"
         calls.append(rules.add(
-            "call-other", f'{literal(head)} {other} {literal("</name>" + chr(10) + "<parameters>" + chr(10))} '
-                          f'{anything} {literal(tail)}'
+            "call-other", f"{literal(shape.open)} {other} {literal(shape.between)} {anything} {literal(shape.close)}"
         ))
     call = rules.add("call", " | ".join(calls)) if calls else None
     block = f'{call} ("\\n" {call}){{0,{max_calls - 1}}}' if call and max_calls > 1 else call

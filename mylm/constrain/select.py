@@ -45,10 +45,13 @@ def select_constraints(
     max_tokens: int,
     tool_choice: str = "auto",
     always: Collection[str] = (),
+    dialect: str = "mylm",
 ) -> tuple[Constraint | None, Constraint | None]:
     """The (turn, summary) constraints for `mode` (`auto`: where the endpoint can; `grammar`: insist), with
     `tool_choice` mapped onto the grammar: `none` offers no call, a tool's name only that tool (and the tools
     named in `always`, callable whatever the choice), `required` and a name leave no answer branch.
+
+    Calls are written in the tool `dialect` (`mylm` or `hermes`, see `protocol.dialects`).
 
     Thought and answer are sized to the output token limit (a token is rarely under two characters), so a
     model under the grammar closes its answer itself rather than being cut off mid-turn."""
@@ -56,7 +59,7 @@ def select_constraints(
         return None, None
     if mode not in ("auto", "grammar"):
         raise ValueError(f"constrain must be auto, grammar or off, not {mode!r}")
-    from .protocol import ANSWER_CHARS, THOUGHT_CHARS, TRIGGER, ToolSpec, compile_protocol
+    from .protocol import ANSWER_CHARS, THOUGHT_CHARS, ToolSpec, compile_protocol
 
     named = tool_choice not in TOOL_CHOICES
     offered = [t for t in tools if not named or t.name == tool_choice or t.name in always]
@@ -66,9 +69,10 @@ def select_constraints(
         thought_chars=min(THOUGHT_CHARS, max_tokens // 2),
         answer_chars=min(ANSWER_CHARS, max_tokens),
         require_call=tool_choice not in ("auto", "none"),
+        dialect=dialect,
     )
     required = mode == "grammar"
     return (
-        Constraint(grammar.turn, grammar.call, TRIGGER, required),
+        Constraint(grammar.turn, grammar.call, grammar.trigger, required),
         Constraint(grammar.answer, required=required),
     )

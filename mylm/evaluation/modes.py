@@ -5,7 +5,10 @@
 - `native`: the tools in the endpoint's own function-calling API (OpenAI-compatible `tools` in a chat
   completion), its `tool_calls` read as they come, nothing rescued from the text;
 - `serve`: an in-process `mylm serve` on loopback in front of the endpoint, asked with the request an OpenAI
-  client sends (`model`, `messages`, `tools`; no `parallel_tool_calls`, no `tool_choice`).
+  client sends (`model`, `messages`, `tools`; no `parallel_tool_calls`, no `tool_choice`);
+- `protocol-hermes`, `protocol-hermes-nogrammar` (and `protocol-mylm…`): the protocol modes in that tool dialect
+  (`protocol.dialects`) whatever `--tool-dialect` says; `protocol` and `protocol-nogrammar` speak the
+  configured one (`mylm` by default), so `--mode protocol,protocol-hermes` compares two dialects in one table.
 
 Each returns a `Reply`: the calls (names as the question's tools name them), the text a client would see, whether
 that text holds a call the mode did not read as one, and the time taken.
@@ -23,11 +26,14 @@ from typing import TYPE_CHECKING, Any
 from ..agent.step import ModelStep, StepConfig, ToolDefinition, drain
 from ..core.types import Message, ToolCall
 from ..llm import LLM, LLMRequest, NativeTools, TextChunk, supports_native_tools
+from ..protocol.dialects import TOOL_DIALECTS
 
 if TYPE_CHECKING:
     from ..prompts import PromptLoader
 
-MODES = ("protocol", "protocol-nogrammar", "native", "serve")
+#: The protocol modes in a named tool dialect.
+DIALECT_MODES = tuple(f"protocol-{d}{g}" for d in TOOL_DIALECTS for g in ("", "-nogrammar"))
+MODES = ("protocol", "protocol-nogrammar", "native", "serve", *DIALECT_MODES)
 #: Unusable replies corrected before the last one is taken as it is (as `mylm serve` does by default).
 MAX_CORRECTIONS = 2
 
@@ -70,13 +76,27 @@ def calls_in_text(text: str, names: set[str]) -> bool:
     return rescued(text, names) is not None
 
 
+def protocol_mode(mode: str, dialect: str = "mylm") -> tuple[bool, str] | None:
+    """For a protocol mode: whether it samples under the grammar, and its tool dialect (`dialect`, the configured
+    one, unless the mode names its own); None for the other modes."""
+    if mode in ("protocol", "protocol-nogrammar"):
+        return mode == "protocol", dialect
+    if mode in DIALECT_MODES:
+        named = mode.removeprefix("protocol-")
+        return not named.endswith("-nogrammar"), named.removesuffix("-nogrammar")
+    return None
+
+
 def protocol_reply(llm: LLM, prompts: PromptLoader, tools: Sequence[ToolDefinition],
-                   conversation: Sequence[Mapping[str, Any]], *, constrain: str, limits: Limits) -> Reply:
-    """Ask in mylm's text protocol (one step, corrected up to `MAX_CORRECTIONS` times, as a server would)."""
+                   conversation: Sequence[Mapping[str, Any]], *, constrain: str, limits: Limits,
+                   dialect: str = "mylm") -> Reply:
+    """Ask in mylm's text protocol, in the tool `dialect` (one step, corrected up to `MAX_CORRECTIONS` times, as a
+    server would)."""
     started = time.perf_counter()
     step = ModelStep(llm, tools, StepConfig(max_tokens=limits.max_tokens, multiple_calls=True,
                                             constrain=constrain,  # type: ignore[arg-type]
-                                            stop_strings=limits.stop_strings), prompts=prompts)
+                                            stop_strings=limits.stop_strings, tool_dialect=dialect),
+                     prompts=prompts)
     instructions = "\n\n".join(str(m.get("content") or "") for m in conversation if m.get("role") == "system")
     messages = [Message("system", step.system_prompt(instructions=instructions))]
     messages += [Message("assistant" if m["role"] == "assistant" else "user", str(m.get("content") or ""))
@@ -183,7 +203,7 @@ class ServedEndpoint:
 
 @contextmanager
 def served(llm: LLM, prompts: PromptLoader, *, constrain: str, limits: Limits,
-           model: str | None) -> Iterator[ServedEndpoint]:
+           model: str | None, tool_dialect: str = "mylm") -> Iterator[ServedEndpoint]:
     """Start `mylm serve` (its defaults: corrections, the grammar per `constrain`) on a free loopback port."""
     from ..core.errors import ConfigError
 
@@ -195,7 +215,8 @@ def served(llm: LLM, prompts: PromptLoader, *, constrain: str, limits: Limits,
         raise ConfigError(f"the serve mode needs the serve extra (pip install 'mylm[serve]'): {error}") from None
     core = Core(llm, prompts, CoreSettings(constrain=constrain,  # type: ignore[arg-type]
                                            max_corrections=MAX_CORRECTIONS, max_tokens=limits.max_tokens,
-                                           timeout=limits.timeout, stop_strings=limits.stop_strings))
+                                           timeout=limits.timeout, stop_strings=limits.stop_strings,
+                                           tool_dialect=tool_dialect))
     app = create_app(core, ServeConfig(model=model or "mylm"))
     with Background(app) as url:
         yield ServedEndpoint(url, model or "mylm")

@@ -165,8 +165,9 @@ def run_task(
     repeat: int = 1,
     sandbox: Sandbox | None = None,
     mode: str | None = None,
+    tool_dialect: str = "mylm",
 ) -> TaskResult:
-    """Run `task` once in a fresh temporary workspace with mylm's agent, and score it."""
+    """Run `task` once in a fresh temporary workspace with mylm's agent (speaking `tool_dialect`), and score it."""
     from ..agent.loop import Agent
     from .modes import calls_in_text
 
@@ -175,7 +176,7 @@ def run_task(
     with workspace_for(task, sandbox) as (root, tools, permit, run_check):
         agent = Agent(
             recorder, tools, max_iterations=max_iterations, timeout=timeout, prompts=prompts,
-            max_tokens=max_tokens, constrain=constrain, workspace=root, permission=permit,
+            max_tokens=max_tokens, constrain=constrain, workspace=root, permission=permit, tool_dialect=tool_dialect,
         )
         result = agent.run(task.prompt)
         reason = task.check(result.final_text, root, run_check) if result.error is None else str(result.error)

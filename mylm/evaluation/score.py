@@ -18,7 +18,17 @@ from ..agent.step import ToolDefinition
 from ..core.errors import AuthenticationError, EndpointUnreachableError, LLMError, ModelNotFoundError
 from .bfcl import Question, tool_docs
 from .checker import Call, check, is_irrelevance
-from .modes import MODES, Limits, Reply, ServedEndpoint, check_native, native_reply, protocol_reply, served
+from .modes import (
+    MODES,
+    Limits,
+    Reply,
+    ServedEndpoint,
+    check_native,
+    native_reply,
+    protocol_mode,
+    protocol_reply,
+    served,
+)
 
 if TYPE_CHECKING:
     from ..llm import LLM
@@ -58,8 +68,11 @@ class Session:
     """One endpoint asked in any mode; a context manager (the `serve` mode's server stops on leaving)."""
 
     def __init__(self, llm: LLM, prompts: PromptLoader, limits: Limits, *, model: str | None = None,
-                 constrain: str = "auto", sandbox: Sandbox | None = None) -> None:
+                 constrain: str = "auto", sandbox: Sandbox | None = None, tool_dialect: str = "mylm") -> None:
         self.llm = llm
+        #: The tool dialect of the `protocol`, `protocol-nogrammar` and `serve` modes (the `protocol-DIALECT`
+        #: modes name their own).
+        self.tool_dialect = tool_dialect
         self.prompts = prompts
         self.limits = limits
         self.model = model
@@ -84,7 +97,8 @@ class Session:
         """The in-process `mylm serve`, started on first use."""
         if self._served is None:
             self._served = self._stack.enter_context(
-                served(self.llm, self.prompts, constrain=self.constrain, limits=self.limits, model=self.model))
+                served(self.llm, self.prompts, constrain=self.constrain, limits=self.limits, model=self.model,
+                       tool_dialect=self.tool_dialect))
         return self._served
 
     def served_llm(self) -> LLM:
@@ -101,10 +115,12 @@ class Session:
         """Ask one question in `mode`; an endpoint error that is not fatal to the run becomes the reply's error."""
         started = time.perf_counter()
         try:
-            if mode in ("protocol", "protocol-nogrammar"):
-                constrain = self.constrain if mode == "protocol" else "off"
-                return protocol_reply(self.llm, self.prompts, tools, conversation, constrain=constrain,
-                                      limits=self.limits)
+            protocol = protocol_mode(mode, self.tool_dialect)
+            if protocol is not None:
+                grammar, dialect = protocol
+                return protocol_reply(self.llm, self.prompts, tools, conversation,
+                                      constrain=self.constrain if grammar else "off", limits=self.limits,
+                                      dialect=dialect)
             if mode == "native":
                 return native_reply(self.llm, tools, conversation, limits=self.limits)
             if mode == "serve":
@@ -147,9 +163,9 @@ def run_agent_task(session: Session, task: Task, mode: str, *, max_iterations: i
     elif mode == "serve":
         result = run_task_native(session.served_llm(), task, mode="serve", **common)
     else:
-        constrain = session.constrain if mode == "protocol" else "off"
-        result = run_task(session.llm, task, constrain=constrain,  # type: ignore[arg-type]
-                          prompts=session.prompts, mode=mode, **common)
+        grammar, dialect = protocol_mode(mode, session.tool_dialect) or (mode == "protocol", session.tool_dialect)
+        result = run_task(session.llm, task, constrain=session.constrain if grammar else "off",  # type: ignore[arg-type]
+                          prompts=session.prompts, mode=mode, tool_dialect=dialect, **common)
     # The endpoint failing or the run's time running out is an error; the agent ending a run (a repeated call,
     # unusable replies) is the model failing the task, with that reason.
     failed_to_run = result.error is not None and result.stop_reason in ("error", "timeout")

@@ -246,6 +246,18 @@ SAMPLES: dict[str, tuple[dict[str, Any], ...]] = {
             ([], False, "none"),
         )
     ),
+    "dialects/hermes/system.j2": tuple(
+        {"tools": tools, "signatures": ['{"type": "function", "function": {"name": "example"}}'] if tools else [],
+         "multiple_calls": multiple, "instructions": "Be brief.", "platform": "Linux", "cwd": "/work",
+         "tool_choice": choice, "final_answer_tag": tagged,
+         "example": '<tool_call>\n{"name": "example", "arguments": {"path": "."}}\n</tool_call>'}
+        for tools, multiple, choice, tagged in (
+            ([_SAMPLE_TOOL], False, "auto", True),
+            ([_SAMPLE_TOOL], True, "required", False),
+            ([_SAMPLE_TOOL], False, "example", False),
+            ([], False, "none", False),
+        )
+    ),
     "tool_definitions.j2": ({"tools": [_SAMPLE_TOOL]},),
     "observation.j2": (
         {"tool": "example", "output": "output", "cut": 0, "handle": None},

@@ -41,10 +41,13 @@ def defuse_correction(text: str) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
-def defuse_special_tokens(text: str) -> str:
-    """Break every chat-template special token in `text` (visible, but no longer a token); idempotent."""
+def defuse_special_tokens(text: str, *, keep: frozenset[str] = frozenset()) -> str:
+    """Break every chat-template special token in `text` (visible, but no longer a token), except those in
+    `keep`; idempotent."""
     if "<" not in text and "[" not in text and "]" not in text and ">" not in text:
         return text
+    if keep:
+        return SPECIAL_TOKEN.sub(lambda m: m.group() if m.group() in keep else _defuse(m), text)
     return SPECIAL_TOKEN.sub(_defuse, text)
 
 

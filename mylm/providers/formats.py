@@ -69,11 +69,15 @@ def render_prompt(loader: PromptLoader, fmt: ChatFormat, messages: Sequence[Mess
 
 def defused_messages(messages: Sequence[Message]) -> list[dict[str, str]]:
     """The messages for a raw prompt (rendered here or by a server's template route), with every special token
-    defused in text that is not the user's own (system prompt, earlier replies)."""
+    defused in text that is not the user's own (system prompt, earlier replies), but the hermes dialect's call
+    tags: mylm's own in the system prompt, the model's own in its replies (data placed in either was defused
+    when it was placed: tool descriptions, instructions, a client's messages), and Qwen reads `<tool_call>`."""
     from ..protocol.defuse import defuse_special_tokens
+    from ..protocol.dialects import CALL_TAGS
 
+    keep = frozenset(CALL_TAGS["hermes"])
     return [
-        m.to_dict() if m.role == "user" else {"role": m.role, "content": defuse_special_tokens(m.content)}
+        m.to_dict() if m.role == "user" else {"role": m.role, "content": defuse_special_tokens(m.content, keep=keep)}
         for m in messages
     ]
 

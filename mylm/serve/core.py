@@ -49,7 +49,8 @@ from ..llm import (
     supports_native_tools,
 )
 from ..prompts import PromptLoader
-from ..protocol.canonical import format_tool_call
+from ..protocol import dialects
+from ..protocol.dialects import format_call
 from ..protocol.defuse import defuse_special_tokens, neutralise
 from .native import (
     NOT_RUN,
@@ -97,6 +98,9 @@ class CoreSettings:
     #: `emulate`: tools go into the prompt in mylm's protocol; `native`: they are forwarded to an upstream with
     #: native tool calling, and calls it leaves in the text are rescued (`native.py`).
     tools: ToolsMode = "emulate"
+    #: The form of call the prompt teaches in `emulate` (`mylm`, `hermes`, or `auto`: the registry's dialect for
+    #: the upstream's model, else `mylm`; see `mylm.protocol.dialects`).
+    tool_dialect: str = "mylm"
 
 
 class Core:
@@ -120,7 +124,7 @@ class Core:
         self._lock = threading.Lock()
         if settings.tools == "native" and not supports_native_tools(llm):
             raise native_refused(str(getattr(llm, "name", None) or type(llm).__name__))
-        prompts.check([*TEMPLATES, *ModelStep(llm, [], prompts=prompts).templates()])
+        prompts.check([*TEMPLATES, dialects.SYSTEM_TEMPLATES[self.dialect], *ModelStep(llm, [], prompts=prompts).templates()])
 
     # ------------------------------------------------------------------------------------------ rendering
 
@@ -131,6 +135,7 @@ class Core:
             max_tokens=request.max_tokens or self.settings.max_tokens, multiple_calls=request.parallel,
             constrain=self.settings.constrain, tool_choice=request.tool_choice,
             stop_strings=self.settings.stop_strings and not self.stopless, sampling=request.sampling,
+            tool_dialect=self.dialect,
         )
         # Compiling the grammar and reading the schemas is a pure function of the tools and the config: done
         # once, and each request gets a copy for what it learns (stops, reasoning, token estimate).
@@ -198,7 +203,8 @@ class Core:
             if message.role == "user":
                 turns.append(Message("user", defuse_special_tokens(message.content)))
             elif message.role == "assistant":
-                canonical = "\n".join(format_tool_call(ToolCall(c.name, c.arguments)) for c in message.calls)
+                canonical = "\n".join(format_call(ToolCall(c.name, c.arguments), self.dialect)
+                                       for c in message.calls)
                 thought = defuse_special_tokens(message.content.strip())
                 content = f"{thought}\n{canonical}" if thought and canonical else thought or canonical
                 if content:
