@@ -147,6 +147,10 @@ class _Shape:
     close: str
     #: The name as it appears between `open` and `between` (escaped for the dialect's syntax).
     name: Callable[[str], str]
+    #: The call starts a line: prose before it ends with a newline. The parser reads a `<tool_call>` after an
+    #: indented line's text (`\ta<tool_call>`) as part of a code block, and the Qwen2.5 template itself writes
+    #: the text, a newline, then the call.
+    own_line: bool = False
 
     def head(self, name: str) -> str:
         return f"{self.open}{self.name(name)}{self.between}"
@@ -157,7 +161,7 @@ _SHAPES = {
                    lambda n: _escaped(n)),  # noqa: PLW0108 - _escaped is defined below
     # As the Qwen2.5 template writes an assistant's call: the JSON object on one line between the tags.
     "hermes": _Shape(f'{TOOL_CALL_OPEN}\n{{"name": "', '", "arguments": ', f"}}\n{TOOL_CALL_CLOSE}",
-                     lambda n: json.dumps(n, ensure_ascii=False)[1:-1]),
+                     lambda n: json.dumps(n, ensure_ascii=False)[1:-1], own_line=True),
 }
 
 
@@ -191,13 +195,22 @@ def _grammar(
     if form == "call":
         return rules.text(block or '""')
     extra = [f"final ::= {literal(FINAL_OPEN)} answer-text {literal(FINAL_CLOSE)}", *lines]
+    lead = "thought"
+    if shape.own_line:
+        extra.append(f'line-thought ::= ([^<`~]{{0,{max(prose, 1) - 1}}} "\\n")?')
+        lead = "line-thought"
     if block and require_call:
-        root = f"thought {block}"
+        root = f"{lead} {block}"
     else:
         # Prose alone is a complete turn, the model may stop after it (a bare answer), once it has written
         # something visible: while it has not decided, both branches are alive.
         extra.append(_PLAIN_ANSWER.format(space=_SPACE, n=max(prose, 1) - 1))
-        root = f"thought ({block} | final) | plain-answer" if block else "thought final | plain-answer"
+        if not block:
+            root = "thought final | plain-answer"
+        elif lead == "thought":
+            root = f"thought ({block} | final) | plain-answer"
+        else:
+            root = f"{lead} {block} | thought final | plain-answer"
     return rules.text(root) + "\n".join(extra) + "\n"
 
 

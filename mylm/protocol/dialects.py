@@ -13,6 +13,7 @@ the model where it knows one (`tool_dialect` in `known.toml`), else `mylm` (`res
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -98,7 +99,11 @@ def signature(name: str, description: str, parameters: Mapping[str, Any]) -> str
     inert as every tool description is (a tag or special token in it cannot end the list or forge a turn)."""
     line = json.dumps({"type": "function", "function": {"name": name, "description": description,
                                                          "parameters": dict(parameters)}}, ensure_ascii=False)
-    return neutralise(line)
+    return _TOOLS_TAG.sub(r"&lt;\1", neutralise(line))
+
+
+#: The list's own tags, which a description must not write (`</tools>` would end the list for the model).
+_TOOLS_TAG = re.compile(r"<(\s*/?\s*tools\b)", re.IGNORECASE)
 
 
 __all__ = [
