@@ -76,7 +76,9 @@ def test_property_neutralised_text_holds_no_special_token(pieces: list[str]) -> 
 
 @pytest.mark.parametrize("name", sorted(CHAT_FORMATS))
 def test_raw_prompt_defuses_everything_but_the_users_own_text(name: str) -> None:
-    """System prompt and earlier replies are not the user's: their tokens are defused before the template runs."""
+    """System prompt and earlier replies are not the user's: their tokens are defused before the template runs,
+    but for the hermes dialect's call tags, which mylm's system prompt teaches and the model writes (data placed in
+    either, a tool description or a project's instructions, is defused where it is placed: test_dialects)."""
     messages = [
         Message("system", "tools:" + payload("S")),
         Message("user", "hello"),
@@ -87,7 +89,8 @@ def test_raw_prompt_defuses_everything_but_the_users_own_text(name: str) -> None
     for tag in "SAO":
         for i, token in enumerate(HOSTILE):
             assert f"M{tag}{i}X" in prompt
-            assert f"{token}M{tag}{i}X" not in prompt, (name, token)
+            kept = tag in "SA" and token in ("<tool_call>", "</tool_call>")
+            assert (f"{token}M{tag}{i}X" in prompt) is kept, (name, token)
 
 
 class _OlderLlamaCppServer(LlamaCppServer):

@@ -117,6 +117,8 @@ class Core:
         #: opens `<think>` (None: not known yet), and whether its stop strings cut the model's reasoning.
         self.opens_reasoning: bool | None = None
         self.stopless = False
+        #: The tool dialect of every request's prompt, and of the calls its history records.
+        self.dialect = dialects.resolve(settings.tool_dialect, getattr(getattr(llm, "endpoint", None), "model", None))
         #: Rendered system prompts by tools, choice and instructions: the same request renders the same bytes.
         self._systems: dict[tuple[Any, ...], str] = {}
         #: Model steps by tools and config, each copied per request (see `step`).
@@ -124,7 +126,8 @@ class Core:
         self._lock = threading.Lock()
         if settings.tools == "native" and not supports_native_tools(llm):
             raise native_refused(str(getattr(llm, "name", None) or type(llm).__name__))
-        prompts.check([*TEMPLATES, dialects.SYSTEM_TEMPLATES[self.dialect], *ModelStep(llm, [], prompts=prompts).templates()])
+        prompts.check([*TEMPLATES, dialects.SYSTEM_TEMPLATES[self.dialect],
+                       *ModelStep(llm, [], prompts=prompts).templates()])
 
     # ------------------------------------------------------------------------------------------ rendering
 
