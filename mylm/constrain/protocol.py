@@ -121,12 +121,16 @@ def _compile(
     # choose a call, a tagged answer or the end. At 2000 characters Qwen2.5-Coder 1.5B worked BFCL's questions
     # out by hand instead of calling the tool (4 of 30 simple_python items); at 400 it is brought to choose.
     prose = thought_chars
-    lines = (
-        f"thought ::= [^<`~]{{0,{prose}}}",
-        _ANSWER_TEXT.format(space=_SPACE, n=answer_chars - 1),
-    )
-    calls = max_calls if multiple_calls else 1
     shape = _SHAPES[dialect]
+    thought = f"thought ::= [^<`~]{{0,{prose}}}"
+    if shape.own_line and prose > 0:
+        # Qwen2.5's `<tool_call>` is a special token, which llama.cpp's grammars never sample: held back from it,
+        # Qwen2.5-Coder 0.5B wrote the JSON inside as a bare answer (a call the parser refuses untagged). Neither
+        # the prose nor a bare answer may open with JSON, so the model spells the tag out.
+        # (Nor with a space: after the tag the template writes a newline, which the model would write first.)
+        thought = f"thought ::= ([^<`~{{[{_SPACE}] [^<`~]{{0,{prose - 1}}})?"
+    lines = (thought, _ANSWER_TEXT.format(space=_SPACE, n=answer_chars - 1))
+    calls = max_calls if multiple_calls else 1
     return ProtocolGrammar(
         turn=_grammar(specs, calls, "turn", lines, require_call, prose, shape),
         call=_grammar(specs, calls, "call", lines, require_call, shape=shape),
@@ -196,15 +200,17 @@ def _grammar(
         return rules.text(block or '""')
     extra = [f"final ::= {literal(FINAL_OPEN)} answer-text {literal(FINAL_CLOSE)}", *lines]
     lead = "thought"
+    plain = _PLAIN_ANSWER
     if shape.own_line:
-        extra.append(f'line-thought ::= ([^<`~]{{0,{max(prose, 1) - 1}}} "\\n")?')
+        extra.append('line-thought ::= (thought "\\n")?')
         lead = "line-thought"
+        plain = _PLAIN_ANSWER.replace("[^<`~{space}]", "[^<`~{{[{space}]")
     if block and require_call:
         root = f"{lead} {block}"
     else:
         # Prose alone is a complete turn, the model may stop after it (a bare answer), once it has written
         # something visible: while it has not decided, both branches are alive.
-        extra.append(_PLAIN_ANSWER.format(space=_SPACE, n=max(prose, 1) - 1))
+        extra.append(plain.format(space=_SPACE, n=max(prose, 1) - 1))
         if not block:
             root = "thought final | plain-answer"
         elif lead == "thought":

@@ -114,9 +114,11 @@ def test_a_call_after_prose_starts_its_own_line() -> None:
     # The parser reads `<tool_call>` after an indented line's text as part of a code block, so the grammar
     # puts the call on a line of its own, as the Qwen2.5 template writes it.
     rules = parse_gbnf(hermes([ToolSpec("read_file", SCHEMA)]).turn)
-    assert accepts(rules, "\tLet me read it.\n" + call('{"path": "a"}'))
-    assert not accepts(rules, "\tLet me read it." + call('{"path": "a"}'))
-    assert parse_completion("\tLet me read it.\n" + call('{"path": "a"}')).tool_calls
+    prose = "Let me read it:\n\tthe file a"
+    assert accepts(rules, prose + "\n" + call('{"path": "a"}'))
+    assert not accepts(rules, prose + call('{"path": "a"}'))
+    assert parse_completion(prose + "\n" + call('{"path": "a"}')).tool_calls
+    assert not parse_completion("\tthe file a" + call('{"path": "a"}')).tool_calls  # what the rule avoids
 
 
 def test_select_constraints_sends_the_dialect_s_trigger() -> None:
@@ -152,3 +154,18 @@ def test_llama_cpp_compiles_the_hermes_grammars() -> None:
                 llama_cpp.LlamaGrammar.from_string(text, verbose=False)
                 parse_gbnf(text)
     assert json.loads('"say \\"hi\\""') == odd.name
+
+
+def test_a_hermes_call_is_never_written_as_bare_json() -> None:
+    # Held back from its `<tool_call>` (a token llama.cpp's grammar did not sample), Qwen2.5-Coder 0.5B wrote the
+    # JSON inside as a bare answer: `{"name": "calculate_triangle_area", "arguments": {"base": 10, "height": 5}}`
+    # (BFCL simple_python_0), which the parser refuses untagged. Neither an answer nor the prose may open with it.
+    rules = parse_gbnf(hermes([ToolSpec("read_file", SCHEMA)]).turn)
+    bare = '{"name": "read_file", "arguments": {"path": "a"}}'
+    for text in (bare, "\n" + bare, " " + bare, "[" + bare + "]", bare + "\n" + call('{"path": "a"}')):
+        assert not accepts(rules, text), text
+    assert accepts(rules, "The call is:\n" + call('{"path": "a"}'))
+    assert accepts(rules, "Result: {1, 2}") and accepts(rules, "2000")
+    # mylm's dialect is unchanged: its prose may open with anything but its own markers.
+    mylm = parse_gbnf(compile_protocol([ToolSpec("read_file", SCHEMA)]).turn)
+    assert accepts(mylm, "{1, 2} is a set.")
