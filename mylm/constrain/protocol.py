@@ -155,6 +155,11 @@ class _Shape:
     #: indented line's text (`\ta<tool_call>`) as part of a code block, and the Qwen2.5 template itself writes
     #: the text, a newline, then the call.
     own_line: bool = False
+    #: Written before `open`, and left out where the reply starts with the call: Qwen2.5's `<tool_call>` is a
+    #: token of its own, which llama.cpp's grammars never sample, so Qwen2.5-Coder 0.5B, held back from it,
+    #: starts the JSON inside at once; the grammar then closes it as a call (`{…}\n</tool_call>`, which the
+    #: parser reads) instead of letting it become a bare answer the parser refuses.
+    tag: str = ""
 
     def head(self, name: str) -> str:
         return f"{self.open}{self.name(name)}{self.between}"
@@ -164,8 +169,8 @@ _SHAPES = {
     "mylm": _Shape(f"{TOOL_OPEN}\n<name>", "</name>\n<parameters>\n", f"\n</parameters>\n{TOOL_CLOSE}",
                    lambda n: _escaped(n)),  # noqa: PLW0108 - _escaped is defined below
     # As the Qwen2.5 template writes an assistant's call: the JSON object on one line between the tags.
-    "hermes": _Shape(f'{TOOL_CALL_OPEN}\n{{"name": "', '", "arguments": ', f"}}\n{TOOL_CALL_CLOSE}",
-                     lambda n: json.dumps(n, ensure_ascii=False)[1:-1], own_line=True),
+    "hermes": _Shape('{"name": "', '", "arguments": ', f"}}\n{TOOL_CALL_CLOSE}",
+                     lambda n: json.dumps(n, ensure_ascii=False)[1:-1], own_line=True, tag=f"{TOOL_CALL_OPEN}\n"),
 }
 
 
@@ -194,8 +199,17 @@ def _grammar(
         calls.append(rules.add(
             "call-other", f"{literal(shape.open)} {other} {literal(shape.between)} {anything} {literal(shape.close)}"
         ))
-    call = rules.add("call", " | ".join(calls)) if calls else None
-    block = f'{call} ("\\n" {call}){{0,{max_calls - 1}}}' if call and max_calls > 1 else call
+    body = call = None
+    if calls and shape.tag:
+        body = rules.add("call-body", " | ".join(calls))
+        call = rules.add("call", f"{literal(shape.tag)} {body}")
+    elif calls:
+        call = rules.add("call", " | ".join(calls))
+    more = f' ("\\n" {call}){{0,{max_calls - 1}}}' if call and max_calls > 1 else ""
+    block = f"{call}{more}" if call else None
+    # The reply may start with the call's body, its tag left out (see `_Shape.tag`); then it makes that one call
+    # (the parser reads a call after `{…}\n</tool_call>` but drops the untagged one before it).
+    bare = f" | {body}" if body else ""
     if form == "call":
         return rules.text(block or '""')
     extra = [f"final ::= {literal(FINAL_OPEN)} answer-text {literal(FINAL_CLOSE)}", *lines]
@@ -206,7 +220,7 @@ def _grammar(
         lead = "line-thought"
         plain = _PLAIN_ANSWER.replace("[^<`~{space}]", "[^<`~{{[{space}]")
     if block and require_call:
-        root = f"{lead} {block}"
+        root = f"{lead} {block}{bare}"
     else:
         # Prose alone is a complete turn, the model may stop after it (a bare answer), once it has written
         # something visible: while it has not decided, both branches are alive.
@@ -216,7 +230,7 @@ def _grammar(
         elif lead == "thought":
             root = f"thought ({block} | final) | plain-answer"
         else:
-            root = f"{lead} {block} | thought final | plain-answer"
+            root = f"{lead} {block}{bare} | thought final | plain-answer"
     return rules.text(root) + "\n".join(extra) + "\n"
 
 

@@ -46,7 +46,7 @@ def test_every_string_the_hermes_grammar_accepts_parses_to_schema_valid_calls_or
     parsed = parse_completion(text)
     assert parsed.error is None, (text, parsed.error)
     assert "<tool_code>" not in text
-    if "<tool_call>" in text:
+    if "</tool_call>" in text:  # a call, its opening tag left out where it starts the reply
         assert parsed.tool_calls and (multiple or len(parsed.tool_calls) == 1), text
         schemas = dict(tools)
         for made in parsed.tool_calls:
@@ -164,6 +164,13 @@ def test_a_hermes_call_is_never_written_as_bare_json() -> None:
     bare = '{"name": "read_file", "arguments": {"path": "a"}}'
     for text in (bare, "\n" + bare, " " + bare, "[" + bare + "]", bare + "\n" + call('{"path": "a"}')):
         assert not accepts(rules, text), text
+    # Started at once, the JSON is closed as the call it is, which the parser reads.
+    closed = bare + "\n</tool_call>"
+    assert accepts(rules, closed) and accepts(parse_gbnf(hermes([ToolSpec("read_file", SCHEMA)], require_call=True).turn), closed)
+    (read,) = parse_completion(closed, tools={"read_file": ("path", "n")}).tool_calls
+    assert (read.name, read.arguments) == ("read_file", {"path": "a"})
+    several = parse_gbnf(hermes([ToolSpec("read_file", SCHEMA)], multiple_calls=True).turn)
+    assert accepts(several, closed) and not accepts(several, closed + "\n" + call('{"path": "b"}'))
     assert accepts(rules, "The call is:\n" + call('{"path": "a"}'))
     assert accepts(rules, "Result: {1, 2}") and accepts(rules, "2000")
     # mylm's dialect is unchanged: its prose may open with anything but its own markers.
