@@ -124,10 +124,10 @@ def _compile(
     shape = _SHAPES[dialect]
     thought = f"thought ::= [^<`~]{{0,{prose}}}"
     if shape.own_line and prose > 0:
-        # Qwen2.5's `<tool_call>` is a special token, which llama.cpp's grammars never sample: held back from it,
-        # Qwen2.5-Coder 0.5B wrote the JSON inside as a bare answer (a call the parser refuses untagged). Neither
-        # the prose nor a bare answer may open with JSON, so the model spells the tag out.
-        # (Nor with a space: after the tag the template writes a newline, which the model would write first.)
+        # Qwen2.5-Coder 0.5B leaves `<tool_call>` out, with or without a grammar: prompted by its own template's
+        # words it wrote the JSON alone, which as a bare answer the parser refuses (untagged JSON may be quoted
+        # data). Neither the prose nor a bare answer may open with JSON (nor with a space: the template writes a
+        # newline after the tag), so a reply that starts with it is the call (`tag`).
         thought = f"thought ::= ([^<`~{{[{_SPACE}] [^<`~]{{0,{prose - 1}}})?"
     lines = (thought, _ANSWER_TEXT.format(space=_SPACE, n=answer_chars - 1))
     calls = max_calls if multiple_calls else 1
@@ -155,10 +155,10 @@ class _Shape:
     #: indented line's text (`\ta<tool_call>`) as part of a code block, and the Qwen2.5 template itself writes
     #: the text, a newline, then the call.
     own_line: bool = False
-    #: Written before `open`, and left out where the reply starts with the call: Qwen2.5's `<tool_call>` is a
-    #: token of its own, which llama.cpp's grammars never sample, so Qwen2.5-Coder 0.5B, held back from it,
-    #: starts the JSON inside at once; the grammar then closes it as a call (`{…}\n</tool_call>`, which the
-    #: parser reads) instead of letting it become a bare answer the parser refuses.
+    #: Written before `open`, and left out where the reply starts with the call: Qwen2.5-Coder 0.5B writes a
+    #: call's JSON without its `<tool_call>` (a token of its own, which the grammar allows: the model does not
+    #: choose it), and the grammar closes it as the call it is (`{…}\n</tool_call>`, which the parser reads)
+    #: instead of letting it become a bare answer the parser refuses.
     tag: str = ""
 
     def head(self, name: str) -> str:

@@ -40,7 +40,8 @@ class ModelInfo:
     #: The chat format for raw-completion routes (`chatml`, `llama3`, `mistral`, `gemma`), if known.
     chat_format: str | None = None
     #: The tool-call format its chat template teaches, if known: `hermes` is `<tool_call>{"name": …,
-    #: "arguments": {…}}</tool_call>`, results in `<tool_response>` (Qwen2.5). Recorded, not yet used by mylm.
+    #: "arguments": {…}}</tool_call>`, results in `<tool_response>` (Qwen2.5). The `tool_dialect = "auto"`
+    #: setting speaks it (`protocol.dialects.resolve`).
     tool_dialect: str | None = None
     #: Where this entry comes from: `packaged`, or the user's file.
     source: str = "packaged"

@@ -157,8 +157,7 @@ def test_llama_cpp_compiles_the_hermes_grammars() -> None:
 
 
 def test_a_hermes_call_is_never_written_as_bare_json() -> None:
-    # Held back from its `<tool_call>` (a token llama.cpp's grammar did not sample), Qwen2.5-Coder 0.5B wrote the
-    # JSON inside as a bare answer: `{"name": "calculate_triangle_area", "arguments": {"base": 10, "height": 5}}`
+    # Qwen2.5-Coder 0.5B leaves its `<tool_call>` out: it wrote the JSON alone as a bare answer: `{"name": "calculate_triangle_area", "arguments": {"base": 10, "height": 5}}`
     # (BFCL simple_python_0), which the parser refuses untagged. Neither an answer nor the prose may open with it.
     rules = parse_gbnf(hermes([ToolSpec("read_file", SCHEMA)]).turn)
     bare = '{"name": "read_file", "arguments": {"path": "a"}}'
