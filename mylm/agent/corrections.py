@@ -165,12 +165,13 @@ class Corrections:
         """Why tool_choice (`none`, or one tool's name) does not allow calling `tool`."""
         return self.prompts.render("tool_choice_refused.j2", tool=tool, tool_choice=tool_choice)
 
-    def repeated_call(self, tool: str, output: str = "") -> str:
-        """The observation for a call that repeated the previous one and gave the same result (`output`, which
-        the model already has: shown again, shortened, since a small model loses track of it)."""
+    def repeated_call(self, tool: str, output: str = "", *, previous: bool = True) -> str:
+        """The observation for a call the run already made and that gave the same result (`output`, which the
+        model already has: shown again, shortened, since a small model loses track of it); `previous`: the
+        call just before it was the same, else an earlier one was."""
         if len(output) > 600:
             output = output[:600].rstrip() + " [...]"
-        return self.prompts.render("repeated_call.j2", tool=tool, output=neutralise(output))
+        return self.prompts.render("repeated_call.j2", tool=tool, output=neutralise(output), previous=previous)
 
     def escalated(
         self, message: str, tool: ParametersTool | None = None, given: Mapping[str, Any] | None = None

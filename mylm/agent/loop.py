@@ -194,10 +194,12 @@ class Agent:
                 if acted.repeated is not None:
                     # Stuck, but not without something to say: ask for the answer it can give from what it has
                     # (no tools), so the run ends with an answer instead of nothing.
-                    times = run.repeats
+                    in_a_row = run.repeats >= self.config.max_repeated_calls
+                    times = run.repeats if in_a_row else run.seen_calls.get(run.last_call or ("", "", "", False), 0)
                     answer = yield from self._summarise(run, "repeated_answer.j2", tool=acted.repeated, times=times)
                     yield FinalResponseEvent(answer, StopReason.REPEATED_CALL)
-                    raise RepeatedCallError(f"the model called {acted.repeated} {times} times in a row with the "
+                    how = "in a row" if in_a_row else "in this run, in a cycle with other calls,"
+                    raise RepeatedCallError(f"the model called {acted.repeated} {times} times {how} with the "
                                             "same arguments and got the same result each time", answer=answer)
                 # A turn whose every call was invalid is as unusable as an unreadable one: repeated, the run ends.
                 run.failures = run.failures + 1 if acted.all_invalid else 0
@@ -364,6 +366,9 @@ class Agent:
             if run.messages[-1].role != "assistant":
                 run.add(Message("assistant", FALLBACK_ANSWER))
             return FALLBACK_ANSWER
-        answer = (turn.parsed.final_answer or turn.parsed.thought).strip() or FALLBACK_ANSWER
+        answer = (turn.parsed.final_answer or turn.parsed.thought).strip()
+        if turn.loop is not None:  # the answer said once, not the loop it fell into (there is no next turn)
+            answer = turn.loop.first_copy(answer)
+        answer = answer or FALLBACK_ANSWER
         run.add(Message("assistant", answer))
         return answer

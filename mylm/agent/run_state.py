@@ -38,6 +38,9 @@ class RunState:
     #: The last call that ran (tool, arguments, result), and how many times in a row it was made.
     last_call: tuple[str, str, str, bool] | None = None
     repeats: int = 0
+    #: Every call that ran (tool, arguments, result) and how many times in this run: a model going in circles
+    #: (read the file, make the same failing edit, read it again...) repeats calls without repeating the last one.
+    seen_calls: dict[tuple[str, str, str, bool], int] = field(default_factory=dict)
     #: When the run started, on `clock`; and the time its model turns took, for a paced timeout.
     started: float = 0.0
     model_seconds: float = 0.0
