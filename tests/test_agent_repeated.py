@@ -168,3 +168,39 @@ def test_a_call_repeated_in_one_turn_ends_the_turn_and_runs_once(tmp_path: Path)
     assert result.stop_reason is StopReason.FINAL_ANSWER and result.final_text == "Done."
     assert [e.name for e in result.events if isinstance(e, ToolResultEvent)] == ["list_dir", "list_dir"]
     assert result.history[1].content.count("<tool_code>") == 2  # the turn as run: each call once
+
+
+# Qwen2.5-Coder-1.5B (temperature 0), asked how many lines fruits.txt has: it read the file (7 lines), called a
+# tool that does not exist, and answered with the unknown-tool correction word for word.
+COUNT_LINES = '<tool_code>\n<name>count_lines</name>\n<parameters>\n{"text": "apple\\nbanana"}\n</parameters>\n</tool_code>'
+ECHO = ("There is no tool named 'count_lines'. The available tools are: add. Call one of them; if none of them "
+        "can do what you need, reply with your answer instead, without a tool call.")
+
+
+def test_a_reply_that_only_repeats_the_correction_is_not_the_answer() -> None:
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    llm = ScriptedLLM([COUNT_LINES, ECHO, "The file has 7 lines."])
+    result = Agent(llm, [add]).run("How many lines does fruits.txt have? Answer with the number.")
+    assert result.stop_reason is StopReason.FINAL_ANSWER and result.final_text == "The file has 7 lines."
+    told = llm.requests[2].messages[-1].content
+    assert "repeated the message mylm sent you" in told
+    assert "How many lines does fruits.txt have? Answer with the number." in told
+
+
+def test_an_answer_quoting_a_tool_s_output_or_a_short_answer_is_still_the_answer(tmp_path: Path) -> None:
+    @tool
+    def read(path: str) -> str:
+        """Read a file."""
+        return "The code word is PELICAN, and it is written in this file on purpose."
+
+    quoted = "The code word is PELICAN, and it is written in this file on purpose."
+    llm = ScriptedLLM([call("read", path="secret.txt"), quoted])
+    assert Agent(llm, [read]).run("What does secret.txt say?").final_text == quoted
+    # after a correction, an answer that shares a few words with it is the model's own
+    llm = ScriptedLLM([COUNT_LINES, "There is no tool for that, but the file has 7 lines."])
+    result = Agent(llm, [read]).run("How many lines?")
+    assert result.final_text == "There is no tool for that, but the file has 7 lines."
