@@ -23,13 +23,14 @@ def client(url: str, **headers: str) -> Any:
     return tracked(ollama.Client(host=url, timeout=30, headers=headers or None))  # closed after the test
 
 
-def post(url: str, path: str, body: Any, method: str = "POST") -> tuple[int, str, bytes]:
-    """(status, content type, body) of a raw request."""
+def post(url: str, path: str, body: Any, method: str = "POST", kind: str = "application/json"
+         ) -> tuple[int, str, bytes]:
+    """(status, content type, body) of a raw request with the Content-Type `kind` ("": none)."""
     parts = urlsplit(url)
     connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
     try:
         connection.request(method, path, body=json.dumps(body) if body is not None else None,
-                           headers={"Content-Type": "application/json"})
+                           headers={"Content-Type": kind} if kind else {})
         response = connection.getresponse()
         return response.status, response.getheader("Content-Type") or "", response.read()
     finally:
@@ -124,6 +125,9 @@ def test_errors_come_in_ollamas_shape(upstream: OpenAIServer, served: str) -> No
     status, kind, body = post(served, "/api/pull", {"model": "x"})
     assert status == 404 and kind.startswith("application/json") and json.loads(body) == {
         "error": "no route POST /api/pull"}
+    # Refused before routing (an untyped body, as `curl -d` sends): still Ollama's shape.
+    status, _, body = post(served, "/api/chat", {"model": "m", "messages": QUESTION}, kind="")
+    assert status == 415 and list(json.loads(body)) == ["error"] and "application/json" in json.loads(body)["error"]
 
 
 def test_an_upstream_failure_mid_stream_is_an_error_line(upstream: OpenAIServer, served: str) -> None:
