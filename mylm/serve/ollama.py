@@ -190,11 +190,17 @@ def _ending(request: ChatRequest, finish: Finished, items: list[Out], first: flo
     schema has no "unknown"), the durations in nanoseconds."""
     usage: Usage = finish.usage if finish.usage is not None else estimated_usage(request, items)
     ended = time.monotonic()
-    began = first if first is not None else ended
+    # Not streamed, the first token's time is not seen here: the whole wait counts as generating. Never 0:
+    # clients divide by these for tokens per second.
+    began = first if first is not None else request.received
     return {"done": True, "done_reason": "length" if finish.reason == "length" else "stop",
-            "total_duration": int((ended - request.received) * 1e9), "load_duration": 0,
-            "prompt_eval_count": usage.prompt_tokens, "prompt_eval_duration": int((began - request.received) * 1e9),
-            "eval_count": usage.completion_tokens, "eval_duration": int((ended - began) * 1e9)}
+            "total_duration": _nanoseconds(ended - request.received), "load_duration": 0,
+            "prompt_eval_count": usage.prompt_tokens, "prompt_eval_duration": _nanoseconds(began - request.received),
+            "eval_count": usage.completion_tokens, "eval_duration": _nanoseconds(ended - began)}
+
+
+def _nanoseconds(seconds: float) -> int:
+    return max(1, int(seconds * 1e9))
 
 
 def answer(request: ChatRequest, items: list[Out], body: dict[str, Any]) -> dict[str, Any]:

@@ -47,6 +47,7 @@ def test_a_call_comes_back_with_its_arguments_as_an_object(upstream: OpenAIServe
     assert reply.message.content == "" and reply.message.thinking == "I will check the weather."
     # The upstream's own counts (the scripted one reports 17 prompt tokens), and a duration in nanoseconds.
     assert reply.prompt_eval_count == 17 and reply.eval_count and reply.total_duration > 0
+    assert reply.eval_duration > 0 and reply.prompt_eval_duration > 0  # clients divide by them
     assert "get_weather" in upstream.requests[0].body["messages"][0]["content"]
 
 
