@@ -201,7 +201,9 @@ def test_server_template_route_gets_defused_system_and_assistant_text() -> None:
     sent = _strings([r.body for r in helpers])
     for tag in "SA":
         for i, token in enumerate(HOSTILE):
-            assert f"M{tag}{i}X" in sent and f"{token}M{tag}{i}X" not in sent, token
+            # The hermes dialect's call tags are kept (see test_raw_prompt_defuses_everything_but_the_users_own_text).
+            kept = token in ("<tool_call>", "</tool_call>")
+            assert f"M{tag}{i}X" in sent and (f"{token}M{tag}{i}X" in sent) is kept, token
 
 
 def test_server_template_that_opens_reasoning_makes_a_drafted_call_reasoning(tmp_path: Path) -> None:
