@@ -223,6 +223,10 @@ def test_the_setting_comes_from_config_profile_env_and_flag(tmp_path: Path, monk
     assert load_settings({}).tool_dialect == "hermes"
     profiled = load_settings({"model": "q"})
     assert profiled.tool_dialect == "auto" and agent_options(profiled, None)["tool_dialect"] == "hermes"
+    from mylm.cli.batch_agent import BatchAgentFactory
+
+    # A batch task's agent (maybe on a cluster worker) gets the dialect as plain data, resolved.
+    assert BatchAgentFactory.from_settings(profiled).agent_options()["tool_dialect"] == "hermes"
     monkeypatch.setenv("MYLM_TOOL_DIALECT", "mylm")
     assert load_settings({}).tool_dialect == "mylm"
     assert load_settings({"tool_dialect": "hermes"}).tool_dialect == "hermes"
