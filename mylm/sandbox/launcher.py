@@ -130,10 +130,10 @@ class Launcher:
 
     def _send(self, body: bytes, fds: list[int]) -> None:
         """To an init waiting for it when there is one, else to the launcher. Under the lock. (The launcher
-        forks the next spare when this one's init ends, after the command.)"""
+        forks another spare when this one's init ends, after the command.)"""
         self._collect()
         while self._spares:
-            spare = self._spares.pop()
+            spare = self._spares.pop(0)  # the one forked first: settled for longest
             try:
                 socket.send_fds(spare, [body], fds)
             except OSError:

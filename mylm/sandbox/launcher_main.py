@@ -47,6 +47,9 @@ LANDLOCK_RESTRICT_SELF = 446
 CLOSE_RANGE, CLOSE_RANGE_CLOEXEC = 436, 4
 #: The reply socket, stdin, stdout, stderr, then optionally the command's ruleset and a long request's body.
 FDS_PER_REQUEST = 6
+#: Inits kept forked ahead: two, so that the one for the next command was forked a whole step earlier, not
+#: during the few milliseconds between a command and the next (an agent over a fast model).
+SPARES = 2
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
@@ -166,18 +169,18 @@ def main() -> int:
 
 
 def serve(control: socket.socket, ruleset: int, own: tuple[int, int] | None) -> None:
-    """Keep mylm supplied with an init forked ahead of time ("S" and the socket it waits on: mylm sends the
-    command straight to it), so that neither the fork (with its namespaces, ~1 ms) nor a hop through this
-    process is on a command's path. The next spare is forked when the one handed out ends, that is once its
-    command is over and mylm has let it go: the fork then overlaps mylm's next request to the model, not the
-    command it was waiting for. A request sent here instead (two commands at once, or mylm out of spares)
+    """Keep mylm supplied with inits forked ahead of time ("S" and the socket each waits on: mylm sends a
+    command straight to one), so that neither the fork (with its namespaces, ~1 ms) nor a hop through this
+    process is on a command's path. A spare is replaced when one handed out ends, that is once its command is
+    over and mylm has let it go: the fork then overlaps mylm's next request to the model, not the command it
+    was waiting for. A request sent here instead (two commands at once, or mylm out of spares)
     gets an init forked on the spot."""
     # Our children (the inits) end with their commands: their exit wakes the loop to reap them and, when it
-    # was the spare handed out, to fork the next.
+    # was a spare handed out, to fork another.
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    spare = supply(control, ruleset, own)
+    spares = {supply(control, ruleset, own) for _ in range(SPARES)} - {0}
     while True:
         try:
             ready, _, _ = select.select([control.fileno(), wake_r], [], [])
@@ -186,8 +189,9 @@ def serve(control: socket.socket, ruleset: int, own: tuple[int, int] | None) -> 
         if wake_r in ready:
             drain(wake_r)
             ended = reap_children()
-            if spare in ended or (ended and not spare):  # (none: the last fork failed; try again)
-                spare = supply(control, ruleset, own)
+            if ended:  # (a fork that failed is tried again at the next init's end)
+                spares -= ended
+                spares |= {supply(control, ruleset, own) for _ in range(SPARES - len(spares))} - {0}
         if control.fileno() not in ready:
             continue
         try:
