@@ -76,11 +76,18 @@ def _system_key(abi: int, profile: Profile) -> tuple[object, ...]:
     workspaces (a batch) share them and keep their launchers; before, each change of workspace made them
     again and retired every launcher. Unless a system tree holds the workspace: it may then be split around
     it."""
-    mine = (profile.workspace, profile.tmpdir)
-    roots = tuple(r for r in (*profile.read, *profile.write) if r not in mine)
-    ws = profile.workspace
+    return (abi, *_system_roots(profile.read, profile.write, profile.workspace, profile.tmpdir, profile.anchor),
+            profile.hidden)
+
+
+@lru_cache(maxsize=64)
+def _system_roots(read: tuple[str, ...], write: tuple[str, ...], ws: str, tmpdir: str | None,
+                  anchor: int | None) -> tuple[tuple[str, ...], tuple[str, int | None] | None]:
+    """The trees granted but the command's own, and the workspace when one of them holds it (once per
+    profile: this is on every command's path)."""
+    roots = tuple(r for r in (*read, *write) if r not in (ws, tmpdir))
     inside = any(ws == r or ws.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
-    return (abi, roots, profile.hidden, (ws, profile.anchor) if inside else None)
+    return roots, (ws, anchor) if inside else None
 
 
 @dataclass(frozen=True)
