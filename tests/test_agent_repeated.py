@@ -82,7 +82,10 @@ def test_same_call_with_a_changed_result_is_not_a_repeat(tmp_path: Path) -> None
     assert not any(NOTE in r.messages[-1].content for r in llm.requests)
 
 
-def test_another_call_in_between_resets_the_count(tmp_path: Path) -> None:
+CIRCLES = "gave the same result as when you made this exact call before"
+
+
+def test_another_call_in_between_resets_the_count_but_the_repeat_is_still_told(tmp_path: Path) -> None:
     (tmp_path / "w").mkdir(exist_ok=True)
     (tmp_path / "w" / "a.txt").write_text("x")
     (tmp_path / "w" / "d").mkdir()
@@ -90,8 +93,37 @@ def test_another_call_in_between_resets_the_count(tmp_path: Path) -> None:
     llm = ScriptedLLM([here, here, there, here, here, "Two entries."])
     result = Agent(llm, [listing(tmp_path)]).run("look")
     assert result.stop_reason is StopReason.FINAL_ANSWER and result.final_text == "Two entries."
-    notes = [NOTE in r.messages[-1].content for r in llm.requests[1:]]
-    assert notes == [False, True, False, False, True]
+    notes = [(NOTE in r.messages[-1].content, CIRCLES in r.messages[-1].content) for r in llm.requests[1:]]
+    assert notes == [(False, False), (True, False), (False, False), (False, True), (True, False)]
+
+
+def test_a_model_going_in_circles_is_told_and_stopped_at_twice_the_limit(tmp_path: Path) -> None:
+    # Qwen2.5-Coder-1.5B (temperature 0) asked for a port in config.json: read the file, an edit whose `old` is not
+    # in it, read it again, the same edit... to the step limit. No call repeated the one before it.
+    (tmp_path / "w").mkdir(exist_ok=True)
+    (tmp_path / "w" / "config.json").write_text('{"database": {"port": 5433}}\n')
+
+    @tool
+    def read_file(path: str) -> str:
+        """Read a file."""
+        return (tmp_path / "w" / path).read_text()
+
+    @tool
+    def edit_file(path: str, old: str, new: str) -> str:
+        """Edit a file."""
+        raise ValueError(f"'old' was not found in {path}")
+
+    read = call("read_file", path="config.json")
+    edit = call("edit_file", path="config.json", old="port: 5433", new="port: 5434")
+    llm = ScriptedLLM([read, edit] * 5 + [read, "The port is 5433."])
+    result = Agent(llm, [read_file, edit_file], max_iterations=20).run("Which port does config.json set?")
+    observations = [r.messages[-1].content for r in llm.requests[1:]]
+    assert CIRCLES not in observations[0] and CIRCLES not in observations[1]
+    assert all(CIRCLES in o and "You already have this result" in o for o in observations[2:6])
+    assert '"port": 5433' in observations[2]  # shown again: a small model loses track of what it read
+    # the sixth identical read (twice max_repeated_calls) ends the run with the answer it then gives
+    assert result.stop_reason is StopReason.REPEATED_CALL and result.final_text == "The port is 5433."
+    assert result.iterations_used == 11 and "read_file 6 times in this run" in str(result.error)
 
 
 def test_invalid_or_refused_calls_are_not_counted_as_repeats(tmp_path: Path) -> None:
@@ -136,3 +168,39 @@ def test_a_call_repeated_in_one_turn_ends_the_turn_and_runs_once(tmp_path: Path)
     assert result.stop_reason is StopReason.FINAL_ANSWER and result.final_text == "Done."
     assert [e.name for e in result.events if isinstance(e, ToolResultEvent)] == ["list_dir", "list_dir"]
     assert result.history[1].content.count("<tool_code>") == 2  # the turn as run: each call once
+
+
+# Qwen2.5-Coder-1.5B (temperature 0), asked how many lines fruits.txt has: it read the file (7 lines), called a
+# tool that does not exist, and answered with the unknown-tool correction word for word.
+COUNT_LINES = '<tool_code>\n<name>count_lines</name>\n<parameters>\n{"text": "apple\\nbanana"}\n</parameters>\n</tool_code>'
+ECHO = ("There is no tool named 'count_lines'. The available tools are: add. Call one of them; if none of them "
+        "can do what you need, reply with your answer instead, without a tool call.")
+
+
+def test_a_reply_that_only_repeats_the_correction_is_not_the_answer() -> None:
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    llm = ScriptedLLM([COUNT_LINES, ECHO, "The file has 7 lines."])
+    result = Agent(llm, [add]).run("How many lines does fruits.txt have? Answer with the number.")
+    assert result.stop_reason is StopReason.FINAL_ANSWER and result.final_text == "The file has 7 lines."
+    told = llm.requests[2].messages[-1].content
+    assert "repeated the message mylm sent you" in told
+    assert "How many lines does fruits.txt have? Answer with the number." in told
+
+
+def test_an_answer_quoting_a_tool_s_output_or_a_short_answer_is_still_the_answer(tmp_path: Path) -> None:
+    @tool
+    def read(path: str) -> str:
+        """Read a file."""
+        return "The code word is PELICAN, and it is written in this file on purpose."
+
+    quoted = "The code word is PELICAN, and it is written in this file on purpose."
+    llm = ScriptedLLM([call("read", path="secret.txt"), quoted])
+    assert Agent(llm, [read]).run("What does secret.txt say?").final_text == quoted
+    # after a correction, an answer that shares a few words with it is the model's own
+    llm = ScriptedLLM([COUNT_LINES, "There is no tool for that, but the file has 7 lines."])
+    result = Agent(llm, [read]).run("How many lines?")
+    assert result.final_text == "There is no tool for that, but the file has 7 lines."

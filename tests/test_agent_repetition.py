@@ -129,3 +129,18 @@ def test_the_same_arguments_in_xml_style_with_real_newlines_are_data_too() -> No
     result = Agent(llm, [save]).run("Save the file.")
     assert result.final_text == "Saved."
     assert not [e for e in result.events if isinstance(e, ErrorEvent)]
+
+
+def test_an_answer_at_the_step_limit_that_loops_ends_the_run_with_the_paragraph_said_once() -> None:
+    # Qwen2.5-Coder-1.5B at the step limit (temperature 0): the answer-only turn fell into saying one paragraph
+    # until max_tokens. There is no next turn to correct it in, so the run's answer is the paragraph said once.
+    opening = "The port set for the database in config.json is 5433. "
+    paragraph = ("The task is now complete. No more tools will be run. The remaining steps are to verify that the "
+                 "port is indeed 5433 and to ensure that the database is running on that port. ")
+    call = format_tool_call(ToolCall("add", {"a": 1, "b": 2}))
+    scripted = ScriptedLLM([call, opening + paragraph * 30], chunk_size=4, stops="ignore")
+    result = Agent(scripted, [add], max_iterations=1).run("Which port?")
+    assert result.stop_reason is StopReason.MAX_ITERATIONS
+    assert result.final_text.startswith(opening.strip()) and result.final_text.count("The task is now complete") == 1
+    assert scripted.closed_early == 1
+    assert result.history[-1].content == result.final_text

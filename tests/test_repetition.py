@@ -7,7 +7,9 @@ import hashlib
 
 import pytest
 
-from mylm.protocol.repetition import COUNTED_LINES, EXACT_LINES, TINY_CHARS, WORDS_CHARS, Repetition, RepetitionGuard
+from mylm.protocol.repetition import (
+    COUNTED_LINES, EXACT_LINES, INLINE_STEP, TINY_CHARS, WORDS_CHARS, Repetition, RepetitionGuard,
+)
 
 
 def scan(text: str, chunk: int = 3) -> tuple[Repetition | None, int]:
@@ -193,3 +195,57 @@ def test_a_sentence_said_again_and_again_in_one_line_is_cut_before_a_kilobyte() 
 ])
 def test_long_sane_lines_with_runs_of_one_character_do_not_trip(line: str) -> None:
     assert scan(line + "\nDone.\n", chunk=7)[0] is None
+
+
+# Qwen2.5-Coder-1.5B's answers at the step limit (llama-server, temperature 0, the agent-task suite): one paragraph
+# said again and again with no newline until max_tokens, 100 s of a 2-core CPU each.
+PARAGRAPH_LOOPS = [
+    ("The bug in `stats.py` was that the `total` function was not correctly implemented. ",
+     "The bug was fixed by replacing the `total` function with a correct implementation that returns the sum of all "
+     "elements in the list. The test now passes. The remaining task is to ensure that the `total` function is "
+     "correctly implemented in the `stats.py` file. "),
+    ("The port set for the database in config.json is 5434. The file has been updated with the new port number. ",
+     "The task is now complete. No more tools will be run. The remaining steps are to verify that the port is "
+     "indeed 5434 and to ensure that the database is running on that port. "),
+]
+
+
+@pytest.mark.parametrize(("opening", "paragraph"), PARAGRAPH_LOOPS)
+@pytest.mark.parametrize("chunk", [3, 16])
+def test_a_paragraph_said_again_and_again_is_cut_at_its_third_copy(opening: str, paragraph: str, chunk: int) -> None:
+    found, read = scan(opening + paragraph * 40, chunk=chunk)
+    assert found is not None and found.inline
+    assert read <= len(opening) + 3 * len(paragraph) + INLINE_STEP + chunk
+
+
+@pytest.mark.parametrize(("opening", "paragraph"), PARAGRAPH_LOOPS)
+def test_the_first_copy_of_a_paragraph_loop_is_what_the_model_meant(opening: str, paragraph: str) -> None:
+    text = opening + paragraph * 40
+    found, read = scan(text, chunk=5)
+    assert found is not None
+    kept = found.first_copy(text[:read])
+    assert kept.startswith(opening.strip()) and kept.endswith(".")
+    assert opening.strip() in kept and len(kept) <= len(opening) + len(paragraph)
+    assert paragraph.strip() not in kept[len(opening) + 1:] or kept.count(paragraph.strip()) == 1
+
+
+def test_a_block_of_long_lines_said_three_times_is_cut_and_its_first_copy_kept() -> None:
+    block = ("Line one of a paragraph that is long enough to matter here, with more words to say and say.\n"
+             "And a second line with other words in it, making the block long enough for the rule.\nThird line.\n")
+    text = "Intro line.\n" + block * 10
+    found, read = scan(text, chunk=7)
+    assert found is not None and not found.inline and found.period == 3
+    assert read <= len("Intro line.\n") + 3 * len(block) + 7
+    assert found.first_copy(text[:read]) == "Intro line.\n" + block.rstrip("\n")
+
+
+@pytest.mark.parametrize("text", [
+    # a short line recurring (a closing brace, a table's rule) is not a paragraph
+    "".join(f"def f{i}():\n    pass\n\n" for i in range(30)),
+    "| a | b |\n|---|---|\n" + "| x | y |\n" * 20,
+    # a paragraph quoted twice is not a loop
+    "As the file says:\n" + PARAGRAPH_LOOPS[0][1] * 2 + "\nThat is all.",
+])
+def test_short_recurring_lines_and_a_paragraph_said_twice_are_not_cut(text: str) -> None:
+    found, _ = scan(text, chunk=5)
+    assert found is None

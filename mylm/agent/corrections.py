@@ -22,8 +22,11 @@ if TYPE_CHECKING:
 #: The templates a conversation's corrections may render; checked before a run starts.
 TEMPLATES = (
     "format_error.j2", "truncated.j2", "unusable_reply.j2", "repeated_mistake.j2", "invalid_arguments.j2",
-    "tool_choice_refused.j2", "repeated_call.j2", "unknown_tool.j2", "degenerate.j2",
+    "tool_choice_refused.j2", "repeated_call.j2", "unknown_tool.j2", "degenerate.j2", "echoed.j2",
 )
+
+#: The task, as an echo correction restates it, is cut to this many characters.
+_TASK_CHARS = 600
 
 
 class ParametersTool(Protocol):
@@ -165,12 +168,20 @@ class Corrections:
         """Why tool_choice (`none`, or one tool's name) does not allow calling `tool`."""
         return self.prompts.render("tool_choice_refused.j2", tool=tool, tool_choice=tool_choice)
 
-    def repeated_call(self, tool: str, output: str = "") -> str:
-        """The observation for a call that repeated the previous one and gave the same result (`output`, which
-        the model already has: shown again, shortened, since a small model loses track of it)."""
+    def echoed(self, task: str) -> str:
+        """The user message for a reply that only repeated the correction before it; `task` (the user's
+        request, restated: the model lost track of it) is defused like any text the model did not write."""
+        if len(task) > _TASK_CHARS:
+            task = task[:_TASK_CHARS].rstrip() + " [...]"
+        return self.prompts.render("echoed.j2", task=defuse_correction(task))
+
+    def repeated_call(self, tool: str, output: str = "", *, previous: bool = True) -> str:
+        """The observation for a call the run already made and that gave the same result (`output`, which the
+        model already has: shown again, shortened, since a small model loses track of it); `previous`: the
+        call just before it was the same, else an earlier one was."""
         if len(output) > 600:
             output = output[:600].rstrip() + " [...]"
-        return self.prompts.render("repeated_call.j2", tool=tool, output=neutralise(output))
+        return self.prompts.render("repeated_call.j2", tool=tool, output=neutralise(output), previous=previous)
 
     def escalated(
         self, message: str, tool: ParametersTool | None = None, given: Mapping[str, Any] | None = None

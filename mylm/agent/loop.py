@@ -59,6 +59,9 @@ MAX_PACED_TIMEOUT = 1800.0
 #: The answer given when the iteration limit is hit and even the summary call fails (seed 003 §6).
 FALLBACK_ANSWER = "I could not finish the task within the allowed number of steps."
 
+#: The problem of a reply that only repeated mylm's last correction.
+ECHOED = "the reply repeated mylm's correction instead of answering"
+
 
 class Agent:
     """A ReAct agent over the text protocol; the model and the tools are injected, the knobs are `AgentConfig`'s
@@ -180,6 +183,10 @@ class Agent:
             parsed = outcome.turn.parsed
             if not outcome.usable:
                 yield from self._correct(run, outcome)
+            elif not parsed.tool_calls and run.echoes(parsed.final_answer or parsed.thought):
+                # Not an answer: the model copied what it was just told (a small model's habit).
+                yield from self._correct(run, replace(outcome, problem=ECHOED,
+                                                      correction=run.corrections.echoed(run.prompt), kind="format"))
             elif not parsed.tool_calls:
                 run.failures = 0
                 run.add(Message("assistant", parsed.thought or parsed.text.strip()))
@@ -194,10 +201,12 @@ class Agent:
                 if acted.repeated is not None:
                     # Stuck, but not without something to say: ask for the answer it can give from what it has
                     # (no tools), so the run ends with an answer instead of nothing.
-                    times = run.repeats
+                    in_a_row = run.repeats >= self.config.max_repeated_calls
+                    times = run.repeats if in_a_row else run.seen_calls.get(run.last_call or ("", "", "", False), 0)
                     answer = yield from self._summarise(run, "repeated_answer.j2", tool=acted.repeated, times=times)
                     yield FinalResponseEvent(answer, StopReason.REPEATED_CALL)
-                    raise RepeatedCallError(f"the model called {acted.repeated} {times} times in a row with the "
+                    how = "in a row" if in_a_row else "in this run, in a cycle with other calls,"
+                    raise RepeatedCallError(f"the model called {acted.repeated} {times} times {how} with the "
                                             "same arguments and got the same result each time", answer=answer)
                 # A turn whose every call was invalid is as unusable as an unreadable one: repeated, the run ends.
                 run.failures = run.failures + 1 if acted.all_invalid else 0
@@ -228,6 +237,8 @@ class Agent:
         assert outcome.problem is not None and outcome.correction is not None
         if outcome.reply.content:
             run.add(outcome.reply)
+        # Only the echo correction is kept to compare with: the others may quote the model's own reply.
+        run.said = outcome.correction if outcome.problem == ECHOED else ""
         yield ErrorEvent(outcome.problem, outcome.kind)
         if outcome.kind == "format":  # a missing call (tool_choice) is corrected without counting as a failure
             run.failures += 1
@@ -364,6 +375,9 @@ class Agent:
             if run.messages[-1].role != "assistant":
                 run.add(Message("assistant", FALLBACK_ANSWER))
             return FALLBACK_ANSWER
-        answer = (turn.parsed.final_answer or turn.parsed.thought).strip() or FALLBACK_ANSWER
+        answer = (turn.parsed.final_answer or turn.parsed.thought).strip()
+        if turn.loop is not None:  # the answer said once, not the loop it fell into (there is no next turn)
+            answer = turn.loop.first_copy(answer)
+        answer = answer or FALLBACK_ANSWER
         run.add(Message("assistant", answer))
         return answer

@@ -79,13 +79,14 @@ class ToolRunner:
         logger.info("Executing %d tool call(s)", len(calls))
         observations: list[str] = []
         invalid = 0
+        run.said = ""
         try:
             for call in calls:
                 outcome, valid = yield from self._call(run, call, observations)
                 invalid += not valid
                 if outcome.final_message is not None:
                     return Acted(final=outcome.final_message)
-                if self.config.max_repeated_calls and run.repeats >= self.config.max_repeated_calls:
+                if self._stuck(run):
                     return Acted(repeated=call.name)
                 run.cancel.raise_if_cancelled()  # after recording: what the tool did is not lost
             for warning in parsed.warnings:
@@ -111,6 +112,7 @@ class ToolRunner:
             names = [t.name for t in self.tools]
             outcome = ToolOutcome(run.corrections.unknown_tool(call.name, names), True, 0.0)
             correction = self._correction(run, call.name, outcome.output)
+            run.said += outcome.output + "\n"
         else:
             arguments, problems = tool_.validate(call.arguments)
             call = replace(call, arguments=arguments)
@@ -123,6 +125,7 @@ class ToolRunner:
                 message = run.corrections.invalid_arguments(tool_, problems, call.arguments)
                 outcome = ToolOutcome(message, True, 0.0)
                 correction = self._correction(run, call.name, message)
+                run.said += message + "\n"
             else:
                 verdict = yield from self._permit(run, call, tool_)
                 yield ApprovalEvent(call.id, verdict.allowed, verdict.grant if verdict.allowed else None, verdict.reason)
@@ -138,7 +141,10 @@ class ToolRunner:
         # A refused call counts like one that ran: repeated with the same refusal, it is the same doom loop (a tiny
         # model re-sending a command no one can approve). An invalid one is a new mistake each time.
         repeated = self._repeated(run, call, outcome) if ran or status == "denied" else self._forget(run)
-        observation = run.corrections.repeated_call(call.name, outcome.output) if repeated else correction
+        if repeated:
+            observation = run.corrections.repeated_call(call.name, outcome.output, previous=run.repeats > 1)
+        else:
+            observation = correction
         yield from self._report(call, outcome, status, observations, observation)
         return outcome, valid
 
@@ -218,12 +224,23 @@ class ToolRunner:
         return self.prompts.render("observation.j2", tool=name, output=neutralise(text), cut=cut, handle=handle)
 
     def _repeated(self, run: RunState, call: ToolCall, outcome: ToolOutcome) -> bool:
-        """Count a call that ran; True when it repeats the one before it, arguments and result alike."""
+        """Count a call that ran; True when the run already made it, arguments and result alike (the call
+        before it, or any earlier one)."""
         arguments = json.dumps(call.arguments, sort_keys=True, ensure_ascii=False, default=str)
         key = (call.name, arguments, outcome.output, outcome.is_error)
         run.repeats = run.repeats + 1 if key == run.last_call else 1
         run.last_call = key
-        return self.config.max_repeated_calls > 0 and run.repeats > 1
+        run.seen_calls[key] = run.seen_calls.get(key, 0) + 1
+        return self.config.max_repeated_calls > 0 and run.seen_calls[key] > 1
+
+    def _stuck(self, run: RunState) -> bool:
+        """Whether the model is stuck: the last call gave the same result `max_repeated_calls` times in a row, or
+        twice that many times in the run (in a cycle with other calls, which a capable model fixing code may
+        make a few times on purpose: run the tests, edit, run them again)."""
+        limit = self.config.max_repeated_calls
+        return bool(limit) and run.last_call is not None and (
+            run.repeats >= limit or run.seen_calls.get(run.last_call, 0) >= 2 * limit
+        )
 
     def _forget(self, run: RunState) -> bool:
         """A call that did not run breaks a run of repeats."""

@@ -13,7 +13,7 @@ from ..protocol.drift import ToolNames
 from ..protocol.parsed import CallParsed, ParsedTurn, ParseEvent
 from ..protocol.parser import StreamParser
 from ..protocol.reasoning import template_opens_reasoning
-from ..protocol.repetition import RepetitionGuard
+from ..protocol.repetition import Repetition, RepetitionGuard
 from ..protocol.tags import REASONING_DIALECTS, TOOL_CLOSE, TOOL_OPEN, ReasoningDialect
 
 
@@ -32,6 +32,8 @@ class ModelTurn:
     #: Why the stream was cut as degenerate (a line or block repeated on and on; docs/parser.md), else "".
     #: Such a turn ends as MAX_TOKENS would have, only sooner, and the step sends a correction.
     degenerate: str = ""
+    #: The repetition it was cut for, if it was (its `first_copy` is what the model meant to say once).
+    loop: Repetition | None = None
 
 
 def stream_turn(
@@ -100,7 +102,7 @@ def stream_turn(
     opens = rendered if rendered is not None else template_opens_reasoning(parsed, split_reasoning, reasoning)
     usage = server.usage if server else None
     if guard.found is not None:
-        return ModelTurn(parsed, FinishReason.MAX_TOKENS, usage, opens, first, guard.found.describe())
+        return ModelTurn(parsed, FinishReason.MAX_TOKENS, usage, opens, first, guard.found.describe(), guard.found)
     return ModelTurn(parsed, finish_reason(parsed, server, parser.finished), usage, opens, first)
 
 

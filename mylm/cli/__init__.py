@@ -31,7 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "mcp": ("mcp:mcp", "Serve the agent to other agents over MCP (stdio, or HTTP on loopback)."),
     "a2a": ("a2a:a2a", "Serve the agent to other agents over A2A (JSON-RPC on loopback; 1.0 and 0.3 clients)."),
     "acp": ("acp:acp", "Serve the agent to editors over the Agent Client Protocol (Zed, JetBrains; stdio)."),
-    "serve": ("serve:serve", "Serve the model behind the OpenAI and Anthropic APIs, with native tool calling."),
+    "serve": ("serve:serve", "Serve the model behind the OpenAI, Anthropic and Ollama APIs, with native tool calling."),
     "eval": ("eval:eval_", "Score the endpoint's model on small tool tasks (does it work with mylm?)."),
     "sandbox": ("sandbox:sandbox", "Show what confines commands here; --check probes it by running one."),
     "completion": ("info:completion", "Print the shell completion script for bash, zsh or fish."),

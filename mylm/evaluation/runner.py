@@ -100,6 +100,9 @@ class TaskResult:
     answer: str
     error: str | None = None
     turn_log: tuple[dict[str, Any], ...] = field(default=(), repr=False)
+    #: The conversation after the system prompt, as the model saw it (role and content): what to read when a
+    #: task fails ("look at the model's exact text").
+    history: tuple[dict[str, str], ...] = field(default=(), repr=False)
     #: The mode it ran in (`protocol`, `protocol-nogrammar`, `native`, `serve`; see `modes.py`).
     mode: str = "protocol"
     #: Why the checks failed ("" when solved).
@@ -117,6 +120,7 @@ class TaskResult:
         data = asdict(self)
         data["tokens_per_second"] = round(self.tokens_per_second, 2)
         data["turn_log"] = list(self.turn_log)
+        data["history"] = list(self.history)
         return data
 
 
@@ -211,6 +215,7 @@ def run_task(
             {"text": t.text, "finish": t.finish.reason if t.finish else None, "valid": valid, "calls": calls}
             for t, (valid, calls) in zip(recorder.turns, judged, strict=True)
         ),
+        history=tuple({"role": m.role, "content": m.content} for m in result.history if m.role != "system"),
         mode=mode or ("protocol-nogrammar" if constrain == "off" else "protocol"),
         reason=reason or "",
         in_text=calls_in_text(result.final_text, set(callable_tools)),

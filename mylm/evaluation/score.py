@@ -159,7 +159,9 @@ def run_agent_task(session: Session, task: Task, mode: str, *, max_iterations: i
         reason="" if failed_to_run else result.reason, error=result.error if failed_to_run else None,
         detail={"answer": result.answer[:2000], "stop_reason": result.stop_reason, "turns": result.turns,
                 "bad_calls": result.bad_calls, "completion_tokens": result.completion_tokens,
-                "tokens_estimated": result.tokens_estimated},
+                "tokens_estimated": result.tokens_estimated,
+                # every reply as written, and the conversation (protocol modes): `--output` keeps them to read
+                "replies": [t.get("text", "") for t in result.turn_log], "history": list(result.history)},
     )
 
 

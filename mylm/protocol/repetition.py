@@ -7,7 +7,8 @@ Only consecutive repetition counts: the last lines must be copies of the `period
 to 16), either exactly or with only their numbers stepping by one (a counter). Legit output repeats less: a
 table's rows or a list's items differ in words or in several numbers at once, and code's closing braces
 come a few at a time. So the thresholds are in whole lines, and a counter, which a requested list of numbers
-can legitimately be, needs many more of them than an exact copy. Cost: a few comparisons per completed line.
+can legitimately be, needs many more of them than an exact copy; but a block of `LONG_BLOCK` characters or more
+(paragraphs) is cut at its third copy. Cost: a few comparisons per completed line.
 
 A reply can also degenerate inside one line, with no newline at all ("Python 3.11.2 Python 3.11.2 ...",
 "2000000000000...", "0.5.5.5.5..."). So a line that keeps growing is looked at every `INLINE_STEP` characters:
@@ -18,7 +19,9 @@ too. How long depends on what the unit is made of:
   characters. No number, word or identifier repeats one or two characters for that long (a 64-digit zero hash,
   2**1000's 302 digits and base64 do not); a number that keeps growing this way is a runaway, not an answer;
 - a longer unit holding a letter (a sentence said again and again): `WORDS_CHARS` characters and
-  `INLINE_COPIES` copies;
+  `INLINE_COPIES` copies; a unit of `LONG_UNIT` characters or more (a paragraph, as Qwen2.5-Coder-1.5B loops its
+  answer: "The task is now complete. No more tools will be run. The remaining steps are ...", ~250 characters)
+  needs only three copies end to end: nobody means a paragraph three times in a row;
 - any other unit, of punctuation and blanks (`=`, `-`, `*`, `-+`) or a cycle of numbers: `INLINE_CHARS`
   characters, since Markdown separators and rules are long runs of one character that nobody means as a loop,
   and a list of numbers may cycle.
@@ -32,11 +35,19 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TypeVar
+
+_S = TypeVar("_S", str, list[str])
 
 _NUMBER = re.compile(r"\d+")
+#: The end of a sentence (`stats.py` is not one) or of a line.
+_SENTENCE_END = re.compile(r"[.!?](?=\s|$)|\n")
 
 #: Lines an exact repetition must cover (the first copy included) before the reply is cut.
 EXACT_LINES = 48
+#: A block of lines this long (in characters) is cut at its third copy, however few lines it has: a paragraph
+#: said three times in a row is a loop, where a short line (`}`, `pass`, a table's rule) may legitimately recur.
+LONG_BLOCK = 160
 #: Lines a repetition whose numbers step by one (a counter) must cover.
 COUNTED_LINES = 128
 #: The longest repeated block looked for, in lines.
@@ -47,7 +58,9 @@ INLINE_CHARS = 1024
 #: of a long one).
 INLINE_COPIES = 8
 #: The longest unit looked for inside a line, in characters.
-INLINE_MAX_PERIOD = 128
+INLINE_MAX_PERIOD = 512
+#: A unit at least this long holding a letter is cut at its third copy (see the module's docstring).
+LONG_UNIT = 96
 #: A unit this short holding a letter or a digit (`0` of `2000000...`, `.5` of `0.5.5.5...`) is cut after
 #: `TINY_CHARS` characters.
 TINY_PERIOD = 4
@@ -78,6 +91,21 @@ class Repetition:
         what = f"the line {shown!r}" if self.period == 1 else f"a block of {self.period} lines ending {shown!r}"
         how = "with only its numbers counting up" if self.counted else "unchanged"
         return f"the reply repeated {what} {how} for {self.lines} lines, so it was stopped"
+
+    def first_copy(self, text: str) -> str:
+        """`text` (a reply cut for this repetition) up to the end of the repeated unit's first copy, back to the
+        last sentence's end inside it when there is one: what the model meant to say once. A counter is left
+        as it is (its lines differ)."""
+        if self.counted:
+            return text
+        if self.inline:
+            kept = _periodic_start(text.rstrip(), self.period)
+            ends = [m.end() for m in _SENTENCE_END.finditer(kept, max(0, len(kept) - self.period))]
+            return kept[:ends[-1]].rstrip() if ends else kept
+        lines = text.split("\n")
+        if lines and not text.endswith("\n"):
+            lines.pop()  # the line being written when the reply was cut
+        return "\n".join(_periodic_start(lines, self.period))
 
 
 @dataclass(frozen=True)
@@ -172,6 +200,10 @@ class RepetitionGuard:
         if len(unit) <= TINY_PERIOD:
             return min(self.inline_chars, TINY_CHARS)
         if any(c.isalpha() for c in unit):  # words said again and again
+            if len(unit) >= LONG_UNIT:
+                if (unit + unit).find(unit, 1) < len(unit):
+                    return 1 << 30  # copies of a shorter unit: that unit's own rule decides
+                return 2 * len(unit)  # with the unit itself, three copies
             return min(self.inline_chars, max(WORDS_CHARS, len(unit) * INLINE_COPIES))
         return max(self.inline_chars, len(unit) * INLINE_COPIES)  # a cycle of numbers may be data: `[0, 1, ..., 9, 0, …]`
 
@@ -205,6 +237,13 @@ class RepetitionGuard:
                 break
         self._remember(line)
 
+    def _long_block(self, p: int, line: _Line) -> bool:
+        """Whether the block of `p` lines ending with `line` (not yet remembered) is a paragraph (`LONG_BLOCK`),
+        and not a shorter block's copies (the same line seven times is judged as one line, by the line rule)."""
+        if any(self._exact[q - 1] >= p for q in range(1, p) if p % q == 0):
+            return False
+        return len(line.text) + sum(len(before.text) for before in self._recent[len(self._recent) - p + 1:]) >= LONG_BLOCK
+
     def _remember(self, line: _Line) -> None:
         recent, shapes = self._recent, self._shapes
         recent.append(line)
@@ -218,10 +257,18 @@ class RepetitionGuard:
     def _check(self, p: int, line: _Line) -> None:
         # A run of r lines each equal to the one p before covers r + p lines; at least four copies of the block.
         exact, counted = self._exact[p - 1], self._counted[p - 1]
-        if exact >= max(self.exact_lines - p, 3 * p):
+        if exact >= max(self.exact_lines - p, 3 * p) or (exact >= 2 * p and self._long_block(p, line)):
             self.found = Repetition(line.text, p, exact + p, counted=False)
         elif counted >= max(self.counted_lines - p, 3 * p):
             self.found = Repetition(line.text, p, counted + p, counted=True)
+
+
+def _periodic_start(items: _S, period: int) -> _S:
+    """`items` without the copies of its last `period` items that end it (the first copy kept)."""
+    j = len(items) - 1
+    while j - period >= 0 and items[j - period] == items[j]:
+        j -= 1
+    return items[:j + 1]
 
 
 def _counts(before: tuple[int, ...], after: tuple[int, ...]) -> bool:

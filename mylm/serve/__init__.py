@@ -1,1 +1,1 @@
-"""`mylm serve`: native tool calling for any model, behind the OpenAI and Anthropic APIs."""
+"""`mylm serve`: native tool calling for any model, behind the OpenAI, Anthropic and Ollama APIs."""

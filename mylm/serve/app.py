@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -30,13 +30,13 @@ from ..core.errors import (
     RequestError,
 )
 from ..telemetry.observer import RequestObserver, RequestTracing
-from . import chat, messages, models, responses
+from . import chat, messages, models, ollama, responses
 from .bridge import Backlog, produced
 from .core import Core
 from .guard import Guard, Guarding, client_key, key_matches
 from .http import EventStream, json_response, read_body, unless_disconnected
 from .stored import StoredResponses
-from .wire import CallOut, ChatMessage, Finished, Out, load_json, said
+from .wire import CallOut, ChatMessage, Finished, Out, load_json, said, text
 
 logger = logging.getLogger("mylm.serve")
 
@@ -81,8 +81,11 @@ class Server:
     """The application's state: the core, the settings, the requests in flight."""
 
     def __init__(self, core: Core, config: ServeConfig, redact: Callable[[str], str] = lambda s: s,
-                 tracing: RequestTracing | None = None) -> None:
+                 tracing: RequestTracing | None = None, upstreams: Mapping[str, Core] | None = None) -> None:
         self.core = core
+        #: The upstreams by the model name a request chooses them with (`--upstream`); empty: `core` serves every
+        #: request, whatever model it names.
+        self.upstreams = dict(upstreams or {})
         self.config = config
         self.redact = redact
         #: Traces each generation request (None: tracing is off, and nothing of OpenTelemetry is loaded).
@@ -94,16 +97,33 @@ class Server:
 
     # ---------------------------------------------------------------------------------------- handlers
 
+    @property
+    def names(self) -> list[str]:
+        """The model names served, as the model lists show them."""
+        return list(self.upstreams) or [self.config.model]
+
+    def core_for(self, model: str) -> Core:
+        """The core serving requests for `model`: the one upstream, or the one of that name (a 404 in the API's
+        shape, naming the served models, for any other)."""
+        if not self.upstreams:
+            return self.core
+        found = self.upstreams.get(model)
+        if found is None:
+            served = ", ".join(repr(n) for n in self.upstreams)
+            raise RequestError(f"model {model!r} not found: this server serves {served}", status=404,
+                               param="model", code="model_not_found")
+        return found
+
     async def health(self, request: Request) -> Response:
-        return json_response(models.health(self.config.model, self.active))
+        return json_response(models.health(self.names, self.active))
 
     async def list_models(self, request: Request) -> Response:
         api = messages if "anthropic-version" in request.headers else chat
         refused = self._refused(request, api)
         if refused is not None:
             return refused
-        name = self.config.model
-        return json_response(models.anthropic_list(name) if api is messages else models.openai_list(name))
+        names = self.names
+        return json_response(models.anthropic_list(names) if api is messages else models.openai_list(names))
 
     async def one_model(self, request: Request) -> Response:
         api = messages if "anthropic-version" in request.headers else chat
@@ -111,15 +131,37 @@ class Server:
         if refused is not None:
             return refused
         name = request.path_params["name"]
-        if name != self.config.model:
-            return self._error(api, RequestError(f"the model {name!r} does not exist here; this server fronts "
-                                                 f"{self.config.model!r}", status=404, kind="not_found_error"))
+        if name not in self.names:
+            served = ", ".join(repr(n) for n in self.names)
+            return self._error(api, RequestError(f"the model {name!r} does not exist here; this server serves "
+                                                 f"{served}", status=404, kind="not_found_error"))
         return json_response(models.anthropic_model(name) if api is messages else models.openai_model(name))
 
+    async def ollama_tags(self, request: Request) -> Response:
+        refused = self._refused(request, ollama)
+        return refused if refused is not None else json_response(ollama.tags(self.names))
+
+    async def ollama_version(self, request: Request) -> Response:
+        return json_response({"version": ollama.VERSION})
+
+    async def ollama_show(self, request: Request) -> Response:
+        refused = self._refused(request, ollama)
+        if refused is not None:
+            return refused
+        try:
+            body = load_json(await read_body(request, self.config.max_body, self.config.body_timeout))
+            # `name` is what clients before Ollama 0.5 sent.
+            name = text(body.get("model") or body.get("name"), "model", allow_empty=False)
+            window = self.core_for(name).window
+            # Measuring the window may ask the upstream (once): not on the event loop.
+            size = await asyncio.to_thread(window.size) if window is not None else None
+        except RequestError as error:
+            return self._error(ollama, error)
+        return json_response(ollama.show(name, size))
+
     async def not_found(self, request: Request) -> Response:
-        api = messages if request.url.path.startswith("/v1/messages") else chat
-        return self._error(api, RequestError(f"no route {request.method} {request.url.path}", status=404,
-                                             kind="not_found_error", code="unknown_url"))
+        return self._error(api_of(request.url.path), RequestError(
+            f"no route {request.method} {request.url.path}", status=404, kind="not_found_error", code="unknown_url"))
 
     def generation(self, api: ModuleType, route: str) -> Callable[[Request], Any]:
         """The handler of a generation route (`api` is its wire module)."""
@@ -163,13 +205,18 @@ class Server:
         if refused is not None:
             return refused
         body = load_json(await read_body(request, self.config.max_body, self.config.body_timeout))
+        preload = getattr(api, "preload", None)
+        if preload is not None and (loaded := preload(body)) is not None:
+            self.core_for(text(body.get("model"), "model", allow_empty=False))
+            return json_response(loaded)  # Ollama's "load the model" request: the upstream loads its own
         parsed = api.parse(body, self.stored) if api is responses else api.parse(body)
+        core = self.core_for(parsed.model)
         if observer is not None:
             observer.request(api=api.__name__.rsplit(".", 1)[-1], model=parsed.model, stream=parsed.stream,
                              tools=len(parsed.tools), max_tokens=parsed.max_tokens,
                              messages=[_message(m) for m in parsed.messages])
         backlog = Backlog()
-        items = self._items(parsed, backlog, observer)
+        items = self._items(core, parsed, backlog, observer)
         if not parsed.stream:
             try:
                 found = await unless_disconnected(request, collected_from(items))
@@ -207,17 +254,21 @@ class Server:
         events = self._guarded(api, api.events(parsed, _prepend(first, head, items), body), observer)
         # A client gone before the stream ended: the trace ends too (a no-op once the stream has ended it).
         closed = (lambda: observer.end(200, "cancelled")) if observer is not None else None
-        return EventStream(events, more=backlog, closed=closed, keepalive=api.KEEPALIVE,
-                           interval=self.config.keepalive)
+        # Ollama's stream has no opening event, so its keep-alive (an empty chunk) may come first.
+        eager = api is ollama
+        keepalive = ollama.keepalive(parsed) if eager else api.KEEPALIVE
+        headers = {"Content-Type": ollama.MEDIA_TYPE} if eager else None
+        return EventStream(events, headers, more=backlog, closed=closed, keepalive=keepalive,
+                           interval=self.config.keepalive, eager=eager)
 
-    async def _items(self, parsed: Any, backlog: Backlog | None = None,
+    async def _items(self, core: Core, parsed: Any, backlog: Backlog | None = None,
                      observer: RequestObserver | None = None) -> AsyncGenerator[Out, None]:
         async with self._slots:
             self.active += 1
             seen: list[Out] = []
             keep = bool(getattr(parsed, "keep", False) and getattr(parsed, "response_id", None))
             try:
-                async for item in produced(lambda cancel: self.core.run(parsed, cancel, observer),
+                async for item in produced(lambda cancel: core.run(parsed, cancel, observer),
                                            backlog=backlog):
                     if observer is not None or keep:
                         seen.append(item)
@@ -337,27 +388,40 @@ async def _prepend(first: Out | None, head: asyncio.Future[Out], rest: AsyncGene
         await rest.aclose()
 
 
+def api_of(path: str) -> ModuleType:
+    """The API whose error shape a request for `path` gets when no route of it answers."""
+    if path.startswith("/v1/messages"):
+        return messages
+    return ollama if path.startswith("/api/") else chat
+
+
 def refused(path: str, status: int, message: str, kind: str) -> dict[str, Any]:
     """A request refused before routing (`guard.py`), in the error shape of the API its path belongs to."""
-    error = RequestError(message, status=status, kind=kind)
-    return messages.error_body(error) if path.startswith("/v1/messages") else chat.error_body(error)
+    body: dict[str, Any] = api_of(path).error_body(RequestError(message, status=status, kind=kind))
+    return body
 
 
 def create_app(core: Core, config: ServeConfig, redact: Callable[[str], str] = lambda s: s,
-               tracing: RequestTracing | None = None) -> Guard:
+               tracing: RequestTracing | None = None, upstreams: Mapping[str, Core] | None = None) -> Guard:
     """The ASGI application serving `core` behind the desktop-safety rules (`Guard`: `server.server_for` reads
-    its rules for the protocol's deadlines and limits too); `tracing` traces each generation request."""
-    server = Server(core, config, redact, tracing)
-    pool = getattr(core.llm, "pool", None)
-    if callable(pool):
-        pool(config.max_concurrency)  # one upstream connection pool, as large as the requests served at once
+    its rules for the protocol's deadlines and limits too); `tracing` traces each generation request.
+    `upstreams`, if given, are the cores by model name: a request is served by the one its `model` names (and
+    `core` is one of them, the first)."""
+    server = Server(core, config, redact, tracing, upstreams)
+    for served in {id(c): c for c in (core, *(upstreams or {}).values())}.values():
+        pool = getattr(served.llm, "pool", None)
+        if callable(pool):
+            pool(config.max_concurrency)  # one upstream connection pool, as large as the requests served at once
     routes = [
         Route("/health", server.health, methods=["GET"]),
         Route("/v1/models", server.list_models, methods=["GET"]),
         Route("/v1/models/{name:path}", server.one_model, methods=["GET"]),
         *(Route(path, server.generation(api, path), methods=["POST"])
           for path, api in (("/v1/chat/completions", chat), ("/v1/responses", responses),
-                            ("/v1/messages", messages))),
+                            ("/v1/messages", messages), ("/api/chat", ollama))),
+        Route("/api/tags", server.ollama_tags, methods=["GET"]),
+        Route("/api/version", server.ollama_version, methods=["GET"]),
+        Route("/api/show", server.ollama_show, methods=["POST"]),
         Route("/{rest:path}", server.not_found,
               methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]),
     ]

@@ -65,8 +65,8 @@ def parse(body: dict[str, Any]) -> ChatRequest:
     n = body.get("n")
     if n is not None and n != 1:
         raise RequestError("n must be 1: this server returns one choice", param="n")
-    sampling = _sampling(body)
-    tools = checked_tools([_tool(t, f"tools[{i}]") for i, t in enumerate(array(body.get("tools") or [], "tools"))],
+    chosen = sampling(body)
+    tools = checked_tools([function_tool(t, f"tools[{i}]") for i, t in enumerate(array(body.get("tools") or [], "tools"))],
                           "tools")
     options = body.get("stream_options")
     if options is not None:
@@ -84,33 +84,34 @@ def parse(body: dict[str, Any]) -> ChatRequest:
         or count(body.get("max_tokens"), "max_tokens"),
         stop=stops(body.get("stop"), "stop"),
         stream=flag(body.get("stream"), "stream", False),
-        sampling=sampling,
+        sampling=chosen,
     )
 
 
-def _sampling(body: dict[str, Any]) -> Sampling:
+def sampling(body: dict[str, Any], where: str = "") -> Sampling:
     """The sampling fields, in OpenAI's ranges; `top_k`, `min_p` and `repeat_penalty` are not OpenAI's but
     llama.cpp's, vLLM's and LM Studio's extensions, which clients send to such servers (the OpenAI SDK's
-    `extra_body`); vLLM spells the last `repetition_penalty`, read here as the same field."""
+    `extra_body`); vLLM spells the last `repetition_penalty`, read here as the same field. Ollama's `options`
+    carry the same names (`where` is their place in the request, for error messages)."""
     repeat = body.get("repeat_penalty")
+    name = "repeat_penalty"
     if repeat is None:
         repeat = body.get("repetition_penalty")
-        where = "repetition_penalty"
-    else:
-        where = "repeat_penalty"
+        name = "repetition_penalty"
     return Sampling(
-        temperature=number(body.get("temperature"), "temperature", 0, 2),
-        top_p=number(body.get("top_p"), "top_p", 0, 1),
-        top_k=integer(body.get("top_k"), "top_k", 0, MAX_TOP_K),
-        seed=integer(body.get("seed"), "seed", *SEED_RANGE),
-        presence_penalty=number(body.get("presence_penalty"), "presence_penalty", -2, 2),
-        frequency_penalty=number(body.get("frequency_penalty"), "frequency_penalty", -2, 2),
-        min_p=number(body.get("min_p"), "min_p", 0, 1),
-        repeat_penalty=number(repeat, where, 0, MAX_REPEAT_PENALTY),
+        temperature=number(body.get("temperature"), f"{where}temperature", 0, 2),
+        top_p=number(body.get("top_p"), f"{where}top_p", 0, 1),
+        top_k=integer(body.get("top_k"), f"{where}top_k", 0, MAX_TOP_K),
+        seed=integer(body.get("seed"), f"{where}seed", *SEED_RANGE),
+        presence_penalty=number(body.get("presence_penalty"), f"{where}presence_penalty", -2, 2),
+        frequency_penalty=number(body.get("frequency_penalty"), f"{where}frequency_penalty", -2, 2),
+        min_p=number(body.get("min_p"), f"{where}min_p", 0, 1),
+        repeat_penalty=number(repeat, f"{where}{name}", 0, MAX_REPEAT_PENALTY),
     )
 
 
-def _tool(value: Any, param: str) -> ToolDefinition:
+def function_tool(value: Any, param: str) -> ToolDefinition:
+    """An OpenAI function tool (`{"type": "function", "function": {...}}`), as Ollama takes them too."""
     tool = obj(value, param)
     if tool.get("type", "function") != "function":
         raise RequestError(f"{param}.type must be \"function\", not {tool.get('type')!r}", param=f"{param}.type")

@@ -103,11 +103,12 @@ class EventStream(Response):
 
     def __init__(self, events: AsyncIterator[bytes], headers: dict[str, str] | None = None, *,
                  more: Sized = (), closed: Callable[[], None] | None = None, keepalive: bytes = b"",
-                 interval: float = 0.0) -> None:
+                 interval: float = 0.0, eager: bool = False) -> None:
         """`more` is non-empty while more events are ready to be taken at once: they are gathered into one write
         (the client gets them no later: nothing is awaited meanwhile). `closed` is called once the answer is
         over, however it ended. `keepalive` is written whenever nothing else was for `interval` seconds (after
-        the first event: an API's own ping may not come before its opening event)."""
+        the first event: an API's own ping may not come before its opening event; from the start if `eager`,
+        for an API whose stream has no opening event)."""
         # No body and so no Content-Length: the answer is chunked, its length unknown until it ends.
         self.status_code = 200
         self.background = None
@@ -118,6 +119,7 @@ class EventStream(Response):
         self.closed = closed
         self.keepalive = keepalive
         self.interval = interval
+        self.eager = eager
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         stream = asyncio.ensure_future(self._stream(send))
@@ -147,6 +149,8 @@ class EventStream(Response):
                 last[0] = time.monotonic()
 
         ticker: asyncio.Future[None] | None = None
+        if self.eager and self.keepalive and self.interval > 0:
+            ticker = asyncio.ensure_future(self._tick(write, last))
         pending: list[bytes] = []
         try:
             async for chunk in self.events:

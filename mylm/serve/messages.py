@@ -27,6 +27,7 @@ from .wire import (
     checked_results,
     checked_tools,
     count,
+    estimated_usage,
     flag,
     integer,
     number,
@@ -182,22 +183,13 @@ def _message(value: Any, param: str) -> list[ChatMessage]:
     return [*results, *([ChatMessage("user", "".join(texts))] if texts or not results else [])]
 
 
-#: Characters per token of the estimate given when the upstream counted nothing (English text and code).
-CHARS_PER_TOKEN = 4
-
-
 def _usage(usage: Usage | None, request: ChatRequest | None = None, items: list[Out] | None = None
            ) -> dict[str, int]:
     """The usage as Anthropic reports it. Its schema has no "unknown", so when the upstream counted nothing
-    (llama-cpp-python's stream) it is estimated from the characters of the client's messages and of the reply,
-    never a made-up 0 (docs/serve.md)."""
-    if usage is not None:
-        return {"input_tokens": usage.prompt_tokens, "output_tokens": usage.completion_tokens}
-    sent = sum(len(m.content) + sum(len(json.dumps(dict(c.arguments))) for c in m.calls)
-               for m in (request.messages if request else ()))
-    said_chars = sum(len(i.text) if isinstance(i, (TextOut, ReasoningOut)) else len(i.arguments)
-                     for i in items or () if isinstance(i, (TextOut, ReasoningOut, CallOut)))
-    return {"input_tokens": -(-sent // CHARS_PER_TOKEN), "output_tokens": -(-said_chars // CHARS_PER_TOKEN)}
+    (llama-cpp-python's stream) it is estimated (`wire.estimated_usage`), never a made-up 0 (docs/serve.md)."""
+    if usage is None:
+        usage = estimated_usage(request, items or ())
+    return {"input_tokens": usage.prompt_tokens, "output_tokens": usage.completion_tokens}
 
 
 def _start(request: ChatRequest) -> dict[str, Any]:

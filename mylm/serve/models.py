@@ -1,5 +1,6 @@
 """`GET /v1/models` (in OpenAI's shape, or Anthropic's when the client sends `anthropic-version`) and
-`GET /health`. One server fronts one upstream model; its name is what a client lists and may send."""
+`GET /health`. A server fronts one upstream (any model name a client sends is served by it), or several, each
+under the model name a client chooses it by (`mylm serve --upstream`)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from typing import Any
 STARTED = int(time.time())
 
 
-def openai_list(name: str) -> dict[str, Any]:
+def openai_list(names: list[str]) -> dict[str, Any]:
     """`GET /v1/models` as OpenAI answers it."""
-    return {"object": "list", "data": [openai_model(name)]}
+    return {"object": "list", "data": [openai_model(name) for name in names]}
 
 
 def openai_model(name: str) -> dict[str, Any]:
@@ -20,9 +21,10 @@ def openai_model(name: str) -> dict[str, Any]:
     return {"id": name, "object": "model", "created": STARTED, "owned_by": "mylm"}
 
 
-def anthropic_list(name: str) -> dict[str, Any]:
+def anthropic_list(names: list[str]) -> dict[str, Any]:
     """`GET /v1/models` as Anthropic answers it."""
-    return {"data": [anthropic_model(name)], "has_more": False, "first_id": name, "last_id": name}
+    return {"data": [anthropic_model(name) for name in names], "has_more": False, "first_id": names[0],
+            "last_id": names[-1]}
 
 
 def anthropic_model(name: str) -> dict[str, Any]:
@@ -31,6 +33,7 @@ def anthropic_model(name: str) -> dict[str, Any]:
     return {"type": "model", "id": name, "display_name": name, "created_at": created}
 
 
-def health(name: str, active: int) -> dict[str, Any]:
-    """`GET /health`: the server is up; which model it fronts and how many requests are in flight."""
-    return {"status": "ok", "model": name, "active_requests": active}
+def health(names: list[str], active: int) -> dict[str, Any]:
+    """`GET /health`: the server is up; which models it fronts (the first is the default) and how many requests
+    are in flight."""
+    return {"status": "ok", "model": names[0], "models": names, "active_requests": active}

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -74,6 +75,8 @@ class ChatRequest:
     #: later `previous_response_id` (`stored.py`).
     response_id: str | None = None
     keep: bool = False
+    #: When the request arrived (`time.monotonic()`): Ollama's answers report how long it took.
+    received: float = field(default_factory=time.monotonic, compare=False)
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,20 @@ class Finished:
 
 
 Out = TextOut | ReasoningOut | CallOut | Finished
+
+
+#: Characters per token of the estimate given when the upstream counted nothing (English text and code).
+CHARS_PER_TOKEN = 4
+
+
+def estimated_usage(request: ChatRequest | None, items: Sequence[Out]) -> Usage:
+    """The tokens of a request and its reply estimated from their characters, for an API whose schema has no
+    "unknown" when the upstream counted nothing (llama-cpp-python's stream): never a made-up 0."""
+    sent = sum(len(m.content) + sum(len(json.dumps(dict(c.arguments))) for c in m.calls)
+               for m in (request.messages if request else ()))
+    out = sum(len(i.text) if isinstance(i, (TextOut, ReasoningOut)) else len(i.arguments)
+              for i in items if isinstance(i, (TextOut, ReasoningOut, CallOut)))
+    return Usage(prompt_tokens=-(-sent // CHARS_PER_TOKEN), completion_tokens=-(-out // CHARS_PER_TOKEN))
 
 
 def said(items: list[Out]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import errno
 import os
 import posixpath
@@ -214,8 +215,8 @@ def write_text(ws: Workspace, path: str, content: str) -> str:
     return f"Wrote {counted(len(data), 'byte')} ({counted(lines, 'line')}) to {rel} ({what})."
 
 
-def edit_text(ws: Workspace, path: str, old: str, new: str) -> str:
-    """Replace the one occurrence of `old` in a text file with `new`."""
+def edit_text(ws: Workspace, path: str, old: str, new: str, replace_all: bool = False) -> str:
+    """Replace the one occurrence of `old` in a text file with `new` (every occurrence with `replace_all`)."""
     if not old:
         raise ToolError("argument 'old' is empty; give the exact text to replace (write_file creates files)")
     if old == new:
@@ -237,14 +238,19 @@ def edit_text(ws: Workspace, path: str, old: str, new: str) -> str:
             os.close(fd)
         if b"\0" in data[:_SNIFF_BYTES]:
             raise ToolError(f"'{rel}' is a binary file; edit_file only edits text")
-        old_b, new_b, note = _match(data, old, new, rel)
+        old_b, new_b, note = _match(data, old, new, rel, replace_all)
         index = data.index(old_b)
+        occurrences = data.count(old_b)
         after = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         if _identity(after) != _identity(before):
             raise ToolError(f"'{rel}' changed while it was being edited; read it again and retry")
-        _atomic_replace(dir_fd, name, data.replace(old_b, new_b, 1), stat.S_IMODE(before.st_mode))
+        _atomic_replace(dir_fd, name, data.replace(old_b, new_b, -1 if replace_all else 1),
+                        stat.S_IMODE(before.st_mode))
     finally:
         os.close(dir_fd)
+    if replace_all and occurrences > 1:
+        lines = ", ".join(map(str, _lines_of(data, old_b)[:10])) + (", ..." if occurrences > 10 else "")
+        return f"Edited {rel}: replaced {counted(occurrences, 'occurrence')} (at lines {lines}).{note}"
     line = data.count(b"\n", 0, index) + 1
     removed, added = old_b.count(b"\n") + 1, new_b.count(b"\n") + 1
     return f"Edited {rel}: replaced {counted(removed, 'line')} at line {line} with {counted(added, 'line')}.{note}"
@@ -254,8 +260,9 @@ def _identity(info: os.stat_result) -> tuple[int, int, int]:
     return info.st_ino, info.st_mtime_ns, info.st_size
 
 
-def _match(data: bytes, old: str, new: str, rel: str) -> tuple[bytes, bytes, str]:
-    """The byte strings to swap, adapting to CRLF files; refuse when `old` is absent or ambiguous."""
+def _match(data: bytes, old: str, new: str, rel: str, replace_all: bool = False) -> tuple[bytes, bytes, str]:
+    """The byte strings to swap, adapting to CRLF files; refuse when `old` is absent or (unless `replace_all`)
+    ambiguous."""
     old_b, new_b = old.encode("utf-8", "surrogatepass"), new.encode("utf-8", "surrogatepass")
     count = data.count(old_b)
     note = ""
@@ -264,13 +271,13 @@ def _match(data: bytes, old: str, new: str, rel: str) -> tuple[bytes, bytes, str
         if data.count(crlf_old) >= 1:
             old_b, new_b, count = crlf_old, crlf_new, data.count(crlf_old)
             note = " (the file uses CRLF line endings, so they were kept)"
-    if count == 1:
+    if count == 1 or (count > 1 and replace_all):
         return old_b, new_b, note
     if count > 1:
         lines = ", ".join(map(str, _lines_of(data, old_b)[:10]))
         raise ToolError(
             f"'old' occurs {count} times in {rel} (at lines {lines}); include more of the surrounding text "
-            "so that it matches exactly once"
+            "so that it matches exactly once, or set replace_all to true to replace every occurrence"
         )
     loose = re.compile(rb"\s+".join(re.escape(w) for w in old_b.split()))
     found = loose.search(data) if old_b.split() else None
@@ -280,7 +287,39 @@ def _match(data: bytes, old: str, new: str, rel: str) -> tuple[bytes, bytes, str
             f"'old' was not found in {rel} exactly, but text differing only in whitespace is at line {line}; "
             "read_file that part again and copy it exactly (indentation and line breaks included)"
         )
-    raise ToolError(f"'old' was not found in {rel}; read_file it again and copy the exact text to replace")
+    raise ToolError(f"'old' was not found in {rel}; copy the exact text to replace from the file (read_file it "
+                    f"again if you need to).{_nearest_line(data, old)}")
+
+
+#: Files up to this size are searched for the line most like an `old` that is not in them.
+_NEAREST_UP_TO = 1024 * 1024
+
+
+def _nearest_line(data: bytes, old: str) -> str:
+    """" The line most like it is line N:\n<the line>" when one line of the file resembles `old`'s first line
+    (a small model writes `port: 5433` for the file's `"port": 5433`), else "" (the caller's sentence ends)."""
+    wanted = next((line.strip() for line in old.splitlines() if line.strip()), "")
+    if not wanted or len(data) > _NEAREST_UP_TO:
+        return ""
+    best, best_ratio, best_number = "", 0.6, 0  # below 0.6 a line is not "like" it
+    matcher = difflib.SequenceMatcher(autojunk=False)
+    matcher.set_seq2(wanted)
+    for number, raw in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
+        line = raw.strip()
+        if not line or len(line) > 4 * len(wanted) + 80:
+            continue
+        matcher.set_seq1(line)
+        # A partial match is enough when the line holds more than `old` (a JSON object on one line).
+        if matcher.real_quick_ratio() < best_ratio / 2:
+            continue
+        blocks = sum(block.size for block in matcher.get_matching_blocks())
+        ratio = blocks / len(wanted)
+        if ratio > best_ratio:
+            best, best_ratio, best_number = raw.rstrip(), ratio, number
+    if not best:
+        return ""
+    shown = best if len(best) <= 300 else best[:297] + "..."
+    return f" The line most like it is line {best_number}:\n{shown}"
 
 
 def _lines_of(data: bytes, needle: bytes) -> list[int]:
@@ -341,6 +380,34 @@ def _size(n: int) -> str:
     return str(n)
 
 
+#: Entries of the nearest existing directory a "does not exist" error shows.
+_NEARBY_ENTRIES = 30
+
+
+def _nearby(ws: Workspace, path: str, guard: Secrets | None) -> str:
+    """What a model that guessed a path should see: "; src/ holds: util.py, main.py" (the deepest directory on
+    `path` that exists, listed as list_dir would, secrets kept out the same way), or ""."""
+    try:
+        rel = ws.relative(path)
+    except ToolError:
+        return ""
+    parent = posixpath.dirname(rel) or "."
+    while True:
+        try:
+            listing = list_entries(ws, parent, guard=guard)
+            break
+        except (ToolError, OSError):
+            if parent == ".":
+                return ""
+            parent = posixpath.dirname(parent) or "."
+    names = [line.split("  (")[0] for line in listing.splitlines()[1:] if not line.startswith("[")]
+    if not names:
+        return f"; {'the workspace' if parent == '.' else parent + '/'} is empty"
+    more = f", ... ({len(names) - _NEARBY_ENTRIES} more)" if len(names) > _NEARBY_ENTRIES else ""
+    where = "the workspace holds" if parent == "." else f"{parent}/ holds"
+    return f"; {where}: {', '.join(names[:_NEARBY_ENTRIES])}{more}"
+
+
 def _os_errors(function: Callable[..., str]) -> Callable[..., str]:
     """Turn the OS errors a file tool can meet into messages that name the problem, not an errno."""
 
@@ -349,7 +416,7 @@ def _os_errors(function: Callable[..., str]) -> Callable[..., str]:
             return function(*args, **kwargs)
         except FileNotFoundError:
             path = kwargs.get("path", args[1] if len(args) > 1 else "")
-            raise ToolError(f"'{path}' does not exist") from None
+            raise ToolError(f"'{path}' does not exist{_nearby(args[0], path, kwargs.get('guard'))}") from None
         except NotADirectoryError:
             raise ToolError("a component of the path is a file, not a directory") from None
         except PermissionError:
@@ -395,15 +462,16 @@ def file_tools(ws: Workspace, secrets: Secrets | None = None) -> list[Tool]:
         return write(ws, path, content)
 
     @tool(risk="write")
-    def edit_file(path: str, old: str, new: str) -> str:
-        """Replace one exact piece of text in a file; `old` must occur exactly once.
+    def edit_file(path: str, old: str, new: str, replace_all: bool = False) -> str:
+        """Replace one exact piece of text in a file; `old` must occur exactly once, unless replace_all is set.
 
         Args:
             path: The file, relative to the workspace.
             old: The exact text to replace, copied from the file (whitespace included).
             new: The text to put in its place.
+            replace_all: Replace every occurrence of `old` (to rename something throughout the file).
         """
-        return edit(ws, path, old, new)
+        return edit(ws, path, old, new, replace_all)
 
     @tool(risk="read")
     def list_dir(path: str = ".", context: ToolContext | None = None) -> str:

@@ -255,3 +255,8 @@ def test_an_agent_ending_the_run_is_a_failed_task_not_an_endpoint_error() -> Non
         item = run_agent_task(session, task, "protocol", max_iterations=6)
     assert (item.passed, item.error) == (False, None)
     assert "3 times in a row" in item.reason and item.detail["stop_reason"] == "repeated_call"
+    # every reply as written and the conversation the model saw are kept, to read why a task failed
+    assert len(item.detail["replies"]) == 4 and all(r in same for r in item.detail["replies"][:3])
+    history = item.detail["history"]
+    assert history[0] == {"role": "user", "content": task.prompt}
+    assert "The code word" in history[2]["content"] and history[-1]["role"] == "assistant"

@@ -16,7 +16,7 @@ PROTOCOL = {
     "execute_command": (["command"], ["timeout"]),
     "read_file": (["path"], ["offset", "limit"]),
     "write_file": (["path", "content"], []),
-    "edit_file": (["path", "old", "new"], []),
+    "edit_file": (["path", "old", "new"], ["replace_all"]),
     "list_dir": ([], ["path"]),
     "remember": (["text"], []),
     "search_memory": (["query"], ["limit"]),

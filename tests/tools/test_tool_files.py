@@ -296,7 +296,7 @@ def test_files_tools_turn_failures_into_error_observations(workspace: Path) -> N
     tools = {t.name: t for t in file_tools(Workspace(workspace))}
     context = ToolContext(workspace=workspace)
     missing = run_tool(tools["read_file"], {"path": "nope.txt"}, context)
-    assert missing.is_error and missing.output == "'nope.txt' does not exist"
+    assert missing.is_error and missing.output == "'nope.txt' does not exist; the workspace is empty"
     escape = run_tool(tools["read_file"], {"path": "../x"}, context)
     assert escape.is_error and "leads outside the workspace" in escape.output
     assert tools["read_file"].validate({"path": "a", "offset": 0})[1] == [
@@ -332,3 +332,60 @@ def test_files_counts_say_one_line_not_one_lines(workspace: Path) -> None:
     (workspace / "sub" / "only").write_text("")
     assert list_entries(ws, "sub").splitlines()[0] == "[sub: 1 entry, 0 directories]"
     assert summarise_output("\n".join(map(str, range(7))), lines=6).endswith("… 1 more line (-v shows all)")
+
+
+# Qwen2.5-Coder-1.5B (temperature 0, the agent-task suite) guessed `src/parse_header.py` for a function defined in
+# src/util.py, was told only that it does not exist, and wrote the file itself. A missing path is answered with
+# what the nearest existing directory holds.
+def test_a_missing_path_is_answered_with_what_the_nearest_directory_holds(workspace: Path) -> None:
+    (workspace / "src").mkdir()
+    (workspace / "src" / "util.py").write_text("def parse_header(h):\n    return h\n")
+    (workspace / "src" / "main.py").write_text("")
+    (workspace / "notes.txt").write_text("x")
+    tools = {t.name: t for t in file_tools(Workspace(workspace))}
+    context = ToolContext(workspace=workspace)
+    guessed = run_tool(tools["read_file"], {"path": "src/parse_header.py"}, context)
+    assert guessed.output == "'src/parse_header.py' does not exist; src/ holds: main.py, util.py"
+    deeper = run_tool(tools["read_file"], {"path": "lib/x/y.py"}, context)
+    assert deeper.output == "'lib/x/y.py' does not exist; the workspace holds: src/, notes.txt"
+    listed = run_tool(tools["list_dir"], {"path": "src/parsers"}, context)
+    assert listed.is_error and listed.output.endswith("src/ holds: main.py, util.py")
+
+
+def test_a_missing_path_hint_never_shows_a_secret_directory_to_an_unapproved_read(workspace: Path) -> None:
+    (workspace / ".ssh").mkdir()
+    (workspace / ".ssh" / "id_rsa").write_text("KEY")
+    tools = {t.name: t for t in file_tools(Workspace(workspace))}
+    unapproved = ToolContext(workspace=workspace, grant="read-only")
+    missing = run_tool(tools["read_file"], {"path": ".ssh/id_ed25519"}, unapproved)
+    assert missing.is_error and "id_rsa" not in missing.output
+
+
+# The same run: asked which port config.json sets, the model tried `edit_file` with old `port: 5433` (the file
+# says `"port": 5433`) three times, each time told only that `old` was not found.
+def test_an_edit_whose_old_text_is_missing_names_the_line_most_like_it(workspace: Path) -> None:
+    (workspace / "config.json").write_text(
+        '{\n  "app": {"name": "shop", "port": 8080},\n  "database": {"host": "db.internal", "port": 5433}\n}\n'
+    )
+    tools = {t.name: t for t in file_tools(Workspace(workspace))}
+    context = ToolContext(workspace=workspace)
+    miss = run_tool(tools["edit_file"], {"path": "config.json", "old": "port: 5433", "new": "port: 5434"}, context)
+    assert miss.is_error and miss.output.endswith(
+        'The line most like it is line 3:\n  "database": {"host": "db.internal", "port": 5433}'
+    )
+    unlike = run_tool(tools["edit_file"], {"path": "config.json", "old": "zzzz qqqq", "new": "p"}, context)
+    assert unlike.is_error and "most like" not in unlike.output
+
+
+# And asked to rename `cnt` to `count` in app.py, it called edit_file with old `cnt` twice: three occurrences.
+def test_replace_all_renames_every_occurrence_and_says_where(workspace: Path) -> None:
+    (workspace / "app.py").write_text("cnt = 0\nfor w in 'a b c'.split():\n    cnt += 1\nprint('words:', cnt)\n")
+    tools = {t.name: t for t in file_tools(Workspace(workspace))}
+    context = ToolContext(workspace=workspace)
+    once = run_tool(tools["edit_file"], {"path": "app.py", "old": "cnt", "new": "count"}, context)
+    assert once.is_error and "set replace_all to true" in once.output
+    every = run_tool(tools["edit_file"], {"path": "app.py", "old": "cnt", "new": "count", "replace_all": True}, context)
+    assert every.output == "Edited app.py: replaced 3 occurrences (at lines 1, 3, 4)."
+    assert "cnt" not in (workspace / "app.py").read_text()
+    single = run_tool(tools["edit_file"], {"path": "app.py", "old": "words", "new": "n", "replace_all": True}, context)
+    assert single.output == "Edited app.py: replaced 1 line at line 4 with 1 line."
