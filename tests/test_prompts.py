@@ -256,3 +256,30 @@ def test_prompts_a_template_without_the_filter_cannot_let_protocol_tags_through(
     assert len(observations) == 4
     for text in observations:
         assert text.count("</observation>") == 1 and parse_completion(text).tool_calls == ()
+
+
+def test_a_parameter_named_like_a_validation_keyword_is_still_shown_to_the_model() -> None:
+    # `search_files(pattern, path)` reached the model as a tool with only `path`: the keyword filter that keeps
+    # `pattern`/`minimum`/`title` constraints out of the prompt dropped the *parameter* named `pattern` too.
+    from mylm.prompts import prompt_schema
+
+    schema = {
+        "type": "object", "title": "search", "additionalProperties": False,
+        "properties": {
+            "pattern": {"type": "string", "minLength": 1, "description": "text"},
+            "title": {"type": "string", "pattern": "^[A-Z]"},
+            "maximum": {"type": "integer", "maximum": 10},
+            "nested": {"type": "object", "properties": {"minimum": {"type": "number", "minimum": 0}}},
+        },
+        "required": ["pattern"],
+    }
+    assert prompt_schema(schema) == {
+        "type": "object",
+        "properties": {
+            "pattern": {"type": "string", "description": "text"},
+            "title": {"type": "string"},
+            "maximum": {"type": "integer"},
+            "nested": {"type": "object", "properties": {"minimum": {"type": "number"}}},
+        },
+        "required": ["pattern"],
+    }

@@ -199,6 +199,24 @@ def test_the_unknown_tool_message_lists_only_the_tools_the_model_was_shown(tmp_p
     assert "if none of them can do what you need, reply with your answer instead" in observation
 
 
+def test_a_made_up_tool_called_again_is_told_to_answer_never_shown_a_real_tool_to_copy(tmp_path: Path) -> None:
+    # BFCL irrelevance, Qwen2.5-Coder-1.5B: asked a question no tool fits, it called `find_roots`, and again after
+    # the unknown-tool correction. The second correction was a ready-made call of a real tool to copy, which
+    # pushes the model to call the wrong tool; it must say how to answer instead.
+    made_up = format_tool_call(ToolCall("find_roots", {"a": 1, "b": -3, "c": 2}))
+    llm = ScriptedLLM([made_up, made_up, "The roots are 1 and 2."])
+    result = Agent(llm, tools(tmp_path)).run("Find the roots of x^2 - 3x + 2.")
+    assert result.final_text == "The roots are 1 and 2."
+    second = llm.requests[2].messages[-1].content
+    assert "same problem" in second and "To answer, write plain text" in second
+    assert "<tool_code>" not in second
+    # a name close to a real tool still gets that tool's call to copy
+    near = format_tool_call(ToolCall("list_dirs", {"path": "."}))
+    llm = ScriptedLLM([near, near, "ok"])
+    Agent(llm, tools(tmp_path)).run("What is here?")
+    assert "<name>list_dir</name>" in llm.requests[2].messages[-1].content
+
+
 # --------------------------------------------------------------------------- empty and invented replies
 
 

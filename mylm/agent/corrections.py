@@ -164,7 +164,9 @@ class Corrections:
             self.last = message
             self.example = self._block(ToolCall("execute_command", {"command": command}))
             return message
-        return self.escalated(message, by_name.get(suggestion or ""))
+        # Called again with no tool like it, the model wants a tool that is not there: a block of some real tool
+        # would push it to call the wrong one (BFCL's irrelevance questions), so the escalation asks for the answer.
+        return self.escalated(message, by_name.get(suggestion or ""), block=suggestion is not None)
 
     @staticmethod
     def _looks_like_command(name: str, tools: Sequence[str]) -> bool:
@@ -193,18 +195,20 @@ class Corrections:
         return self.prompts.render("repeated_call.j2", tool=tool, output=neutralise(output), previous=previous)
 
     def escalated(
-        self, message: str, tool: ParametersTool | None = None, given: Mapping[str, Any] | None = None
+        self, message: str, tool: ParametersTool | None = None, given: Mapping[str, Any] | None = None, *,
+        block: bool = True,
     ) -> str:
         """`message`; or, when it repeats the last problem (whose correction evidently did not help), a different
         one, with a ready-made block to copy (`take_example`): a call of `tool` (else of a tool the model was
-        shown) whose arguments keep what the model wrote (`given`) and fill the rest from the schema. Never a
-        placeholder: small models copy those literally."""
+        shown) whose arguments keep what the model wrote (`given`) and fill the rest from the schema (with
+        `block` False, none: the escalation says how to answer instead). Never a placeholder: small models copy
+        those literally."""
         repeated = message == self.last
         self.last = message
         self.example = ""
         if not repeated:
             return message
-        target = tool if tool is not None else example_tool(self.tools)
+        target = tool if tool is not None else example_tool(self.tools) if block else None
         if target is not None:
             self.example = self._block(ToolCall(target.name, example_arguments(dict(target.parameters), given)))
         return self.prompts.render(

@@ -142,10 +142,8 @@ class ToolRunner:
         # A refused call counts like one that ran: repeated with the same refusal, it is the same doom loop (a tiny
         # model re-sending a command no one can approve). An invalid one is a new mistake each time.
         repeated = self._repeated(run, call, outcome) if ran or status == "denied" else self._forget(run)
-        if repeated:
-            observation = run.corrections.repeated_call(call.name, outcome.output, previous=run.repeats > 1)
-        else:
-            observation = correction
+        observation = (run.corrections.repeated_call(call.name, outcome.output, previous=run.repeats > 1)
+                       if repeated else correction)
         yield from self._report(call, outcome, status, observations, observation)
         return outcome, valid
 

@@ -28,7 +28,7 @@ from .danger import is_protected_path
 
 Action = Literal["allow", "ask", "deny"]
 #: The builtin tools whose `path` argument the policy inspects.
-PATH_TOOLS = frozenset({"read_file", "write_file", "edit_file", "list_dir"})
+PATH_TOOLS = frozenset({"read_file", "write_file", "edit_file", "list_dir", "search_files"})
 SHELL_TOOL = "execute_command"
 _PREVIEW_LINES = 40
 
@@ -239,6 +239,8 @@ def describe_call(call: ToolCall, tool: Tool, workspace: Path) -> tuple[str, str
             diff = "\n".join([*("- " + s for s in old.splitlines()), *("+ " + s for s in new.splitlines())])
             counts = old.count("\n") + 1, new.count("\n") + 1
             return f"edit {path}: replace {counted(counts[0], 'line')} with {counts[1]}", visible(diff)
+        if tool.name == "search_files":
+            return f"search {path} for {visible(str(args.get('pattern', '')))!r}", ""
         return (f"read {path}" if tool.name == "read_file" else f"list {path}"), ""
     text = json.dumps(dict(args), ensure_ascii=False, default=str)
     return visible(f"{tool.name} {text if len(text) <= 200 else text[:197] + '...'}"), visible(

@@ -71,7 +71,7 @@ logger = logging.getLogger("mylm.acp")
 
 #: The kind of each builtin tool, as an editor groups and draws calls.
 KINDS: dict[str, ToolKind] = {"read_file": "read", "list_dir": "read", "write_file": "edit", "edit_file": "edit",
-         "execute_command": "execute", "search_memory": "search", "read_output": "read"}
+         "execute_command": "execute", "search_memory": "search", "search_files": "search", "read_output": "read"}
 #: How a run's end reads to the editor (an error or a timeout ends the turn; its line is said as a message).
 STOPS: dict[StopReason, AcpStopReason] = {
     StopReason.MAX_TOKENS: "max_tokens", StopReason.MAX_ITERATIONS: "max_turn_requests",
@@ -292,7 +292,8 @@ def _title(name: str, arguments: dict[str, Any]) -> str:
     if name == "execute_command":
         return f"Run `{' '.join(str(arguments.get('command', '')).split())[:120]}`"
     if "path" in arguments:
-        verb = {"read_file": "Read", "write_file": "Write", "edit_file": "Edit", "list_dir": "List"}.get(name, name)
+        verb = {"read_file": "Read", "write_file": "Write", "edit_file": "Edit", "list_dir": "List",
+                "search_files": "Search"}.get(name, name)
         return f"{verb} {arguments['path']}"
     return name
 

@@ -14,7 +14,7 @@ from ..core.errors import ConfigError
 SUITE_FILE = "suite.toml"
 FILE_TOOLS = ("read_file", "write_file", "edit_file", "list_dir")
 #: The builtin tools a task may be given (the memory tools are left out: they would reach beyond the workspace).
-TASK_TOOLS = ("execute_command", *FILE_TOOLS)
+TASK_TOOLS = ("execute_command", *FILE_TOOLS, "search_files")
 _KEYS = {"name", "prompt", "files", "tools", "answer_contains", "answer_equals", "file", "file_contains",
          "file_equals", "command"}
 #: Runs a check command in the workspace, returning its exit status (the CLI's runs it in the sandbox).

@@ -326,10 +326,19 @@ _VALIDATION_ONLY = frozenset({
 })
 
 
+#: Schema keywords whose value maps names to schemas: those names are the tool's own (a parameter may well be
+#: called `pattern`, `title` or `maximum`), never keywords to drop.
+_NAMED_SCHEMAS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
+
+
 def prompt_schema(schema: Any) -> Any:
     """The part of a JSON Schema worth showing the model: types, properties, required, descriptions, enums."""
     if isinstance(schema, Mapping):
-        return {k: prompt_schema(v) for k, v in schema.items() if k not in _VALIDATION_ONLY}
+        return {
+            k: ({name: prompt_schema(sub) for name, sub in v.items()} if k in _NAMED_SCHEMAS and isinstance(
+                v, Mapping) else prompt_schema(v))
+            for k, v in schema.items() if k not in _VALIDATION_ONLY
+        }
     if isinstance(schema, list):
         return [prompt_schema(v) for v in schema]
     return schema

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -9,7 +10,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from ..core.errors import LauncherGoneError, ToolError
 from ..core.types import Grant
@@ -18,6 +19,9 @@ from .hidden import scans
 from .launcher import Child, Launcher, LauncherSpec
 from .profile import Profile, build_profile
 from .rulesets import kept_rulesets
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 Mode = Literal["auto", "off"]
 #: Starts a command through a launcher: (argv, env, cwd, (stdin, stdout, stderr) descriptors) -> its handle.
@@ -189,7 +193,7 @@ class Sandbox:
         finally:
             if ruleset is not None:
                 os.close(ruleset)
-            shutil.rmtree(tmpdir, ignore_errors=True)
+            _discard(tmpdir)
 
     @contextmanager
     def _bubblewrap(self, grant: Grant, workspace: str | os.PathLike[str], environ: Mapping[str, str] | None,
@@ -218,6 +222,30 @@ class Sandbox:
                 os.close(memfd)
             if tmpdir is not None:
                 shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _discard(tmpdir: str) -> None:
+    """Remove a finished command's TMPDIR: renamed out of the way at once (its path is gone when the command
+    is), deleted on a thread of its own. Deleting a directory waits on the file system's journal (~4 ms on
+    an ext4 mounted with `discard`, 0.04 ms of it CPU), which would otherwise be on every approved command's
+    path. Whatever is left at exit goes with the launcher's TMPDIR root, which holds it."""
+    gone = os.path.join(os.path.dirname(tmpdir), ".gone-" + os.path.basename(tmpdir))
+    try:
+        os.rename(tmpdir, gone)
+    except OSError:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+        return
+    _remover().submit(shutil.rmtree, gone, ignore_errors=True)
+
+
+@functools.lru_cache(maxsize=1)
+def _remover() -> ThreadPoolExecutor:
+    """One thread deleting finished TMPDIRs (made on first use, not at import; a forked child makes its own)."""
+    import concurrent.futures
+
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_remover.cache_clear)
+    return concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="mylm-tmpdir-removal")
 
 
 def _same_object(workspace: str | os.PathLike[str], anchor: int) -> None:

@@ -129,18 +129,17 @@ class Launcher:
         return Child(ours)
 
     def _send(self, body: bytes, fds: list[int]) -> None:
-        """To an init waiting for it when there is one (asking the launcher for the next), else to the
-        launcher. Under the lock."""
+        """To an init waiting for it when there is one, else to the launcher. Under the lock. (The launcher
+        forks another spare when this one's init ends, after the command.)"""
         self._collect()
         while self._spares:
-            spare = self._spares.pop()
+            spare = self._spares.pop(0)  # the one forked first: settled for longest
             try:
                 socket.send_fds(spare, [body], fds)
             except OSError:
                 continue  # that init is gone (killed): the next one, or the launcher
             finally:
                 spare.close()
-            self._control.send(b"N")
             return
         socket.send_fds(self._control, [body], fds)
 

@@ -37,14 +37,19 @@ from typing import Any, NoReturn
 # only like itself.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from launcher_mounts import map_user, mask, own_mount_namespace  # type: ignore[import-not-found]
-from launcher_sweep import descendants, send_signal  # type: ignore[import-not-found]
+from launcher_sweep import descendants, drain, reap_children, send_signal  # type: ignore[import-not-found]
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x08000000, 0x10000000, 0x20000000
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 1, 4, 24
 PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 22, 38, 36
 LANDLOCK_RESTRICT_SELF = 446
+#: close_range (the same number on every architecture) and its flag that marks instead of closing.
+CLOSE_RANGE, CLOSE_RANGE_CLOEXEC = 436, 4
 #: The reply socket, stdin, stdout, stderr, then optionally the command's ruleset and a long request's body.
 FDS_PER_REQUEST = 6
+#: Inits kept forked ahead: two, so that the one for the next command was forked a whole step earlier, not
+#: during the few milliseconds between a command and the next (an agent over a fast model).
+SPARES = 2
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
@@ -146,8 +151,6 @@ def main() -> int:
     # No collection: it would write to every object, and each page written after a fork is a page copied.
     gc.disable()
     gc.freeze()
-    # Our children (the inits) are reaped by the kernel; theirs are theirs.
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     facts = {"pidns": own is not None, "launcher_ns": bool(in_namespace), "mountns": config["mountns"],
              "masked": masked}
@@ -166,12 +169,31 @@ def main() -> int:
 
 
 def serve(control: socket.socket, ruleset: int, own: tuple[int, int] | None) -> None:
-    """Keep mylm supplied with an init forked ahead of time ("S" and the socket it waits on: mylm sends the
-    command straight to it, and says "N" for the next one), so that neither the fork (with its namespaces,
-    ~1 ms) nor a hop through this process is on a command's path. A request sent here instead (two
-    commands at once, or mylm out of spares) gets an init forked on the spot."""
-    supply(control, ruleset, own)
+    """Keep mylm supplied with inits forked ahead of time ("S" and the socket each waits on: mylm sends a
+    command straight to one), so that neither the fork (with its namespaces, ~1 ms) nor a hop through this
+    process is on a command's path. A spare is replaced when one handed out ends, that is once its command is
+    over and mylm has let it go: the fork then overlaps mylm's next request to the model, not the command it
+    was waiting for. A request sent here instead (two commands at once, or mylm out of spares)
+    gets an init forked on the spot."""
+    # Our children (the inits) end with their commands: their exit wakes the loop to reap them and, when it
+    # was a spare handed out, to fork another.
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    spares = {supply(control, ruleset, own) for _ in range(SPARES)} - {0}
     while True:
+        try:
+            ready, _, _ = select.select([control.fileno(), wake_r], [], [])
+        except InterruptedError:
+            continue
+        if wake_r in ready:
+            drain(wake_r)
+            ended = reap_children()
+            if ended:  # (a fork that failed is tried again at the next init's end)
+                spares -= ended
+                spares |= {supply(control, ruleset, own) for _ in range(SPARES - len(spares))} - {0}
+        if control.fileno() not in ready:
+            continue
         try:
             message, fds, _, _ = socket.recv_fds(control, 65536, FDS_PER_REQUEST)
         except InterruptedError:
@@ -180,16 +202,10 @@ def serve(control: socket.socket, ruleset: int, own: tuple[int, int] | None) -> 
             return
         if not message:
             return
-        if message == b"N":
-            for fd in fds:
-                os.close(fd)
-            os.sched_yield()  # let the init that was just used take its command first
-            supply(control, ruleset, own)
-            continue
         try:
             for fd in fds:
                 os.set_inheritable(fd, False)
-            init = fork_init(control, ruleset, own)
+            init, _ = fork_init(control, ruleset, own)
             socket.send_fds(init, [message], fds)
             init.close()
         except OSError as error:  # the reply socket, closed with the fds below, tells mylm it did not start
@@ -203,19 +219,23 @@ def serve(control: socket.socket, ruleset: int, own: tuple[int, int] | None) -> 
                 os.close(fd)
 
 
-def supply(control: socket.socket, ruleset: int, own: tuple[int, int] | None) -> None:
-    """Fork an init and hand mylm the socket it waits on."""
-    init = fork_init(control, ruleset, own)
+def supply(control: socket.socket, ruleset: int, own: tuple[int, int] | None) -> int:
+    """Fork an init and hand mylm the socket it waits on; its pid (0 if it could not be forked)."""
+    try:
+        init, pid = fork_init(control, ruleset, own)
+    except OSError:
+        return 0  # no spare this time: requests come here and get an init forked on the spot
     try:
         socket.send_fds(control, [b"S"], [init.fileno()])
     except OSError:
         pass  # mylm is gone: the loop sees it next
     init.close()
+    return pid
 
 
-def fork_init(control: socket.socket, ruleset: int, own: tuple[int, int] | None) -> socket.socket:
+def fork_init(control: socket.socket, ruleset: int, own: tuple[int, int] | None) -> tuple[socket.socket, int]:
     """Fork an init (into fresh PID and IPC namespaces when `own`), waiting on the socket returned for its
-    command."""
+    command; and its pid."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     if own is not None:
         check(libc.unshare(CLONE_NEWPID | CLONE_NEWIPC), "unshare")
@@ -229,9 +249,10 @@ def fork_init(control: socket.socket, ruleset: int, own: tuple[int, int] | None)
         if own is not None:
             come_back(own)  # only here: the child is pid 1 of the new namespace, and cannot leave it
         theirs.close()
-        return ours
+        return ours, pid
     code = 1
     try:
+        signal.set_wakeup_fd(-1)  # the launcher's, closed below: the init makes its own
         # Only its socket and the ruleset: a fork copies every descriptor, close-on-exec or not, and one
         # kept here (another command's stdout, held by the launcher while it forked) would hold it open.
         low = 3
@@ -310,11 +331,7 @@ class Init:
         while True:
             ready, _, _ = select.select([self.reply.fileno(), self.wake_r], [], [])
             if self.wake_r in ready:
-                try:
-                    while os.read(self.wake_r, 512):
-                        pass
-                except BlockingIOError:
-                    pass
+                drain(self.wake_r)
                 self.reap()
             if self.reply.fileno() in ready:
                 try:
@@ -431,7 +448,11 @@ def enter(request: dict[str, Any]) -> None:
 def close_on_exec() -> None:
     """Mark every descriptor above 2 close-on-exec (posix_spawn has no closefrom): the command gets its stdin,
     stdout and stderr and nothing else of the init's (its reply socket, whose "X<status>" the command could
-    otherwise forge, the ruleset, the wake-up pipe)."""
+    otherwise forge, the ruleset, the wake-up pipe). One close_range call (Linux 5.11) where there is one,
+    else each descriptor listed in /proc (~0.2 ms on the command's path)."""
+    if libc.syscall(ctypes.c_long(CLOSE_RANGE), ctypes.c_uint(3), ctypes.c_uint(0xFFFFFFFF),
+                    ctypes.c_uint(CLOSE_RANGE_CLOEXEC)) == 0:
+        return
     for name in os.listdir("/proc/self/fd"):
         fd = int(name)
         if fd > 2:

@@ -1,4 +1,5 @@
-"""Finding and signalling a command's processes where it has no PID namespace (see `launcher_main`).
+"""Finding and signalling a command's processes where it has no PID namespace, and collecting the children
+that ended (see `launcher_main`).
 
 Standard library only, imported by the launcher script from beside it (it never imports mylm).
 """
@@ -71,3 +72,25 @@ def _scan(root: int) -> list[tuple[int, bytes]]:
             found.append(child)
             stack.append(child[0])
     return found
+
+
+def drain(fd: int) -> None:
+    """Empty a non-blocking wake-up pipe."""
+    try:
+        while os.read(fd, 512):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def reap_children() -> set[int]:
+    """Collect every child that ended (the launcher's inits, and any orphan of its namespace); their pids."""
+    ended: set[int] = set()
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return ended
+        if pid == 0:
+            return ended
+        ended.add(pid)

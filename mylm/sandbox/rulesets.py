@@ -71,6 +71,25 @@ def _split_system(root: str, hidden: frozenset[str]) -> list[tuple[str, bool]] |
     return split_hidden(root, hidden)
 
 
+def _system_key(abi: int, profile: Profile) -> tuple[object, ...]:
+    """What the system's rules are made from: not the workspace (nor the TMPDIR), so that commands in several
+    workspaces (a batch) share them and keep their launchers; before, each change of workspace made them
+    again and retired every launcher. Unless a system tree holds the workspace: it may then be split around
+    it."""
+    return (abi, *_system_roots(profile.read, profile.write, profile.workspace, profile.tmpdir, profile.anchor),
+            profile.hidden)
+
+
+@lru_cache(maxsize=64)
+def _system_roots(read: tuple[str, ...], write: tuple[str, ...], ws: str, tmpdir: str | None,
+                  anchor: int | None) -> tuple[tuple[str, ...], tuple[str, int | None] | None]:
+    """The trees granted but the command's own, and the workspace when one of them holds it (once per
+    profile: this is on every command's path)."""
+    roots = tuple(r for r in (*read, *write) if r not in (ws, tmpdir))
+    inside = any(ws == r or ws.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
+    return roots, (ws, anchor) if inside else None
+
+
 @dataclass(frozen=True)
 class _Watched:
     """What the directories a set of rules was made from looked like then: a listed-only directory by its
@@ -224,7 +243,7 @@ class KeptRulesets:
         return landlock.build_ruleset(abi, own, network=profile.network, opened=[system]), watched
 
     def _system_rules(self, abi: int, profile: Profile) -> landlock.OpenedRules:
-        key = (abi, profile.read, profile.hidden)
+        key = _system_key(abi, profile)
         if self._system is not None and self._system[0] == key and self._system[1].current():
             return self._system[2]
         if self._system is not None:

@@ -13,6 +13,7 @@ from .environment import shell_variable
 from .files import file_tools
 from .memory import memory_tools
 from .paths import Workspace
+from .search import search_tools
 from .shell import DEFAULT_TIMEOUT, ShellLimits, shell_tool
 
 if TYPE_CHECKING:
@@ -74,13 +75,14 @@ def builtin_tools(
     sandbox: Sandbox | None = None,
 ) -> list[Tool]:
     """The builtin tools confined to `workspace`: execute_command, read_file, write_file, edit_file, list_dir,
-    and (unless `memory` is False) remember and search_memory over the store at `memory_path`. Commands are
+    search_files, and (unless `memory` is False) remember and search_memory over the store at `memory_path`. Commands are
     confined by `sandbox` (default: the best this system offers)."""
     confined = Workspace(workspace)
     tools = [
         shell_tool(confined.root, default_timeout=command_timeout, limits=shell_limits or ShellLimits(),
                    env_passthrough=env_passthrough, sandbox=sandbox, held=confined),
         *file_tools(confined),
+        *search_tools(confined),
     ]
     if memory:
         tools.extend(memory_tools(memory_path, session=session, workspace=confined.root))

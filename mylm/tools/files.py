@@ -408,7 +408,7 @@ def _nearby(ws: Workspace, path: str, guard: Secrets | None) -> str:
     return f"; {where}: {', '.join(names[:_NEARBY_ENTRIES])}{more}"
 
 
-def _os_errors(function: Callable[..., str]) -> Callable[..., str]:
+def os_errors(function: Callable[..., str]) -> Callable[..., str]:
     """Turn the OS errors a file tool can meet into messages that name the problem, not an errno."""
 
     def wrapper(*args: Any, **kwargs: Any) -> str:
@@ -433,7 +433,7 @@ def file_tools(ws: Workspace, secrets: Secrets | None = None) -> list[Tool]:
     """Return `read_file`, `write_file`, `edit_file` and `list_dir`, confined to `ws`. A read the permission
     hook allowed without asking (grant "read-only") never returns what `secrets` (default: the sandbox's list
     for `ws`) holds, whatever path leads there."""
-    read, write, edit, listing = (_os_errors(f) for f in (read_text, write_text, edit_text, list_entries))
+    read, write, edit, listing = (os_errors(f) for f in (read_text, write_text, edit_text, list_entries))
     hidden = secrets if secrets is not None else secrets_for(ws.root)
 
     def guard(context: ToolContext | None) -> Secrets | None:

@@ -190,7 +190,7 @@ def test_native_and_serve_tasks_run_the_same_builtin_tools() -> None:
     items = [line for line in _items(result.stdout) if line["type"] == "item"]
     assert [(i["mode"], i["passed"]) for i in items] == [("native", True), ("serve", True)], items
     assert {t["function"]["name"] for t in bodies[0]["tools"]} == {
-        "execute_command", "read_file", "write_file", "edit_file", "list_dir"}
+        "execute_command", "read_file", "write_file", "edit_file", "list_dir", "search_files"}
     assert "parallel_tool_calls" not in bodies[0]
     assert bodies[1]["messages"][-1]["role"] == "tool" and "2883" in bodies[1]["messages"][-1]["content"]
     assert "tools" not in bodies[2] and "execute_command" in bodies[2]["messages"][0]["content"]

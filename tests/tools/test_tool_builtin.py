@@ -18,6 +18,7 @@ PROTOCOL = {
     "write_file": (["path", "content"], []),
     "edit_file": (["path", "old", "new"], ["replace_all"]),
     "list_dir": ([], ["path"]),
+    "search_files": (["pattern"], ["path"]),
     "remember": (["text"], []),
     "search_memory": (["query"], ["limit"]),
 }
@@ -40,10 +41,11 @@ def test_builtin_tool_and_argument_names_are_the_protocol(workspace: Path) -> No
         "write_file": "write",
         "edit_file": "write",
         "list_dir": "read",
+        "search_files": "read",
         "remember": "write",
         "search_memory": "read",
     }
-    assert [t.name for t in builtin_tools(workspace=workspace, memory=False)][-1] == "list_dir"
+    assert [t.name for t in builtin_tools(workspace=workspace, memory=False)][-1] == "search_files"
 
 
 def test_builtin_tools_work_together_in_the_workspace(workspace: Path) -> None:
@@ -63,12 +65,14 @@ def test_builtin_tools_work_together_in_the_workspace(workspace: Path) -> None:
     call("edit_file", path="notes/todo.md", old="write tests", new="run tests")
     assert call("read_file", path="notes/todo.md") == "[notes/todo.md: lines 1-1 of 1]\n- run tests"
     assert "todo.md" in call("list_dir", path="notes")
+    assert call("search_files", pattern="run tests") == "[1 match for 'run tests' in 1 file (case ignored)]\n" \
+        "notes/todo.md:1: - run tests"
     assert call("execute_command", command="cat notes/todo.md") == "[exit code 0]\n- run tests\n"
     call("remember", text="tests live in notes/todo.md")
     assert "notes/todo.md" in call("search_memory", query="where are the tests")
     assert registry.unknown_tool_message("read") == (
         "There is no tool named 'read'. Did you mean 'read_file'? The available tools are: execute_command, "
-        "read_file, write_file, edit_file, list_dir, remember, search_memory."
+        "read_file, write_file, edit_file, list_dir, search_files, remember, search_memory."
     )
 
 
