@@ -26,8 +26,8 @@ from ..core.types import (
     ToolResultEvent,
 )
 from ..prompts import PromptLoader
-from ..protocol.dialects import format_call
 from ..protocol.defuse import neutralise
+from ..protocol.dialects import format_call
 from ..protocol.parsed import ParsedTurn
 from ..tools.base import Tool, ToolContext, ToolOutcome
 from ..tools.bounded import run_bounded

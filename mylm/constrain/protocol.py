@@ -167,7 +167,7 @@ class _Shape:
 
 _SHAPES = {
     "mylm": _Shape(f"{TOOL_OPEN}\n<name>", "</name>\n<parameters>\n", f"\n</parameters>\n{TOOL_CLOSE}",
-                   lambda n: _escaped(n)),  # noqa: PLW0108 - _escaped is defined below
+                   lambda n: _escaped(n)),  # a lambda: _escaped is defined below
     # As the Qwen2.5 template writes an assistant's call: the JSON object on one line between the tags.
     "hermes": _Shape('{"name": "', '", "arguments": ', f"}}\n{TOOL_CALL_CLOSE}",
                      lambda n: json.dumps(n, ensure_ascii=False)[1:-1], own_line=True, tag=f"{TOOL_CALL_OPEN}\n"),

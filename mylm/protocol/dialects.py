@@ -37,7 +37,7 @@ def checked(dialect: str) -> ToolDialect:
     """`dialect` if mylm speaks it, else a ValueError naming the ones it does."""
     if dialect not in TOOL_DIALECTS:
         raise ValueError(f"tool_dialect must be {', '.join(TOOL_DIALECTS)} or auto, not {dialect!r}")
-    return dialect  # type: ignore[return-value]
+    return dialect  # narrowed by the membership test
 
 
 def resolve(setting: str, model: str | None = None, *, known: str | None = None) -> ToolDialect:
@@ -50,7 +50,7 @@ def resolve(setting: str, model: str | None = None, *, known: str | None = None)
 
         info = lookup(model)
         known = info.tool_dialect if info is not None else None
-    return known if known in TOOL_DIALECTS else "mylm"  # type: ignore[return-value]
+    return known if known in TOOL_DIALECTS else "mylm"
 
 
 def format_call(call: ToolCall, dialect: str = "mylm") -> str:

@@ -50,8 +50,8 @@ from ..llm import (
 )
 from ..prompts import PromptLoader
 from ..protocol import dialects
-from ..protocol.dialects import format_call
 from ..protocol.defuse import defuse_special_tokens, neutralise
+from ..protocol.dialects import format_call
 from .native import (
     NOT_RUN,
     Forwarding,
