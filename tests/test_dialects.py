@@ -47,7 +47,7 @@ def hermes_step(*tools: ToolDefinition, **config: Any) -> ModelStep:
 
 
 def test_the_hermes_system_prompt_lists_tools_as_qwen_s_template_does() -> None:
-    prompt = hermes_step(constrain="auto").system_prompt(instructions="Be brief.", cwd="/work")
+    prompt = hermes_step().system_prompt(instructions="Be brief.", cwd="/work")
     assert "<tool_code>" not in prompt and "<tool_definitions>" not in prompt
     tools_section = prompt.split("# Tools\n\n", 1)[1]
     assert tools_section.startswith(
@@ -70,6 +70,11 @@ def test_the_hermes_system_prompt_lists_tools_as_qwen_s_template_does() -> None:
     assert prompt.index("Be brief.") < prompt.index("# Tools")
     # Plain answers: told of <final_answer>, Qwen2.5-Coder 0.5B wrote its call as JSON inside one.
     assert "<final_answer>" not in prompt and "answer as plain text" in prompt
+    # Under the grammar, which cannot write it, the template's own placeholder call, word for word: a real one
+    # there was copied (a `function='example'` argument; the one irrelevant tool called with its example values).
+    constrained = hermes_step(constrain="auto").system_prompt()
+    assert constrained.endswith("XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+                                "<args-json-object>}\n</tool_call>\n")
 
 
 def test_the_hermes_prompt_follows_the_tool_choice_and_call_count() -> None:
@@ -110,6 +115,9 @@ def test_the_hermes_section_is_the_one_qwen_s_own_chat_template_renders() -> Non
     placeholder = '{"name": <function-name>, "arguments": <args-json-object>}'
     example = step.example_call().split("\n")[1]
     assert "\n\n# Tools" + ours.rstrip("\n") == section.replace(placeholder, example)
+    # Under the grammar the section is the template's, word for word.
+    constrained = hermes_step(constrain="auto").system_prompt().split("\n\n# Tools", 1)[1]
+    assert "\n\n# Tools" + constrained.rstrip("\n") == section
 
 
 # ------------------------------------------------------------------------------------------------ calls
