@@ -144,3 +144,18 @@ def test_an_answer_at_the_step_limit_that_loops_ends_the_run_with_the_paragraph_
     assert result.final_text.startswith(opening.strip()) and result.final_text.count("The task is now complete") == 1
     assert scripted.closed_early == 1
     assert result.history[-1].content == result.final_text
+
+
+def test_an_answer_that_loops_on_a_paragraph_is_the_answer_said_once_not_a_correction() -> None:
+    # Qwen2.5-Coder-1.5B (temperature 0) answered the append-line task with one paragraph said again and again;
+    # corrected, it wrote the very same loop, three times, and the run ended with an error instead of its answer.
+    answer = ("<final_answer>\nThe line 'buy milk' has been added to the end of todo.txt. The list of files shows "
+              "that todo.txt now has 9 bytes of content. ")
+    loop = ("The file is located in the current directory and is named todo.txt. The file has a size of 9 bytes. ")
+    scripted = ScriptedLLM([answer + loop * 30, "never asked"], chunk_size=5, stops="ignore")
+    result = Agent(scripted, [add]).run("Add the line 'buy milk' at the end of todo.txt.")
+    assert result.stop_reason is StopReason.FINAL_ANSWER and result.error is None
+    assert result.final_text.startswith("The line 'buy milk' has been added") and result.final_text.endswith(".")
+    assert result.final_text.count("The file is located") == 1
+    assert scripted.closed_early == 1 and scripted.remaining == 1
+    assert result.history[-1].content == result.final_text

@@ -41,12 +41,13 @@ from typing import Any, Protocol, TypeVar
 from ..constrain.select import TOOL_CHOICES, ConstrainMode, select_constraints
 from ..core.cancel import CancelToken
 from ..core.decoding import clean_text
-from ..core.types import ErrorEvent, Event, Message, ModelCallEvent, ToolCall, Usage, UsageEvent
+from ..core.types import ErrorEvent, Event, FinishReason, Message, ModelCallEvent, ToolCall, Usage, UsageEvent
 from ..llm import LLM, Constraint, LLMRequest, Sampling, alternating
 from ..prompts import PromptLoader, prompt_schema, tool_view
 from ..protocol import dialects
 from ..protocol.defuse import defuse_special_tokens, neutralise
 from ..protocol.examples import example_arguments, example_tool
+from ..protocol.repetition import LONG_UNIT
 from ..protocol.tags import with_markers
 from ..tools.validation import validate
 from .context import TokenEstimator
@@ -121,6 +122,21 @@ class Meter:
     calls: int = 0
     #: The visible text of the completion that was interrupted last (an exception left the step), else "".
     partial: str = ""
+
+
+def said_once(turn: ModelTurn) -> ModelTurn | None:
+    """An answer that fell into saying one paragraph again and again, as the answer said once (its first copy,
+    ended at a sentence), or None. Corrected instead, the model writes the same loop again (Qwen2.5-Coder-1.5B at
+    temperature 0 did, three times, and the run ended with an error); a short unit (`2000000...`) or a call is
+    not an answer to keep."""
+    loop, parsed = turn.loop, turn.parsed
+    if loop is None or not loop.inline or loop.period < LONG_UNIT or parsed.tool_calls:
+        return None
+    said = loop.first_copy(parsed.final_answer or parsed.thought or "").strip()
+    if not said:
+        return None
+    return replace(turn, parsed=replace(parsed, final_answer=said, thought=said, text=said),
+                   finish=FinishReason.END_TURN, degenerate="")
 
 
 @dataclass(frozen=True)
@@ -275,6 +291,9 @@ class ModelStep:
     def judge(self, turn: ModelTurn, corrections: Corrections, *, check_calls: bool = False) -> StepOutcome:
         """Whether `turn` can be used; if not, why and what to tell the model."""
         if turn.degenerate:  # cut short while looping: whatever it parsed to is not what the model meant
+            said = said_once(turn)
+            if said is not None:
+                return StepOutcome(said)
             return StepOutcome(turn, turn.degenerate, corrections.degenerate(turn.degenerate), "format")
         problem = corrections.problem(turn.parsed)
         if problem is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import errno
+import json
 import os
 import posixpath
 import re
@@ -217,8 +218,6 @@ def write_text(ws: Workspace, path: str, content: str) -> str:
 
 def edit_text(ws: Workspace, path: str, old: str, new: str, replace_all: bool = False) -> str:
     """Replace the one occurrence of `old` in a text file with `new` (every occurrence with `replace_all`)."""
-    if not old:
-        raise ToolError("argument 'old' is empty; give the exact text to replace (write_file creates files)")
     if old == new:
         raise ToolError("arguments 'old' and 'new' are identical, so there is nothing to change")
     rel, parent, name = _split(ws, path)
@@ -238,6 +237,8 @@ def edit_text(ws: Workspace, path: str, old: str, new: str, replace_all: bool = 
             os.close(fd)
         if b"\0" in data[:_SNIFF_BYTES]:
             raise ToolError(f"'{rel}' is a binary file; edit_file only edits text")
+        if not old:
+            raise ToolError(_empty_old(data, rel))
         old_b, new_b, note = _match(data, old, new, rel, replace_all)
         index = data.index(old_b)
         occurrences = data.count(old_b)
@@ -254,6 +255,19 @@ def edit_text(ws: Workspace, path: str, old: str, new: str, replace_all: bool = 
     line = data.count(b"\n", 0, index) + 1
     removed, added = old_b.count(b"\n") + 1, new_b.count(b"\n") + 1
     return f"Edited {rel}: replaced {counted(removed, 'line')} at line {line} with {counted(added, 'line')}.{note}"
+
+
+def _empty_old(data: bytes, rel: str) -> str:
+    """The message for an edit with an empty `old`: how to add text at the end, with the file's real last line
+    (Qwen2.5-Coder-1.5B, asked to append a line, tried `old: ""`, was pointed at write_file, and replaced the
+    whole file with the one line)."""
+    lines = [line for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
+    if not lines:
+        return f"argument 'old' is empty and {rel} is empty too; write its content with write_file"
+    last = lines[-1] if len(lines[-1]) <= 200 else lines[-1][-200:]
+    return (f"argument 'old' is empty; give the exact text to replace. To add text at the end of {rel}, set "
+            f"'old' to its last line, {json.dumps(last, ensure_ascii=False)}, and 'new' to that line, a line break "
+            "and the new text (write_file would replace the whole file)")
 
 
 def _identity(info: os.stat_result) -> tuple[int, int, int]:

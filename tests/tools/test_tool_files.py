@@ -389,3 +389,17 @@ def test_replace_all_renames_every_occurrence_and_says_where(workspace: Path) ->
     assert "cnt" not in (workspace / "app.py").read_text()
     single = run_tool(tools["edit_file"], {"path": "app.py", "old": "words", "new": "n", "replace_all": True}, context)
     assert single.output == "Edited app.py: replaced 1 line at line 4 with 1 line."
+
+
+# Asked to add 'buy milk' at the end of todo.txt, it tried edit_file with an empty `old`, was pointed at
+# write_file, and replaced the whole file with the one line.
+def test_an_edit_with_an_empty_old_says_how_to_append_with_the_file_s_real_last_line(workspace: Path) -> None:
+    (workspace / "todo.txt").write_text("call mom\nfeed cat\n\n")
+    tools = {t.name: t for t in file_tools(Workspace(workspace))}
+    context = ToolContext(workspace=workspace)
+    told = run_tool(tools["edit_file"], {"path": "todo.txt", "old": "", "new": "buy milk\n"}, context)
+    assert told.is_error and "set 'old' to its last line, \"feed cat\"," in told.output
+    assert (workspace / "todo.txt").read_text() == "call mom\nfeed cat\n\n"
+    followed = run_tool(tools["edit_file"], {"path": "todo.txt", "old": "feed cat", "new": "feed cat\nbuy milk"},
+                        context)
+    assert not followed.is_error and (workspace / "todo.txt").read_text() == "call mom\nfeed cat\nbuy milk\n\n"
