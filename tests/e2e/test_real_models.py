@@ -78,5 +78,5 @@ def test_without_the_grammar_the_run_ends_cleanly_whatever_the_model_does(
     _record(record_property, f"{name}-off", result)
     # Recorded, not asserted: whether it called a tool, solved the task, kept the protocol.
     assert result.turns >= 1
-    assert result.stop_reason in ("final_answer", "max_iterations", "done_tool", "error", "timeout")
+    assert result.stop_reason in ("final_answer", "max_iterations", "max_tokens", "done_tool", "error", "timeout")
     assert result.error is None or "unusable replies" in result.error or "took longer" in result.error
