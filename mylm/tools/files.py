@@ -238,7 +238,7 @@ def edit_text(ws: Workspace, path: str, old: str, new: str, replace_all: bool = 
         if b"\0" in data[:_SNIFF_BYTES]:
             raise ToolError(f"'{rel}' is a binary file; edit_file only edits text")
         if not old:
-            raise ToolError(_empty_old(data, rel))
+            raise ToolError(_empty_old(data, rel, path, new))
         old_b, new_b, note = _match(data, old, new, rel, replace_all)
         index = data.index(old_b)
         occurrences = data.count(old_b)
@@ -257,17 +257,17 @@ def edit_text(ws: Workspace, path: str, old: str, new: str, replace_all: bool = 
     return f"Edited {rel}: replaced {counted(removed, 'line')} at line {line} with {counted(added, 'line')}.{note}"
 
 
-def _empty_old(data: bytes, rel: str) -> str:
-    """The message for an edit with an empty `old`: how to add text at the end, with the file's real last line
-    (Qwen2.5-Coder-1.5B, asked to append a line, tried `old: ""`, was pointed at write_file, and replaced the
-    whole file with the one line)."""
+def _empty_old(data: bytes, rel: str, path: str, new: str) -> str:
+    """The message for an edit with an empty `old`: the edit_file arguments that add `new` at the end, with the
+    file's real last line. Qwen2.5-Coder-1.5B, asked to append a line, tried `old: ""`; pointed at write_file, it
+    replaced the whole file with the one line, and told in words how to append, it still wrote the file whole."""
     lines = [line for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
     if not lines:
         return f"argument 'old' is empty and {rel} is empty too; write its content with write_file"
     last = lines[-1] if len(lines[-1]) <= 200 else lines[-1][-200:]
-    return (f"argument 'old' is empty; give the exact text to replace. To add text at the end of {rel}, set "
-            f"'old' to its last line, {json.dumps(last, ensure_ascii=False)}, and 'new' to that line, a line break "
-            "and the new text (write_file would replace the whole file)")
+    arguments = {"path": path, "old": last, "new": f"{last}\n{new.strip(chr(10))}"}
+    return (f"argument 'old' is empty; give the exact text to replace. To add the text at the end of {rel}, after "
+            f"its last line, call edit_file with these arguments: {json.dumps(arguments, ensure_ascii=False)}")
 
 
 def _identity(info: os.stat_result) -> tuple[int, int, int]:
