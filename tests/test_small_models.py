@@ -318,3 +318,52 @@ def test_the_grammar_stays_within_llama_cpp_s_repetition_limit(tmp_path: Path, m
     grammar = compile_protocol(specs, multiple_calls=multiple)
     for text in (grammar.turn, grammar.call, grammar.answer):
         assert _repetition_cost(text) <= 2000
+
+
+def test_a_bfcl_answer_that_repeats_the_unknown_tool_correction_is_corrected_not_scored(tmp_path: Path) -> None:
+    # BFCL simple_python_4, Qwen2.5-Coder-1.5B through the eval's protocol mode (a server's correction loop): it
+    # called a made-up `calculate_discriminant`, then answered with the unknown-tool correction word for word,
+    # which was taken as its answer.
+    solve = ToolDefinition("solve_quadratic_equation", "Solve a quadratic equation.", {
+        "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"},
+                                         "c": {"type": "integer"}}, "required": ["a", "b", "c"]})
+    echo = ("There is no tool named 'calculate_discriminant'. The available tools are: solve_quadratic_equation. "
+            "Call one of them; if none of them can do what you need, reply with your answer instead, without a "
+            "tool call.")
+    real = format_tool_call(ToolCall("solve_quadratic_equation", {"a": 2, "b": 6, "c": 5}))
+    llm = ScriptedLLM([format_tool_call(ToolCall("calculate_discriminant", {"a": 2})), echo, real])
+    step = ModelStep(llm, [solve], StepConfig(max_tokens=200, multiple_calls=True))
+    messages = [Message("system", step.system_prompt()), Message("user", "Solve 2x^2 + 6x + 5 = 0.")]
+    corrections = step.corrections()
+    outcomes = []
+    for _ in range(3):
+        _, outcome = drain(step.turn(messages, deadline=None, corrections=corrections, check_calls=True))
+        outcomes.append(outcome)
+        if outcome.usable:
+            break
+        messages += [outcome.reply, Message("user", outcome.correction or "")]
+    assert [o.usable for o in outcomes] == [False, False, True]
+    assert "repeated the message mylm sent you" in (outcomes[1].correction or "")
+    assert "Solve 2x^2 + 6x + 5 = 0." in (outcomes[1].correction or "")
+    assert outcomes[2].calls[0].name == "solve_quadratic_equation"
+
+
+def test_a_call_restated_with_more_arguments_in_one_turn_is_one_call(tmp_path: Path) -> None:
+    # BFCL simple_python_2, Qwen2.5-Coder-1.5B: `math.hypot(x=4, y=5)` then `math.hypot(x=4, y=5, z=0)`.
+    hypot = ToolDefinition("math.hypot", "Euclidean norm.", {
+        "type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"},
+                                         "z": {"type": "integer"}}, "required": ["x", "y"]})
+    reply = (format_tool_call(ToolCall("math.hypot", {"x": 4, "y": 5})) + "\n"
+             + format_tool_call(ToolCall("math.hypot", {"x": 4, "y": 5, "z": 0})))
+    step = ModelStep(ScriptedLLM([reply], stops="ignore"), [hypot], StepConfig(max_tokens=200, multiple_calls=True))
+    _, outcome = drain(step.turn([Message("system", step.system_prompt()), Message("user", "hypot of 4, 5?")],
+                                 deadline=None, check_calls=True))
+    assert [c.arguments for c in outcome.calls] == [{"x": 4, "y": 5}]
+    # two cities, or no arguments beside some, are different calls
+    weather = ToolDefinition("get_weather", "Weather.", {
+        "type": "object", "properties": {"city": {"type": "string"}}})
+    reply = "\n".join(format_tool_call(ToolCall("get_weather", a)) for a in ({"city": "Paris"}, {"city": "London"}, {}))
+    step = ModelStep(ScriptedLLM([reply], stops="ignore"), [weather], StepConfig(max_tokens=200, multiple_calls=True))
+    _, outcome = drain(step.turn([Message("system", step.system_prompt()), Message("user", "weather?")],
+                                 deadline=None, check_calls=True))
+    assert [c.arguments for c in outcome.calls] == [{"city": "Paris"}, {"city": "London"}, {}]

@@ -25,6 +25,10 @@ TEMPLATES = (
     "tool_choice_refused.j2", "repeated_call.j2", "unknown_tool.j2", "degenerate.j2", "echoed.j2",
 )
 
+#: A reply at least this long that shares this much (or 60% of itself) with the corrections just sent echoes them.
+ECHO_CHARS = 24
+#: The problem of a reply that only repeated mylm's last correction.
+ECHOED = "the reply repeated mylm's correction instead of answering"
 #: The task, as an echo correction restates it, is cut to this many characters.
 _TASK_CHARS = 600
 
@@ -75,6 +79,25 @@ class Corrections:
         self.last = ""
         #: The ready-made block of the last correction, if it has one (see `take_example`).
         self.example = ""
+        #: The call corrections (unknown tool, invalid arguments) sent since the model's last turn was acted on:
+        #: a reply that only repeats them is not an answer (`echoes`). Cleared by whoever acts on a turn.
+        self.said = ""
+        #: The user's request, restated by the `echoed` correction (the agent sets it; else the first user
+        #: message of the conversation judged).
+        self.task = ""
+
+    def echoes(self, answer: str) -> bool:
+        """Whether `answer` is mostly a copy of the call corrections just sent (`said`), not the model's own
+        answer: Qwen2.5-Coder-1.5B answered a task, and a BFCL question, with the unknown-tool correction word for
+        word. An answer quoting a tool's output is the answer; this compares mylm's own words only."""
+        if not self.said:
+            return False
+        reply, said = (" ".join(text.split()).casefold() for text in (answer, self.said))
+        if len(reply) < ECHO_CHARS:
+            return False
+        match = difflib.SequenceMatcher(None, reply, said, autojunk=False).find_longest_match(
+            0, len(reply), 0, len(said))
+        return match.size >= max(ECHO_CHARS, 0.6 * len(reply))
 
     def take_example(self) -> str:
         """The block to copy that goes with the correction just made ("" if none), once."""
@@ -146,6 +169,7 @@ class Corrections:
         again)."""
         schema = dump_json(dict(tool.parameters))
         message = self.prompts.render("invalid_arguments.j2", tool=tool.name, problems=list(problems), schema=schema)
+        self.said += message + "\n"
         return self.escalated(message, tool, given)
 
     def unknown_tool(self, name: str, tools: Sequence[str]) -> str:
@@ -159,6 +183,7 @@ class Corrections:
         message = self.prompts.render(
             "unknown_tool.j2", name=name, tools=shown, suggestion=suggestion, command=command
         )
+        self.said += message + "\n"
         by_name = {t.name: t for t in self.tools}
         if command is not None:
             self.last = message

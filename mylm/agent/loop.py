@@ -36,6 +36,7 @@ from ..tools.outputs import OutputCache
 from ..tools.registry import ToolRegistry
 from .config import AgentConfig, BeforeFinishHook, PermissionHook
 from .context import Compactor
+from .corrections import ECHOED
 from .run_state import RunState
 from .step import ModelStep, StepOutcome, Steps
 from .streams import AgentStream
@@ -58,9 +59,6 @@ MAX_PACED_TIMEOUT = 1800.0
 
 #: The answer given when the iteration limit is hit and even the summary call fails (seed 003 §6).
 FALLBACK_ANSWER = "I could not finish the task within the allowed number of steps."
-
-#: The problem of a reply that only repeated mylm's last correction.
-ECHOED = "the reply repeated mylm's correction instead of answering"
 
 
 class Agent:
@@ -140,6 +138,7 @@ class Agent:
         clock = self.config.clock
         now = clock()
         run = RunState(history, token, now + self.timeout, clock, self.step.corrections(), prompt or "", started=now)
+        run.corrections.task = prompt or ""
         if prompt is not None:
             run.add(Message("user", prompt))
         return AgentStream(self._recorded(run), token)
@@ -183,10 +182,6 @@ class Agent:
             parsed = outcome.turn.parsed
             if not outcome.usable:
                 yield from self._correct(run, outcome)
-            elif not parsed.tool_calls and run.echoes(parsed.final_answer or parsed.thought):
-                # Not an answer: the model copied what it was just told (a small model's habit).
-                yield from self._correct(run, replace(outcome, problem=ECHOED,
-                                                      correction=run.corrections.echoed(run.prompt), kind="format"))
             elif not parsed.tool_calls:
                 run.failures = 0
                 run.add(Message("assistant", parsed.thought or parsed.text.strip()))
@@ -238,7 +233,7 @@ class Agent:
         if outcome.reply.content:
             run.add(outcome.reply)
         # Only the echo correction is kept to compare with: the others may quote the model's own reply.
-        run.said = outcome.correction if outcome.problem == ECHOED else ""
+        run.corrections.said = outcome.correction if outcome.problem == ECHOED else ""
         yield ErrorEvent(outcome.problem, outcome.kind)
         if outcome.kind == "format":  # a missing call (tool_choice) is corrected without counting as a failure
             run.failures += 1

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -12,9 +11,6 @@ from ..core.errors import RunTimeoutError
 from ..core.types import Event, Message
 from .corrections import Corrections
 from .step import Meter
-
-#: A reply at least this long that shares this much (or 60% of itself) with mylm's last correction echoes it.
-ECHO_CHARS = 24
 
 
 @dataclass
@@ -45,9 +41,6 @@ class RunState:
     #: Every call that ran (tool, arguments, result) and how many times in this run: a model going in circles
     #: (read the file, make the same failing edit, read it again...) repeats calls without repeating the last one.
     seen_calls: dict[tuple[str, str, str, bool], int] = field(default_factory=dict)
-    #: mylm's own words (corrections) in the last user message: a reply that only repeats them is not an answer
-    #: (Qwen2.5-Coder-1.5B answered a task with the unknown-tool correction it had just been sent).
-    said: str = ""
     #: When the run started, on `clock`; and the time its model turns took, for a paced timeout.
     started: float = 0.0
     model_seconds: float = 0.0
@@ -66,17 +59,6 @@ class RunState:
         """Append `message` to the conversation (and to what this run added)."""
         self.messages.append(message)
         self.added.append(message)
-
-    def echoes(self, answer: str) -> bool:
-        """Whether `answer` is mostly a copy of mylm's last correction (`said`), not an answer of the model's."""
-        if not self.said:
-            return False
-        reply, said = (" ".join(text.split()).casefold() for text in (answer, self.said))
-        if len(reply) < ECHO_CHARS:
-            return False
-        match = difflib.SequenceMatcher(None, reply, said, autojunk=False).find_longest_match(
-            0, len(reply), 0, len(said))
-        return match.size >= max(ECHO_CHARS, 0.6 * len(reply))
 
     def check(self) -> None:
         """Raise if the run was cancelled or its deadline has passed."""

@@ -51,7 +51,7 @@ from ..protocol.repetition import LONG_UNIT
 from ..protocol.tags import with_markers
 from ..tools.validation import validate
 from .context import TokenEstimator
-from .corrections import TEMPLATES, Corrections
+from .corrections import ECHOED, TEMPLATES, Corrections
 from .turn import ModelTurn, cut_mid_thought, stream_turn
 
 logger = logging.getLogger("mylm.agent")
@@ -286,7 +286,10 @@ class ModelStep:
         logger.info("Model turn ended: %s", turn.finish.value)
         if answer_only:
             return StepOutcome(turn)
-        return self.judge(turn, corrections or self.corrections(), check_calls=check_calls)
+        corrections = corrections or self.corrections()
+        if not corrections.task:  # a server's or the eval's conversation: the question is its first user message
+            corrections.task = next((m.content for m in messages if m.role == "user"), "")
+        return self.judge(turn, corrections, check_calls=check_calls)
 
     def judge(self, turn: ModelTurn, corrections: Corrections, *, check_calls: bool = False) -> StepOutcome:
         """Whether `turn` can be used; if not, why and what to tell the model."""
@@ -298,6 +301,9 @@ class ModelStep:
         problem = corrections.problem(turn.parsed)
         if problem is not None:
             return StepOutcome(turn, problem, corrections.unusable(turn, problem), "format")
+        if not turn.parsed.tool_calls and corrections.echoes(turn.parsed.final_answer or turn.parsed.thought):
+            # Not an answer: the model copied what it was just told (a small model's habit).
+            return StepOutcome(turn, ECHOED, corrections.echoed(corrections.task), "format")
         choice = self.config.tool_choice
         if not turn.parsed.tool_calls and choice not in ("auto", "none"):
             tool = None if choice == "required" else choice

@@ -80,7 +80,7 @@ class ToolRunner:
         logger.info("Executing %d tool call(s)", len(calls))
         observations: list[str] = []
         invalid = 0
-        run.said = ""
+        run.corrections.said = ""  # a new turn acted on: the corrections an answer may not echo start afresh
         try:
             for call in calls:
                 outcome, valid = yield from self._call(run, call, observations)
@@ -113,7 +113,6 @@ class ToolRunner:
             names = [t.name for t in self.tools]
             outcome = ToolOutcome(run.corrections.unknown_tool(call.name, names), True, 0.0)
             correction = self._correction(run, call.name, outcome.output)
-            run.said += outcome.output + "\n"
         else:
             arguments, problems = tool_.validate(call.arguments)
             call = replace(call, arguments=arguments)
@@ -126,7 +125,6 @@ class ToolRunner:
                 message = run.corrections.invalid_arguments(tool_, problems, call.arguments)
                 outcome = ToolOutcome(message, True, 0.0)
                 correction = self._correction(run, call.name, message)
-                run.said += message + "\n"
             else:
                 verdict = yield from self._permit(run, call, tool_)
                 yield ApprovalEvent(call.id, verdict.allowed, verdict.grant if verdict.allowed else None, verdict.reason)

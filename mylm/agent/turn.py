@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ..core.types import Event, FinishReason, ReasoningEvent, TextEvent, ToolCall, Usage
 from ..llm import LLM, FinishChunk, LLMRequest, ReasoningChunk, TextChunk
@@ -145,15 +146,25 @@ def _repeats_a_call(events: list[ParseEvent], seen: set[str]) -> bool:
 
 
 def _distinct(calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
-    """The calls without repeats, in order (a call repeated in one turn is run once)."""
-    seen: set[str] = set()
-    kept = []
+    """The calls without repeats, in order: a call repeated in one turn is run once, and so is one restated with
+    more arguments (BFCL simple_python, Qwen2.5-Coder-1.5B: `math.hypot(x=4, y=5)` then `math.hypot(x=4, y=5,
+    z=0)`, one question asked twice). Calls of one tool with differing values (two cities) all stay."""
+    kept: list[ToolCall] = []
     for call in calls:
-        key = _call_key(call)
-        if key not in seen:
-            seen.add(key)
+        if not any(c.name == call.name and (_within(c.arguments, call.arguments) or _within(call.arguments, c.arguments))
+                   for c in kept):
             kept.append(call)
     return tuple(kept)
+
+
+def _within(small: Mapping[str, Any], large: Mapping[str, Any]) -> bool:
+    """Whether every argument of `small` (at least one: `list_dir()` and `list_dir(path="src")` differ) is in
+    `large` with the same value."""
+    return bool(small) and all(key in large and _same(value, large[key]) for key, value in small.items())
+
+
+def _same(a: Any, b: Any) -> bool:
+    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 
 
 def _relay(events: list[ParseEvent], shown: list[str]) -> Generator[Event, None, None]:
