@@ -367,3 +367,20 @@ def test_a_call_restated_with_more_arguments_in_one_turn_is_one_call(tmp_path: P
     _, outcome = drain(step.turn([Message("system", step.system_prompt()), Message("user", "weather?")],
                                  deadline=None, check_calls=True))
     assert [c.arguments for c in outcome.calls] == [{"city": "Paris"}, {"city": "London"}, {}]
+
+
+def test_calls_enumerating_values_the_question_never_named_are_cut_to_the_named_one() -> None:
+    # BFCL simple_python_7, Qwen2.5-Coder-1.5B: "circumference of a circle with a radius of 4 inches" became eight
+    # calls, one per unit (in, cm, m, km, ft, yd, mm, um); the cities a question names stay three calls.
+    from mylm.agent.step import grounded
+
+    units = tuple(ToolCall("calculate_circumference", {"radius": 4, "unit": u})
+                  for u in ("in", "cm", "m", "km", "ft", "yd", "mm", "um"))
+    asked = "Calculate the circumference of a circle with a radius of 4 inches.".casefold()
+    assert grounded(units, asked) == units[:1]
+    cities = tuple(ToolCall("get_weather", {"city": c}) for c in ("Paris", "London", "Tokyo"))
+    assert grounded(cities, "what is the weather in paris, london and tokyo?") == cities
+    # nothing named: left alone (the model may know better); two tools: left alone
+    assert grounded(units, "how long is it around?") == units
+    mixed = (*cities, ToolCall("get_time", {"city": "Paris"}))
+    assert grounded(mixed, "weather and time in paris") == mixed

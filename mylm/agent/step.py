@@ -31,8 +31,10 @@ returns a `StepOutcome`. A step keeps what it learns about its endpoint (whether
 
 from __future__ import annotations
 
+import json
 import logging
 import platform
+import re
 import time
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -122,6 +124,28 @@ class Meter:
     calls: int = 0
     #: The visible text of the completion that was interrupted last (an exception left the step), else "".
     partial: str = ""
+
+
+def grounded(calls: tuple[ToolCall, ...], said: str) -> tuple[ToolCall, ...]:
+    """Several calls of one tool that differ in one argument are kept only for the values the conversation
+    (`said`, casefolded) names, when it names any: asked for the circumference of a circle of radius 4 inches,
+    Qwen2.5-Coder-1.5B called the tool eight times, once per unit it could think of (in, cm, m, km, ft...), where
+    the weather in Paris, London and Tokyo is three calls the question asks for."""
+    if len({c.name for c in calls}) != 1:
+        return calls
+    keys = set().union(*(c.arguments for c in calls))
+    varying = [k for k in keys if len({json.dumps(c.arguments.get(k), sort_keys=True) for c in calls}) > 1]
+    if len(varying) != 1:
+        return calls
+    key = varying[0]
+    named = tuple(c for c in calls if isinstance(c.arguments.get(key), (str, int, float)) and not isinstance(
+        c.arguments.get(key), bool) and _named(str(c.arguments[key]).casefold(), said))
+    return named if named else calls
+
+
+def _named(value: str, said: str) -> bool:
+    """Whether `value` stands in `said` as a word of its own (`in` in "4 inches" counts; `m` in "compute" not)."""
+    return re.search(rf"(?<![\w]){re.escape(value)}", said) is not None if value.strip() else False
 
 
 def said_once(turn: ModelTurn) -> ModelTurn | None:
@@ -289,7 +313,11 @@ class ModelStep:
         corrections = corrections or self.corrections()
         if not corrections.task:  # a server's or the eval's conversation: the question is its first user message
             corrections.task = next((m.content for m in messages if m.role == "user"), "")
-        return self.judge(turn, corrections, check_calls=check_calls)
+        outcome = self.judge(turn, corrections, check_calls=check_calls)
+        if len(outcome.calls) > 2:
+            said = "\n".join(m.content for m in messages if m.role == "user").casefold()
+            outcome = replace(outcome, calls=grounded(outcome.calls, said))
+        return outcome
 
     def judge(self, turn: ModelTurn, corrections: Corrections, *, check_calls: bool = False) -> StepOutcome:
         """Whether `turn` can be used; if not, why and what to tell the model."""
