@@ -384,3 +384,13 @@ def test_calls_enumerating_values_the_question_never_named_are_cut_to_the_named_
     assert grounded(units, "how long is it around?") == units
     mixed = (*cities, ToolCall("get_time", {"city": "Paris"}))
     assert grounded(mixed, "weather and time in paris") == mixed
+    # simple_python_13: the area under y=x^2 from 1 to 3, once per `method` of the schema's enum, none named
+    methods = ("trapezoidal", "midpoint", "rectangle", "spline", "gauss")
+    area = tuple(ToolCall("calculate_area_under_curve", {"function": "x**2", "interval": [1, 3], "method": m})
+                 for m in methods)
+    schemas = {"calculate_area_under_curve": {"type": "object", "properties": {
+        "function": {"type": "string"}, "interval": {"type": "array"},
+        "method": {"type": "string", "enum": list(methods)}}}}
+    asked = "calculate the area under the curve y=x^2 from x=1 to x=3."
+    assert grounded(area, asked, schemas) == area[:1]
+    assert grounded(area, asked) == area  # no schema, no enum: left alone

@@ -126,11 +126,14 @@ class Meter:
     partial: str = ""
 
 
-def grounded(calls: tuple[ToolCall, ...], said: str) -> tuple[ToolCall, ...]:
+def grounded(calls: tuple[ToolCall, ...], said: str,
+             schemas: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[ToolCall, ...]:
     """Several calls of one tool that differ in one argument are kept only for the values the conversation
     (`said`, casefolded) names, when it names any: asked for the circumference of a circle of radius 4 inches,
     Qwen2.5-Coder-1.5B called the tool eight times, once per unit it could think of (in, cm, m, km, ft...), where
-    the weather in Paris, London and Tokyo is three calls the question asks for."""
+    the weather in Paris, London and Tokyo is three calls the question asks for. When it names none and the
+    values are the argument's `enum` (in `schemas`, the tools' parameters), the model listed the options instead
+    of choosing one (the area under a curve by every `method`): the first call is kept."""
     if len({c.name for c in calls}) != 1:
         return calls
     keys = set().union(*(c.arguments for c in calls))
@@ -140,7 +143,12 @@ def grounded(calls: tuple[ToolCall, ...], said: str) -> tuple[ToolCall, ...]:
     key = varying[0]
     named = tuple(c for c in calls if isinstance(c.arguments.get(key), (str, int, float)) and not isinstance(
         c.arguments.get(key), bool) and _named(str(c.arguments[key]).casefold(), said))
-    return named if named else calls
+    if named:
+        return named
+    options = (schemas or {}).get(calls[0].name, {}).get("properties", {}).get(key, {}).get("enum")
+    if isinstance(options, list) and all(c.arguments.get(key) in options for c in calls):
+        return calls[:1]
+    return calls
 
 
 def _named(value: str, said: str) -> bool:
@@ -316,7 +324,8 @@ class ModelStep:
         outcome = self.judge(turn, corrections, check_calls=check_calls)
         if len(outcome.calls) > 2:
             said = "\n".join(m.content for m in messages if m.role == "user").casefold()
-            outcome = replace(outcome, calls=grounded(outcome.calls, said))
+            schemas = {t.name: t.parameters for t in (*self.tools, *self.unlisted)}
+            outcome = replace(outcome, calls=grounded(outcome.calls, said, schemas))
         return outcome
 
     def judge(self, turn: ModelTurn, corrections: Corrections, *, check_calls: bool = False) -> StepOutcome:
