@@ -394,3 +394,9 @@ def test_calls_enumerating_values_the_question_never_named_are_cut_to_the_named_
     asked = "calculate the area under the curve y=x^2 from x=1 to x=3."
     assert grounded(area, asked, schemas) == area[:1]
     assert grounded(area, asked) == area  # no schema, no enum: left alone
+    # simple_python_15 and 17: two calls, `method` simpson then trapezoid, or `formatted` true then false
+    assert grounded(area[:2], asked, schemas) == area[:1]
+    both = tuple(ToolCall("get_prime_factors", {"number": 450, "formatted": f}) for f in (True, False))
+    assert grounded(both, "what are the prime factors of 450?") == both[:1]
+    two = tuple(ToolCall("get_weather", {"city": c}) for c in ("Paris", "London"))
+    assert grounded(two, "weather in paris and london?") == two

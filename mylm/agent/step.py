@@ -133,7 +133,8 @@ def grounded(calls: tuple[ToolCall, ...], said: str,
     Qwen2.5-Coder-1.5B called the tool eight times, once per unit it could think of (in, cm, m, km, ft...), where
     the weather in Paris, London and Tokyo is three calls the question asks for. When it names none and the
     values are the argument's `enum` (in `schemas`, the tools' parameters), the model listed the options instead
-    of choosing one (the area under a curve by every `method`): the first call is kept."""
+    of choosing one (the area under a curve by every `method`; prime factors `formatted` true, then false): the
+    first call is kept."""
     if len({c.name for c in calls}) != 1:
         return calls
     keys = set().union(*(c.arguments for c in calls))
@@ -146,6 +147,8 @@ def grounded(calls: tuple[ToolCall, ...], said: str,
     if named:
         return named
     options = (schemas or {}).get(calls[0].name, {}).get("properties", {}).get(key, {}).get("enum")
+    if all(isinstance(c.arguments.get(key), bool) for c in calls):
+        options = [True, False]  # `formatted: true`, then `formatted: false`
     if isinstance(options, list) and all(c.arguments.get(key) in options for c in calls):
         return calls[:1]
     return calls
@@ -322,7 +325,7 @@ class ModelStep:
         if not corrections.task:  # a server's or the eval's conversation: the question is its first user message
             corrections.task = next((m.content for m in messages if m.role == "user"), "")
         outcome = self.judge(turn, corrections, check_calls=check_calls)
-        if len(outcome.calls) > 2:
+        if len(outcome.calls) > 1:
             said = "\n".join(m.content for m in messages if m.role == "user").casefold()
             schemas = {t.name: t.parameters for t in (*self.tools, *self.unlisted)}
             outcome = replace(outcome, calls=grounded(outcome.calls, said, schemas))
