@@ -105,6 +105,9 @@ def test_the_banner_names_the_model_and_a_ctrl_c_right_after_it_stops_the_server
     # in that window, as uvicorn picks the event loop, so the test needs no timing.
     code = (
         "import signal, sys, uvicorn\n"
+        # A terminal's Ctrl-C: under CI's background job SIGINT is inherited ignored, and a server that a user
+        # started with SIGINT ignored rightly keeps it ignored (so the signal raised below would do nothing).
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "real = uvicorn.Config.get_loop_factory\n"
         "def early(self):\n"
         "    signal.raise_signal(signal.SIGINT)\n"
