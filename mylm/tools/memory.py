@@ -64,6 +64,25 @@ class Note:
         return f"note {self.id}, saved {when} by {self.source}{where}"
 
 
+def _to_wal(connection: sqlite3.Connection, patience: float = 10.0) -> None:
+    """Switch a new store to WAL, waiting out the other processes opening it at the same moment.
+
+    Changing the journal mode needs the database to itself, and SQLite answers "database is locked" at once
+    instead of calling the busy handler, so several processes creating one store together must retry.
+    """
+    deadline = time.monotonic() + patience
+    delay = 0.005
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) and "busy" not in str(error) or time.monotonic() > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
+
+
 class MemoryStore:
     """Notes in one SQLite file, safe for several mylm processes at once (WAL, busy timeout, one writer)."""
 
@@ -79,15 +98,20 @@ class MemoryStore:
         connection = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
         connection.execute("PRAGMA busy_timeout = 10000")
         if connection.execute("PRAGMA user_version").fetchone()[0] != _SCHEMA_VERSION:
-            connection.execute("PRAGMA journal_mode = WAL")
-            connection.execute("BEGIN IMMEDIATE")
             try:
-                for statement in _split_sql(_SCHEMA):
-                    connection.execute(statement)
-                connection.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
-                connection.execute("COMMIT")
+                _to_wal(connection)
+                connection.execute("BEGIN IMMEDIATE")
+                try:
+                    # Another process may have created the schema while this one waited for the lock.
+                    if connection.execute("PRAGMA user_version").fetchone()[0] != _SCHEMA_VERSION:
+                        for statement in _split_sql(_SCHEMA):
+                            connection.execute(statement)
+                        connection.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
+                    connection.execute("COMMIT")
+                except BaseException:
+                    connection.execute("ROLLBACK")
+                    raise
             except BaseException:
-                connection.execute("ROLLBACK")
                 connection.close()
                 raise
         return connection
