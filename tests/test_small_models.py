@@ -400,3 +400,18 @@ def test_calls_enumerating_values_the_question_never_named_are_cut_to_the_named_
     assert grounded(both, "what are the prime factors of 450?") == both[:1]
     two = tuple(ToolCall("get_weather", {"city": c}) for c in ("Paris", "London"))
     assert grounded(two, "weather in paris and london?") == two
+
+
+def test_calls_that_reshuffle_an_earlier_calls_values_are_dropped() -> None:
+    # BFCL simple_python_2, Qwen2.5-Coder-0.5B under the grammar: one hypotenuse asked, four calls written.
+    from mylm.agent.step import grounded
+
+    sides = tuple(ToolCall("math.hypot", {"x": x, "y": y}) for x, y in ((4, 5), (5, 4), (5, 5), (4, 4)))
+    assert grounded(sides, "calculate the hypotenuse of a right triangle given the lengths of the other two "
+                           "sides as 4 and 5.") == sides[:1]
+    # each call its own values: kept, even when some value recurs (BFCL parallel's shape); the price of the rule
+    # is the rare question that asks for one call's values swapped (5x10 after 10x5)
+    triangles = tuple(ToolCall("area", {"base": b, "height": h}) for b, h in ((10, 5), (15, 5), (5, 10)))
+    assert grounded(triangles, "areas of triangles 10x5, 15x5 and 5x10") == triangles[:2]
+    other = (ToolCall("area", {"base": 10, "height": 5}), ToolCall("area", {"base": 10}))
+    assert grounded(other, "area") == other  # other arguments: not a reshuffle

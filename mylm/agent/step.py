@@ -128,7 +128,8 @@ class Meter:
 
 def grounded(calls: tuple[ToolCall, ...], said: str,
              schemas: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[ToolCall, ...]:
-    """Several calls of one tool that differ in one argument are kept only for the values the conversation
+    """Calls of one tool that only reshuffle an earlier call's values are dropped (see `_unmixed`). Several
+    calls of one tool that differ in one argument are kept only for the values the conversation
     (`said`, casefolded) names, when it names any: asked for the circumference of a circle of radius 4 inches,
     Qwen2.5-Coder-1.5B called the tool eight times, once per unit it could think of (in, cm, m, km, ft...), where
     the weather in Paris, London and Tokyo is three calls the question asks for. When it names none and the
@@ -137,6 +138,7 @@ def grounded(calls: tuple[ToolCall, ...], said: str,
     first call is kept."""
     if len({c.name for c in calls}) != 1:
         return calls
+    calls = _unmixed(calls)
     keys = set().union(*(c.arguments for c in calls))
     varying = [k for k in keys if len({json.dumps(c.arguments.get(k), sort_keys=True) for c in calls}) > 1]
     if len(varying) != 1:
@@ -152,6 +154,20 @@ def grounded(calls: tuple[ToolCall, ...], said: str,
     if isinstance(options, list) and all(c.arguments.get(key) in options for c in calls):
         return calls[:1]
     return calls
+
+
+def _unmixed(calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
+    """The calls of one tool less those that only reshuffle an earlier call's values over the same arguments:
+    asked for the hypotenuse of a triangle with sides 4 and 5, Qwen2.5-Coder-0.5B called `math.hypot` with
+    x=4 y=5, x=5 y=4, x=5 y=5 and x=4 y=4. A question that wants several calls gives each its own values (the
+    weather in two cities), never the first call's values swapped."""
+    kept: list[ToolCall] = []
+    for call in calls:
+        values = {json.dumps(v, sort_keys=True) for v in call.arguments.values()}
+        if not any(set(call.arguments) == set(k.arguments) and values <= {
+                json.dumps(v, sort_keys=True) for v in k.arguments.values()} for k in kept):
+            kept.append(call)
+    return tuple(kept)
 
 
 def _named(value: str, said: str) -> bool:

@@ -60,6 +60,9 @@ class Reply:
     seconds: float
     #: Why no answer came (the endpoint failed, timed out...), else None.
     error: str | None = None
+    #: Calls the model still wrote when its corrections ran out (an unknown tool, arguments that never fit):
+    #: like `mylm serve`, the protocol modes hand out none of them, only the reply's text.
+    refused: tuple[ToolCall, ...] = ()
 
 
 def calls_in_text(text: str, names: set[str]) -> bool:
@@ -109,11 +112,14 @@ def protocol_reply(llm: LLM, prompts: PromptLoader, tools: Sequence[ToolDefiniti
             break
         messages += [outcome.reply, Message("user", outcome.correction or "")]
     parsed = outcome.turn.parsed
-    # An unusable last reply is scored on what it tried to call (an irrelevance question is failed by it).
-    calls = outcome.calls if outcome.usable else parsed.tool_calls
-    text = "" if calls else (parsed.final_answer or parsed.text or "")
+    # Out of corrections, a client of `mylm serve` gets the reply's text and never a call that could not run;
+    # what the model tried is kept in `refused` (and in the eval's detail), so the table can say so.
+    calls = outcome.calls if outcome.usable else ()
+    refused = () if outcome.usable else tuple(parsed.tool_calls)
+    text = "" if calls else (parsed.final_answer or (parsed.thought if refused else parsed.text) or "")
     names = {t.name for t in tools}
-    return Reply(tuple(calls), text, not calls and calls_in_text(text, names), time.perf_counter() - started)
+    return Reply(tuple(calls), text, not calls and not refused and calls_in_text(text, names),
+                 time.perf_counter() - started, refused=refused)
 
 
 def openai_messages(conversation: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -147,7 +147,8 @@ def ask_question(session: Session, question: Question, mode: str) -> Item:
         wrong_count=reply.error is None and len(calls) != expected, seconds=reply.seconds,
         reason=verdict.reason if reply.error is None else "", error=reply.error,
         detail={"calls": [{"name": c.name, "arguments": dict(c.arguments)} for c in calls],
-                "expected_calls": expected, "text": reply.text[:2000], "kind": verdict.kind},
+                "expected_calls": expected, "text": reply.text[:2000], "kind": verdict.kind,
+                "refused": [{"name": c.name, "arguments": dict(c.arguments)} for c in reply.refused]},
     )
 
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from mylm.core.errors import ConfigError
+from mylm.core.types import ToolCall
 from mylm.evaluation import bfcl
 from mylm.protocol.parser import format_tool_call
-from mylm.core.types import ToolCall
 from tests.cli.cli_support import invoke
 from tests.providers.servers import Completion, OpenAIServer
 
@@ -227,3 +227,16 @@ def test_fetch_bfcl_downloads_the_wheel_with_pip_without_dependencies(tmp_path: 
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "empty"))
     failed = invoke(["eval", "--fetch-bfcl", "--category", "simple_python"])
     assert failed.exit_code == 1 and "pip could not download bfcl-eval" in failed.stderr
+
+
+def test_a_made_up_tool_kept_through_every_correction_is_handed_out_as_mylm_serve_does_not_at_all() -> None:
+    # irrelevance_1, Qwen2.5-Coder-1.5B: asked to sum numbers with only an unrelated tool, it called math.sum
+    # three times. Out of corrections, `mylm serve` gives its client the reply's text and no call; the eval
+    # scores what a client gets, and keeps what the model tried in the detail.
+    made_up = format_tool_call(ToolCall("math.sum", {"numbers": [1, 2, 3]}))
+    with OpenAIServer([made_up] * 3 + ["<final_answer>6</final_answer>"]) as server:
+        result = _eval(server, "--category", "irrelevance", "--limit", "2", "--mode", "protocol", "--json")
+    items = [line for line in _lines(result.stdout) if line["type"] == "item"]
+    first = items[0]
+    assert first["passed"] and not first["wrong_count"] and first["detail"]["calls"] == []
+    assert first["detail"]["refused"] == [{"name": "math.sum", "arguments": {"numbers": [1, 2, 3]}}]
