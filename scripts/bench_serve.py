@@ -16,6 +16,7 @@ asyncio sockets in this process; each checks that its reply arrived whole.
     python scripts/bench_serve.py                 # the defaults below, about a minute
     python scripts/bench_serve.py --clients 64 --rounds 4 --latency-requests 300
     python scripts/bench_serve.py --otel-sink     # the same with every request traced (`mylm serve --otel`)
+    python scripts/bench_serve.py --workers 2     # `mylm serve --workers 2` (the server's CPU: every worker's)
 """
 
 from __future__ import annotations
@@ -133,8 +134,22 @@ def request(content: str, tools: bool) -> dict[str, Any]:
 
 
 def cpu_seconds(pid: int) -> float:
+    """The CPU time `pid` spent, and its live children (`mylm serve --workers N`'s workers)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return own + sum(cpu_seconds(child) for child in children(pid))
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return found
 
 
 async def latency(port: int, n: int, tools: bool) -> list[float]:
@@ -202,6 +217,7 @@ def main() -> None:
     parser.add_argument("--otel-sink", action="store_true",
                         help="trace every request (`--otel`) to an OTLP/HTTP sink in this process that accepts and "
                              "drops the spans")
+    parser.add_argument("--workers", type=int, default=1, help="`mylm serve --workers N` (default 1)")
     parser.add_argument("--upstream", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.upstream:
@@ -214,7 +230,7 @@ def main() -> None:
     traced = ["--otel", otel_sink()] if args.otel_sink else []
     serve = subprocess.Popen(
         [sys.executable, "-m", "mylm", "serve", "--base-url", f"http://127.0.0.1:{up_port}/v1", "-m", "bench",
-         "--port", "0", *traced], stderr=subprocess.PIPE, text=True, env={**env, "MYLM_SERVE_KEY": "bench"})
+         "--port", "0", "--workers", str(args.workers), *traced], stderr=subprocess.PIPE, text=True, env={**env, "MYLM_SERVE_KEY": "bench"})
     assert serve.stderr is not None
     serve_port = int(re.search(r":(\d+)/v1", serve.stderr.readline()).group(1))  # type: ignore[union-attr]
     try:
@@ -226,7 +242,8 @@ def main() -> None:
 
 
 async def run(args: argparse.Namespace, up_port: int, serve_port: int, serve_pid: int, up_pid: int) -> None:
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f}")
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f}, "
+          f"mylm serve --workers {args.workers}")
     await latency(serve_port, 20, True)  # warm-up: imports, the grammar compiled, connections pooled
     await latency(up_port, 20, True)
     direct = statistics.median(await latency(up_port, args.latency_requests, True))

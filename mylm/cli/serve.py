@@ -56,6 +56,10 @@ KEY_ENV = "MYLM_SERVE_KEY"
                    "upstream serves every request, whatever model it names.")
 @click.option("--max-connections-per-client", type=click.IntRange(1, 65536), default=128, show_default=True,
               help="Connections one client address may hold open at once; more are refused (429).")
+@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Server processes sharing the port. The kept responses (previous_response_id) and the "
+                   "per-client connection limit are shared; --max-concurrency is divided among them. A worker "
+                   "that dies is replaced.")
 @otel_option
 @verbose_option
 @click.pass_context
@@ -88,6 +92,10 @@ def serve(ctx: click.Context, /, **options: Any) -> None:
 
     Routes: POST /v1/chat/completions, /v1/responses, /v1/messages; Ollama's POST /api/chat, /api/show,
     GET /api/tags, /api/version; GET /v1/models, /health.
+
+    With --workers N, N processes serve the one port: a follow-up's previous_response_id is found whichever
+    answers it, and the limits stay the server's (docs/serve.md, "Workers").
+
     Exit codes: 0 stopped (Ctrl-C drains the requests in flight), 1 error, 2 usage.
     """
     import dataclasses
@@ -95,6 +103,10 @@ def serve(ctx: click.Context, /, **options: Any) -> None:
     from .endpoint import endpoint_in_use
     from .runner import make_llm, prompt_loader
 
+    workers = options.get("workers", 1)
+    if workers > options["max_concurrency"]:
+        fail(f"--workers {workers} needs --max-concurrency of at least {workers} (each worker serves its share "
+             "of it)", EXIT_USAGE)
     _host, key, sock = listener(options, KEY_ENV, "use the model")
     settings = settings_from(options)
     if options["timeout"] is not None:
@@ -122,14 +134,28 @@ def serve(ctx: click.Context, /, **options: Any) -> None:
         core = make_core(make_llm(ctx, settings, loader), loader, settings, options)
         # The model named as `mylm config` and the chat banner name it (never "the default model": which one?).
         serving = endpoint_in_use(settings).describe()
-    tracing = serve_tracer(settings, redactor, options["otel_endpoint"])
+    # Behind --workers each worker traces its own requests (an exporter's thread does not survive a fork).
+    tracing = serve_tracer(settings, redactor, options["otel_endpoint"]) if workers == 1 else None
     app = build_app(core, settings, key, options, redactor.redact, tracing=tracing, upstreams=upstreams)
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-    from ..serve.server import run
-    banner = f"mylm serve: listening on http://{shown}:{bound_port}/v1, serving {serving} (Ctrl-C stops)"
+    processes = f", {workers} workers" if workers > 1 else ""
+    banner = f"mylm serve: listening on http://{shown}:{bound_port}/v1, serving {serving}{processes} (Ctrl-C stops)"
     try:
-        run(app, sock, ready=lambda: click.echo(banner, err=True))
+        if workers == 1:
+            from ..serve.server import run
+
+            run(app, sock, ready=lambda: click.echo(banner, err=True))
+        else:
+            from ..serve.workers import run_workers
+
+            def started(number: int) -> Any:
+                server = app.app.state.server
+                server.tracing = serve_tracer(settings, redactor, options["otel_endpoint"])
+                return server.tracing.shutdown if server.tracing is not None else None
+
+            run_workers(app, sock, workers, ready=lambda: click.echo(banner, err=True),
+                        say=lambda line: click.echo(line, err=True), started=started)
     except KeyboardInterrupt:
         pass  # a Ctrl-C before the server's handler was in place: nothing was being served yet
     finally:

@@ -35,7 +35,7 @@ from .bridge import Backlog, produced
 from .core import Core
 from .guard import Guard, Guarding, client_key, key_matches
 from .http import EventStream, json_response, read_body, unless_disconnected
-from .stored import StoredResponses
+from .stored import ResponseStore, StoredResponses
 from .wire import CallOut, ChatMessage, Finished, Out, load_json, said, text
 
 logger = logging.getLogger("mylm.serve")
@@ -81,7 +81,8 @@ class Server:
     """The application's state: the core, the settings, the requests in flight."""
 
     def __init__(self, core: Core, config: ServeConfig, redact: Callable[[str], str] = lambda s: s,
-                 tracing: RequestTracing | None = None, upstreams: Mapping[str, Core] | None = None) -> None:
+                 tracing: RequestTracing | None = None, upstreams: Mapping[str, Core] | None = None,
+                 stored: ResponseStore | None = None) -> None:
         self.core = core
         #: The upstreams by the model name a request chooses them with (`--upstream`); empty: `core` serves every
         #: request, whatever model it names.
@@ -91,9 +92,19 @@ class Server:
         #: Traces each generation request (None: tracing is off, and nothing of OpenTelemetry is loaded).
         self.tracing = tracing
         self.active = 0
-        #: The last Responses answers, for `previous_response_id` (this process's memory only).
-        self.stored = StoredResponses()
+        #: The last Responses answers, for `previous_response_id` (this process's memory, unless the workers of
+        #: `mylm serve --workers N` share a store).
+        self.stored: ResponseStore = stored if stored is not None else StoredResponses()
+        #: Which of `workers` processes this is (`as_worker`); None: the server is one process.
+        self.worker: int | None = None
+        self.workers: int | None = None
         self._slots = asyncio.Semaphore(config.max_concurrency)
+
+    def as_worker(self, index: int, workers: int, slots: int) -> None:
+        """Make this process worker `index` (from 1) of `workers`, serving `slots` requests upstream at once (its
+        share of `max_concurrency`). Called in the worker, before it serves anything."""
+        self.worker, self.workers = index, workers
+        self._slots = asyncio.Semaphore(slots)
 
     # ---------------------------------------------------------------------------------------- handlers
 
@@ -115,7 +126,7 @@ class Server:
         return found
 
     async def health(self, request: Request) -> Response:
-        return json_response(models.health(self.names, self.active))
+        return json_response(models.health(self.names, self.active, self.worker, self.workers))
 
     async def list_models(self, request: Request) -> Response:
         api = messages if "anthropic-version" in request.headers else chat
@@ -402,12 +413,13 @@ def refused(path: str, status: int, message: str, kind: str) -> dict[str, Any]:
 
 
 def create_app(core: Core, config: ServeConfig, redact: Callable[[str], str] = lambda s: s,
-               tracing: RequestTracing | None = None, upstreams: Mapping[str, Core] | None = None) -> Guard:
+               tracing: RequestTracing | None = None, upstreams: Mapping[str, Core] | None = None,
+               stored: ResponseStore | None = None) -> Guard:
     """The ASGI application serving `core` behind the desktop-safety rules (`Guard`: `server.server_for` reads
     its rules for the protocol's deadlines and limits too); `tracing` traces each generation request.
     `upstreams`, if given, are the cores by model name: a request is served by the one its `model` names (and
-    `core` is one of them, the first)."""
-    server = Server(core, config, redact, tracing, upstreams)
+    `core` is one of them, the first). `stored` keeps the Responses answers (default: in this process's memory)."""
+    server = Server(core, config, redact, tracing, upstreams, stored)
     for served in {id(c): c for c in (core, *(upstreams or {}).values())}.values():
         pool = getattr(served.llm, "pool", None)
         if callable(pool):

@@ -32,7 +32,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 logger = logging.getLogger("mylm.serve")
@@ -151,6 +151,8 @@ class Guard:
         self.app = app
         self.guarding = guarding
         self.refused = refused
+        #: Counts the connections per client for the protocol (None: each server process counts its own).
+        self.connections: Connections | None = None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -226,13 +228,42 @@ def raw_answer(status: int, reason: str, document: Any) -> bytes:
             "Connection: close\r\n\r\n").encode("ascii") + body
 
 
-def guarded_protocol(guarding: Guarding, refused: Refusal) -> type:
+class Connections(Protocol):
+    """The connections each client address holds open: `take` one if the address holds fewer than `limit`."""
+
+    def take(self, address: str, limit: int) -> bool: ...
+
+    def give(self, address: str) -> None: ...
+
+
+class LocalConnections:
+    """The open connections of one server process, by client address."""
+
+    def __init__(self) -> None:
+        self._open: dict[str, int] = {}
+
+    def take(self, address: str, limit: int) -> bool:
+        if self._open.get(address, 0) >= limit:
+            return False
+        self._open[address] = self._open.get(address, 0) + 1
+        return True
+
+    def give(self, address: str) -> None:
+        left = self._open.get(address, 1) - 1
+        if left > 0:
+            self._open[address] = left
+        else:
+            self._open.pop(address, None)
+
+
+def guarded_protocol(guarding: Guarding, refused: Refusal, connections: Connections | None = None) -> type:
     """uvicorn's h11 protocol with the head and body deadlines and the per-client connection limit (a class:
-    uvicorn makes one per connection); its connection counts are shared by every connection of this class."""
+    uvicorn makes one per connection); its connection counts are shared by every connection of this class, and
+    by other processes too when `connections` counts across them (`mylm serve --workers N`)."""
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
-    open_per_client: dict[str, int] = {}
+    counts: Connections = connections if connections is not None else LocalConnections()
 
     class GuardedProtocol(H11Protocol):
         _head_timer: Any = None
@@ -242,7 +273,7 @@ def guarded_protocol(guarding: Guarding, refused: Refusal) -> type:
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             address = str(self.client[0]) if self.client else "?"
-            if open_per_client.get(address, 0) >= guarding.max_connections:
+            if not counts.take(address, guarding.max_connections):
                 logger.warning("Refused a connection from %s: it holds %d already", address,
                                guarding.max_connections)
                 transport.write(raw_answer(429, "Too Many Requests", refused(
@@ -250,18 +281,13 @@ def guarded_protocol(guarding: Guarding, refused: Refusal) -> type:
                               "close some or reuse them", "rate_limit_error")))
                 transport.close()
                 return
-            open_per_client[address] = open_per_client.get(address, 0) + 1
             self._counted = address
             self._arm_head()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
             if self._counted is not None:
-                left = open_per_client.get(self._counted, 1) - 1
-                if left > 0:
-                    open_per_client[self._counted] = left
-                else:
-                    open_per_client.pop(self._counted, None)
+                counts.give(self._counted)
                 self._counted = None
             super().connection_lost(exc)
 

@@ -4,6 +4,7 @@ under the model name a client chooses it by (`mylm serve --upstream`)."""
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -33,7 +34,12 @@ def anthropic_model(name: str) -> dict[str, Any]:
     return {"type": "model", "id": name, "display_name": name, "created_at": created}
 
 
-def health(names: list[str], active: int) -> dict[str, Any]:
+def health(names: list[str], active: int, worker: int | None = None, workers: int | None = None
+           ) -> dict[str, Any]:
     """`GET /health`: the server is up; which models it fronts (the first is the default) and how many requests
-    are in flight."""
-    return {"status": "ok", "model": names[0], "models": names, "active_requests": active}
+    are in flight; behind `--workers N`, which worker answered (its number from 1, and its process id) and how
+    many there are (`active_requests` is that worker's)."""
+    found: dict[str, Any] = {"status": "ok", "model": names[0], "models": names, "active_requests": active}
+    if worker is not None:
+        found.update(worker=worker, workers=workers, pid=os.getpid())
+    return found

@@ -1,5 +1,5 @@
-"""`POST /v1/responses`: OpenAI's Responses API over the core (the last responses kept for `previous_response_id`,
-in memory: `stored.py`), streaming its typed
+"""`POST /v1/responses`: OpenAI's Responses API over the core (the last responses kept for `previous_response_id`:
+`stored.py`), streaming its typed
 events (`response.output_item.added`, `response.output_text.delta`, `response.function_call_arguments.delta`,
 `response.completed`, ...)."""
 
@@ -18,7 +18,7 @@ from ..llm import Sampling
 from . import chat
 from .chat import KEEPALIVE, content_text
 from .http import sse
-from .stored import StoredResponses
+from .stored import ResponseStore
 from .wire import (
     CallIn,
     CallOut,
@@ -65,7 +65,7 @@ def stream_error(error: RequestError) -> bytes:
                "error")
 
 
-def parse(body: dict[str, Any], stored: StoredResponses | None = None) -> ChatRequest:
+def parse(body: dict[str, Any], stored: ResponseStore | None = None) -> ChatRequest:
     """The request, checked: a `RequestError` names the first field that is wrong. A `previous_response_id`
     puts the conversation that response ended (from `stored`) before the new input."""
     model = text(body.get("model"), "model", allow_empty=False)
@@ -75,7 +75,7 @@ def parse(body: dict[str, Any], stored: StoredResponses | None = None) -> ChatRe
         previous = text(previous, "previous_response_id", allow_empty=False)
         found = stored.get(previous) if stored is not None else None
         if found is None:
-            # OpenAI's answer to an id it does not have (this server keeps the last few, in memory only).
+            # OpenAI's answer to an id it does not have (this server keeps the last few, never on disk beyond its run).
             raise RequestError(f"Previous response with id '{previous}' not found.", param="previous_response_id",
                                code="previous_response_not_found")
         history = found

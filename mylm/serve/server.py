@@ -55,7 +55,7 @@ def server_for(app: Any, sock: socket.socket, *, drain: float = DRAIN_SECONDS) -
 
     # h11, not httptools: h11 bounds the request head (MAX_HEAD_BYTES), httptools buffers a header of any
     # length, and it measured no faster here.
-    protocol: Any = guarded_protocol(app.guarding, app.refused) if isinstance(app, Guard) else "h11"
+    protocol: Any = guarded_protocol(app.guarding, app.refused, app.connections) if isinstance(app, Guard) else "h11"
 
     config = uvicorn.Config(
         app,
