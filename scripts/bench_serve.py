@@ -50,7 +50,7 @@ def reply_for(body: dict[str, Any]) -> list[str]:
     if "CALL" in last:
         return re.findall(r".{1,4}", CALL, re.DOTALL)
     words = int(re.search(r"WORDS (\d+)", last).group(1))  # type: ignore[union-attr]
-    return [f"w{i % 100} " for i in range(words)]
+    return [f"w{i} " for i in range(words)]
 
 
 def sse_body(tokens: list[str], model: str) -> bytes:
@@ -68,8 +68,12 @@ async def upstream_main() -> None:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
-                length = int(re.search(rb"(?i)content-length:\s*(\d+)", head).group(1))  # type: ignore[union-attr]
-                body = json.loads(await reader.readexactly(length))
+                sized = re.search(rb"(?i)content-length:\s*(\d+)", head)
+                if sized is None:  # mylm serve's probes of the upstream's window (GET /props, /slots, /v1/models)
+                    writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                    await writer.drain()
+                    continue
+                body = json.loads(await reader.readexactly(int(sized.group(1))))
                 payload = sse_body(reply_for(body), body.get("model", "bench"))
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s"
                              % (len(payload), payload))
@@ -164,7 +168,7 @@ async def latency(port: int, n: int, tools: bool) -> list[float]:
 
 async def concurrent(port: int, clients: int, rounds: int, words: int) -> tuple[float, int, int]:
     """(seconds, completed, errors) for `clients` clients each streaming `rounds` replies of `words` words."""
-    expected = "".join(f"w{i % 100} " for i in range(words))
+    expected = "".join(f"w{i} " for i in range(words))
     errors = 0
 
     async def client() -> int:
