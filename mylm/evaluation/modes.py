@@ -63,6 +63,8 @@ class Reply:
     #: Calls the model still wrote when its corrections ran out (an unknown tool, arguments that never fit):
     #: like `mylm serve`, the protocol modes hand out none of them, only the reply's text.
     refused: tuple[ToolCall, ...] = ()
+    #: The model's replies as written (the protocol modes: one per correction).
+    replies: tuple[str, ...] = ()
 
 
 def calls_in_text(text: str, names: set[str]) -> bool:
@@ -95,7 +97,10 @@ def protocol_reply(llm: LLM, prompts: PromptLoader, tools: Sequence[ToolDefiniti
                    dialect: str = "mylm") -> Reply:
     """Ask in mylm's text protocol, in the tool `dialect` (one step, corrected up to `MAX_CORRECTIONS` times, as a
     server would)."""
+    from .runner import RecordingLLM
+
     started = time.perf_counter()
+    llm = recorder = RecordingLLM(llm)
     step = ModelStep(llm, tools, StepConfig(max_tokens=limits.max_tokens, multiple_calls=True,
                                             constrain=constrain,  # type: ignore[arg-type]
                                             stop_strings=limits.stop_strings, tool_dialect=dialect),
@@ -119,7 +124,7 @@ def protocol_reply(llm: LLM, prompts: PromptLoader, tools: Sequence[ToolDefiniti
     text = "" if calls else (parsed.final_answer or (parsed.thought if refused else parsed.text) or "")
     names = {t.name for t in tools}
     return Reply(tuple(calls), text, not calls and not refused and calls_in_text(text, names),
-                 time.perf_counter() - started, refused=refused)
+                 time.perf_counter() - started, refused=refused, replies=tuple(t.text for t in recorder.turns))
 
 
 def openai_messages(conversation: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -43,6 +43,13 @@ class RecordingLLM:
         self.inner = inner
         self.turns: list[Turn] = []
 
+    def __getattr__(self, name: str) -> Any:
+        # What the agent asks of its model beyond `stream` (its `endpoint` for the registry's tool dialect,
+        # `opens_reasoning`...) is the wrapped model's: a recorded run must behave as an unrecorded one.
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
     def stream(self, request: LLMRequest) -> Iterator[LLMChunk]:
         started = time.perf_counter()
         text: list[str] = []

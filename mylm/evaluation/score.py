@@ -148,7 +148,8 @@ def ask_question(session: Session, question: Question, mode: str) -> Item:
         reason=verdict.reason if reply.error is None else "", error=reply.error,
         detail={"calls": [{"name": c.name, "arguments": dict(c.arguments)} for c in calls],
                 "expected_calls": expected, "text": reply.text[:2000], "kind": verdict.kind,
-                "refused": [{"name": c.name, "arguments": dict(c.arguments)} for c in reply.refused]},
+                "refused": [{"name": c.name, "arguments": dict(c.arguments)} for c in reply.refused],
+                "replies": list(reply.replies)},
     )
 
 

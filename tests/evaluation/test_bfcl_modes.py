@@ -240,3 +240,4 @@ def test_a_made_up_tool_kept_through_every_correction_is_handed_out_as_mylm_serv
     first = items[0]
     assert first["passed"] and not first["wrong_count"] and first["detail"]["calls"] == []
     assert first["detail"]["refused"] == [{"name": "math.sum", "arguments": {"numbers": [1, 2, 3]}}]
+    assert first["detail"]["replies"] == [made_up] * 3  # each reply as the model wrote it, for reading a miss
