@@ -204,3 +204,19 @@ def test_an_answer_quoting_a_tool_s_output_or_a_short_answer_is_still_the_answer
     llm = ScriptedLLM([COUNT_LINES, "There is no tool for that, but the file has 7 lines."])
     result = Agent(llm, [read]).run("How many lines?")
     assert result.final_text == "There is no tool for that, but the file has 7 lines."
+
+
+def test_a_call_repeated_on_the_first_turn_ends_the_stream_at_its_second_copy(tmp_path: Path) -> None:
+    # BFCL simple_python_3, Qwen2.5-Coder-1.5B behind llama-server: on a first turn nobody knows yet whether the
+    # template opened reasoning, so the parser holds calls back until the reply ends; the model wrote its one call
+    # eight times (337 tokens, 50 s) before the repeat was noticed. The repeat is seen as it is written.
+    from mylm.evaluation.runner import RecordingLLM
+
+    call = format_tool_call(ToolCall("list_dir", {"path": "."}))
+    recorder = RecordingLLM(ScriptedLLM(["\n".join([call] * 8), "Done."], chunk_size=3, stops="ignore"))
+    agent = Agent(recorder, [listing(tmp_path)], multiple_calls=True)
+    assert agent.opens_reasoning is None  # a first turn: unknown
+    result = agent.run("x")
+    assert result.stop_reason is StopReason.FINAL_ANSWER
+    assert recorder.turns[0].text.count("<tool_code>") == 2
+    assert [e.name for e in result.events if isinstance(e, ToolResultEvent)] == ["list_dir"]

@@ -11,7 +11,7 @@ from typing import Any
 from ..core.types import Event, FinishReason, ReasoningEvent, TextEvent, ToolCall, Usage
 from ..llm import LLM, FinishChunk, LLMRequest, ReasoningChunk, TextChunk
 from ..protocol.drift import ToolNames
-from ..protocol.parsed import CallParsed, ParsedTurn, ParseEvent
+from ..protocol.parsed import ParsedTurn, ParseEvent
 from ..protocol.parser import StreamParser
 from ..protocol.reasoning import template_opens_reasoning
 from ..protocol.repetition import Repetition, RepetitionGuard
@@ -64,7 +64,7 @@ def stream_turn(
     split_reasoning = False
     first: float | None = None
     guard = RepetitionGuard()
-    calls: set[str] = set()  # the calls read so far, as keys: one written again ends the turn
+    calls: list[str] = []  # the calls read so far, as keys: one written again ends the turn
     stream = iter(llm.stream(request))
     try:
         for chunk in stream:
@@ -77,7 +77,7 @@ def stream_turn(
             if isinstance(chunk, TextChunk):
                 events = parser.feed(chunk.text)
                 yield from _relay(events, shown)
-                if parser.finished or _degenerate(guard, events) or _repeats_a_call(events, calls):
+                if parser.finished or _degenerate(guard, events) or _repeats_a_call(parser, calls):
                     break
             elif isinstance(chunk, ReasoningChunk):
                 if chunk.text:
@@ -132,16 +132,19 @@ def _call_key(call: ToolCall) -> str:
     return call.name + "\0" + json.dumps(call.arguments, sort_keys=True, ensure_ascii=False, default=str)
 
 
-def _repeats_a_call(events: list[ParseEvent], seen: set[str]) -> bool:
-    """Whether a call just read repeats one read before in this turn (remembering the new ones). A model that
-    writes the same call again is looping, not asking twice: greedy decoding under a grammar that allows several
-    calls repeated Qwen2.5-Coder's one call until `max_tokens`."""
-    for event in events:
-        if isinstance(event, CallParsed):
-            key = _call_key(event.call)
-            if key in seen:
-                return True
-            seen.add(key)
+def _repeats_a_call(parser: StreamParser, seen: list[str]) -> bool:
+    """Whether a call just read repeats one read before in this turn (remembering the new ones, in `seen`). A
+    model that writes the same call again is looping, not asking twice: greedy decoding under a grammar that
+    allows several calls repeated Qwen2.5-Coder's one call until `max_tokens`. Calls the parser still holds back
+    (whether the template opened reasoning is not known yet, as on every first turn) count: they were written."""
+    read = parser.calls_read
+    if len(read) < len(seen):  # held calls became reasoning at a lone `</think>`: start over from what stands
+        del seen[len(read):]
+    for call in read[len(seen):]:
+        key = _call_key(call)
+        if key in seen:
+            return True
+        seen.append(key)
     return False
 
 

@@ -148,6 +148,13 @@ class StreamParser(OutsideSteps, BlockSteps, WholeReplyReadings):
     # ------------------------------------------------------------------------------------------ public API
 
     @property
+    def calls_read(self) -> tuple[ToolCall, ...]:
+        """Every call read so far, including those not yet emitted because it is unknown whether the template
+        opened reasoning (a later lone `</think>` would make them drafts). A consumer watching for a model that
+        writes one call again and again needs them: held calls are only emitted at `close()`."""
+        return tuple(self._calls)
+
+    @property
     def finished(self) -> bool:
         """True once no further text can change the result: a fabricated observation began, or (one call per
         turn) the call is complete. A consumer can stop reading the stream then."""
