@@ -28,6 +28,7 @@
     │   └── WorkspaceRefusedError            a delegated run's workspace is outside the allowed roots
     ├── SessionNotFoundError        exit 1   no saved session has that id
     ├── RequestError                         `mylm serve`: a client's request is malformed (a 4xx in its API's shape)
+    ├── WorkersFailed               exit 1   `mylm serve --workers`: workers kept dying, so the server stopped
     ├── DownloadError               exit 1   a model could not be fetched or failed its checksum
     ├── RunTimeoutError             exit 4   the run's wall-clock budget is spent
     └── CancelledError              exit 130 the run was cancelled (Ctrl-C or a cancel token)
@@ -196,6 +197,10 @@ class WorkspaceRefusedError(WorkspaceError):
 
 class SessionNotFoundError(MylmError):
     """No saved session (of the kind asked for) has that id."""
+
+
+class WorkersFailed(MylmError):
+    """`mylm serve --workers N`: the workers kept dying, so the server stopped."""
 
 
 class RequestError(MylmError):

@@ -27,6 +27,7 @@ from ..agent.step import ModelStep, StepConfig, ToolDefinition, drain
 from ..core.types import Message, ToolCall
 from ..llm import LLM, LLMRequest, NativeTools, TextChunk, supports_native_tools
 from ..protocol.dialects import TOOL_DIALECTS
+from .recording import RecordingLLM
 
 if TYPE_CHECKING:
     from ..prompts import PromptLoader
@@ -97,8 +98,6 @@ def protocol_reply(llm: LLM, prompts: PromptLoader, tools: Sequence[ToolDefiniti
                    dialect: str = "mylm") -> Reply:
     """Ask in mylm's text protocol, in the tool `dialect` (one step, corrected up to `MAX_CORRECTIONS` times, as a
     server would)."""
-    from .runner import RecordingLLM
-
     started = time.perf_counter()
     llm = recorder = RecordingLLM(llm)
     step = ModelStep(llm, tools, StepConfig(max_tokens=limits.max_tokens, multiple_calls=True,

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.types import ErrorEvent, StopReason, ToolResultEvent
-from ..llm import LLM, ConstrainMode, FinishChunk, LLMChunk, LLMRequest, TextChunk
+from ..llm import LLM, ConstrainMode, FinishChunk
+from .recording import RecordingLLM
 from .suite import Task
 
 if TYPE_CHECKING:
@@ -25,45 +26,6 @@ if TYPE_CHECKING:
 
 #: Where a server does not report token counts, output tokens are estimated at this many characters each.
 CHARS_PER_TOKEN = 4.0
-
-
-@dataclass(frozen=True)
-class Turn:
-    """One model completion as the endpoint sent it."""
-
-    text: str
-    finish: FinishChunk | None
-    seconds: float
-
-
-class RecordingLLM:
-    """Passes requests through to `inner` and keeps every completion's text, finish and duration."""
-
-    def __init__(self, inner: LLM) -> None:
-        self.inner = inner
-        self.turns: list[Turn] = []
-
-    def __getattr__(self, name: str) -> Any:
-        # What the agent asks of its model beyond `stream` (its `endpoint` for the registry's tool dialect,
-        # `opens_reasoning`...) is the wrapped model's: a recorded run must behave as an unrecorded one.
-        if name == "inner":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
-
-    def stream(self, request: LLMRequest) -> Iterator[LLMChunk]:
-        started = time.perf_counter()
-        text: list[str] = []
-        finish: FinishChunk | None = None
-        try:
-            for chunk in self.inner.stream(request):
-                if isinstance(chunk, TextChunk):
-                    text.append(chunk.text)
-                elif isinstance(chunk, FinishChunk):
-                    finish = chunk
-                yield chunk
-        finally:
-            # Also when the agent closes the stream early, once a whole call has arrived.
-            self.turns.append(Turn("".join(text), finish, time.perf_counter() - started))
 
 
 def judge_turn(text: str, finish: FinishChunk | None, tools: Mapping[str, Tool]) -> tuple[bool, int]:

@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import MylmError
+from ..core.errors import WorkersFailed
 from .server import DRAIN_SECONDS, run
 from .stored import SharedResponses
 
@@ -64,10 +64,6 @@ _PR_SET_PDEATHSIG = 1
 #: A function called in each worker once it is forked, before it serves (its number from 1); what it returns, if
 #: callable, is called when the worker stops (the CLI starts each worker's own tracing there).
 Started = Callable[[int], "Callable[[], None] | None"]
-
-
-class WorkersFailed(MylmError):
-    """The workers kept dying, so the server stopped."""
 
 
 def shares(total: int, workers: int) -> list[int]:
