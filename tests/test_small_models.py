@@ -364,7 +364,8 @@ def test_a_call_restated_with_more_arguments_in_one_turn_is_one_call(tmp_path: P
         "type": "object", "properties": {"city": {"type": "string"}}})
     reply = "\n".join(format_tool_call(ToolCall("get_weather", a)) for a in ({"city": "Paris"}, {"city": "London"}, {}))
     step = ModelStep(ScriptedLLM([reply], stops="ignore"), [weather], StepConfig(max_tokens=200, multiple_calls=True))
-    _, outcome = drain(step.turn([Message("system", step.system_prompt()), Message("user", "weather?")],
+    _, outcome = drain(step.turn([Message("system", step.system_prompt()),
+                                  Message("user", "weather in Paris and London, and here?")],
                                  deadline=None, check_calls=True))
     assert [c.arguments for c in outcome.calls] == [{"city": "Paris"}, {"city": "London"}, {}]
 
@@ -380,24 +381,27 @@ def test_calls_enumerating_values_the_question_never_named_are_cut_to_the_named_
     assert grounded(units, asked) == units[:1]
     cities = tuple(ToolCall("get_weather", {"city": c}) for c in ("Paris", "London", "Tokyo"))
     assert grounded(cities, "what is the weather in paris, london and tokyo?") == cities
-    # nothing named: left alone (the model may know better); two tools: left alone
-    assert grounded(units, "how long is it around?") == units
+    # nothing named: the model listed options; its first choice is kept. Two tools: left alone
+    assert grounded(units, "how long is it around?") == units[:1]
     mixed = (*cities, ToolCall("get_time", {"city": "Paris"}))
     assert grounded(mixed, "weather and time in paris") == mixed
-    # simple_python_13: the area under y=x^2 from 1 to 3, once per `method` of the schema's enum, none named
+    # simple_python_13: the area under y=x^2 from 1 to 3, once per `method`, none named (BFCL's schema has no enum)
     methods = ("trapezoidal", "midpoint", "rectangle", "spline", "gauss")
     area = tuple(ToolCall("calculate_area_under_curve", {"function": "x**2", "interval": [1, 3], "method": m})
                  for m in methods)
-    schemas = {"calculate_area_under_curve": {"type": "object", "properties": {
-        "function": {"type": "string"}, "interval": {"type": "array"},
-        "method": {"type": "string", "enum": list(methods)}}}}
     asked = "calculate the area under the curve y=x^2 from x=1 to x=3."
-    assert grounded(area, asked, schemas) == area[:1]
-    assert grounded(area, asked) == area  # no schema, no enum: left alone
-    # simple_python_15 and 17: two calls, `method` simpson then trapezoid, or `formatted` true then false
-    assert grounded(area[:2], asked, schemas) == area[:1]
+    assert grounded(area, asked) == area[:1]
+    # simple_python_26: a speed in every unit; 15 and 17: `method` simpson then trapezoid, `formatted` true/false
+    speeds = tuple(ToolCall("calculate_velocity", {"distance": 50, "duration": 2, "unit": u})
+                   for u in ("km/h", "m/s", "mph", "knots"))
+    assert grounded(speeds, "calculate the velocity of a car that travels a distance of 50 kilometers for a "
+                            "duration of 2 hours?") == speeds[:1]
+    assert grounded(area[:2], asked) == area[:1]
     both = tuple(ToolCall("get_prime_factors", {"number": 450, "formatted": f}) for f in (True, False))
     assert grounded(both, "what are the prime factors of 450?") == both[:1]
+    # values a tool's result named (an observation is a user message): every call stays
+    files = tuple(ToolCall("read_file", {"path": p}) for p in ("a.py", "b.py"))
+    assert grounded(files, "read the python files\n<observation>a.py\nb.py\nc.txt</observation>") == files
     two = tuple(ToolCall("get_weather", {"city": c}) for c in ("Paris", "London"))
     assert grounded(two, "weather in paris and london?") == two
 
@@ -415,3 +419,27 @@ def test_calls_that_reshuffle_an_earlier_calls_values_are_dropped() -> None:
     assert grounded(triangles, "areas of triangles 10x5, 15x5 and 5x10") == triangles[:2]
     other = (ToolCall("area", {"base": 10, "height": 5}), ToolCall("area", {"base": 10}))
     assert grounded(other, "area") == other  # other arguments: not a reshuffle
+
+
+def test_real_calls_followed_by_calls_of_tools_that_do_not_exist_go_out_alone() -> None:
+    # BFCL simple_python_4, Qwen2.5-Coder-1.5B: the right call, then the rest of its plan in made-up tools. The
+    # whole reply used to be corrected, and the model then answered in prose: the right call was lost.
+    solve = ToolDefinition("solve_quadratic_equation", "Roots of ax^2+bx+c.", {
+        "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"},
+                                         "c": {"type": "integer"}}, "required": ["a", "b", "c"]})
+    reply = ('<tool_code>\n<name>solve_quadratic_equation</name>\n<parameters>\n{"a": 2, "b": 6, "c": 5}\n'
+             '</parameters>\n</tool_code>\n<tool_code>\n<name>calculate_discriminant</name>\n<parameters>\n'
+             '{"a": 2, "b": 6, "c": 5}\n</parameters>\n</tool_code>\n<tool_code>\n<name>display_roots</name>\n'
+             '<parameters>\n{"root1": 1, "root2": -3}\n</parameters>\n</tool_code>')
+    step = ModelStep(ScriptedLLM([reply], stops="ignore"), [solve], StepConfig(max_tokens=300, multiple_calls=True))
+    asked = "Solve a quadratic equation where a=2, b=6, and c=5"
+    _, outcome = drain(step.turn([Message("system", step.system_prompt()), Message("user", asked)],
+                                 deadline=None, check_calls=True))
+    assert outcome.usable and [(c.name, c.arguments) for c in outcome.calls] == [
+        ("solve_quadratic_equation", {"a": 2, "b": 6, "c": 5})]
+    # a made-up tool first is still corrected: there is nothing right to send
+    made_up = reply[reply.index("<tool_code>\n<name>display_roots"):]
+    step = ModelStep(ScriptedLLM([made_up], stops="ignore"), [solve], StepConfig(max_tokens=300, multiple_calls=True))
+    _, outcome = drain(step.turn([Message("system", step.system_prompt()), Message("user", asked)],
+                                 deadline=None, check_calls=True))
+    assert not outcome.usable and "display_roots" in (outcome.correction or "")

@@ -126,16 +126,15 @@ class Meter:
     partial: str = ""
 
 
-def grounded(calls: tuple[ToolCall, ...], said: str,
-             schemas: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[ToolCall, ...]:
+def grounded(calls: tuple[ToolCall, ...], said: str) -> tuple[ToolCall, ...]:
     """Calls of one tool that only reshuffle an earlier call's values are dropped (see `_unmixed`). Several
-    calls of one tool that differ in one argument are kept only for the values the conversation
-    (`said`, casefolded) names, when it names any: asked for the circumference of a circle of radius 4 inches,
+    calls of one tool that differ in one argument are kept only for the values the conversation (`said`,
+    casefolded; tool results included) names: asked for the circumference of a circle of radius 4 inches,
     Qwen2.5-Coder-1.5B called the tool eight times, once per unit it could think of (in, cm, m, km, ft...), where
-    the weather in Paris, London and Tokyo is three calls the question asks for. When it names none and the
-    values are the argument's `enum` (in `schemas`, the tools' parameters), the model listed the options instead
-    of choosing one (the area under a curve by every `method`; prime factors `formatted` true, then false): the
-    first call is kept."""
+    the weather in Paris, London and Tokyo is three calls the question asks for. When it names none, the model
+    listed options instead of choosing one (the area under a curve by every `method`, a speed in km/h, m/s, mph
+    and knots, prime factors `formatted` true then false): its first choice is kept. The cost of being wrong is a
+    round trip (the model sees the first result and can make the next call), not a wrong answer."""
     if len({c.name for c in calls}) != 1:
         return calls
     calls = _unmixed(calls)
@@ -144,16 +143,13 @@ def grounded(calls: tuple[ToolCall, ...], said: str,
     if len(varying) != 1:
         return calls
     key = varying[0]
-    named = tuple(c for c in calls if isinstance(c.arguments.get(key), (str, int, float)) and not isinstance(
-        c.arguments.get(key), bool) and _named(str(c.arguments[key]).casefold(), said))
-    if named:
-        return named
-    options = (schemas or {}).get(calls[0].name, {}).get("properties", {}).get(key, {}).get("enum")
-    if all(isinstance(c.arguments.get(key), bool) for c in calls):
-        options = [True, False]  # `formatted: true`, then `formatted: false`
-    if isinstance(options, list) and all(c.arguments.get(key) in options for c in calls):
-        return calls[:1]
-    return calls
+    listed = [c for c in calls if key in c.arguments]  # a call without the argument lists no value of it
+    if len(listed) < 2:
+        return calls
+    named = [c for c in listed if isinstance(c.arguments[key], (str, int, float)) and not isinstance(
+        c.arguments[key], bool) and _named(str(c.arguments[key]).casefold(), said)]
+    kept = named or listed[:1]
+    return tuple(c for c in calls if key not in c.arguments or c in kept)
 
 
 def _unmixed(calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
@@ -343,8 +339,7 @@ class ModelStep:
         outcome = self.judge(turn, corrections, check_calls=check_calls)
         if len(outcome.calls) > 1:
             said = "\n".join(m.content for m in messages if m.role == "user").casefold()
-            schemas = {t.name: t.parameters for t in (*self.tools, *self.unlisted)}
-            outcome = replace(outcome, calls=grounded(outcome.calls, said, schemas))
+            outcome = replace(outcome, calls=grounded(outcome.calls, said))
         return outcome
 
     def judge(self, turn: ModelTurn, corrections: Corrections, *, check_calls: bool = False) -> StepOutcome:
@@ -377,6 +372,12 @@ class ModelStep:
         checked: list[ToolCall] = []
         for call in calls:
             tool = tools.get(call.name)
+            if tool is None and checked:
+                # Real calls, then steps of a plan in tools that do not exist (Qwen2.5-Coder-1.5B: a right
+                # `solve_quadratic`, then `calculate_discriminant`, `display_roots`...): the real ones go out, the
+                # model sees their results and goes on from there. Correcting the whole reply lost the right call.
+                logger.info("Dropped calls of %s after %d usable ones: no such tool", call.name, len(checked))
+                break
             if tool is None:
                 problem = corrections.unknown_tool(call.name, list(tools))
             elif choice == "none" or (choice not in TOOL_CHOICES and call.name not in (choice, *unlisted)):
