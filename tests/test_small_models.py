@@ -417,6 +417,12 @@ def test_calls_that_reshuffle_an_earlier_calls_values_are_dropped() -> None:
     # is the rare question that asks for one call's values swapped (5x10 after 10x5)
     triangles = tuple(ToolCall("area", {"base": b, "height": h}) for b, h in ((10, 5), (15, 5), (5, 10)))
     assert grounded(triangles, "areas of triangles 10x5, 15x5 and 5x10") == triangles[:2]
+    # simple_python_37, the 1.5B: the asked route, then routes between its own places
+    route = tuple(ToolCall("route.estimate_time", {"start_location": a, "end_location": b, "stops": s})
+                  for a, b, s in (("San Francisco", "Los Angeles", ["Santa Barbara", "Monterey"]),
+                                  ("Los Angeles", "Monterey", ["Santa Barbara"]), ("Santa Barbara", "Monterey", [])))
+    assert grounded(route, "estimate the travel time by car from san francisco to los angeles with stops at "
+                           "santa barbara and monterey.") == route[:1]
     other = (ToolCall("area", {"base": 10, "height": 5}), ToolCall("area", {"base": 10}))
     assert grounded(other, "area") == other  # other arguments: not a reshuffle
 

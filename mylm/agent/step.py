@@ -155,15 +155,24 @@ def grounded(calls: tuple[ToolCall, ...], said: str) -> tuple[ToolCall, ...]:
 def _unmixed(calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
     """The calls of one tool less those that only reshuffle an earlier call's values over the same arguments:
     asked for the hypotenuse of a triangle with sides 4 and 5, Qwen2.5-Coder-0.5B called `math.hypot` with
-    x=4 y=5, x=5 y=4, x=5 y=5 and x=4 y=4. A question that wants several calls gives each its own values (the
-    weather in two cities), never the first call's values swapped."""
-    kept: list[ToolCall] = []
+    x=4 y=5, x=5 y=4, x=5 y=5 and x=4 y=4; asked for a route from San Francisco to Los Angeles by Santa Barbara
+    and Monterey, the 1.5B added routes between those same places. A question that wants several calls gives
+    each its own values (the weather in two cities), never the first call's values moved around."""
+    kept: list[tuple[ToolCall, set[str]]] = []
     for call in calls:
-        values = {json.dumps(v, sort_keys=True) for v in call.arguments.values()}
-        if not any(set(call.arguments) == set(k.arguments) and values <= {
-                json.dumps(v, sort_keys=True) for v in k.arguments.values()} for k in kept):
-            kept.append(call)
-    return tuple(kept)
+        values = _scalars(call.arguments)
+        if not any(set(call.arguments) == set(k.arguments) and values <= seen for k, seen in kept):
+            kept.append((call, values))
+    return tuple(call for call, _ in kept)
+
+
+def _scalars(value: Any) -> set[str]:
+    """The scalar values in `value` (through lists and objects), as JSON."""
+    if isinstance(value, Mapping):
+        return set().union(*(_scalars(v) for v in value.values()))
+    if isinstance(value, (list, tuple)):
+        return set().union(*(_scalars(v) for v in value))
+    return {json.dumps(value)}
 
 
 def _named(value: str, said: str) -> bool:
