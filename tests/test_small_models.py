@@ -449,3 +449,32 @@ def test_real_calls_followed_by_calls_of_tools_that_do_not_exist_go_out_alone() 
     _, outcome = drain(step.turn([Message("system", step.system_prompt()), Message("user", asked)],
                                  deadline=None, check_calls=True))
     assert not outcome.usable and "display_roots" in (outcome.correction or "")
+
+
+def test_a_reply_listing_options_is_cut_once_two_calls_are_options_the_question_never_named() -> None:
+    # BFCL simple_python_7, Qwen2.5-Coder-1.5B: eight calls, one per unit, 23 s on two cores, where the first was
+    # the one kept. The stream ends at the third call; the cities a question names are all written.
+    from mylm.evaluation.runner import RecordingLLM
+
+    circumference = ToolDefinition("calculate_circumference", "Circumference of a circle.", {
+        "type": "object", "properties": {"radius": {"type": "integer"}, "unit": {"type": "string"}}})
+    units = "\n".join(format_tool_call(ToolCall("calculate_circumference", {"radius": 4, "unit": u}))
+                      for u in ("in", "cm", "m", "km", "ft", "yd", "mm", "um"))
+    recorder = RecordingLLM(ScriptedLLM([units], chunk_size=5, stops="ignore"))
+    step = ModelStep(recorder, [circumference], StepConfig(max_tokens=900, multiple_calls=True))
+    asked = "Calculate the circumference of a circle with a radius of 4 inches."
+    _, outcome = drain(step.turn([Message("system", step.system_prompt()), Message("user", asked)],
+                                 deadline=None, check_calls=True))
+    assert [c.arguments["unit"] for c in outcome.calls] == ["in"]
+    assert recorder.turns[0].text.count("<tool_code>") == 3
+
+    weather = ToolDefinition("get_weather", "Weather.", {"type": "object", "properties": {"city": {"type": "string"}}})
+    cities = ("Paris", "London", "Tokyo", "Rome")
+    reply = "\n".join(format_tool_call(ToolCall("get_weather", {"city": c})) for c in cities)
+    recorder = RecordingLLM(ScriptedLLM([reply], chunk_size=5, stops="ignore"))
+    step = ModelStep(recorder, [weather], StepConfig(max_tokens=900, multiple_calls=True))
+    _, outcome = drain(step.turn([Message("system", step.system_prompt()),
+                                  Message("user", "The weather in Paris, London, Tokyo and Rome?")],
+                                 deadline=None, check_calls=True))
+    assert [c.arguments["city"] for c in outcome.calls] == list(cities)
+    assert recorder.turns[0].text.count("<tool_code>") == 4

@@ -31,10 +31,8 @@ returns a `StepOutcome`. A step keeps what it learns about its endpoint (whether
 
 from __future__ import annotations
 
-import json
 import logging
 import platform
-import re
 import time
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -54,6 +52,7 @@ from ..protocol.tags import with_markers
 from ..tools.validation import validate
 from .context import TokenEstimator
 from .corrections import ECHOED, TEMPLATES, Corrections
+from .grounding import grounded
 from .turn import ModelTurn, cut_mid_thought, stream_turn
 
 logger = logging.getLogger("mylm.agent")
@@ -124,60 +123,6 @@ class Meter:
     calls: int = 0
     #: The visible text of the completion that was interrupted last (an exception left the step), else "".
     partial: str = ""
-
-
-def grounded(calls: tuple[ToolCall, ...], said: str) -> tuple[ToolCall, ...]:
-    """Calls of one tool that only reshuffle an earlier call's values are dropped (see `_unmixed`). Several
-    calls of one tool that differ in one argument are kept only for the values the conversation (`said`,
-    casefolded; tool results included) names: asked for the circumference of a circle of radius 4 inches,
-    Qwen2.5-Coder-1.5B called the tool eight times, once per unit it could think of (in, cm, m, km, ft...), where
-    the weather in Paris, London and Tokyo is three calls the question asks for. When it names none, the model
-    listed options instead of choosing one (the area under a curve by every `method`, a speed in km/h, m/s, mph
-    and knots, prime factors `formatted` true then false): its first choice is kept. The cost of being wrong is a
-    round trip (the model sees the first result and can make the next call), not a wrong answer."""
-    if len({c.name for c in calls}) != 1:
-        return calls
-    calls = _unmixed(calls)
-    keys = set().union(*(c.arguments for c in calls))
-    varying = [k for k in keys if len({json.dumps(c.arguments.get(k), sort_keys=True) for c in calls}) > 1]
-    if len(varying) != 1:
-        return calls
-    key = varying[0]
-    listed = [c for c in calls if key in c.arguments]  # a call without the argument lists no value of it
-    if len(listed) < 2:
-        return calls
-    named = [c for c in listed if isinstance(c.arguments[key], (str, int, float)) and not isinstance(
-        c.arguments[key], bool) and _named(str(c.arguments[key]).casefold(), said)]
-    kept = named or listed[:1]
-    return tuple(c for c in calls if key not in c.arguments or c in kept)
-
-
-def _unmixed(calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
-    """The calls of one tool less those that only reshuffle an earlier call's values over the same arguments:
-    asked for the hypotenuse of a triangle with sides 4 and 5, Qwen2.5-Coder-0.5B called `math.hypot` with
-    x=4 y=5, x=5 y=4, x=5 y=5 and x=4 y=4; asked for a route from San Francisco to Los Angeles by Santa Barbara
-    and Monterey, the 1.5B added routes between those same places. A question that wants several calls gives
-    each its own values (the weather in two cities), never the first call's values moved around."""
-    kept: list[tuple[ToolCall, set[str]]] = []
-    for call in calls:
-        values = _scalars(call.arguments)
-        if not any(set(call.arguments) == set(k.arguments) and values <= seen for k, seen in kept):
-            kept.append((call, values))
-    return tuple(call for call, _ in kept)
-
-
-def _scalars(value: Any) -> set[str]:
-    """The scalar values in `value` (through lists and objects), as JSON."""
-    if isinstance(value, Mapping):
-        return set().union(*(_scalars(v) for v in value.values()))
-    if isinstance(value, (list, tuple)):
-        return set().union(*(_scalars(v) for v in value))
-    return {json.dumps(value)}
-
-
-def _named(value: str, said: str) -> bool:
-    """Whether `value` stands in `said` as a word of its own (`in` in "4 inches" counts; `m` in "compute" not)."""
-    return re.search(rf"(?<![\w]){re.escape(value)}", said) is not None if value.strip() else False
 
 
 def said_once(turn: ModelTurn) -> ModelTurn | None:

@@ -16,6 +16,7 @@ from ..protocol.parser import StreamParser
 from ..protocol.reasoning import template_opens_reasoning
 from ..protocol.repetition import Repetition, RepetitionGuard
 from ..protocol.tags import REASONING_DIALECTS, TOOL_CLOSE, TOOL_OPEN, ReasoningDialect
+from .grounding import grounded
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ def stream_turn(
     first: float | None = None
     guard = RepetitionGuard()
     calls: list[str] = []  # the calls read so far, as keys: one written again ends the turn
+    listed = [0]  # how many calls `_listing` has looked at
     stream = iter(llm.stream(request))
     try:
         for chunk in stream:
@@ -77,7 +79,8 @@ def stream_turn(
             if isinstance(chunk, TextChunk):
                 events = parser.feed(chunk.text)
                 yield from _relay(events, shown)
-                if parser.finished or _degenerate(guard, events) or _repeats_a_call(parser, calls):
+                if parser.finished or _degenerate(guard, events) or _repeats_a_call(parser, calls) or (
+                        multiple_calls and _listing(parser, request, listed)):
                     break
             elif isinstance(chunk, ReasoningChunk):
                 if chunk.text:
@@ -146,6 +149,19 @@ def _repeats_a_call(parser: StreamParser, seen: list[str]) -> bool:
             return True
         seen.append(key)
     return False
+
+
+def _listing(parser: StreamParser, request: LLMRequest, looked: list[int]) -> bool:
+    """Whether the calls read so far list options instead of making the call asked for: two of them are calls
+    of one tool that `grounded` would drop (values the conversation never named, or the first call's values
+    reshuffled). Qwen2.5-Coder-1.5B wrote eight such calls to most BFCL questions (20-30 s a question on two
+    cores) where the first was the one kept; the rest of such a list is more of the same."""
+    read = parser.calls_read
+    if len(read) < 3 or len(read) == looked[0] or len({c.name for c in read}) != 1:
+        return False
+    looked[0] = len(read)
+    said = "\n".join(m.content for m in request.messages if m.role == "user").casefold()
+    return len(read) - len(grounded(read, said)) >= 2
 
 
 def _distinct(calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
