@@ -478,3 +478,42 @@ def test_a_reply_listing_options_is_cut_once_two_calls_are_options_the_question_
                                  deadline=None, check_calls=True))
     assert [c.arguments["city"] for c in outcome.calls] == list(cities)
     assert recorder.turns[0].text.count("<tool_code>") == 4
+
+
+#: BFCL simple_python_20, Qwen2.5-Coder-1.5B under the grammar: an HCF worked out by hand to the 400-character cap,
+#: where the grammar let the prose only end ("-Div"); simple_python_30 was made to tag an answer it had not reached.
+HCF_BY_HAND = ("To find the highest common factor (HCF) of 36 and 24, I'll follow these steps:\n\n1. **Prime "
+               "Factorization of 36:**\n   - Divide 36 by 2: \\(36 \\div 2 = 18\\)\n   - Divide 18 by 2: \\(18 \\div "
+               "2 = 9\\)\n   - Divide 9 by 3: \\(9 \\div 3 = 3\\)\n   - Divide 3 by 3: \\(3 \\div 3 = 1\\)\n   - Prime "
+               "factorization of 36: \\(2^2 \\times 3^2\\)\n\n2. **Prime Factorization of 24:**\n   - Divide 24 by 2: "
+               "\\(24 \\div 2 = 12\\)\n   -Div")
+
+
+@pytest.mark.parametrize("reply", [HCF_BY_HAND[-400:], HCF_BY_HAND[-400:] + "<final_answer>0</final_answer>"],
+                         ids=["bare", "forced-answer"])
+def test_prose_stopped_at_the_grammar_cap_is_asked_again_once(reply: str) -> None:
+    hcf = ToolDefinition("math.hcf", "Highest common factor of two numbers.", {
+        "type": "object", "properties": {"number1": {"type": "integer"}, "number2": {"type": "integer"}},
+        "required": ["number1", "number2"]})
+    call = format_tool_call(ToolCall("math.hcf", {"number1": 36, "number2": 24}))
+    llm = ScriptedLLM([reply, call], stops="ignore")
+    step = ModelStep(llm, [hcf], StepConfig(max_tokens=1024, multiple_calls=True, constrain="auto"))
+    messages = [Message("system", step.system_prompt()), Message("user", "Calculate the HCF of 36 and 24.")]
+    corrections = step.corrections()
+    _, outcome = drain(step.turn(messages, deadline=None, corrections=corrections, check_calls=True))
+    assert not outcome.usable and "400 characters of working" in (outcome.correction or "")
+    assert "call it now" in (outcome.correction or "")
+    _, outcome = drain(step.turn([*messages, outcome.reply, Message("user", outcome.correction or "")],
+                                 deadline=None, corrections=corrections, check_calls=True))
+    assert [c.name for c in outcome.calls] == ["math.hcf"]
+    # sent once: the same again is taken as it is; a finished sentence at the cap, or prose under it, is an answer
+    again = ModelStep(ScriptedLLM([reply], stops="ignore"), [hcf], StepConfig(max_tokens=1024, multiple_calls=True, constrain="auto"))
+    _, outcome = drain(again.turn(messages, deadline=None, corrections=corrections, check_calls=True))
+    assert outcome.usable
+    unconstrained = ModelStep(ScriptedLLM([reply], stops="ignore"), [hcf], StepConfig(max_tokens=1024))
+    _, outcome = drain(unconstrained.turn(messages, deadline=None, check_calls=True))
+    assert outcome.usable  # no grammar, no cap: the reply is what the model meant
+    for whole in (HCF_BY_HAND[-399:] + ".", HCF_BY_HAND[-300:]):
+        fine = ModelStep(ScriptedLLM([whole], stops="ignore"), [hcf], StepConfig(max_tokens=1024, multiple_calls=True, constrain="auto"))
+        _, outcome = drain(fine.turn(messages, deadline=None, check_calls=True))
+        assert outcome.usable

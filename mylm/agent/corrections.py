@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 #: The templates a conversation's corrections may render; checked before a run starts.
 TEMPLATES = (
     "format_error.j2", "truncated.j2", "unusable_reply.j2", "repeated_mistake.j2", "invalid_arguments.j2",
-    "tool_choice_refused.j2", "repeated_call.j2", "unknown_tool.j2", "degenerate.j2", "echoed.j2",
+    "tool_choice_refused.j2", "repeated_call.j2", "unknown_tool.j2", "degenerate.j2", "echoed.j2", "capped.j2",
 )
 
 #: A reply at least this long that shares this much (or 60% of itself) with the corrections just sent echoes them.
@@ -85,6 +85,8 @@ class Corrections:
         #: The user's request, restated by the `echoed` correction (the agent sets it; else the first user
         #: message of the conversation judged).
         self.task = ""
+        #: Whether `capped` was sent: a second reply stopped at the prose cap is taken as it is.
+        self.capped_sent = False
 
     def echoes(self, answer: str) -> bool:
         """Whether `answer` is mostly a copy of the call corrections just sent (`said`), not the model's own
@@ -203,6 +205,12 @@ class Corrections:
     def refused_by_choice(self, tool: str, tool_choice: str) -> str:
         """Why tool_choice (`none`, or one tool's name) does not allow calling `tool`."""
         return self.prompts.render("tool_choice_refused.j2", tool=tool, tool_choice=tool_choice)
+
+    def capped(self, chars: int) -> str:
+        """The user message for a reply whose prose ran to the grammar's cap (`chars`) and stopped there without
+        a call or an answer of its own (a small model working a tool's calculation out by hand)."""
+        self.capped_sent = True
+        return dialects.speak(self.prompts.render("capped.j2", chars=chars), self.dialect)
 
     def echoed(self, task: str) -> str:
         """The user message for a reply that only repeated the correction before it; `task` (the user's

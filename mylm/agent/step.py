@@ -38,7 +38,7 @@ from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
-from ..constrain.select import TOOL_CHOICES, ConstrainMode, select_constraints
+from ..constrain.select import TOOL_CHOICES, ConstrainMode, select_constraints, thought_cap
 from ..core.cancel import CancelToken
 from ..core.decoding import clean_text
 from ..core.types import ErrorEvent, Event, FinishReason, Message, ModelCallEvent, ToolCall, Usage, UsageEvent
@@ -48,7 +48,7 @@ from ..protocol import dialects
 from ..protocol.defuse import defuse_special_tokens, neutralise
 from ..protocol.examples import example_arguments, example_tool
 from ..protocol.repetition import LONG_UNIT
-from ..protocol.tags import with_markers
+from ..protocol.tags import FINAL_OPEN, with_markers
 from ..tools.validation import validate
 from .context import TokenEstimator
 from .corrections import ECHOED, TEMPLATES, Corrections
@@ -306,6 +306,13 @@ class ModelStep:
         problem = corrections.problem(turn.parsed)
         if problem is not None:
             return StepOutcome(turn, problem, corrections.unusable(turn, problem), "format")
+        if self._capped(turn) and not corrections.capped_sent:
+            # At the cap the grammar lets the prose only end: a model working a tool's calculation out by hand
+            # (BFCL simple_python: an HCF, a final velocity) stopped mid-sentence ("- Div"), or was made to tag
+            # an answer it had not reached (`<final_answer>0`). Asked again, it can call the tool.
+            cap = thought_cap(self.config.max_tokens)
+            return StepOutcome(turn, f"the reply's working ran to the {cap}-character limit", corrections.capped(cap),
+                               "format")
         if not turn.parsed.tool_calls and corrections.echoes(turn.parsed.final_answer or turn.parsed.thought):
             # Not an answer: the model copied what it was just told (a small model's habit).
             return StepOutcome(turn, ECHOED, corrections.echoed(corrections.task), "format")
@@ -317,6 +324,21 @@ class ModelStep:
             return StepOutcome(turn, problem, corrections.tool_required(tool), "tool_choice")
         calls = turn.parsed.tool_calls if self.config.multiple_calls else turn.parsed.tool_calls[:1]
         return self._checked(turn, calls, corrections) if check_calls else StepOutcome(turn, calls=calls)
+
+    def _capped(self, turn: ModelTurn) -> bool:
+        """Whether a turn sampled under the grammar stopped where the grammar's prose cap made it stop: no call,
+        the prose at the cap and not ended as a sentence (then, at most a short answer forced after it)."""
+        parsed = turn.parsed
+        if self.constraint is None or parsed.tool_calls:
+            return False
+        cap = thought_cap(self.config.max_tokens)
+        at = parsed.text.lower().find(FINAL_OPEN)
+        prose = (parsed.text if at < 0 else parsed.text[:at]).rstrip()
+        # Between cap-2 and cap: under a grammar no prose is longer; an endpoint that ignored the grammar rarely
+        # ends an answer of its own at exactly that length, mid-sentence.
+        if cap < 40 or not cap - 2 <= len(prose) <= cap or prose.endswith((".", "!", "?", ":", ")", "`", '"')):
+            return False
+        return at < 0 or len((parsed.final_answer or "").strip()) < 40
 
     def _checked(self, turn: ModelTurn, calls: tuple[ToolCall, ...], corrections: Corrections) -> StepOutcome:
         """The turn with its calls checked as the agent's runner would before running them: the first that

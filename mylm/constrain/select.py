@@ -37,6 +37,13 @@ class SchemaTool(Protocol):
     def parameters(self) -> Mapping[str, Any]: ...
 
 
+def thought_cap(max_tokens: int) -> int:
+    """How many characters of prose the turn grammar allows before a call or an answer, for `max_tokens`."""
+    from .protocol import THOUGHT_CHARS
+
+    return min(THOUGHT_CHARS, max_tokens // 2)
+
+
 def select_constraints(
     tools: Iterable[SchemaTool],
     *,
@@ -59,14 +66,14 @@ def select_constraints(
         return None, None
     if mode not in ("auto", "grammar"):
         raise ValueError(f"constrain must be auto, grammar or off, not {mode!r}")
-    from .protocol import ANSWER_CHARS, THOUGHT_CHARS, ToolSpec, compile_protocol
+    from .protocol import ANSWER_CHARS, ToolSpec, compile_protocol
 
     named = tool_choice not in TOOL_CHOICES
     offered = [t for t in tools if not named or t.name == tool_choice or t.name in always]
     grammar = compile_protocol(
         [] if tool_choice == "none" else [ToolSpec(t.name, t.parameters) for t in offered],
         multiple_calls=multiple_calls,
-        thought_chars=min(THOUGHT_CHARS, max_tokens // 2),
+        thought_chars=thought_cap(max_tokens),
         answer_chars=min(ANSWER_CHARS, max_tokens),
         require_call=tool_choice not in ("auto", "none"),
         dialect=dialect,

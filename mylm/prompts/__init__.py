@@ -269,6 +269,7 @@ SAMPLES: dict[str, tuple[dict[str, Any], ...]] = {
     "format_error.j2": ({"message": "a problem", "example": "", "after": "more"},
                        {"message": "a problem", "example": "<tool_code>\n<name>example</name>\n<parameters>\n{}\n</parameters>\n</tool_code>"}),
     "truncated.j2": ({"max_tokens": 4096},),
+    "capped.j2": ({"chars": 400},),
     "degenerate.j2": ({"message": "the reply repeated the line '#15' for 128 lines"},),
     "unrun_block.j2": ({"message": "a problem"},),
     "summary.j2": ({"max_iterations": 10},),
