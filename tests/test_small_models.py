@@ -517,3 +517,26 @@ def test_prose_stopped_at_the_grammar_cap_is_asked_again_once(reply: str) -> Non
         fine = ModelStep(ScriptedLLM([whole], stops="ignore"), [hcf], StepConfig(max_tokens=1024, multiple_calls=True, constrain="auto"))
         _, outcome = drain(fine.turn(messages, deadline=None, check_calls=True))
         assert outcome.usable
+
+
+def test_a_real_call_with_values_from_nowhere_before_made_up_tools_is_corrected_whole() -> None:
+    # BFCL irrelevance_0, Qwen2.5-Coder-1.5B: a triangle's area (base 10, height 5) with only a BMI tool offered;
+    # it called the BMI tool with weight 1.0 and height 1.0, then made-up tools. That call is not sent out.
+    bmi = ToolDefinition("determine_body_mass_index", "BMI from weight and height.", {
+        "type": "object", "properties": {"weight": {"type": "number"}, "height": {"type": "number"}},
+        "required": ["weight", "height"]})
+    reply = ('<tool_code>\n<name>determine_body_mass_index</name>\n<parameters>\n{"weight": 1.0, "height": 1.0}\n'
+             '</parameters>\n</tool_code>\n<tool_code>\n<name>calculate_area_of_triangle</name>\n<parameters>\n'
+             '{"base": 10.0, "height": 5.0}\n</parameters>\n</tool_code>\n')
+    step = ModelStep(ScriptedLLM([reply], stops="ignore"), [bmi], StepConfig(max_tokens=300, multiple_calls=True))
+    asked = "Calculate the area of a triangle given the base is 10 meters and height is 5 meters."
+    _, outcome = drain(step.turn([Message("system", step.system_prompt()), Message("user", asked)],
+                                 deadline=None, check_calls=True))
+    assert not outcome.usable and "calculate_area_of_triangle" in (outcome.correction or "")
+    # the values the question gives (5 as 5.0) are the model's own: that call goes out alone
+    grounded_reply = reply.replace('"weight": 1.0, "height": 1.0', '"weight": 10, "height": 5.0')
+    step = ModelStep(ScriptedLLM([grounded_reply], stops="ignore"), [bmi],
+                     StepConfig(max_tokens=300, multiple_calls=True))
+    _, outcome = drain(step.turn([Message("system", step.system_prompt()), Message("user", asked)],
+                                 deadline=None, check_calls=True))
+    assert [c.arguments for c in outcome.calls] == [{"weight": 10, "height": 5.0}]

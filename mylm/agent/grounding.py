@@ -66,3 +66,33 @@ def _scalars(value: Any) -> set[str]:
 def _named(value: str, said: str) -> bool:
     """Whether `value` stands in `said` as a word of its own (`in` in "4 inches" counts; `m` in "compute" not)."""
     return re.search(rf"(?<![\w]){re.escape(value)}", said) is not None if value.strip() else False
+
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e-?\d+)?", re.IGNORECASE)
+
+
+def mentioned(call: ToolCall, said: str) -> bool:
+    """Whether every value `call` passes comes from the conversation (`said`, casefolded): each string in it,
+    each number among its numbers (`5` and `5.0` alike); booleans are choices, not values to copy. Asked a
+    triangle's area (base 10, height 5) with only a BMI tool offered, Qwen2.5-Coder-1.5B called it with weight
+    1.0 and height 1.0, then made-up tools: values from nowhere."""
+    numbers: set[float] | None = None
+    for value in _leaves(call.arguments):
+        if isinstance(value, bool) or value is None:
+            continue
+        if isinstance(value, (int, float)):
+            if numbers is None:
+                numbers = {float(n) for n in _NUMBER.findall(said)}
+            if float(value) not in numbers:
+                return False
+        elif str(value).casefold() not in said:
+            return False
+    return True
+
+
+def _leaves(value: Any) -> list[Any]:
+    if isinstance(value, Mapping):
+        return [leaf for v in value.values() for leaf in _leaves(v)]
+    if isinstance(value, (list, tuple)):
+        return [leaf for v in value for leaf in _leaves(v)]
+    return [value]

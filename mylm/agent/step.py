@@ -52,7 +52,7 @@ from ..protocol.tags import FINAL_OPEN, with_markers
 from ..tools.validation import validate
 from .context import TokenEstimator
 from .corrections import ECHOED, TEMPLATES, Corrections
-from .grounding import grounded
+from .grounding import grounded, mentioned
 from .turn import ModelTurn, cut_mid_thought, stream_turn
 
 logger = logging.getLogger("mylm.agent")
@@ -290,14 +290,16 @@ class ModelStep:
         corrections = corrections or self.corrections()
         if not corrections.task:  # a server's or the eval's conversation: the question is its first user message
             corrections.task = next((m.content for m in messages if m.role == "user"), "")
-        outcome = self.judge(turn, corrections, check_calls=check_calls)
+        said = "\n".join(m.content for m in messages if m.role == "user").casefold()
+        outcome = self.judge(turn, corrections, check_calls=check_calls, said=said)
         if len(outcome.calls) > 1:
-            said = "\n".join(m.content for m in messages if m.role == "user").casefold()
             outcome = replace(outcome, calls=grounded(outcome.calls, said))
         return outcome
 
-    def judge(self, turn: ModelTurn, corrections: Corrections, *, check_calls: bool = False) -> StepOutcome:
-        """Whether `turn` can be used; if not, why and what to tell the model."""
+    def judge(self, turn: ModelTurn, corrections: Corrections, *, check_calls: bool = False,
+              said: str = "") -> StepOutcome:
+        """Whether `turn` can be used; if not, why and what to tell the model. `said`: the conversation's user
+        messages, casefolded (where the values of calls come from)."""
         if turn.degenerate:  # cut short while looping: whatever it parsed to is not what the model meant
             said = said_once(turn)
             if said is not None:
@@ -323,7 +325,7 @@ class ModelStep:
             problem = f"the reply had no tool call; {which} is required (tool_choice)"
             return StepOutcome(turn, problem, corrections.tool_required(tool), "tool_choice")
         calls = turn.parsed.tool_calls if self.config.multiple_calls else turn.parsed.tool_calls[:1]
-        return self._checked(turn, calls, corrections) if check_calls else StepOutcome(turn, calls=calls)
+        return self._checked(turn, calls, corrections, said) if check_calls else StepOutcome(turn, calls=calls)
 
     def _capped(self, turn: ModelTurn) -> bool:
         """Whether a turn sampled under the grammar stopped where the grammar's prose cap made it stop: no call,
@@ -340,7 +342,8 @@ class ModelStep:
             return False
         return at < 0 or len((parsed.final_answer or "").strip()) < 40
 
-    def _checked(self, turn: ModelTurn, calls: tuple[ToolCall, ...], corrections: Corrections) -> StepOutcome:
+    def _checked(self, turn: ModelTurn, calls: tuple[ToolCall, ...], corrections: Corrections,
+                 said: str = "") -> StepOutcome:
         """The turn with its calls checked as the agent's runner would before running them: the first that
         cannot run makes the turn unusable, with the observation the agent would send for it."""
         tools = {t.name: t for t in (*self.tools, *self.unlisted)}
@@ -348,10 +351,12 @@ class ModelStep:
         checked: list[ToolCall] = []
         for call in calls:
             tool = tools.get(call.name)
-            if tool is None and checked:
+            if tool is None and checked and all(mentioned(c, said) for c in checked):
                 # Real calls, then steps of a plan in tools that do not exist (Qwen2.5-Coder-1.5B: a right
                 # `solve_quadratic`, then `calculate_discriminant`, `display_roots`...): the real ones go out, the
                 # model sees their results and goes on from there. Correcting the whole reply lost the right call.
+                # Only real calls whose values all come from the conversation: one with values from nowhere
+                # before made-up tools is a model reaching for tools it does not have (BFCL irrelevance_0).
                 logger.info("Dropped calls of %s after %d usable ones: no such tool", call.name, len(checked))
                 break
             if tool is None:
