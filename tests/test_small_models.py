@@ -532,7 +532,7 @@ def test_a_real_call_with_values_from_nowhere_before_made_up_tools_is_corrected_
     asked = "Calculate the area of a triangle given the base is 10 meters and height is 5 meters."
     _, outcome = drain(step.turn([Message("system", step.system_prompt()), Message("user", asked)],
                                  deadline=None, check_calls=True))
-    assert not outcome.usable and "calculate_area_of_triangle" in (outcome.correction or "")
+    assert not outcome.usable and "come from the task" in (outcome.correction or "")  # see made_up below
     # the values the question gives (5 as 5.0) are the model's own: that call goes out alone
     grounded_reply = reply.replace('"weight": 1.0, "height": 1.0', '"weight": 10, "height": 5.0')
     step = ModelStep(ScriptedLLM([grounded_reply], stops="ignore"), [bmi],
@@ -540,3 +540,43 @@ def test_a_real_call_with_values_from_nowhere_before_made_up_tools_is_corrected_
     _, outcome = drain(step.turn([Message("system", step.system_prompt()), Message("user", asked)],
                                  deadline=None, check_calls=True))
     assert [c.arguments for c in outcome.calls] == [{"weight": 10, "height": 5.0}]
+
+
+@pytest.mark.parametrize(("asked", "call"), [
+    # BFCL irrelevance, Qwen2.5-Coder-1.5B: the one tool at hand, with values from nowhere
+    ("What are the latest movie releases?",
+     ToolCall("calculate_velocity", {"initial_velocity": 0.0, "acceleration": 0.0, "time": 0.0})),
+    ("Find the duration of flight between Los Angeles and Miami.",
+     ToolCall("currency_converter", {"base_currency": "USD", "target_currency": "USD", "amount": 1.0})),
+    ("What's the time right now?",
+     ToolCall("calculate_time", {"distance": 0.0, "speed": 0.0, "round_to_nearest_second": True})),
+])
+def test_a_call_whose_values_come_from_nowhere_is_asked_about_once(asked: str, call: ToolCall) -> None:
+    tool = ToolDefinition(call.name, "A tool.", {"type": "object", "properties": {
+        k: {"type": "boolean" if isinstance(v, bool) else "number" if isinstance(v, float) else "string"}
+        for k, v in call.arguments.items()}})
+    llm = ScriptedLLM([format_tool_call(call), "<final_answer>I cannot tell with these tools.</final_answer>"],
+                      stops="ignore")
+    step = ModelStep(llm, [tool], StepConfig(max_tokens=300, multiple_calls=True))
+    messages = [Message("system", step.system_prompt()), Message("user", asked)]
+    corrections = step.corrections()
+    _, outcome = drain(step.turn(messages, deadline=None, corrections=corrections, check_calls=True))
+    assert not outcome.usable and "come from the task" in (outcome.correction or "")
+    _, outcome = drain(step.turn([*messages, outcome.reply, Message("user", outcome.correction or "")],
+                                 deadline=None, corrections=corrections, check_calls=True))
+    assert outcome.usable and outcome.turn.parsed.final_answer == "I cannot tell with these tools."
+    # asked once: the same call again goes out as it is
+    again = ModelStep(ScriptedLLM([format_tool_call(call)], stops="ignore"), [tool],
+                      StepConfig(max_tokens=300, multiple_calls=True))
+    _, outcome = drain(again.turn(messages, deadline=None, corrections=corrections, check_calls=True))
+    assert outcome.usable and outcome.calls
+
+
+def test_values_the_conversation_names_or_text_the_model_writes_are_not_made_up() -> None:
+    from mylm.agent.grounding import made_up
+
+    said = "calculate the area of a circle with a radius of five meters, then list the files.".casefold()
+    assert not made_up(ToolCall("circle_area", {"radius": 5.0, "units": "meters"}), said)  # "five" is 5
+    assert not made_up(ToolCall("execute_command", {"command": "find . -name '*.py' | wc -l", "timeout": 30}), said)
+    assert not made_up(ToolCall("list_dir", {"path": "."}), said)  # no number: not this shape
+    assert made_up(ToolCall("circle_area", {"radius": 1.0}), said)

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 TEMPLATES = (
     "format_error.j2", "truncated.j2", "unusable_reply.j2", "repeated_mistake.j2", "invalid_arguments.j2",
     "tool_choice_refused.j2", "repeated_call.j2", "unknown_tool.j2", "degenerate.j2", "echoed.j2", "capped.j2",
+    "made_up.j2",
 )
 
 #: A reply at least this long that shares this much (or 60% of itself) with the corrections just sent echoes them.
@@ -87,6 +88,8 @@ class Corrections:
         self.task = ""
         #: Whether `capped` was sent: a second reply stopped at the prose cap is taken as it is.
         self.capped_sent = False
+        #: Whether `made_up` was sent: a second call with values from nowhere is taken as it is.
+        self.made_up_sent = False
 
     def echoes(self, answer: str) -> bool:
         """Whether `answer` is mostly a copy of the call corrections just sent (`said`), not the model's own
@@ -211,6 +214,13 @@ class Corrections:
         a call or an answer of its own (a small model working a tool's calculation out by hand)."""
         self.capped_sent = True
         return dialects.speak(self.prompts.render("capped.j2", chars=chars), self.dialect)
+
+    def made_up(self, call: ToolCall) -> str:
+        """The user message for a call whose values all come from nowhere (`grounding.made_up`)."""
+        self.made_up_sent = True
+        arguments = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in call.arguments.items())
+        return dialects.speak(self.prompts.render("made_up.j2", tool=call.name, arguments=neutralise(arguments)),
+                              self.dialect)
 
     def echoed(self, task: str) -> str:
         """The user message for a reply that only repeated the correction before it; `task` (the user's

@@ -69,6 +69,12 @@ def _named(value: str, said: str) -> bool:
 
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e-?\d+)?", re.IGNORECASE)
+_WORDS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+          "seventeen eighteen nineteen twenty").split()
+_TENS = {"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80, "ninety": 90,
+         "hundred": 100, "thousand": 1000}
+#: A string value longer than this is text the model writes (a command, code, a message), not a value to copy.
+_WRITTEN = 24
 
 
 def mentioned(call: ToolCall, said: str) -> bool:
@@ -76,18 +82,38 @@ def mentioned(call: ToolCall, said: str) -> bool:
     each number among its numbers (`5` and `5.0` alike); booleans are choices, not values to copy. Asked a
     triangle's area (base 10, height 5) with only a BMI tool offered, Qwen2.5-Coder-1.5B called it with weight
     1.0 and height 1.0, then made-up tools: values from nowhere."""
-    numbers: set[float] | None = None
-    for value in _leaves(call.arguments):
-        if isinstance(value, bool) or value is None:
-            continue
-        if isinstance(value, (int, float)):
-            if numbers is None:
-                numbers = {float(n) for n in _NUMBER.findall(said)}
-            if float(value) not in numbers:
-                return False
-        elif str(value).casefold() not in said:
-            return False
-    return True
+    return all(_from(value, said, _numbers(said)) for value in _leaves(call.arguments)
+               if not isinstance(value, bool) and value is not None)
+
+
+def made_up(call: ToolCall, said: str) -> bool:
+    """Whether `call`'s values all come from nowhere: it passes numbers, and not one of its values is in the
+    conversation (`said`, casefolded). The shape of a small model calling the one tool it was given for a
+    question that tool does not answer (BFCL irrelevance, Qwen2.5-Coder-1.5B: the latest movies as
+    `calculate_velocity(0.0, 0.0, 0.0)`, a flight's duration as `currency_converter("USD", "USD", 1.0)`).
+    Text the model writes (a command, a path, code: strings over a few words) is never made up."""
+    values = [v for v in _leaves(call.arguments) if not isinstance(v, bool) and v is not None]
+    if not any(isinstance(v, (int, float)) for v in values):
+        return False
+    if any(isinstance(v, str) and len(v) > _WRITTEN for v in values):
+        return False
+    numbers = _numbers(said)
+    return not any(_from(v, said, numbers) for v in values)
+
+
+def _from(value: Any, said: str, numbers: set[float]) -> bool:
+    if isinstance(value, (int, float)):
+        return float(value) in numbers
+    return str(value).casefold() in said
+
+
+def _numbers(said: str) -> set[float]:
+    """The numbers `said` names, in digits or (up to twenty, and round tens) in words."""
+    found = {float(n) for n in _NUMBER.findall(said)}
+    words = set(re.findall(r"[a-z]+", said))
+    found.update(float(i) for i, word in enumerate(_WORDS) if word in words)
+    found.update(float(n) for word, n in _TENS.items() if word in words)
+    return found
 
 
 def _leaves(value: Any) -> list[Any]:

@@ -52,7 +52,7 @@ from ..protocol.tags import FINAL_OPEN, with_markers
 from ..tools.validation import validate
 from .context import TokenEstimator
 from .corrections import ECHOED, TEMPLATES, Corrections
-from .grounding import grounded, mentioned
+from .grounding import grounded, made_up, mentioned
 from .turn import ModelTurn, cut_mid_thought, stream_turn
 
 logger = logging.getLogger("mylm.agent")
@@ -367,6 +367,11 @@ class ModelStep:
                 return StepOutcome(turn, problem, correction, "call")
             else:
                 value, problems = validate(tool.parameters, dict(call.arguments))
+                if not problems and not checked and not corrections.made_up_sent and made_up(call, said):
+                    # Served or scored, a call is handed out as it is: a call of the one tool at hand with
+                    # values from nowhere answers a question that tool does not (BFCL irrelevance).
+                    return StepOutcome(turn, f"the values of the {call.name} call come from nowhere",
+                                       corrections.made_up(call), "call")
                 if not problems:
                     checked.append(replace(call, arguments=value if isinstance(value, dict) else call.arguments))
                     continue

@@ -270,6 +270,7 @@ SAMPLES: dict[str, tuple[dict[str, Any], ...]] = {
                        {"message": "a problem", "example": "<tool_code>\n<name>example</name>\n<parameters>\n{}\n</parameters>\n</tool_code>"}),
     "truncated.j2": ({"max_tokens": 4096},),
     "capped.j2": ({"chars": 400},),
+    "made_up.j2": ({"tool": "example", "arguments": 'weight=1.0, height=1.0'},),
     "degenerate.j2": ({"message": "the reply repeated the line '#15' for 128 lines"},),
     "unrun_block.j2": ({"message": "a problem"},),
     "summary.j2": ({"max_iterations": 10},),
