@@ -580,3 +580,7 @@ def test_values_the_conversation_names_or_text_the_model_writes_are_not_made_up(
     assert not made_up(ToolCall("execute_command", {"command": "find . -name '*.py' | wc -l", "timeout": 30}), said)
     assert not made_up(ToolCall("list_dir", {"path": "."}), said)  # no number: not this shape
     assert made_up(ToolCall("circle_area", {"radius": 1.0}), said)
+    # BFCL simple_python_128 and 132: numbers as people write them
+    said = "a company with 100 million outstanding shares and a net income of $2,000,000".casefold()
+    assert not made_up(ToolCall("dividend", {"outstanding_shares": 100000000}), said)
+    assert not made_up(ToolCall("roe", {"net_income": 2000000}), said)

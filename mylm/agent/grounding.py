@@ -108,8 +108,12 @@ def _from(value: Any, said: str, numbers: set[float]) -> bool:
 
 
 def _numbers(said: str) -> set[float]:
-    """The numbers `said` names, in digits or (up to twenty, and round tens) in words."""
+    """The numbers `said` names: in digits (with thousands separators, or a thousand, million or billion
+    after them) or, up to twenty and in round tens, in words."""
+    said = re.sub(r"(?<=\d),(?=\d{3}\b)", "", said)  # 2,000,000
     found = {float(n) for n in _NUMBER.findall(said)}
+    for number, scale in re.findall(r"(\d+(?:\.\d+)?)\s*(thousand|million|billion)\b", said):
+        found.add(float(number) * {"thousand": 1e3, "million": 1e6, "billion": 1e9}[scale])  # 100 million
     words = set(re.findall(r"[a-z]+", said))
     found.update(float(i) for i, word in enumerate(_WORDS) if word in words)
     found.update(float(n) for word, n in _TENS.items() if word in words)
