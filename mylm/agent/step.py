@@ -301,9 +301,9 @@ class ModelStep:
         """Whether `turn` can be used; if not, why and what to tell the model. `said`: the conversation's user
         messages, casefolded (where the values of calls come from)."""
         if turn.degenerate:  # cut short while looping: whatever it parsed to is not what the model meant
-            said = said_once(turn)
-            if said is not None:
-                return StepOutcome(said)
+            once = said_once(turn)
+            if once is not None:
+                return StepOutcome(once)
             return StepOutcome(turn, turn.degenerate, corrections.degenerate(turn.degenerate), "format")
         problem = corrections.problem(turn.parsed)
         if problem is not None:

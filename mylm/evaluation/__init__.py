@@ -7,7 +7,8 @@ from __future__ import annotations
 from .bfcl import CATEGORIES, CORE_CATEGORIES, Question
 from .checker import Call, Verdict, check, check_call
 from .modes import MODES, Limits, Reply
-from .runner import RecordingLLM, TaskResult, Totals, judge_turn, run_task, run_task_native, totals
+from .recording import RecordingLLM
+from .runner import TaskResult, Totals, judge_turn, run_task, run_task_native, totals
 from .score import Item, Row, Session, ask_question, best_mode, run_agent_task, summarise, table
 from .suite import Task, default_suite_path, load_suite
 
