@@ -427,6 +427,14 @@ def test_calls_that_reshuffle_an_earlier_calls_values_are_dropped() -> None:
     assert grounded(other, "area") == other  # other arguments: not a reshuffle
 
 
+def served(reply: str, tools: list[ToolDefinition], asked: str) -> Any:
+    """The outcome of one multi-call step over `reply`, judged as `mylm serve` and `mylm eval` judge it."""
+    step = ModelStep(ScriptedLLM([reply], stops="ignore"), tools, StepConfig(max_tokens=300, multiple_calls=True))
+    _, outcome = drain(step.turn([Message("system", step.system_prompt()), Message("user", asked)],
+                                 deadline=None, check_calls=True))
+    return outcome
+
+
 def test_real_calls_followed_by_calls_of_tools_that_do_not_exist_go_out_alone() -> None:
     # BFCL simple_python_4, Qwen2.5-Coder-1.5B: the right call, then the rest of its plan in made-up tools. The
     # whole reply used to be corrected, and the model then answered in prose: the right call was lost.
@@ -437,17 +445,12 @@ def test_real_calls_followed_by_calls_of_tools_that_do_not_exist_go_out_alone() 
              '</parameters>\n</tool_code>\n<tool_code>\n<name>calculate_discriminant</name>\n<parameters>\n'
              '{"a": 2, "b": 6, "c": 5}\n</parameters>\n</tool_code>\n<tool_code>\n<name>display_roots</name>\n'
              '<parameters>\n{"root1": 1, "root2": -3}\n</parameters>\n</tool_code>')
-    step = ModelStep(ScriptedLLM([reply], stops="ignore"), [solve], StepConfig(max_tokens=300, multiple_calls=True))
     asked = "Solve a quadratic equation where a=2, b=6, and c=5"
-    _, outcome = drain(step.turn([Message("system", step.system_prompt()), Message("user", asked)],
-                                 deadline=None, check_calls=True))
+    outcome = served(reply, [solve], asked)
     assert outcome.usable and [(c.name, c.arguments) for c in outcome.calls] == [
         ("solve_quadratic_equation", {"a": 2, "b": 6, "c": 5})]
     # a made-up tool first is still corrected: there is nothing right to send
-    made_up = reply[reply.index("<tool_code>\n<name>display_roots"):]
-    step = ModelStep(ScriptedLLM([made_up], stops="ignore"), [solve], StepConfig(max_tokens=300, multiple_calls=True))
-    _, outcome = drain(step.turn([Message("system", step.system_prompt()), Message("user", asked)],
-                                 deadline=None, check_calls=True))
+    outcome = served(reply[reply.index("<tool_code>\n<name>display_roots"):], [solve], asked)
     assert not outcome.usable and "display_roots" in (outcome.correction or "")
 
 
@@ -528,17 +531,12 @@ def test_a_real_call_with_values_from_nowhere_before_made_up_tools_is_corrected_
     reply = ('<tool_code>\n<name>determine_body_mass_index</name>\n<parameters>\n{"weight": 1.0, "height": 1.0}\n'
              '</parameters>\n</tool_code>\n<tool_code>\n<name>calculate_area_of_triangle</name>\n<parameters>\n'
              '{"base": 10.0, "height": 5.0}\n</parameters>\n</tool_code>\n')
-    step = ModelStep(ScriptedLLM([reply], stops="ignore"), [bmi], StepConfig(max_tokens=300, multiple_calls=True))
     asked = "Calculate the area of a triangle given the base is 10 meters and height is 5 meters."
-    _, outcome = drain(step.turn([Message("system", step.system_prompt()), Message("user", asked)],
-                                 deadline=None, check_calls=True))
+    outcome = served(reply, [bmi], asked)
     assert not outcome.usable and "come from the task" in (outcome.correction or "")  # see made_up below
     # the values the question gives (5 as 5.0) are the model's own: that call goes out alone
     grounded_reply = reply.replace('"weight": 1.0, "height": 1.0', '"weight": 10, "height": 5.0')
-    step = ModelStep(ScriptedLLM([grounded_reply], stops="ignore"), [bmi],
-                     StepConfig(max_tokens=300, multiple_calls=True))
-    _, outcome = drain(step.turn([Message("system", step.system_prompt()), Message("user", asked)],
-                                 deadline=None, check_calls=True))
+    outcome = served(grounded_reply, [bmi], asked)
     assert [c.arguments for c in outcome.calls] == [{"weight": 10, "height": 5.0}]
 
 

@@ -8,10 +8,16 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..core.types import ToolCall
+from ..core.types import Message, ToolCall
+
+
+def heard(messages: Sequence[Message]) -> str:
+    """What the conversation's user messages (tool results included) say, casefolded: where calls' values
+    should come from."""
+    return "\n".join(m.content for m in messages if m.role == "user").casefold()
 
 
 def grounded(calls: tuple[ToolCall, ...], said: str) -> tuple[ToolCall, ...]:
@@ -48,19 +54,10 @@ def _unmixed(calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
     each its own values (the weather in two cities), never the first call's values moved around."""
     kept: list[tuple[ToolCall, set[str]]] = []
     for call in calls:
-        values = _scalars(call.arguments)
+        values = {json.dumps(v) for v in _leaves(call.arguments)}
         if not any(set(call.arguments) == set(k.arguments) and values <= seen for k, seen in kept):
             kept.append((call, values))
     return tuple(call for call, _ in kept)
-
-
-def _scalars(value: Any) -> set[str]:
-    """The scalar values in `value` (through lists and objects), as JSON."""
-    if isinstance(value, Mapping):
-        return set().union(*(_scalars(v) for v in value.values()))
-    if isinstance(value, (list, tuple)):
-        return set().union(*(_scalars(v) for v in value))
-    return {json.dumps(value)}
 
 
 def _named(value: str, said: str) -> bool:

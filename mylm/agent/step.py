@@ -52,7 +52,7 @@ from ..protocol.tags import FINAL_OPEN, with_markers
 from ..tools.validation import validate
 from .context import TokenEstimator
 from .corrections import ECHOED, TEMPLATES, Corrections
-from .grounding import grounded, made_up, mentioned
+from .grounding import grounded, heard, made_up, mentioned
 from .turn import ModelTurn, cut_mid_thought, stream_turn
 
 logger = logging.getLogger("mylm.agent")
@@ -290,7 +290,7 @@ class ModelStep:
         corrections = corrections or self.corrections()
         if not corrections.task:  # a server's or the eval's conversation: the question is its first user message
             corrections.task = next((m.content for m in messages if m.role == "user"), "")
-        said = "\n".join(m.content for m in messages if m.role == "user").casefold()
+        said = heard(messages)
         outcome = self.judge(turn, corrections, check_calls=check_calls, said=said)
         if len(outcome.calls) > 1:
             outcome = replace(outcome, calls=grounded(outcome.calls, said))

@@ -16,7 +16,7 @@ from ..protocol.parser import StreamParser
 from ..protocol.reasoning import template_opens_reasoning
 from ..protocol.repetition import Repetition, RepetitionGuard
 from ..protocol.tags import REASONING_DIALECTS, TOOL_CLOSE, TOOL_OPEN, ReasoningDialect
-from .grounding import grounded
+from .grounding import grounded, heard
 
 
 @dataclass(frozen=True)
@@ -160,8 +160,7 @@ def _listing(parser: StreamParser, request: LLMRequest, looked: list[int]) -> bo
     if len(read) < 3 or len(read) == looked[0] or len({c.name for c in read}) != 1:
         return False
     looked[0] = len(read)
-    said = "\n".join(m.content for m in request.messages if m.role == "user").casefold()
-    return len(read) - len(grounded(read, said)) >= 2
+    return len(read) - len(grounded(read, heard(request.messages))) >= 2
 
 
 def _distinct(calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
