@@ -216,6 +216,15 @@ def _children(pid: int) -> list[int]:
         return []
 
 
+def _alive(pid: int) -> bool:
+    """Still running: neither gone nor a zombie (whose descriptors are closed)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
 def _idle_inits(root: int) -> dict[int, int]:
     """The launcher's processes that have none of their own, by their parent: its idle spare inits (the
     launcher, and the process holding its namespace, have children)."""
@@ -244,6 +253,10 @@ def test_a_spare_init_that_ends_is_replaced_without_mylm_asking(isolated_user_st
     launchers = set(spares.values())
     for pid in spares:
         os.kill(pid, signal.SIGKILL)
+    # SIGKILL is queued, not done: until each of them has ended (its socket closed), a command sent to one is
+    # taken in and lost with it. "Ended" is the precondition of this test, so wait for it.
+    while any(_alive(pid) for pid in spares) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
     def new_spares() -> set[int]:
         return {pid for launcher in launchers for pid in _children(launcher)} - set(spares)
