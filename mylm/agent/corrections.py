@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 TEMPLATES = (
     "format_error.j2", "truncated.j2", "unusable_reply.j2", "repeated_mistake.j2", "invalid_arguments.j2",
     "tool_choice_refused.j2", "repeated_call.j2", "unknown_tool.j2", "degenerate.j2", "echoed.j2", "capped.j2",
-    "made_up.j2",
+    "made_up.j2", "unfit.j2",
 )
 
 #: A reply at least this long that shares this much (or 60% of itself) with the corrections just sent echoes them.
@@ -90,6 +90,8 @@ class Corrections:
         self.capped_sent = False
         #: Whether `made_up` was sent: a second call with values from nowhere is taken as it is.
         self.made_up_sent = False
+        #: Whether `unfit` was sent: a tool called again after it goes out.
+        self.unfit_sent = False
 
     def echoes(self, answer: str) -> bool:
         """Whether `answer` is mostly a copy of the call corrections just sent (`said`), not the model's own
@@ -213,14 +215,26 @@ class Corrections:
         """The user message for a reply whose prose ran to the grammar's cap (`chars`) and stopped there without
         a call or an answer of its own (a small model working a tool's calculation out by hand)."""
         self.capped_sent = True
-        return dialects.speak(self.prompts.render("capped.j2", chars=chars), self.dialect)
+        return self._told(self.prompts.render("capped.j2", chars=chars))
 
     def made_up(self, call: ToolCall) -> str:
         """The user message for a call whose values all come from nowhere (`grounding.made_up`)."""
         self.made_up_sent = True
         arguments = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in call.arguments.items())
-        return dialects.speak(self.prompts.render("made_up.j2", tool=call.name, arguments=neutralise(arguments)),
-                              self.dialect)
+        return self._told(self.prompts.render("made_up.j2", tool=call.name, arguments=neutralise(arguments)))
+
+    def unfit(self, tool: str, description: str) -> str:
+        """The user message for a call of a tool that, asked apart, the model said does not do what the task
+        asks (`fit`)."""
+        self.unfit_sent = True
+        return self._told(self.prompts.render("unfit.j2", tool=tool, description=neutralise(" ".join(
+            description.split()[:60]))))
+
+    def _told(self, message: str) -> str:
+        """`message` in the step's dialect, remembered as said: a reply that only copies it is no answer (the
+        1.5B answered BFCL irrelevance_0 with the made-up-values correction, word for word)."""
+        self.said += message + "\n"
+        return dialects.speak(message, self.dialect)
 
     def echoed(self, task: str) -> str:
         """The user message for a reply that only repeated the correction before it; `task` (the user's

@@ -41,8 +41,9 @@ from typing import Any, Protocol, TypeVar
 from ..constrain.select import TOOL_CHOICES, ConstrainMode, select_constraints, thought_cap
 from ..core.cancel import CancelToken
 from ..core.decoding import clean_text
+from ..core.errors import HTTPStatusError
 from ..core.types import ErrorEvent, Event, FinishReason, Message, ModelCallEvent, ToolCall, Usage, UsageEvent
-from ..llm import LLM, Constraint, LLMRequest, Sampling, alternating
+from ..llm import LLM, Constraint, LLMRequest, Sampling, TextChunk, alternating
 from ..prompts import PromptLoader, prompt_schema, tool_view
 from ..protocol import dialects
 from ..protocol.defuse import defuse_special_tokens, neutralise
@@ -52,6 +53,7 @@ from ..protocol.tags import FINAL_OPEN, with_markers
 from ..tools.validation import validate
 from .context import TokenEstimator
 from .corrections import ECHOED, TEMPLATES, Corrections
+from .fit import FIT_TOKENS, fit_constraint, fit_messages, says_no
 from .grounding import grounded, heard, made_up, mentioned
 from .turn import ModelTurn, cut_mid_thought, stream_turn
 
@@ -59,6 +61,9 @@ logger = logging.getLogger("mylm.agent")
 
 #: The end of a call in every dialect: a stop string that a draft call inside `<think>` could end the turn at.
 _CALL_ENDS = frozenset(close for _, close in dialects.CALL_TAGS.values())
+
+#: The question the fit check restates is cut to this many characters.
+_QUESTION_CHARS = 600
 
 T = TypeVar("T")
 #: A step of the loop: yields events as they happen, returns its outcome.
@@ -224,7 +229,7 @@ class ModelStep:
 
     def templates(self) -> list[str]:
         """Every template a conversation with this step can render (check them before the first request)."""
-        names = [*TEMPLATES, "tool_error.j2", "denied.j2"]
+        names = [*TEMPLATES, "tool_error.j2", "denied.j2", "fit.j2"]
         if self.config.tool_choice not in ("auto", "none"):
             names.append("tool_required.j2")
         return names
@@ -269,11 +274,14 @@ class ModelStep:
         meter: Meter | None = None,
         answer_only: bool = False,
         check_calls: bool = False,
+        question: str = "",
     ) -> Steps[StepOutcome]:
         """One turn over `messages` (the system message first); redone once without stop strings if a server
         stop cut the model's reasoning. `deadline` is a `time.monotonic()` value; `answer_only` asks for an
         answer under the answer grammar, and such a turn is not judged. `check_calls` (for a caller that runs
-        the calls elsewhere, such as a server's client) also rejects a turn whose calls cannot run."""
+        the calls elsewhere, such as a server's client) also rejects a turn whose calls cannot run. `question`:
+        the user's question that no tool has answered yet; the first tool the model calls for it is checked
+        against it in a request of its own (`fit`), once a conversation, when the model may choose."""
         meter = meter if meter is not None else Meter()
         constraint = self.answer_constraint if answer_only else self.constraint
         turn = yield from self._complete(messages, deadline, cancel, constraint, meter)
@@ -294,7 +302,38 @@ class ModelStep:
         outcome = self.judge(turn, corrections, check_calls=check_calls, said=said)
         if len(outcome.calls) > 1:
             outcome = replace(outcome, calls=grounded(outcome.calls, said))
+        if question.strip() and outcome.calls and not corrections.unfit_sent and self.config.tool_choice == "auto":
+            outcome = self._fit(outcome, question, corrections, deadline, cancel, meter)
         return outcome
+
+    def _fit(self, outcome: StepOutcome, question: str, corrections: Corrections, deadline: float | None,
+             cancel: CancelToken | None, meter: Meter) -> StepOutcome:
+        """`outcome`, or, when the model asked apart says its first call's tool does not do what `question`
+        asks, the turn made unusable with the `unfit` correction. No events: the probe is not a turn."""
+        call = outcome.calls[0]
+        tool = next((t for t in self.listed if t.name == call.name), None)
+        if tool is None:
+            return outcome
+        if len(question) > _QUESTION_CHARS:
+            question = question[:_QUESTION_CHARS].rstrip() + " [...]"
+        messages = fit_messages(self.prompts, defuse_special_tokens(" ".join(question.split())), tool.name,
+                                neutralise(" ".join(tool.description.split())))
+        constraint = fit_constraint() if self.constraint is not None else None
+        request = LLMRequest(messages, (), FIT_TOKENS, deadline, cancel, constraint, sampling=Sampling(temperature=0),
+                             purpose="fit")
+        meter.calls += 1
+        answer: list[str] = []
+        try:
+            # Its usage is left out of the meter's: a client reads prompt tokens as how full its context is.
+            answer += (chunk.text for chunk in self.llm.stream(request) if isinstance(chunk, TextChunk))
+        except HTTPStatusError as error:  # an endpoint that refuses the probe has not said no
+            logger.warning("The fit check's request failed (%s); the call goes out", error)
+            return outcome
+        if not says_no("".join(answer)):
+            return outcome
+        logger.info("Asked apart, the model said %s does not do what the question asks", call.name)
+        return StepOutcome(outcome.turn, f"asked apart, the model said {call.name} does not do what the task asks",
+                           corrections.unfit(call.name, tool.description), "call")
 
     def judge(self, turn: ModelTurn, corrections: Corrections, *, check_calls: bool = False,
               said: str = "") -> StepOutcome:

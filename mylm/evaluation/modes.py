@@ -66,6 +66,8 @@ class Reply:
     refused: tuple[ToolCall, ...] = ()
     #: The model's replies as written (the protocol modes: one per correction).
     replies: tuple[str, ...] = ()
+    #: The model's answers to side questions (the fit check's Yes or No), in order.
+    probes: tuple[str, ...] = ()
 
 
 def calls_in_text(text: str, names: set[str]) -> bool:
@@ -110,8 +112,10 @@ def protocol_reply(llm: LLM, prompts: PromptLoader, tools: Sequence[ToolDefiniti
                  for m in conversation if m.get("role") in ("user", "assistant")]
     corrections = step.corrections()
     deadline = time.monotonic() + limits.timeout
+    question = next((m.content for m in reversed(messages) if m.role == "user"), "")  # as `mylm serve` asks it
     for attempt in range(MAX_CORRECTIONS + 1):
-        _, outcome = drain(step.turn(messages, deadline=deadline, corrections=corrections, check_calls=True))
+        _, outcome = drain(step.turn(messages, deadline=deadline, corrections=corrections, check_calls=True,
+                                     question=question))
         if outcome.usable or attempt == MAX_CORRECTIONS:
             break
         messages += [outcome.reply, Message("user", outcome.correction or "")]
@@ -123,7 +127,8 @@ def protocol_reply(llm: LLM, prompts: PromptLoader, tools: Sequence[ToolDefiniti
     text = "" if calls else (parsed.final_answer or (parsed.thought if refused else parsed.text) or "")
     names = {t.name for t in tools}
     return Reply(tuple(calls), text, not calls and not refused and calls_in_text(text, names),
-                 time.perf_counter() - started, refused=refused, replies=tuple(t.text for t in recorder.turns))
+                 time.perf_counter() - started, refused=refused, replies=tuple(t.text for t in recorder.turns),
+                 probes=tuple(t.text for t in recorder.probes))
 
 
 def openai_messages(conversation: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

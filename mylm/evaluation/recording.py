@@ -21,11 +21,13 @@ class Turn:
 
 
 class RecordingLLM:
-    """Passes requests through to `inner` and keeps every completion's text, finish and duration."""
+    """Passes requests through to `inner` and keeps every completion's text, finish and duration: the turns in
+    `turns`, side questions (`LLMRequest.purpose`, such as the fit check) in `probes`."""
 
     def __init__(self, inner: LLM) -> None:
         self.inner = inner
         self.turns: list[Turn] = []
+        self.probes: list[Turn] = []
 
     def __getattr__(self, name: str) -> Any:
         # What the agent asks of its model beyond `stream` (its `endpoint` for the registry's tool dialect,
@@ -47,4 +49,5 @@ class RecordingLLM:
                 yield chunk
         finally:
             # Also when the agent closes the stream early, once a whole call has arrived.
-            self.turns.append(Turn("".join(text), finish, time.perf_counter() - started))
+            kept = self.turns if request.purpose == "turn" else self.probes
+            kept.append(Turn("".join(text), finish, time.perf_counter() - started))

@@ -149,7 +149,7 @@ def ask_question(session: Session, question: Question, mode: str) -> Item:
         detail={"calls": [{"name": c.name, "arguments": dict(c.arguments)} for c in calls],
                 "expected_calls": expected, "text": reply.text[:2000], "kind": verdict.kind,
                 "refused": [{"name": c.name, "arguments": dict(c.arguments)} for c in reply.refused],
-                "replies": list(reply.replies)},
+                "replies": list(reply.replies), "probes": list(reply.probes)},
     )
 
 

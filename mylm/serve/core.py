@@ -308,11 +308,12 @@ class Core:
         meter = Meter()
         counted = [False, False]
         outcome: StepOutcome | None = None
+        question = open_question(request)
         for attempt in range(self.settings.max_corrections + 1):
             stops = step.stops
             outcome = yield from relay(step.turn(messages, deadline=deadline, cancel=cancel,
-                                                  corrections=corrections, meter=meter), counted,
-                                   observe=observe)
+                                                  corrections=corrections, meter=meter, question=question),
+                                       counted, observe=observe)
             self.opens_reasoning = step.opens_reasoning
             if stops and not step.stops:
                 self.stopless = True  # the step learnt that this upstream's stops cut the model's reasoning
@@ -436,6 +437,19 @@ class Core:
                 wire.append({"role": "user", "content": "\n".join(text_problems)})
         # Out of corrections: the text the reply had, never a half call.
         yield from answered(settled, None, "length" if cut else "stop", meter.usage if counted[0] else None, counted)
+
+
+def open_question(request: ChatRequest) -> str:
+    """The client's last user message when no tool has answered since (the model's first call for it is
+    checked against it: `agent.fit`); empty once tool results came back, or with no tools to call."""
+    if not request.tools:
+        return ""
+    for message in reversed(request.messages):
+        if message.role == "tool" or (message.role == "assistant" and message.calls):
+            return ""
+        if message.role == "user":
+            return message.content
+    return ""
 
 
 def _tools_key(request: ChatRequest) -> str:

@@ -38,10 +38,15 @@ class ScriptedLLM:
     text before the first stop and drops it (OpenAI, llama.cpp), `include` keeps the stop string (TGI), and
     `ignore` streams everything (servers that ignore stops). Every request is kept in `requests`, and
     `closed_early` counts streams the consumer abandoned before their end.
+
+    mylm's side question whether a called tool fits the question (`purpose == "fit"`, `agent.fit`) is not a turn
+    of the script: it is answered from `fits` (the next answer each time, the last one once they run out; by
+    default "Yes") and kept in `probes`.
     """
 
     def __init__(
-        self, script: Iterable[ScriptItem], *, chunk_size: int = 7, stops: StopBehaviour = "honour"
+        self, script: Iterable[ScriptItem], *, chunk_size: int = 7, stops: StopBehaviour = "honour",
+        fits: bool | Sequence[bool] = True,
     ) -> None:
         self._script: list[ScriptItem] = list(script)
         self._next = 0
@@ -49,6 +54,8 @@ class ScriptedLLM:
         self.stops = stops
         self.requests: list[LLMRequest] = []
         self.closed_early = 0
+        self._fits = [fits] if isinstance(fits, bool) else list(fits) or [True]
+        self.probes: list[LLMRequest] = []
 
     @property
     def remaining(self) -> int:
@@ -57,6 +64,10 @@ class ScriptedLLM:
 
     def stream(self, request: LLMRequest) -> Iterator[LLMChunk]:
         """Replay the next scripted completion for `request`."""
+        if request.purpose == "fit":
+            self.probes.append(request)
+            fits = self._fits[min(len(self.probes), len(self._fits)) - 1]
+            return self._replay(ScriptedReply("Yes" if fits else "No"), request)
         self.requests.append(request)
         if self._next >= len(self._script):
             raise ScriptExhaustedError(

@@ -12,7 +12,9 @@ Usage (any test, any directory):
 Each POST to a generation route consumes the next scripted reply; the server records every request. Replies are
 `Completion`s (encoded in the server's wire format, honouring the request's stops as the real server does),
 `HTTPError`s, `Raw` byte streams, or the hostile behaviours `Hang` and `Trickle`. When the script runs out the
-server answers 500 "script exhausted", so a test that asks too often fails loudly.
+server answers 500 "script exhausted", so a test that asks too often fails loudly. mylm's side question whether a
+called tool fits the question (`mylm.agent.fit`) is answered like a model would, from `fits` (default: "Yes"), and
+kept in `probes`, not `requests`: it is not a turn of the script.
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterable, Iterator, Mapping, Sequence, Union
 from urllib.parse import parse_qsl, urlsplit
 
+from mylm.agent.fit import WORKED
+
+#: What only the fit probe's requests hold: its first worked question.
+_FIT_PROBE = json.dumps(WORKED[0].request)[1:-1]
 #: Delta sizes, in characters, cycled to cut a completion into small uneven pieces like a tokenizer would.
 _PIECES = (1, 4, 2, 7, 3, 5)
 #: What a server that ignores stops goes on generating after the completion (the classic fake observation).
@@ -149,8 +155,11 @@ class LoopbackServer:
         stop_mode: str = "exclude",
         delay: float = 0.001,
         models: Sequence[str] = ("test-model",),
+        fits: bool | Sequence[bool] = True,
     ) -> None:
         self.stop_mode = stop_mode
+        self.fits = [fits] if isinstance(fits, bool) else list(fits) or [True]
+        self.probes: list[RecordedRequest] = []
         self.delay = delay
         self.models = list(models)
         self.requests: list[RecordedRequest] = []
@@ -244,6 +253,10 @@ class LoopbackServer:
 
     def _record(self, request: RecordedRequest) -> Reply | None:
         with self._lock:
+            if self.is_generation(request.method, request.path) and _FIT_PROBE in json.dumps(request.body):
+                self.probes.append(request)
+                fits = self.fits[min(len(self.probes), len(self.fits)) - 1]
+                return Completion("Yes" if fits else "No")
             self.requests.append(request)
             self._lock.notify_all()
             if not self.is_generation(request.method, request.path):

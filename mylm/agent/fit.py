@@ -1,0 +1,77 @@
+"""Whether the tool a model chose does what the question asks: the model's own yes or no, asked apart.
+
+A small model given one tool calls it for whatever it is asked, with the question's own values: Qwen2.5-Coder-1.5B
+called `calculate_boiling_point` for "how many sides does a hexagon have?", a stock ticker for "who won the 2010
+World Cup", and a lawsuit filing for "recommend a Chinese restaurant" (BFCL irrelevance: 41 of its first 100
+questions). The same model, asked in a separate request whether that tool does what the user asked, says no to
+most of them; its own calls of BFCL simple_python's right tools it mostly confirms. Asked without examples it
+says yes to nearly everything, so the question comes after a few worked ones (none from BFCL), including a
+related tool that does not do the task.
+
+The answer only decides whether the model is asked to reconsider (`prompts/unfit.j2`, once); a call it makes
+again goes out. An endpoint that cannot answer in a word (a reasoning model's `<think>`) counts as yes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..constrain.select import Constraint
+from ..core.types import Message
+from ..prompts import PromptLoader
+
+#: The probe's answer, where the endpoint samples under a grammar.
+FIT_GRAMMAR = 'root ::= "Yes" | "No"'
+#: Enough for the word (and a full stop) where no grammar holds the model to it.
+FIT_TOKENS = 3
+
+
+@dataclass(frozen=True)
+class Worked:
+    """One worked question of the probe: a request, a tool, and whether the tool does what it asks."""
+
+    request: str
+    tool: str
+    description: str
+    fits: bool
+
+
+#: Tools that do the task (one a part of it: a question may need two tools), one unrelated, one related that does
+#: not: "related" is not "does it". (Measured on the 1.5B: this set and one without the part-of-it question both
+#: said no to 35 of the 43 wrong calls and to 4 of the 86 right ones; the part-of-it question keeps multi-part
+#: questions' calls.)
+WORKED = (
+    Worked("Convert 5 miles to kilometers.", "convert_length", "Convert a length from one unit to another.", True),
+    Worked("What is the capital of Peru?", "get_weather", "Get the current weather for a city.", False),
+    Worked("How many calories are in an apple?", "nutrition.get_protein", "Get the protein content of a food.",
+           False),
+    Worked("What is the weather in Oslo, and what time is it there?", "get_weather",
+           "Get the current weather for a city.", True),
+    Worked("Find flights from Oslo to Rome on May 3.", "search_flights",
+           "Search flights between two cities on a date.", True),
+)
+
+
+def fit_messages(prompts: PromptLoader, request: str, tool: str, description: str) -> tuple[Message, ...]:
+    """The probe's conversation: the worked questions, then `request` about `tool`."""
+    messages: list[Message] = []
+    for worked in WORKED:
+        messages.append(Message("user", prompts.render("fit.j2", request=worked.request, tool=worked.tool,
+                                                       description=worked.description)))
+        messages.append(Message("assistant", "Yes" if worked.fits else "No"))
+    messages.append(Message("user", prompts.render("fit.j2", request=request, tool=tool, description=description)))
+    return tuple(messages)
+
+
+def fit_constraint() -> Constraint:
+    """The grammar of the probe's answer."""
+    return Constraint(FIT_GRAMMAR)
+
+
+def says_no(text: str) -> bool:
+    """Whether the probe's answer is no (anything else, an empty or cut answer included, is not)."""
+    word = text.strip().split(maxsplit=1)[0] if text.strip() else ""
+    return word.strip(".,!:").casefold() == "no"
+
+
+__all__ = ["FIT_GRAMMAR", "FIT_TOKENS", "WORKED", "Worked", "fit_constraint", "fit_messages", "says_no"]
