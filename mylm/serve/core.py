@@ -311,9 +311,13 @@ class Core:
         question = open_question(request)
         for attempt in range(self.settings.max_corrections + 1):
             stops = step.stops
-            outcome = yield from relay(step.turn(messages, deadline=deadline, cancel=cancel,
-                                                  corrections=corrections, meter=meter, question=question),
-                                       counted, observe=observe)
+            try:
+                # Calls checked as `mylm eval` scores them: values from nowhere, a plan's made-up next steps.
+                outcome = yield from relay(step.turn(messages, deadline=deadline, cancel=cancel,
+                                                      corrections=corrections, meter=meter, check_calls=True,
+                                                      question=question), counted, observe=observe)
+            except _SCHEMA_ERRORS as error:
+                raise _unchecked(error) from None
             self.opens_reasoning = step.opens_reasoning
             if stops and not step.stops:
                 self.stopless = True  # the step learnt that this upstream's stops cut the model's reasoning
@@ -323,12 +327,11 @@ class Core:
             if outcome.usable:
                 calls: list[ToolCall] = []
                 observations: list[str] = []
-                for call in (parsed.tool_calls if request.parallel else parsed.tool_calls[:1]):
+                for call in (outcome.calls if request.parallel else outcome.calls[:1]):
                     try:
                         checked, observation = step.check_call(call, corrections)
-                    except (TypeError, ValueError, AttributeError, KeyError) as error:
-                        raise RequestError(f"the parameters schema of {call.name} cannot be checked against "
-                                           f"({type(error).__name__}: {error})", param="tools") from None
+                    except _SCHEMA_ERRORS as error:
+                        raise _unchecked(error, call.name) from None
                     calls.append(checked)
                     if observation is not None:
                         observations.append(observation)
@@ -437,6 +440,15 @@ class Core:
                 wire.append({"role": "user", "content": "\n".join(text_problems)})
         # Out of corrections: the text the reply had, never a half call.
         yield from answered(settled, None, "length" if cut else "stop", meter.usage if counted[0] else None, counted)
+
+
+#: What checking arguments against a schema that is not one raises.
+_SCHEMA_ERRORS = (TypeError, ValueError, AttributeError, KeyError)
+
+
+def _unchecked(error: Exception, tool: str = "") -> RequestError:
+    which = f"the parameters schema of {tool}" if tool else "a tool's parameters schema"
+    return RequestError(f"{which} cannot be checked against ({type(error).__name__}: {error})", param="tools")
 
 
 def open_question(request: ChatRequest) -> str:

@@ -1,0 +1,167 @@
+"""The fit check (`mylm.agent.fit`): the first tool a model calls for a question is put to the model apart, and a
+no is answered once with `unfit.j2`. The calls are Qwen2.5-Coder-1.5B's own (BFCL irrelevance, `mylm eval`)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+
+from mylm import Message
+from mylm.agent.fit import FIT_GRAMMAR, FIT_TOKENS, WORKED, says_no
+from mylm.agent.step import ModelStep, StepConfig, ToolDefinition, drain
+from mylm.core.errors import HTTPStatusError
+from mylm.llm import LLMChunk, LLMRequest
+from mylm.serve.core import open_question
+from mylm.serve.wire import CallIn, ChatMessage, ChatRequest
+from mylm.testing import ScriptedLLM
+from tests.providers.servers import OpenAIServer
+from tests.serve.support import serving
+
+#: BFCL irrelevance_28, and the 1.5B's reply to it under mylm's grammar (the call twice, as it wrote it).
+HEXAGON = "How many sides does a hexagon have?"
+BOILING = ToolDefinition(
+    "calculate_boiling_point", "Calculate the boiling point of a given substance at a given pressure.",
+    {"type": "object", "properties": {"substance": {"type": "string", "description": "The chemical name."},
+                                      "pressure": {"type": "number", "description": "In atm."}},
+     "required": ["substance", "pressure"]})
+BOILING_CALL = ('<tool_code>\n<name>calculate_boiling_point</name>\n<parameters>\n{"substance": "hexagon", '
+                '"pressure": 1.0}\n</parameters>\n</tool_code>\n')
+ANSWER = "<final_answer>A hexagon has six sides.</final_answer>"
+
+
+def _step(llm: Any, **config: Any) -> ModelStep:
+    return ModelStep(llm, [BOILING], StepConfig(max_tokens=512, constrain="grammar", **config))
+
+
+def _conversation(step: ModelStep, question: str = HEXAGON) -> list[Message]:
+    return [Message("system", step.system_prompt()), Message("user", question)]
+
+
+def test_a_tool_the_model_says_does_not_fit_is_not_called_and_the_model_answers() -> None:
+    llm = ScriptedLLM([BOILING_CALL * 2, ANSWER], fits=False)
+    step = _step(llm)
+    messages, corrections = _conversation(step), step.corrections()
+    _, outcome = drain(step.turn(messages, deadline=time.monotonic() + 60, corrections=corrections,
+                                 check_calls=True, question=HEXAGON))
+    assert not outcome.usable and outcome.kind == "call" and not outcome.calls
+    correction = outcome.correction or ""
+    assert "calculate_boiling_point was not run" in correction
+    assert "Calculate the boiling point of a given substance" in correction and "<final_answer>" in correction
+    messages += [outcome.reply, Message("user", correction)]
+    _, outcome = drain(step.turn(messages, deadline=time.monotonic() + 60, corrections=corrections,
+                                 check_calls=True, question=HEXAGON))
+    assert outcome.usable and not outcome.calls and outcome.turn.parsed.final_answer == "A hexagon has six sides."
+    assert len(llm.probes) == 1 and len(llm.requests) == 2
+
+
+def test_a_tool_called_again_after_the_correction_goes_out_without_asking_again() -> None:
+    """The probe can be wrong (it said no to 4 of the 1.5B's 86 right simple_python calls): the model decides."""
+    llm = ScriptedLLM([BOILING_CALL, BOILING_CALL], fits=False)
+    step = _step(llm)
+    messages, corrections = _conversation(step), step.corrections()
+    for _ in range(2):
+        _, outcome = drain(step.turn(messages, deadline=time.monotonic() + 60, corrections=corrections,
+                                     check_calls=True, question=HEXAGON))
+        messages += [outcome.reply, Message("user", outcome.correction or "")]
+    assert outcome.usable and [c.name for c in outcome.calls] == ["calculate_boiling_point"]
+    assert len(llm.probes) == 1
+
+
+def test_the_probe_is_its_own_request_after_the_worked_questions_under_a_yes_no_grammar() -> None:
+    llm = ScriptedLLM([BOILING_CALL])
+    step = _step(llm)
+    _, outcome = drain(step.turn(_conversation(step), corrections=step.corrections(), check_calls=True,
+                                 question=HEXAGON))
+    assert outcome.usable and outcome.calls  # the model said yes: the call goes out
+    (probe,) = llm.probes
+    assert probe.purpose == "fit" and probe.max_tokens == FIT_TOKENS and probe.sampling.temperature == 0
+    assert probe.constraint is not None and probe.constraint.grammar == FIT_GRAMMAR
+    # The worked questions as turns, yes and no both, then the question: no system prompt, no tools to call.
+    assert [m.role for m in probe.messages] == ["user", "assistant"] * len(WORKED) + ["user"]
+    assert {m.content for m in probe.messages if m.role == "assistant"} == {"Yes", "No"}
+    last = probe.messages[-1].content
+    assert HEXAGON in last and "calculate_boiling_point" in last and "boiling point of a given substance" in last
+    assert "<tool_code>" not in "".join(m.content for m in probe.messages)
+
+
+def test_no_grammar_endpoint_is_asked_without_one() -> None:
+    llm = ScriptedLLM([BOILING_CALL], fits=False)
+    step = ModelStep(llm, [BOILING], StepConfig(max_tokens=512, constrain="off"))
+    _, outcome = drain(step.turn(_conversation(step), corrections=step.corrections(), check_calls=True,
+                                 question=HEXAGON))
+    assert llm.probes[0].constraint is None and not outcome.usable
+
+
+@pytest.mark.parametrize("case", ["no question", "tool required", "tool named"])
+def test_no_probe_when_there_is_no_open_question_or_the_client_demands_the_call(case: str) -> None:
+    choice = {"no question": "auto", "tool required": "required", "tool named": "calculate_boiling_point"}[case]
+    llm = ScriptedLLM([BOILING_CALL], fits=False)
+    step = _step(llm, tool_choice=choice)
+    _, outcome = drain(step.turn(_conversation(step), corrections=step.corrections(), check_calls=True,
+                                 question="" if case == "no question" else HEXAGON))
+    assert outcome.usable and outcome.calls and not llm.probes
+
+
+class _RefusesProbes(ScriptedLLM):
+    def stream(self, request: LLMRequest) -> Iterator[LLMChunk]:
+        if request.purpose == "fit":
+            raise HTTPStatusError("openai endpoint failed: HTTP 400: grammar not supported", status=400)
+        return super().stream(request)
+
+
+def test_an_endpoint_that_refuses_the_probe_has_not_said_no() -> None:
+    llm = _RefusesProbes([BOILING_CALL])
+    step = _step(llm)
+    _, outcome = drain(step.turn(_conversation(step), corrections=step.corrections(), check_calls=True,
+                                 question=HEXAGON))
+    assert outcome.usable and [c.name for c in outcome.calls] == ["calculate_boiling_point"]
+
+
+@pytest.mark.parametrize(("answer", "no"), [("No", True), ("no.", True), (" No\n", True), ("Yes", False),
+                                            ("", False), ("Not sure", False), ("<think>", False)])
+def test_only_a_plain_no_counts(answer: str, no: bool) -> None:
+    assert says_no(answer) is no
+
+
+def _chat(*messages: ChatMessage, tools: bool = True) -> ChatRequest:
+    return ChatRequest("m", messages, (BOILING,) if tools else ())
+
+
+def test_the_open_question_is_the_last_user_message_until_a_tool_answers() -> None:
+    asked = ChatMessage("user", HEXAGON)
+    assert open_question(_chat(ChatMessage("system", "Be brief."), asked)) == HEXAGON
+    assert open_question(_chat(asked, tools=False)) == ""
+    called = ChatMessage("assistant", "", calls=(CallIn("c1", "calculate_boiling_point", {"substance": "x"}),))
+    result = ChatMessage("tool", "100", call_id="c1")
+    assert open_question(_chat(asked, called, result)) == ""
+    assert open_question(_chat(asked, called, result, ChatMessage("user", "And an octagon?"))) == "And an octagon?"
+
+
+def test_served_the_client_gets_the_answer_instead_of_the_call() -> None:
+    """Through `mylm serve`, with the OpenAI SDK: the model's no ends in a text answer, finish_reason `stop`."""
+    with OpenAIServer([BOILING_CALL * 2, ANSWER], fits=False) as upstream, serving(upstream.base_url) as url:
+        client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=30)
+        tool = {"type": "function", "function": {"name": BOILING.name, "description": BOILING.description,
+                                                 "parameters": BOILING.parameters}}
+        reply = client.chat.completions.create(model="m", messages=[{"role": "user", "content": HEXAGON}],
+                                               tools=[tool])  # type: ignore[list-item]
+    choice = reply.choices[0]
+    assert choice.finish_reason == "stop" and not choice.message.tool_calls
+    assert choice.message.content == "A hexagon has six sides."
+    assert len(upstream.probes) == 1 and HEXAGON in json.dumps(upstream.probes[0].body)
+    assert len(upstream.requests) == 2  # the call, then the answer after the correction
+
+
+def test_scored_the_eval_keeps_the_probe_answer() -> None:
+    from mylm.evaluation.modes import Limits, protocol_reply
+    from mylm.prompts import PromptLoader
+
+    llm = ScriptedLLM([BOILING_CALL, ANSWER], fits=False)
+    reply = protocol_reply(llm, PromptLoader.default(), [BOILING], [{"role": "user", "content": HEXAGON}],
+                           constrain="grammar", limits=Limits())
+    assert not reply.calls and reply.text == "A hexagon has six sides." and reply.probes == ("No",)
