@@ -165,3 +165,32 @@ def test_scored_the_eval_keeps_the_probe_answer() -> None:
     reply = protocol_reply(llm, PromptLoader.default(), [BOILING], [{"role": "user", "content": HEXAGON}],
                            constrain="grammar", limits=Limits())
     assert not reply.calls and reply.text == "A hexagon has six sides." and reply.probes == ("No",)
+
+
+#: BFCL irrelevance_0 (a triangle's area, with a BMI tool): the 1.5B's call with values from nowhere, then its
+#: reply to the made-up-values correction, which copies the correction word for word.
+BMI = ToolDefinition("determine_body_mass_index", "Calculate body mass index given weight and height.",
+                     {"type": "object", "properties": {"weight": {"type": "number"}, "height": {"type": "number"}},
+                      "required": ["weight", "height"]})
+BMI_CALL = ('<tool_code>\n<name>determine_body_mass_index</name>\n<parameters>\n{"weight": 1.0, "height": 1.0}\n'
+            '</parameters>\n</tool_code>\n')
+ECHO = ("<final_answer>None of the values in your call of determine_body_mass_index (weight=1.0, height=1.0) come "
+        "from the task, so it was not run. Call a tool only when it does what the task asks, with the task's own "
+        "values. If no tool does, answer the task yourself inside < final_answer>...</final_answer>")
+
+
+def test_a_reply_that_copies_the_made_up_values_correction_is_not_the_answer() -> None:
+    from mylm.agent.corrections import ECHOED
+
+    question = "Calculate the area of a triangle given the base is 10 meters and height is 5 meters."
+    llm = ScriptedLLM([BMI_CALL, ECHO, "<final_answer>The area is 25 square meters.</final_answer>"])
+    step = ModelStep(llm, [BMI], StepConfig(max_tokens=512, constrain="grammar"))
+    messages, corrections = [Message("system", step.system_prompt()), Message("user", question)], step.corrections()
+    problems = []
+    for _ in range(3):
+        _, outcome = drain(step.turn(messages, corrections=corrections, check_calls=True, question=question))
+        if outcome.usable:
+            break
+        problems.append(outcome.problem)
+        messages += [outcome.reply, Message("user", outcome.correction or "")]
+    assert problems[1] == ECHOED and outcome.turn.parsed.final_answer == "The area is 25 square meters."
