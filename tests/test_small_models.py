@@ -454,6 +454,21 @@ def test_real_calls_followed_by_calls_of_tools_that_do_not_exist_go_out_alone() 
     assert not outcome.usable and "display_roots" in (outcome.correction or "")
 
 
+def test_options_that_differ_only_in_case_are_told_apart_by_case() -> None:
+    # BFCL simple_python_64, Qwen2.5-Coder-1.5B: asked for the AA genotype's frequency, it called for AA, Aa and aa;
+    # compared casefolded, the question named all three and all three went out (BFCL wants the one call).
+    from mylm.agent.step import grounded
+
+    genotypes = tuple(ToolCall("calculate_genotype_frequency", {"allele_frequency": 0.3, "genotype": g})
+                      for g in ("AA", "Aa", "aa"))
+    asked = "What is the genotype frequency of AA genotype in a population, given that allele frequency of A is 0.3?"
+    assert grounded(genotypes, asked) == genotypes[:1]
+    assert grounded(genotypes, "Frequencies of the AA, Aa and aa genotypes at 0.3") == genotypes
+    # Values that only casefold alike elsewhere still match whatever their case: Paris is asked as "paris".
+    cities = tuple(ToolCall("get_weather", {"city": c}) for c in ("Paris", "London"))
+    assert grounded(cities, "weather in paris and london?") == cities
+
+
 def test_a_reply_listing_options_is_cut_once_two_calls_are_options_the_question_never_named() -> None:
     # BFCL simple_python_7, Qwen2.5-Coder-1.5B: eight calls, one per unit, 23 s on two cores, where the first was
     # the one kept. The stream ends at the third call; the cities a question names are all written.

@@ -15,15 +15,15 @@ from ..core.types import Message, ToolCall
 
 
 def heard(messages: Sequence[Message]) -> str:
-    """What the conversation's user messages (tool results included) say, casefolded: where calls' values
-    should come from."""
-    return "\n".join(m.content for m in messages if m.role == "user").casefold()
+    """What the conversation's user messages (tool results included) say: where calls' values should come
+    from. The functions below compare case-insensitively, except where only case tells values apart."""
+    return "\n".join(m.content for m in messages if m.role == "user")
 
 
 def grounded(calls: tuple[ToolCall, ...], said: str) -> tuple[ToolCall, ...]:
     """Calls of one tool that only reshuffle an earlier call's values are dropped (see `_unmixed`). Several
     calls of one tool that differ in one argument are kept only for the values the conversation (`said`,
-    casefolded; tool results included) names: asked for the circumference of a circle of radius 4 inches,
+    tool results included) names: asked for the circumference of a circle of radius 4 inches,
     Qwen2.5-Coder-1.5B called the tool eight times, once per unit it could think of (in, cm, m, km, ft...), where
     the weather in Paris, London and Tokyo is three calls the question asks for. When it names none, the model
     listed options instead of choosing one (the area under a curve by every `method`, a speed in km/h, m/s, mph
@@ -40,8 +40,13 @@ def grounded(calls: tuple[ToolCall, ...], said: str) -> tuple[ToolCall, ...]:
     listed = [c for c in calls if key in c.arguments]  # a call without the argument lists no value of it
     if len(listed) < 2:
         return calls
-    named = [c for c in listed if isinstance(c.arguments[key], (str, int, float)) and not isinstance(
-        c.arguments[key], bool) and _named(str(c.arguments[key]).casefold(), said)]
+    scalar = [c for c in listed if isinstance(c.arguments[key], (str, int, float)) and not isinstance(
+        c.arguments[key], bool)]
+    folded = [str(c.arguments[key]).casefold() for c in scalar]
+    # Values that differ only in case (genotypes AA, Aa and aa; units M and m) are told apart by case: asked for
+    # the frequency of the AA genotype, the 1.5B called for all three, and casefolded all three looked named.
+    named = [c for c, fold in zip(scalar, folded, strict=True) if (
+        _named(str(c.arguments[key]), said) if folded.count(fold) > 1 else _named(fold, said.casefold()))]
     kept = named or listed[:1]
     return tuple(c for c in calls if key not in c.arguments or c in kept)
 
@@ -75,17 +80,18 @@ _WRITTEN = 24
 
 
 def mentioned(call: ToolCall, said: str) -> bool:
-    """Whether every value `call` passes comes from the conversation (`said`, casefolded): each string in it,
+    """Whether every value `call` passes comes from the conversation (`said`): each string in it,
     each number among its numbers (`5` and `5.0` alike); booleans are choices, not values to copy. Asked a
     triangle's area (base 10, height 5) with only a BMI tool offered, Qwen2.5-Coder-1.5B called it with weight
     1.0 and height 1.0, then made-up tools: values from nowhere."""
+    said = said.casefold()
     return all(_from(value, said, _numbers(said)) for value in _leaves(call.arguments)
                if not isinstance(value, bool) and value is not None)
 
 
 def made_up(call: ToolCall, said: str) -> bool:
     """Whether `call`'s values all come from nowhere: it passes numbers, and not one of its values is in the
-    conversation (`said`, casefolded). The shape of a small model calling the one tool it was given for a
+    conversation (`said`). The shape of a small model calling the one tool it was given for a
     question that tool does not answer (BFCL irrelevance, Qwen2.5-Coder-1.5B: the latest movies as
     `calculate_velocity(0.0, 0.0, 0.0)`, a flight's duration as `currency_converter("USD", "USD", 1.0)`).
     Text the model writes (a command, a path, code: strings over a few words) is never made up."""
@@ -94,6 +100,7 @@ def made_up(call: ToolCall, said: str) -> bool:
         return False
     if any(isinstance(v, str) and len(v) > _WRITTEN for v in values):
         return False
+    said = said.casefold()
     numbers = _numbers(said)
     return not any(_from(v, said, numbers) for v in values)
 
