@@ -56,7 +56,7 @@ def test_a_tool_the_model_says_does_not_fit_is_not_called_and_the_model_answers(
     _, outcome = drain(step.turn(messages, deadline=time.monotonic() + 60, corrections=corrections,
                                  check_calls=True, question=HEXAGON))
     assert outcome.usable and not outcome.calls and outcome.turn.parsed.final_answer == "A hexagon has six sides."
-    assert len(llm.probes) == 1 and len(llm.requests) == 2
+    assert len(llm.probes) == 2 and len(llm.requests) == 2  # a no, asked again in other words: no again
 
 
 def test_a_tool_called_again_after_the_correction_goes_out_without_asking_again() -> None:
@@ -69,7 +69,20 @@ def test_a_tool_called_again_after_the_correction_goes_out_without_asking_again(
                                      check_calls=True, question=HEXAGON))
         messages += [outcome.reply, Message("user", outcome.correction or "")]
     assert outcome.usable and [c.name for c in outcome.calls] == ["calculate_boiling_point"]
-    assert len(llm.probes) == 1
+    assert len(llm.probes) == 2
+
+
+def test_a_no_the_second_wording_answers_yes_lets_the_call_out() -> None:
+    """Asked once, the 1.5B said no to 4 of its 86 right BFCL simple_python calls (a turtle population from
+    `ecology.get_turtle_population`); asked again in other words, yes to 2 of them."""
+    llm = ScriptedLLM([BOILING_CALL], fits=[False, True])
+    step = _step(llm)
+    _, outcome = drain(step.turn(_conversation(step), corrections=step.corrections(), check_calls=True,
+                                 question=HEXAGON))
+    assert outcome.usable and [c.name for c in outcome.calls] == ["calculate_boiling_point"]
+    first, second = (p.messages[-1].content for p in llm.probes)
+    assert "Does this tool do what the user asked for?" in first and "Can calling this tool answer" in second
+    assert HEXAGON in second and "calculate_boiling_point" in second
 
 
 def test_the_probe_is_its_own_request_after_the_worked_questions_under_a_yes_no_grammar() -> None:
@@ -78,7 +91,7 @@ def test_the_probe_is_its_own_request_after_the_worked_questions_under_a_yes_no_
     _, outcome = drain(step.turn(_conversation(step), corrections=step.corrections(), check_calls=True,
                                  question=HEXAGON))
     assert outcome.usable and outcome.calls  # the model said yes: the call goes out
-    (probe,) = llm.probes
+    (probe,) = llm.probes  # a yes: no second question
     assert probe.purpose == "fit" and probe.max_tokens == FIT_TOKENS and probe.sampling.temperature == 0
     assert probe.constraint is not None and probe.constraint.grammar == FIT_GRAMMAR
     # The worked questions as turns, yes and no both, then the question: no system prompt, no tools to call.
@@ -145,15 +158,15 @@ def test_the_open_question_is_the_last_user_message_until_a_tool_answers() -> No
 def test_served_the_client_gets_the_answer_instead_of_the_call() -> None:
     """Through `mylm serve`, with the OpenAI SDK: the model's no ends in a text answer, finish_reason `stop`."""
     with OpenAIServer([BOILING_CALL * 2, ANSWER], fits=False) as upstream, serving(upstream.base_url) as url:
-        client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=30)
         tool = {"type": "function", "function": {"name": BOILING.name, "description": BOILING.description,
                                                  "parameters": BOILING.parameters}}
-        reply = client.chat.completions.create(model="m", messages=[{"role": "user", "content": HEXAGON}],
-                                               tools=[tool])  # type: ignore[list-item]
+        with openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=30) as client:
+            reply = client.chat.completions.create(model="m", messages=[{"role": "user", "content": HEXAGON}],
+                                                   tools=[tool])  # type: ignore[list-item]
     choice = reply.choices[0]
     assert choice.finish_reason == "stop" and not choice.message.tool_calls
     assert choice.message.content == "A hexagon has six sides."
-    assert len(upstream.probes) == 1 and HEXAGON in json.dumps(upstream.probes[0].body)
+    assert len(upstream.probes) == 2 and HEXAGON in json.dumps(upstream.probes[0].body)
     assert len(upstream.requests) == 2  # the call, then the answer after the correction
 
 
@@ -164,7 +177,7 @@ def test_scored_the_eval_keeps_the_probe_answer() -> None:
     llm = ScriptedLLM([BOILING_CALL, ANSWER], fits=False)
     reply = protocol_reply(llm, PromptLoader.default(), [BOILING], [{"role": "user", "content": HEXAGON}],
                            constrain="grammar", limits=Limits())
-    assert not reply.calls and reply.text == "A hexagon has six sides." and reply.probes == ("No",)
+    assert not reply.calls and reply.text == "A hexagon has six sides." and reply.probes == ("No", "No")
 
 
 #: BFCL irrelevance_0 (a triangle's area, with a BMI tool): the 1.5B's call with values from nowhere, then its

@@ -8,8 +8,9 @@ most of them; its own calls of BFCL simple_python's right tools it mostly confir
 says yes to nearly everything, so the question comes after a few worked ones (none from BFCL), including a
 related tool that does not do the task.
 
-The answer only decides whether the model is asked to reconsider (`prompts/unfit.j2`, once); a call it makes
-again goes out. An endpoint that cannot answer in a word (a reasoning model's `<think>`) counts as yes.
+A no is asked again in other words (`FIT_TEMPLATES`): the call is held only when the model says no both times. The
+answers only decide whether the model is asked to reconsider (`prompts/unfit.j2`, once); a call it makes again
+goes out. An endpoint that cannot answer in a word (a reasoning model's `<think>`) counts as yes.
 """
 
 from __future__ import annotations
@@ -52,14 +53,21 @@ WORKED = (
 )
 
 
-def fit_messages(prompts: PromptLoader, request: str, tool: str, description: str) -> tuple[Message, ...]:
-    """The probe's conversation: the worked questions, then `request` about `tool`."""
+#: The probe's questions, in order: the next is asked only when the one before was answered no, so a call is held
+#: only when the model says no in every wording. (On the 1.5B's BFCL calls, the second wording turned 2 of the 4
+#: noes to its right simple_python calls into yeses, and 1 of the 36 to its wrong irrelevance calls.)
+FIT_TEMPLATES = ("fit.j2", "fit_can.j2")
+
+
+def fit_messages(prompts: PromptLoader, request: str, tool: str, description: str,
+                 template: str = FIT_TEMPLATES[0]) -> tuple[Message, ...]:
+    """The probe's conversation in `template`'s words: the worked questions, then `request` about `tool`."""
     messages: list[Message] = []
     for worked in WORKED:
-        messages.append(Message("user", prompts.render("fit.j2", request=worked.request, tool=worked.tool,
+        messages.append(Message("user", prompts.render(template, request=worked.request, tool=worked.tool,
                                                        description=worked.description)))
         messages.append(Message("assistant", "Yes" if worked.fits else "No"))
-    messages.append(Message("user", prompts.render("fit.j2", request=request, tool=tool, description=description)))
+    messages.append(Message("user", prompts.render(template, request=request, tool=tool, description=description)))
     return tuple(messages)
 
 
@@ -74,4 +82,4 @@ def says_no(text: str) -> bool:
     return word.strip(".,!:").casefold() == "no"
 
 
-__all__ = ["FIT_GRAMMAR", "FIT_TOKENS", "WORKED", "Worked", "fit_constraint", "fit_messages", "says_no"]
+__all__ = ["FIT_GRAMMAR", "FIT_TEMPLATES", "FIT_TOKENS", "WORKED", "Worked", "fit_constraint", "fit_messages", "says_no"]

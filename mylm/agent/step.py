@@ -53,7 +53,7 @@ from ..protocol.tags import FINAL_OPEN, with_markers
 from ..tools.validation import validate
 from .context import TokenEstimator
 from .corrections import ECHOED, TEMPLATES, Corrections
-from .fit import FIT_TOKENS, fit_constraint, fit_messages, says_no
+from .fit import FIT_TEMPLATES, FIT_TOKENS, fit_constraint, fit_messages, says_no
 from .grounding import grounded, heard, made_up, mentioned
 from .turn import ModelTurn, cut_mid_thought, stream_turn
 
@@ -229,7 +229,7 @@ class ModelStep:
 
     def templates(self) -> list[str]:
         """Every template a conversation with this step can render (check them before the first request)."""
-        names = [*TEMPLATES, "tool_error.j2", "denied.j2", "fit.j2"]
+        names = [*TEMPLATES, "tool_error.j2", "denied.j2", *FIT_TEMPLATES]
         if self.config.tool_choice not in ("auto", "none"):
             names.append("tool_required.j2")
         return names
@@ -316,21 +316,22 @@ class ModelStep:
             return outcome
         if len(question) > _QUESTION_CHARS:
             question = question[:_QUESTION_CHARS].rstrip() + " [...]"
-        messages = fit_messages(self.prompts, defuse_special_tokens(" ".join(question.split())), tool.name,
-                                neutralise(" ".join(tool.description.split())))
         constraint = fit_constraint() if self.constraint is not None else None
-        request = LLMRequest(messages, (), FIT_TOKENS, deadline, cancel, constraint, sampling=Sampling(temperature=0),
-                             purpose="fit")
-        meter.calls += 1
-        answer: list[str] = []
-        try:
-            # Its usage is left out of the meter's: a client reads prompt tokens as how full its context is.
-            answer += (chunk.text for chunk in self.llm.stream(request) if isinstance(chunk, TextChunk))
-        except HTTPStatusError as error:  # an endpoint that refuses the probe has not said no
-            logger.warning("The fit check's request failed (%s); the call goes out", error)
-            return outcome
-        if not says_no("".join(answer)):
-            return outcome
+        for template in FIT_TEMPLATES:
+            messages = fit_messages(self.prompts, defuse_special_tokens(" ".join(question.split())), tool.name,
+                                    neutralise(" ".join(tool.description.split())), template)
+            request = LLMRequest(messages, (), FIT_TOKENS, deadline, cancel, constraint,
+                                 sampling=Sampling(temperature=0), purpose="fit")
+            meter.calls += 1
+            answer: list[str] = []
+            try:
+                # Its usage is left out of the meter's: a client reads prompt tokens as how full its context is.
+                answer += (chunk.text for chunk in self.llm.stream(request) if isinstance(chunk, TextChunk))
+            except HTTPStatusError as error:  # an endpoint that refuses the probe has not said no
+                logger.warning("The fit check's request failed (%s); the call goes out", error)
+                return outcome
+            if not says_no("".join(answer)):
+                return outcome
         logger.info("Asked apart, the model said %s does not do what the question asks", call.name)
         return StepOutcome(outcome.turn, f"asked apart, the model said {call.name} does not do what the task asks",
                            corrections.unfit(call.name, tool.description), "call")

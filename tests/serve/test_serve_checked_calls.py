@@ -29,9 +29,9 @@ PERIMETER = "<final_answer>The perimeter of a rectangle with length 5 meters and
 
 
 def _ask(url: str, question: str) -> Any:
-    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=30)
-    return client.chat.completions.create(model="m", messages=[{"role": "user", "content": question}],
-                                          tools=[QUADRATIC])  # type: ignore[list-item]
+    with openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=30) as client:
+        return client.chat.completions.create(model="m", messages=[{"role": "user", "content": question}],
+                                              tools=[QUADRATIC])  # type: ignore[list-item]
 
 
 def test_the_real_call_goes_out_and_the_plans_made_up_tools_are_dropped() -> None:
