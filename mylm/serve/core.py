@@ -324,31 +324,19 @@ class Core:
             usage = meter.usage if counted[0] else None
             parsed = outcome.turn.parsed
             correction = outcome.correction
-            if outcome.usable:
-                calls: list[ToolCall] = []
-                observations: list[str] = []
-                for call in (outcome.calls if request.parallel else outcome.calls[:1]):
-                    try:
-                        checked, observation = step.check_call(call, corrections)
-                    except _SCHEMA_ERRORS as error:
-                        raise _unchecked(error, call.name) from None
-                    calls.append(checked)
-                    if observation is not None:
-                        observations.append(observation)
-                if not observations:
-                    cut = outcome.turn.finish is FinishReason.MAX_TOKENS
-                    if not calls:
-                        yield from answered(parsed.thought, parsed.final_answer, "length" if cut else "stop", usage,
-                                            counted)
-                        return
-                    yield from thought_of(parsed.thought, counted)
-                    for index, call in enumerate(calls):
-                        # Stable: the same conversation gives the same ids, so a retried request is answered alike.
-                        call_id = stable_id("call_", seed, str(attempt), str(index))
-                        yield CallOut(call_id, call.name, json.dumps(call.arguments, ensure_ascii=False))
-                    yield Finished("tool_calls", usage, "")
+            if outcome.usable:  # its calls checked by the step (`check_calls`), one unless parallel
+                cut = outcome.turn.finish is FinishReason.MAX_TOKENS
+                if not outcome.calls:
+                    yield from answered(parsed.thought, parsed.final_answer, "length" if cut else "stop", usage,
+                                        counted)
                     return
-                correction = "\n".join(observations)
+                yield from thought_of(parsed.thought, counted)
+                for index, call in enumerate(outcome.calls):
+                    # Stable: the same conversation gives the same ids, so a retried request is answered alike.
+                    call_id = stable_id("call_", seed, str(attempt), str(index))
+                    yield CallOut(call_id, call.name, json.dumps(call.arguments, ensure_ascii=False))
+                yield Finished("tool_calls", usage, "")
+                return
             logger.info("Unusable reply (attempt %d): %s", attempt + 1, outcome.problem or correction)
             if attempt == self.settings.max_corrections:
                 break
@@ -446,9 +434,9 @@ class Core:
 _SCHEMA_ERRORS = (TypeError, ValueError, AttributeError, KeyError)
 
 
-def _unchecked(error: Exception, tool: str = "") -> RequestError:
-    which = f"the parameters schema of {tool}" if tool else "a tool's parameters schema"
-    return RequestError(f"{which} cannot be checked against ({type(error).__name__}: {error})", param="tools")
+def _unchecked(error: Exception) -> RequestError:
+    return RequestError(f"a tool's parameters schema cannot be checked against ({type(error).__name__}: {error})",
+                        param="tools")
 
 
 def open_question(request: ChatRequest) -> str:
