@@ -597,3 +597,98 @@ def test_values_the_conversation_names_or_text_the_model_writes_are_not_made_up(
     said = "a company with 100 million outstanding shares and a net income of $2,000,000".casefold()
     assert not made_up(ToolCall("dividend", {"outstanding_shares": 100000000}), said)
     assert not made_up(ToolCall("roe", {"net_income": 2000000}), said)
+
+
+def test_calls_of_one_tool_that_only_flip_options_are_one_call() -> None:
+    # BFCL multiple_0, Qwen2.5-Coder-1.5B: five calls of triangle_properties.get, its three booleans all true, all
+    # false, then one true at a time. Each flips more than one option, so the one-varying-argument rule let all
+    # five out; the question asked one thing.
+    from mylm.agent.step import grounded
+
+    flips = ((True, True, True), (False, False, False), (True, False, False), (False, True, False))
+    calls = tuple(ToolCall("triangle_properties.get", {"side1": 5, "side2": 4, "side3": 3, "get_area": a,
+                                                       "get_perimeter": p, "get_angles": g}) for a, p, g in flips)
+    asked = ("Can I find the dimensions and properties of a triangle, if I know its three sides are 5 units, 4 "
+             "units and 3 units long?")
+    assert grounded(calls, asked) == calls[:1]
+    # parallel_5's shape: two asked calls, each then written again with its option flipped; the asked two stay
+    shows = tuple(ToolCall("shows", {"service": s, "show_list": li, "sort_by_rating": r}) for s, li, r in (
+        ("Netflix", ["Friends"], True), ("Hulu", ["The Office"], True), ("Netflix", ["Friends"], False)))
+    assert grounded(shows, "ratings of Friends on Netflix and The Office on Hulu, sorted") == shows[:2]
+    # a value the question gives is never an option flipped
+    two = tuple(ToolCall("area", {"side": s, "exact": True}) for s in (3, 4))
+    assert grounded(two, "areas of squares of side 3 and 4") == two
+
+
+def test_which_calls_only_list_another_tool_for_the_same_values() -> None:
+    from mylm.agent.grounding import alternative
+
+    capital = ToolCall("country_info.capital", {"country": "Brazil"})
+    asked = "what is the capital of brazil?"
+    assert alternative(ToolCall("country_info.population", {"country": "Brazil"}), [capital], asked)
+    # multiple_5: a forecast by the same coordinates, days_ahead from nowhere; the weather by a city never named
+    at = ToolCall("weather.get_by_coordinates_date", {"coordinates": [46.603354, 1.888334], "date": "2019-12-13"})
+    asked = "wind speed and temperature at coordinates 46.603354,1.8883340 on 2019-12-13?"
+    assert alternative(ToolCall("weather.get_forecast_by_coordinates",
+                                {"coordinates": [46.603354, 1.888334], "days_ahead": 7}), [at], asked)
+    assert alternative(ToolCall("weather.get_by_city_date", {"city": "Paris", "date": "2019-12-13"}), [at], asked)
+    # a tool given values of its own from the question is a second thing asked; the same tool again is not a
+    # choice between tools (the rules of `grounded` decide those)
+    weather = ToolCall("get_weather", {"city": "Seoul"})
+    asked = "the weather in seoul, and turn on the air conditioner in the living room"
+    assert not alternative(ToolCall("appliance.execute", {"room": "living room", "on": True}), [weather], asked)
+    assert not alternative(ToolCall("get_weather", {"city": "Seoul"}), [weather], asked)
+
+
+# BFCL multiple_2, Qwen2.5-Coder-1.5B under mylm's grammar: every offered tool, each with "Brazil", then the first
+# again (the identical call ends the turn).
+BRAZIL = "".join(f'<tool_code>\n<name>country_info.{t}</name>\n<parameters>\n{{"country": "Brazil"}}\n</parameters>\n'
+                 f'</tool_code>\n' for t in ("capital", "population", "largest_city", "capital"))
+COUNTRY_TOOLS = [ToolDefinition(f"country_info.{t}", f"Fetch the {t.replace('_', ' ')} of a specified country.", {
+    "type": "object", "properties": {"country": {"type": "string"}}, "required": ["country"]})
+    for t in ("largest_city", "capital", "population")]
+
+
+@pytest.mark.parametrize(("asked", "fits", "probed", "called"), [
+    # the model, asked apart about each further tool, says no (twice): its first choice is its answer
+    ("What is the capital of Brazil?", [True, False, False, False, False],
+     ["capital", "population", "population", "largest_city", "largest_city"], ["capital"]),
+    # the same shape where the question asks for both (BFCL parallel_multiple): yes, and both go out
+    ("What are the capital and the population of Brazil?", [True, True, False, False],
+     ["capital", "population", "largest_city", "largest_city"], ["capital", "population"]),
+])
+def test_calls_listing_the_offered_tools_for_one_value_are_asked_about(asked: str, fits: list[bool],
+                                                                        probed: list[str], called: list[str]) -> None:
+    llm = ScriptedLLM([BRAZIL], stops="ignore", fits=fits)
+    step = ModelStep(llm, COUNTRY_TOOLS, StepConfig(max_tokens=300, multiple_calls=True, constrain="grammar"))
+    _, outcome = drain(step.turn([Message("system", step.system_prompt()), Message("user", asked)],
+                                 deadline=None, check_calls=True, question=asked))
+    assert outcome.usable and [c.name for c in outcome.calls] == [f"country_info.{t}" for t in called]
+    # the first call once; each further one once for a yes, twice for a no
+    assert [next(t for t in probed if f"country_info.{t}" in p.messages[-1].content) for p in llm.probes] == probed
+
+
+@pytest.mark.parametrize(("fits", "named"), [([True], True), ([False, False], False), ([False, True], True)])
+def test_working_cut_at_the_cap_names_the_tool_the_model_says_does_the_task(fits: list[bool], named: bool) -> None:
+    # BFCL simple_python_20, Qwen2.5-Coder-1.5B: the HCF by prime factors to the cap; told "if one of the tools does
+    # what the task asks, call it", it answered "12" in text. Served or scored (an open question), the tool the
+    # model says fits, asked apart, is named; one it says does not (BFCL irrelevance) is not.
+    hcf = ToolDefinition("math.hcf", "Highest common factor of two numbers.", {
+        "type": "object", "properties": {"number1": {"type": "integer"}, "number2": {"type": "integer"}},
+        "required": ["number1", "number2"]})
+    llm = ScriptedLLM([HCF_BY_HAND[-400:]], stops="ignore", fits=fits)
+    step = ModelStep(llm, [hcf], StepConfig(max_tokens=1024, multiple_calls=True, constrain="auto"))
+    asked = "Calculate the highest common factor of 36 and 24."
+    _, outcome = drain(step.turn([Message("system", step.system_prompt()), Message("user", asked)],
+                                 deadline=None, check_calls=True, question=asked))
+    correction = outcome.correction or ""
+    assert not outcome.usable and "400 characters of working" in correction
+    assert ("The tool math.hcf (Highest common factor of two numbers.) does what the task asks" in correction) is named
+    assert ("If one of the tools does what the task asks" in correction) is not named
+    assert len(llm.probes) == len(fits)
+    # no open question (mylm's own agent, or a tool result already in): nobody is asked
+    llm = ScriptedLLM([HCF_BY_HAND[-400:]], stops="ignore", fits=fits)
+    step = ModelStep(llm, [hcf], StepConfig(max_tokens=1024, multiple_calls=True, constrain="auto"))
+    _, outcome = drain(step.turn([Message("system", step.system_prompt()), Message("user", asked)],
+                                 deadline=None, check_calls=True))
+    assert "If one of the tools" in (outcome.correction or "") and not llm.probes

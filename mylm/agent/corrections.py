@@ -211,11 +211,13 @@ class Corrections:
         """Why tool_choice (`none`, or one tool's name) does not allow calling `tool`."""
         return self.prompts.render("tool_choice_refused.j2", tool=tool, tool_choice=tool_choice)
 
-    def capped(self, chars: int) -> str:
+    def capped(self, chars: int, tool: str = "", description: str = "") -> str:
         """The user message for a reply whose prose ran to the grammar's cap (`chars`) and stopped there without
-        a call or an answer of its own (a small model working a tool's calculation out by hand)."""
+        a call or an answer of its own (a small model working a tool's calculation out by hand); `tool` (and its
+        `description`): the one the model says does the task, named."""
         self.capped_sent = True
-        return self._told(self.prompts.render("capped.j2", chars=chars))
+        return self._told(self.prompts.render("capped.j2", chars=chars, tool=tool, description=neutralise(
+            " ".join(description.split()[:60]))))
 
     def made_up(self, call: ToolCall) -> str:
         """The user message for a call whose values all come from nowhere (`grounding.made_up`)."""

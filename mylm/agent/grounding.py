@@ -1,7 +1,8 @@
 """Which of several calls of one tool in one reply the conversation asked for.
 
-Small models asked one question often write many calls of the one tool: every unit, every method, the first
-call's values swapped about. The rules here keep what the question names, else the model's first choice.
+Small models asked one question often write many calls of the one tool: every unit, every method, every option,
+the first call's values swapped about; or call every tool offered with the same values. The rules here keep what
+the question names, else the model's first choice, and point out the calls to ask about.
 """
 
 from __future__ import annotations
@@ -60,9 +61,41 @@ def _unmixed(calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
     kept: list[tuple[ToolCall, set[str]]] = []
     for call in calls:
         values = {json.dumps(v) for v in _leaves(call.arguments)}
-        if not any(set(call.arguments) == set(k.arguments) and values <= seen for k, seen in kept):
+        if not any(set(call.arguments) == set(k.arguments) and (values <= seen or _flipped(call, k))
+                   for k, seen in kept):
             kept.append((call, values))
     return tuple(call for call, _ in kept)
+
+
+def _flipped(call: ToolCall, earlier: ToolCall) -> bool:
+    """Whether `call` is `earlier` with only boolean options changed: asked for a triangle's dimensions and
+    properties, Qwen2.5-Coder-1.5B called `triangle_properties.get` five times with `get_area`, `get_perimeter`
+    and `get_angles` all true, all false, then one true at a time. An option flipped asks nothing new of the
+    tool; the question that wants both ways ("with and without human impact") is rare (4 of BFCL's 400 parallel
+    questions), and costs a round trip, not a wrong answer."""
+    differ = [k for k in call.arguments if call.arguments[k] != earlier.arguments.get(k)]
+    return bool(differ) and all(isinstance(call.arguments[k], bool) and isinstance(earlier.arguments.get(k), bool)
+                                for k in differ)
+
+
+def alternative(call: ToolCall, earlier: Sequence[ToolCall], said: str) -> bool:
+    """Whether `call`, of a tool none of `earlier` called, passes nothing from the conversation (`said`) that
+    they did not: the shape of a model listing the tools it was offered instead of choosing one. Asked the
+    capital of Brazil, Qwen2.5-Coder-1.5B called `country_info.capital`, `population` and `largest_city`, each
+    with "Brazil"; a triangle's area from three sides, Heron's formula, then base-height and a circle's area
+    with the same numbers; a forecast by coordinates after the weather at them on a date (`days_ahead: 7`, from
+    nowhere). The same shape is also a question that asks two things of one value (the capital and the
+    population), 36 of BFCL's 200 parallel_multiple questions, so the shape only says "ask whether it fits"."""
+    if any(call.name == e.name for e in earlier):
+        return False
+    said = said.casefold()
+    numbers = _numbers(said)
+
+    def passed(c: ToolCall) -> set[str]:
+        return {json.dumps(v) for v in _leaves(c.arguments)
+                if not isinstance(v, bool) and v is not None and _from(v, said, numbers)}
+
+    return passed(call) <= set().union(*(passed(e) for e in earlier))
 
 
 def _named(value: str, said: str) -> bool:

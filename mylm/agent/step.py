@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import platform
 import time
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
@@ -54,7 +54,7 @@ from ..tools.validation import validate
 from .context import TokenEstimator
 from .corrections import ECHOED, TEMPLATES, Corrections
 from .fit import FIT_TEMPLATES, FIT_TOKENS, fit_constraint, fit_messages, says_no
-from .grounding import grounded, heard, made_up, mentioned
+from .grounding import alternative, grounded, heard, made_up, mentioned
 from .turn import ModelTurn, cut_mid_thought, stream_turn
 
 logger = logging.getLogger("mylm.agent")
@@ -64,6 +64,8 @@ _CALL_ENDS = frozenset(close for _, close in dialects.CALL_TAGS.values())
 
 #: The question the fit check restates is cut to this many characters.
 _QUESTION_CHARS = 600
+#: Working cut at the cap is corrected naming the first of this many listed tools the model says does the task.
+_FITTING_TRIED = 3
 
 T = TypeVar("T")
 #: A step of the loop: yields events as they happen, returns its outcome.
@@ -299,12 +301,31 @@ class ModelStep:
         if not corrections.task:  # a server's or the eval's conversation: the question is its first user message
             corrections.task = next((m.content for m in messages if m.role == "user"), "")
         said = heard(messages)
-        outcome = self.judge(turn, corrections, check_calls=check_calls, said=said)
+        open_question = question.strip() and self.config.tool_choice == "auto"
+        fitting = (lambda: self._fitting(question, deadline, cancel, meter)) if open_question else None
+        outcome = self.judge(turn, corrections, check_calls=check_calls, said=said, fitting=fitting)
         if len(outcome.calls) > 1:
             outcome = replace(outcome, calls=grounded(outcome.calls, said))
-        if question.strip() and outcome.calls and not corrections.unfit_sent and self.config.tool_choice == "auto":
-            outcome = self._fit(outcome, question, corrections, deadline, cancel, meter)
+        if open_question and outcome.calls:
+            if not corrections.unfit_sent:
+                outcome = self._fit(outcome, question, corrections, deadline, cancel, meter)
+            if outcome.usable and len(outcome.calls) > 1:
+                outcome = self._chosen(outcome, question, said, deadline, cancel, meter)
         return outcome
+
+    def _chosen(self, outcome: StepOutcome, question: str, said: str, deadline: float | None,
+                cancel: CancelToken | None, meter: Meter) -> StepOutcome:
+        """`outcome` less the calls after the first that only list another offered tool for the same values
+        (`grounding.alternative`) and that the model, asked apart, says do not do what `question` asks: the
+        one it chose first is its answer. Asked again, the rest can still be called."""
+        kept = [outcome.calls[0]]
+        for call in outcome.calls[1:]:
+            if alternative(call, kept, said) and self._unfit(call.name, question, deadline, cancel, meter):
+                logger.info("Dropped the call of %s: the same values as an earlier call, and asked apart the "
+                            "model said it does not do what the question asks", call.name)
+                continue
+            kept.append(call)
+        return outcome if len(kept) == len(outcome.calls) else replace(outcome, calls=tuple(kept))
 
     def _fit(self, outcome: StepOutcome, question: str, corrections: Corrections, deadline: float | None,
              cancel: CancelToken | None, meter: Meter) -> StepOutcome:
@@ -312,8 +333,26 @@ class ModelStep:
         asks, the turn made unusable with the `unfit` correction. No events: the probe is not a turn."""
         call = outcome.calls[0]
         tool = next((t for t in self.listed if t.name == call.name), None)
-        if tool is None:
+        if tool is None or not self._unfit(call.name, question, deadline, cancel, meter):
             return outcome
+        logger.info("Asked apart, the model said %s does not do what the question asks", call.name)
+        return StepOutcome(outcome.turn, f"asked apart, the model said {call.name} does not do what the task asks",
+                           corrections.unfit(call.name, tool.description), "call")
+
+    def _fitting(self, question: str, deadline: float | None, cancel: CancelToken | None,
+                 meter: Meter) -> ToolSchema | None:
+        """The first of the (first three) listed tools that the model, asked apart, says does what `question`
+        asks, or None."""
+        return next((t for t in self.listed[:_FITTING_TRIED]
+                     if not self._unfit(t.name, question, deadline, cancel, meter)), None)
+
+    def _unfit(self, name: str, question: str, deadline: float | None, cancel: CancelToken | None,
+               meter: Meter) -> bool:
+        """Whether the model, asked apart in every wording of the fit probe, says the listed tool `name` does
+        not do what `question` asks (an unlisted tool, or an endpoint that refuses the probe: not a no)."""
+        tool = next((t for t in self.listed if t.name == name), None)
+        if tool is None:
+            return False
         if len(question) > _QUESTION_CHARS:
             question = question[:_QUESTION_CHARS].rstrip() + " [...]"
         constraint = fit_constraint() if self.constraint is not None else None
@@ -329,17 +368,16 @@ class ModelStep:
                 answer += (chunk.text for chunk in self.llm.stream(request) if isinstance(chunk, TextChunk))
             except HTTPStatusError as error:  # an endpoint that refuses the probe has not said no
                 logger.warning("The fit check's request failed (%s); the call goes out", error)
-                return outcome
+                return False
             if not says_no("".join(answer)):
-                return outcome
-        logger.info("Asked apart, the model said %s does not do what the question asks", call.name)
-        return StepOutcome(outcome.turn, f"asked apart, the model said {call.name} does not do what the task asks",
-                           corrections.unfit(call.name, tool.description), "call")
+                return False
+        return True
 
     def judge(self, turn: ModelTurn, corrections: Corrections, *, check_calls: bool = False,
-              said: str = "") -> StepOutcome:
+              said: str = "", fitting: Callable[[], ToolSchema | None] | None = None) -> StepOutcome:
         """Whether `turn` can be used; if not, why and what to tell the model. `said`: the conversation's user
-        messages, casefolded (where the values of calls come from)."""
+        messages, casefolded (where the values of calls come from). `fitting`: asked only when the correction
+        for working cut at the cap is due, the tool the model says does the task (named in it), if any."""
         if turn.degenerate:  # cut short while looping: whatever it parsed to is not what the model meant
             once = said_once(turn)
             if once is not None:
@@ -352,9 +390,12 @@ class ModelStep:
             # At the cap the grammar lets the prose only end: a model working a tool's calculation out by hand
             # (BFCL simple_python: an HCF, a final velocity) stopped mid-sentence ("- Div"), or was made to tag
             # an answer it had not reached (`<final_answer>0`). Asked again, it can call the tool.
-            cap = thought_cap(self.config.max_tokens)
-            return StepOutcome(turn, f"the reply's working ran to the {cap}-character limit", corrections.capped(cap),
-                               "format")
+            # Told only "if one of the tools does what the task asks, call it", the 1.5B answered from its working
+            # instead (BFCL simple_python: roots, an HCF, a final velocity): the tool the model itself says fits,
+            # asked apart, is named.
+            cap, fits = thought_cap(self.config.max_tokens), fitting() if fitting else None
+            return StepOutcome(turn, f"the reply's working ran to the {cap}-character limit",
+                               corrections.capped(cap, *((fits.name, fits.description) if fits else ())), "format")
         if not turn.parsed.tool_calls and corrections.echoes(turn.parsed.final_answer or turn.parsed.thought):
             # Not an answer: the model copied what it was just told (a small model's habit).
             return StepOutcome(turn, ECHOED, corrections.echoed(corrections.task), "format")
