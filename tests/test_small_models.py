@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mylm import Agent, StopReason
+from mylm.agent.fit import COUNT_GRAMMAR
 from mylm.agent.step import ModelStep, StepConfig, ToolDefinition, drain
 from mylm.constrain import ToolSpec, compile_protocol
 from mylm.core.types import Message, ToolCall, ToolResultEvent
@@ -381,10 +382,11 @@ def test_calls_enumerating_values_the_question_never_named_are_cut_to_the_named_
     assert grounded(units, asked) == units[:1]
     cities = tuple(ToolCall("get_weather", {"city": c}) for c in ("Paris", "London", "Tokyo"))
     assert grounded(cities, "what is the weather in paris, london and tokyo?") == cities
-    # nothing named: the model listed options; its first choice is kept. Two tools: left alone
+    # nothing named: the model listed options; its first choice is kept. Several tools: each one's calls alike
     assert grounded(units, "how long is it around?") == units[:1]
     mixed = (*cities, ToolCall("get_time", {"city": "Paris"}))
-    assert grounded(mixed, "weather and time in paris") == mixed
+    assert grounded(mixed, "weather and time in paris") == (cities[0], mixed[-1])
+    assert grounded(mixed, "weather in paris, london and tokyo, and the time in paris") == mixed
     # simple_python_13: the area under y=x^2 from 1 to 3, once per `method`, none named (BFCL's schema has no enum)
     methods = ("trapezoidal", "midpoint", "rectangle", "spline", "gauss")
     area = tuple(ToolCall("calculate_area_under_curve", {"function": "x**2", "interval": [1, 3], "method": m})
@@ -620,52 +622,55 @@ def test_calls_of_one_tool_that_only_flip_options_are_one_call() -> None:
     assert grounded(two, "areas of squares of side 3 and 4") == two
 
 
-def test_which_calls_only_list_another_tool_for_the_same_values() -> None:
-    from mylm.agent.grounding import alternative
-
-    capital = ToolCall("country_info.capital", {"country": "Brazil"})
-    asked = "what is the capital of brazil?"
-    assert alternative(ToolCall("country_info.population", {"country": "Brazil"}), [capital], asked)
-    # multiple_5: a forecast by the same coordinates, days_ahead from nowhere; the weather by a city never named
-    at = ToolCall("weather.get_by_coordinates_date", {"coordinates": [46.603354, 1.888334], "date": "2019-12-13"})
-    asked = "wind speed and temperature at coordinates 46.603354,1.8883340 on 2019-12-13?"
-    assert alternative(ToolCall("weather.get_forecast_by_coordinates",
-                                {"coordinates": [46.603354, 1.888334], "days_ahead": 7}), [at], asked)
-    assert alternative(ToolCall("weather.get_by_city_date", {"city": "Paris", "date": "2019-12-13"}), [at], asked)
-    # a tool given values of its own from the question is a second thing asked; the same tool again is not a
-    # choice between tools (the rules of `grounded` decide those)
-    weather = ToolCall("get_weather", {"city": "Seoul"})
-    asked = "the weather in seoul, and turn on the air conditioner in the living room"
-    assert not alternative(ToolCall("appliance.execute", {"room": "living room", "on": True}), [weather], asked)
-    assert not alternative(ToolCall("get_weather", {"city": "Seoul"}), [weather], asked)
-
-
 # BFCL multiple_2, Qwen2.5-Coder-1.5B under mylm's grammar: every offered tool, each with "Brazil", then the first
 # again (the identical call ends the turn).
 BRAZIL = "".join(f'<tool_code>\n<name>country_info.{t}</name>\n<parameters>\n{{"country": "Brazil"}}\n</parameters>\n'
                  f'</tool_code>\n' for t in ("capital", "population", "largest_city", "capital"))
-COUNTRY_TOOLS = [ToolDefinition(f"country_info.{t}", f"Fetch the {t.replace('_', ' ')} of a specified country.", {
+COUNT_TOOLS = [ToolDefinition(f"country_info.{t}", f"Fetch the {t.replace('_', ' ')} of a specified country.", {
     "type": "object", "properties": {"country": {"type": "string"}}, "required": ["country"]})
     for t in ("largest_city", "capital", "population")]
 
 
-@pytest.mark.parametrize(("asked", "fits", "probed", "called"), [
-    # the model, asked apart about each further tool, says no (twice): its first choice is its answer
-    ("What is the capital of Brazil?", [True, False, False, False, False],
-     ["capital", "population", "population", "largest_city", "largest_city"], ["capital"]),
-    # the same shape where the question asks for both (BFCL parallel_multiple): yes, and both go out
-    ("What are the capital and the population of Brazil?", [True, True, False, False],
-     ["capital", "population", "largest_city", "largest_city"], ["capital", "population"]),
-])
-def test_calls_listing_the_offered_tools_for_one_value_are_asked_about(asked: str, fits: list[bool],
-                                                                        probed: list[str], called: list[str]) -> None:
-    llm = ScriptedLLM([BRAZIL], stops="ignore", fits=fits)
-    step = ModelStep(llm, COUNTRY_TOOLS, StepConfig(max_tokens=300, multiple_calls=True, constrain="grammar"))
+def test_calls_of_several_tools_for_a_question_asking_one_thing_are_the_first_call() -> None:
+    asked = "What is the capital of Brazil?"
+    llm = ScriptedLLM([BRAZIL], stops="ignore", counts=["One"])
+    step = ModelStep(llm, COUNT_TOOLS, StepConfig(max_tokens=300, multiple_calls=True, constrain="grammar"))
     _, outcome = drain(step.turn([Message("system", step.system_prompt()), Message("user", asked)],
                                  deadline=None, check_calls=True, question=asked))
-    assert outcome.usable and [c.name for c in outcome.calls] == [f"country_info.{t}" for t in called]
-    # the first call once; each further one once for a yes, twice for a no
-    assert [next(t for t in probed if f"country_info.{t}" in p.messages[-1].content) for p in llm.probes] == probed
+    assert outcome.usable and [c.name for c in outcome.calls] == ["country_info.capital"]
+    # the fit check of the first call, then the count probe, which restates the question under its grammar
+    assert len(llm.probes) == 2 and asked in llm.probes[1].messages[-1].content
+    assert "One or Several" in llm.probes[1].messages[-1].content and llm.probes[1].constraint is not None
+    assert llm.probes[1].constraint.grammar == COUNT_GRAMMAR
+
+    # a question that asks for several things: every call goes out (BFCL parallel_multiple)
+    asked = "What are the capital and the population of Brazil?"
+    llm = ScriptedLLM([BRAZIL], stops="ignore", counts=["Several"])
+    step = ModelStep(llm, COUNT_TOOLS, StepConfig(max_tokens=300, multiple_calls=True, constrain="grammar"))
+    _, outcome = drain(step.turn([Message("system", step.system_prompt()), Message("user", asked)],
+                                 deadline=None, check_calls=True, question=asked))
+    assert [c.name for c in outcome.calls] == [f"country_info.{t}" for t in ("capital", "population", "largest_city")]
+
+    # calls of one tool are never counted (the model calls "the weather in Oslo and Rome" one thing); nor is
+    # anything asked without an open question (mylm's own agent)
+    for reply, question in ((BRAZIL.replace("population", "capital").replace("largest_city", "capital"), asked),
+                            (BRAZIL, "")):
+        llm = ScriptedLLM([reply], stops="ignore", counts=["One"])
+        step = ModelStep(llm, COUNT_TOOLS, StepConfig(max_tokens=300, multiple_calls=True, constrain="grammar"))
+        drain(step.turn([Message("system", step.system_prompt()), Message("user", asked)], deadline=None,
+                        check_calls=True, question=question))
+        assert not any("One or Several" in p.messages[-1].content for p in llm.probes)
+
+
+def test_each_tools_calls_in_a_mixed_reply_are_grounded_by_the_same_rules() -> None:
+    # BFCL multiple_1, Qwen2.5-Coder-1.5B: Heron's area, then the base-height area with the sides reshuffled
+    from mylm.agent.step import grounded
+
+    heron = ToolCall("math.triangle_area_heron", {"side1": 3, "side2": 4, "side3": 5})
+    base = tuple(ToolCall("math.triangle_area_base_height", {"base": b, "height": h}) for b, h in ((3, 4), (4, 3),
+                                                                                                  (4, 5)))
+    asked = "Calculate the area of a triangle, given the lengths of its three sides: 3, 4, and 5."
+    assert grounded((heron, *base), asked) == (heron, base[0], base[2])
 
 
 @pytest.mark.parametrize(("fits", "named"), [([True], True), ([False, False], False), ([False, True], True)])

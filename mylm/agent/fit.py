@@ -1,4 +1,5 @@
-"""Whether the tool a model chose does what the question asks: the model's own yes or no, asked apart.
+"""Whether the tool a model chose does what the question asks, and whether the question asks for one thing: the
+model's own answers, asked apart.
 
 A small model given one tool calls it for whatever it is asked, with the question's own values: Qwen2.5-Coder-1.5B
 called `calculate_boiling_point` for "how many sides does a hexagon have?", a stock ticker for "who won the 2010
@@ -11,6 +12,11 @@ related tool that does not do the task.
 A no is asked again in other words (`FIT_TEMPLATES`): the call is held only when the model says no both times. The
 answers only decide whether the model is asked to reconsider (`prompts/unfit.j2`, once); a call it makes again
 goes out. An endpoint that cannot answer in a word (a reasoning model's `<think>`) counts as yes.
+
+Offered several tools for one question, the same model calls several of them (the capital of Brazil asked:
+`country_info.capital`, `population`, `largest_city`); asked for two things, it calls two. Which is which is in the
+question, not in the calls, so the model is asked apart whether the question asks for one thing or several
+(`prompts/count.j2`); on "One", only its first call goes out.
 """
 
 from __future__ import annotations
@@ -82,4 +88,45 @@ def says_no(text: str) -> bool:
     return word.strip(".,!:").casefold() == "no"
 
 
-__all__ = ["FIT_GRAMMAR", "FIT_TEMPLATES", "FIT_TOKENS", "WORKED", "Worked", "fit_constraint", "fit_messages", "says_no"]
+#: The count probe's answer, where the endpoint samples under a grammar.
+COUNT_GRAMMAR = 'root ::= "One" | "Several"'
+
+#: The count probe's worked questions and answers: several values of one thing are one thing (a triangle's three
+#: sides), the same thing for several names is several (three countries' populations). (Measured on the 1.5B over
+#: BFCL questions: One to 49 of multiple's first 50 and all 30 simple_python ones tried, Several to 35 of
+#: parallel_multiple's first 40. Two more examples of "X, and Y" asked turned 6 more multiple questions to Several
+#: for 2 parallel_multiple ones: not kept. Same-tool questions (BFCL parallel) it often calls One, so it is never
+#: asked about calls of one tool.)
+COUNTED = (
+    ("What is the capital of Peru?", False),
+    ("What is the weather in Oslo and in Rome?", True),
+    ("Find the area of a triangle with sides 3, 4 and 5.", False),
+    ("Convert 5 miles to kilometers, then book a taxi to the airport.", True),
+    ("How long does light take to travel from the Sun to Earth?", False),
+    ("Get the population of France, Spain and Italy.", True),
+)
+
+
+def count_messages(prompts: PromptLoader, request: str) -> tuple[Message, ...]:
+    """The count probe's conversation: the worked questions, then `request` (`prompts/count.j2`)."""
+    messages: list[Message] = []
+    for question, several in COUNTED:
+        messages.append(Message("user", prompts.render("count.j2", request=question)))
+        messages.append(Message("assistant", "Several" if several else "One"))
+    messages.append(Message("user", prompts.render("count.j2", request=request)))
+    return tuple(messages)
+
+
+def count_constraint() -> Constraint:
+    """The grammar of the count probe's answer."""
+    return Constraint(COUNT_GRAMMAR)
+
+
+def says_one(text: str) -> bool:
+    """Whether the count probe's answer is one (anything else, an empty or cut answer included, is not)."""
+    word = text.strip().split(maxsplit=1)[0] if text.strip() else ""
+    return word.strip(".,!:").casefold() == "one"
+
+
+__all__ = ["COUNTED", "COUNT_GRAMMAR", "FIT_GRAMMAR", "FIT_TEMPLATES", "FIT_TOKENS", "WORKED", "Worked",
+           "count_constraint", "count_messages", "fit_constraint", "fit_messages", "says_no", "says_one"]

@@ -1,8 +1,8 @@
 """Which of several calls of one tool in one reply the conversation asked for.
 
 Small models asked one question often write many calls of the one tool: every unit, every method, every option,
-the first call's values swapped about; or call every tool offered with the same values. The rules here keep what
-the question names, else the model's first choice, and point out the calls to ask about.
+the first call's values swapped about. The rules here keep what the question names, else the model's first
+choice. (Calls of several different tools for one question are asked about instead: `fit`.)
 """
 
 from __future__ import annotations
@@ -30,8 +30,10 @@ def grounded(calls: tuple[ToolCall, ...], said: str) -> tuple[ToolCall, ...]:
     listed options instead of choosing one (the area under a curve by every `method`, a speed in km/h, m/s, mph
     and knots, prime factors `formatted` true then false): its first choice is kept. The cost of being wrong is a
     round trip (the model sees the first result and can make the next call), not a wrong answer."""
-    if len({c.name for c in calls}) != 1:
-        return calls
+    names = list(dict.fromkeys(c.name for c in calls))
+    if len(names) > 1:  # each tool's calls by the same rules (Heron's area, then base-height area three ways)
+        chosen = {id(c) for name in names for c in grounded(tuple(c for c in calls if c.name == name), said)}
+        return tuple(c for c in calls if id(c) in chosen)
     calls = _unmixed(calls)
     keys = set().union(*(c.arguments for c in calls))
     varying = [k for k in keys if len({json.dumps(c.arguments.get(k), sort_keys=True) for c in calls}) > 1]
@@ -76,26 +78,6 @@ def _flipped(call: ToolCall, earlier: ToolCall) -> bool:
     differ = [k for k in call.arguments if call.arguments[k] != earlier.arguments.get(k)]
     return bool(differ) and all(isinstance(call.arguments[k], bool) and isinstance(earlier.arguments.get(k), bool)
                                 for k in differ)
-
-
-def alternative(call: ToolCall, earlier: Sequence[ToolCall], said: str) -> bool:
-    """Whether `call`, of a tool none of `earlier` called, passes nothing from the conversation (`said`) that
-    they did not: the shape of a model listing the tools it was offered instead of choosing one. Asked the
-    capital of Brazil, Qwen2.5-Coder-1.5B called `country_info.capital`, `population` and `largest_city`, each
-    with "Brazil"; a triangle's area from three sides, Heron's formula, then base-height and a circle's area
-    with the same numbers; a forecast by coordinates after the weather at them on a date (`days_ahead: 7`, from
-    nowhere). The same shape is also a question that asks two things of one value (the capital and the
-    population), 36 of BFCL's 200 parallel_multiple questions, so the shape only says "ask whether it fits"."""
-    if any(call.name == e.name for e in earlier):
-        return False
-    said = said.casefold()
-    numbers = _numbers(said)
-
-    def passed(c: ToolCall) -> set[str]:
-        return {json.dumps(v) for v in _leaves(c.arguments)
-                if not isinstance(v, bool) and v is not None and _from(v, said, numbers)}
-
-    return passed(call) <= set().union(*(passed(e) for e in earlier))
 
 
 def _named(value: str, said: str) -> bool:

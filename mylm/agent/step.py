@@ -53,8 +53,17 @@ from ..protocol.tags import FINAL_OPEN, with_markers
 from ..tools.validation import validate
 from .context import TokenEstimator
 from .corrections import ECHOED, TEMPLATES, Corrections
-from .fit import FIT_TEMPLATES, FIT_TOKENS, fit_constraint, fit_messages, says_no
-from .grounding import alternative, grounded, heard, made_up, mentioned
+from .fit import (
+    FIT_TEMPLATES,
+    FIT_TOKENS,
+    count_constraint,
+    count_messages,
+    fit_constraint,
+    fit_messages,
+    says_no,
+    says_one,
+)
+from .grounding import grounded, heard, made_up, mentioned
 from .turn import ModelTurn, cut_mid_thought, stream_turn
 
 logger = logging.getLogger("mylm.agent")
@@ -310,22 +319,38 @@ class ModelStep:
             if not corrections.unfit_sent:
                 outcome = self._fit(outcome, question, corrections, deadline, cancel, meter)
             if outcome.usable and len(outcome.calls) > 1:
-                outcome = self._chosen(outcome, question, said, deadline, cancel, meter)
+                outcome = self._chosen(outcome, question, deadline, cancel, meter)
         return outcome
 
-    def _chosen(self, outcome: StepOutcome, question: str, said: str, deadline: float | None,
-                cancel: CancelToken | None, meter: Meter) -> StepOutcome:
-        """`outcome` less the calls after the first that only list another offered tool for the same values
-        (`grounding.alternative`) and that the model, asked apart, says do not do what `question` asks: the
-        one it chose first is its answer. Asked again, the rest can still be called."""
-        kept = [outcome.calls[0]]
-        for call in outcome.calls[1:]:
-            if alternative(call, kept, said) and self._unfit(call.name, question, deadline, cancel, meter):
-                logger.info("Dropped the call of %s: the same values as an earlier call, and asked apart the "
-                            "model said it does not do what the question asks", call.name)
-                continue
-            kept.append(call)
-        return outcome if len(kept) == len(outcome.calls) else replace(outcome, calls=tuple(kept))
+    def _chosen(self, outcome: StepOutcome, question: str, deadline: float | None, cancel: CancelToken | None,
+                meter: Meter) -> StepOutcome:
+        """`outcome`, or only its first call when it calls several different tools and the model, asked apart,
+        says `question` asks for one thing: it listed the tools it was offered instead of choosing (its first
+        choice is kept; asked again, it can still call the rest)."""
+        if len({c.name for c in outcome.calls}) < 2:
+            return outcome
+        if len(question) > _QUESTION_CHARS:
+            question = question[:_QUESTION_CHARS].rstrip() + " [...]"
+        messages = count_messages(self.prompts, defuse_special_tokens(" ".join(question.split())))
+        answer = self._probe(messages, count_constraint() if self.constraint is not None else None, deadline,
+                             cancel, meter, "count")
+        if answer is None or not says_one(answer):
+            return outcome
+        logger.info("Asked apart, the model said the question asks for one thing: only its first call goes out")
+        return replace(outcome, calls=outcome.calls[:1])
+
+    def _probe(self, messages: tuple[Message, ...], constraint: Constraint | None, deadline: float | None,
+               cancel: CancelToken | None, meter: Meter, purpose: str = "fit") -> str | None:
+        """The model's short answer to a question asked apart (`fit`), or None where the endpoint refused it."""
+        request = LLMRequest(messages, (), FIT_TOKENS, deadline, cancel, constraint, sampling=Sampling(temperature=0),
+                             purpose=purpose)
+        meter.calls += 1
+        try:
+            # Its usage is left out of the meter's: a client reads prompt tokens as how full its context is.
+            return "".join(chunk.text for chunk in self.llm.stream(request) if isinstance(chunk, TextChunk))
+        except HTTPStatusError as error:  # an endpoint that refuses the probe has not said no
+            logger.warning("A question asked apart failed (%s); the calls go out", error)
+            return None
 
     def _fit(self, outcome: StepOutcome, question: str, corrections: Corrections, deadline: float | None,
              cancel: CancelToken | None, meter: Meter) -> StepOutcome:
@@ -359,17 +384,8 @@ class ModelStep:
         for template in FIT_TEMPLATES:
             messages = fit_messages(self.prompts, defuse_special_tokens(" ".join(question.split())), tool.name,
                                     neutralise(" ".join(tool.description.split())), template)
-            request = LLMRequest(messages, (), FIT_TOKENS, deadline, cancel, constraint,
-                                 sampling=Sampling(temperature=0), purpose="fit")
-            meter.calls += 1
-            answer: list[str] = []
-            try:
-                # Its usage is left out of the meter's: a client reads prompt tokens as how full its context is.
-                answer += (chunk.text for chunk in self.llm.stream(request) if isinstance(chunk, TextChunk))
-            except HTTPStatusError as error:  # an endpoint that refuses the probe has not said no
-                logger.warning("The fit check's request failed (%s); the call goes out", error)
-                return False
-            if not says_no("".join(answer)):
+            answer = self._probe(messages, constraint, deadline, cancel, meter)
+            if answer is None or not says_no(answer):
                 return False
         return True
 

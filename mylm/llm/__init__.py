@@ -101,8 +101,8 @@ class LLMRequest:
     native: NativeTools | None = None
     #: The request's own sampling settings, over the endpoint's configured `options`.
     sampling: Sampling = field(default_factory=Sampling)
-    #: What it is for: `turn` (a turn of the conversation), or `fit` (a side question about the turn's call,
-    #: `agent.fit`; no turn of its own: test doubles answer it apart, recorders leave it out).
+    #: What it is for: `turn` (a turn of the conversation), `fit` or `count` (a side question about the turn's
+    #: calls, `agent.fit`; no turn of its own: test doubles answer it apart, recorders leave it out).
     purpose: str = "turn"
 
 

@@ -277,6 +277,7 @@ SAMPLES: dict[str, tuple[dict[str, Any], ...]] = {
                 "description": "Calculate the boiling point of a substance."},),
     "fit_can.j2": ({"request": "How many sides does a hexagon have?", "tool": "example",
                     "description": "Calculate the boiling point of a substance."},),
+    "count.j2": ({"request": "What is the capital of Brazil?"},),
     "degenerate.j2": ({"message": "the reply repeated the line '#15' for 128 lines"},),
     "unrun_block.j2": ({"message": "a problem"},),
     "summary.j2": ({"max_iterations": 10},),

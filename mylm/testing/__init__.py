@@ -41,12 +41,13 @@ class ScriptedLLM:
 
     mylm's side question whether a called tool fits the question (`purpose == "fit"`, `agent.fit`) is not a turn
     of the script: it is answered from `fits` (the next answer each time, the last one once they run out; by
-    default "Yes") and kept in `probes`.
+    default "Yes") and kept in `probes`; so is its question whether the task asks for one thing or several
+    (`purpose == "count"`), answered from `counts` (by default "Several": every call goes out).
     """
 
     def __init__(
         self, script: Iterable[ScriptItem], *, chunk_size: int = 7, stops: StopBehaviour = "honour",
-        fits: bool | Sequence[bool] = True,
+        fits: bool | Sequence[bool] = True, counts: Sequence[str] = ("Several",),
     ) -> None:
         self._script: list[ScriptItem] = list(script)
         self._next = 0
@@ -55,6 +56,8 @@ class ScriptedLLM:
         self.requests: list[LLMRequest] = []
         self.closed_early = 0
         self._fits = [fits] if isinstance(fits, bool) else list(fits) or [True]
+        self._counts = list(counts) or ["Several"]
+        self._counted = 0
         self.probes: list[LLMRequest] = []
 
     @property
@@ -64,9 +67,14 @@ class ScriptedLLM:
 
     def stream(self, request: LLMRequest) -> Iterator[LLMChunk]:
         """Replay the next scripted completion for `request`."""
+        if request.purpose == "count":
+            self.probes.append(request)
+            self._counted += 1
+            return self._replay(ScriptedReply(self._counts[min(self._counted, len(self._counts)) - 1]), request)
         if request.purpose == "fit":
             self.probes.append(request)
-            fits = self._fits[min(len(self.probes), len(self._fits)) - 1]
+            asked = sum(p.purpose == "fit" for p in self.probes)
+            fits = self._fits[min(asked, len(self._fits)) - 1]
             return self._replay(ScriptedReply("Yes" if fits else "No"), request)
         self.requests.append(request)
         if self._next >= len(self._script):

@@ -14,7 +14,8 @@ Each POST to a generation route consumes the next scripted reply; the server rec
 `HTTPError`s, `Raw` byte streams, or the hostile behaviours `Hang` and `Trickle`. When the script runs out the
 server answers 500 "script exhausted", so a test that asks too often fails loudly. mylm's side question whether a
 called tool fits the question (`mylm.agent.fit`) is answered like a model would, from `fits` (default: "Yes"), and
-kept in `probes`, not `requests`: it is not a turn of the script.
+its question whether the task asks for one thing or several from `counts` (default: "Several"); both are kept in
+`probes`, not `requests`: they are not turns of the script.
 """
 
 from __future__ import annotations
@@ -29,10 +30,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterable, Iterator, Mapping, Sequence, Union
 from urllib.parse import parse_qsl, urlsplit
 
-from mylm.agent.fit import WORKED
+from mylm.agent.fit import COUNTED, WORKED
 
 #: What only the fit probe's requests hold: its first worked question.
 _FIT_PROBE = json.dumps(WORKED[0].request)[1:-1]
+_COUNT_PROBE = json.dumps(COUNTED[2][0])[1:-1]  # the first is a fit probe's worked question too
 #: Delta sizes, in characters, cycled to cut a completion into small uneven pieces like a tokenizer would.
 _PIECES = (1, 4, 2, 7, 3, 5)
 #: What a server that ignores stops goes on generating after the completion (the classic fake observation).
@@ -156,9 +158,11 @@ class LoopbackServer:
         delay: float = 0.001,
         models: Sequence[str] = ("test-model",),
         fits: bool | Sequence[bool] = True,
+        counts: Sequence[str] = ("Several",),
     ) -> None:
         self.stop_mode = stop_mode
         self.fits = [fits] if isinstance(fits, bool) else list(fits) or [True]
+        self.counts = list(counts) or ["Several"]
         self.probes: list[RecordedRequest] = []
         self.delay = delay
         self.models = list(models)
@@ -253,10 +257,15 @@ class LoopbackServer:
 
     def _record(self, request: RecordedRequest) -> Reply | None:
         with self._lock:
-            if self.is_generation(request.method, request.path) and _FIT_PROBE in json.dumps(request.body):
+            body = json.dumps(request.body)
+            if self.is_generation(request.method, request.path) and _COUNT_PROBE in body:
                 self.probes.append(request)
-                fits = self.fits[min(len(self.probes), len(self.fits)) - 1]
-                return Completion("Yes" if fits else "No")
+                counted = sum(_COUNT_PROBE in json.dumps(p.body) for p in self.probes)
+                return Completion(self.counts[min(counted, len(self.counts)) - 1])
+            if self.is_generation(request.method, request.path) and _FIT_PROBE in body:
+                self.probes.append(request)
+                asked = sum(_FIT_PROBE in json.dumps(p.body) for p in self.probes)
+                return Completion("Yes" if self.fits[min(asked, len(self.fits)) - 1] else "No")
             self.requests.append(request)
             self._lock.notify_all()
             if not self.is_generation(request.method, request.path):
