@@ -84,8 +84,12 @@ def fit_constraint() -> Constraint:
 
 def says_no(text: str) -> bool:
     """Whether the probe's answer is no (anything else, an empty or cut answer included, is not)."""
-    word = text.strip().split(maxsplit=1)[0] if text.strip() else ""
-    return word.strip(".,!:").casefold() == "no"
+    return _word(text) == "no"
+
+
+def _word(text: str) -> str:
+    """A probe's answer as one word, casefolded ("" for an empty answer)."""
+    return (text.split(maxsplit=1) or [""])[0].strip(".,!:").casefold()
 
 
 #: The count probe's answer, where the endpoint samples under a grammar.
@@ -109,12 +113,9 @@ COUNTED = (
 
 def count_messages(prompts: PromptLoader, request: str) -> tuple[Message, ...]:
     """The count probe's conversation: the worked questions, then `request` (`prompts/count.j2`)."""
-    messages: list[Message] = []
-    for question, several in COUNTED:
-        messages.append(Message("user", prompts.render("count.j2", request=question)))
-        messages.append(Message("assistant", "Several" if several else "One"))
-    messages.append(Message("user", prompts.render("count.j2", request=request)))
-    return tuple(messages)
+    worked = [(Message("user", prompts.render("count.j2", request=question)),
+               Message("assistant", "Several" if several else "One")) for question, several in COUNTED]
+    return (*(m for pair in worked for m in pair), Message("user", prompts.render("count.j2", request=request)))
 
 
 def count_constraint() -> Constraint:
@@ -124,8 +125,7 @@ def count_constraint() -> Constraint:
 
 def says_one(text: str) -> bool:
     """Whether the count probe's answer is one (anything else, an empty or cut answer included, is not)."""
-    word = text.strip().split(maxsplit=1)[0] if text.strip() else ""
-    return word.strip(".,!:").casefold() == "one"
+    return _word(text) == "one"
 
 
 __all__ = ["COUNTED", "COUNT_GRAMMAR", "FIT_GRAMMAR", "FIT_TEMPLATES", "FIT_TOKENS", "WORKED", "Worked",
