@@ -697,3 +697,20 @@ def test_working_cut_at_the_cap_names_the_tool_the_model_says_does_the_task(fits
     _, outcome = drain(step.turn([Message("system", step.system_prompt()), Message("user", asked)],
                                  deadline=None, check_calls=True))
     assert "If one of the tools" in (outcome.correction or "") and not llm.probes
+
+
+def test_an_option_the_question_did_not_ask_for_does_not_decide_how_made_up_tools_after_it_are_judged() -> None:
+    # BFCL simple_python_5, Qwen2.5-Coder-1.5B: `root_type` real, then the asked `all`, then a plan in a made-up
+    # tool (`display_roots`). Checked before the calls were grounded, the unasked `real` call made the right one
+    # look like values from nowhere, and the whole reply was corrected; the model then answered in text.
+    solve = ToolDefinition("solve_quadratic", "Roots of ax^2+bx+c.", {
+        "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"},
+                                         "c": {"type": "integer"}, "root_type": {"type": "string"}},
+        "required": ["a", "b", "c"]})
+    reply = "".join(format_tool_call(call) + "\n" for call in (
+        ToolCall("solve_quadratic", {"a": 3, "b": -11, "c": -4, "root_type": "real"}),
+        ToolCall("solve_quadratic", {"a": 3, "b": -11, "c": -4, "root_type": "all"}),
+        ToolCall("display_roots", {"roots": [3.0, -1.0]}), ToolCall("display_roots", {"roots": [-2.0, 2.0]})))
+    outcome = served(reply, [solve], "Find all the roots of a quadratic equation given coefficients a = 3, b = -11, "
+                                     "and c = -4.")
+    assert outcome.usable and [c.arguments for c in outcome.calls] == [{"a": 3, "b": -11, "c": -4, "root_type": "all"}]

@@ -313,8 +313,6 @@ class ModelStep:
         open_question = question.strip() and self.config.tool_choice == "auto"
         fitting = (lambda: self._fitting(question, deadline, cancel, meter)) if open_question else None
         outcome = self.judge(turn, corrections, check_calls=check_calls, said=said, fitting=fitting)
-        if len(outcome.calls) > 1:
-            outcome = replace(outcome, calls=grounded(outcome.calls, said))
         if open_question and outcome.calls:
             if not corrections.unfit_sent:
                 outcome = self._fit(outcome, question, corrections, deadline, cancel, meter)
@@ -422,6 +420,10 @@ class ModelStep:
             problem = f"the reply had no tool call; {which} is required (tool_choice)"
             return StepOutcome(turn, problem, corrections.tool_required(tool), "tool_choice")
         calls = turn.parsed.tool_calls if self.config.multiple_calls else turn.parsed.tool_calls[:1]
+        if len(calls) > 1:
+            # Before the check: a call the question did not ask for (`root_type: real` beside the `all` asked)
+            # must not decide how the calls after it are judged.
+            calls = grounded(calls, said)
         return self._checked(turn, calls, corrections, said) if check_calls else StepOutcome(turn, calls=calls)
 
     def _capped(self, turn: ModelTurn) -> bool:
