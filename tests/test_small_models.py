@@ -714,3 +714,20 @@ def test_an_option_the_question_did_not_ask_for_does_not_decide_how_made_up_tool
     outcome = served(reply, [solve], "Find all the roots of a quadratic equation given coefficients a = 3, b = -11, "
                                      "and c = -4.")
     assert outcome.usable and [c.arguments for c in outcome.calls] == [{"a": 3, "b": -11, "c": -4, "root_type": "all"}]
+
+
+def test_a_real_call_adding_a_constant_before_made_up_tools_goes_out_alone() -> None:
+    # BFCL simple_python_41, Qwen2.5-Coder-1.5B: the question's charges and distance plus the vacuum permittivity
+    # (a constant it knows), then `calculate` and `print`, tools that do not exist. Held to "every value from the
+    # question", the whole reply was corrected and the model answered in text.
+    force = ToolDefinition("electromagnetic_force", "Force between two charges.", {
+        "type": "object", "properties": {k: {"type": "number"} for k in ("charge1", "charge2", "distance",
+                                                                        "medium_permittivity")},
+        "required": ["charge1", "charge2", "distance"]})
+    arguments = {"charge1": 5, "charge2": 7, "distance": 3, "medium_permittivity": 8.854e-12}
+    reply = "".join(format_tool_call(call) + "\n" for call in (
+        ToolCall("electromagnetic_force", arguments), ToolCall("calculate", {"expression": "force"}),
+        ToolCall("print", {"message": "The electromagnetic force between the two charges is: {result} GN"})))
+    asked = "Calculate the electromagnetic force between two charges of 5C and 7C placed 3 meters apart."
+    outcome = served(reply, [force], asked)
+    assert outcome.usable and [c.arguments for c in outcome.calls] == [arguments]

@@ -94,14 +94,17 @@ _TENS = {"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "ei
 _WRITTEN = 24
 
 
-def mentioned(call: ToolCall, said: str) -> bool:
-    """Whether every value `call` passes comes from the conversation (`said`): each string in it,
-    each number among its numbers (`5` and `5.0` alike); booleans are choices, not values to copy. Asked a
-    triangle's area (base 10, height 5) with only a BMI tool offered, Qwen2.5-Coder-1.5B called it with weight
-    1.0 and height 1.0, then made-up tools: values from nowhere."""
+def mostly_mentioned(call: ToolCall, said: str) -> bool:
+    """Whether most of the values `call` passes (more than half) come from the conversation (`said`): each
+    string in it, each number among its numbers (`5` and `5.0` alike); booleans are choices, not values to copy.
+    A call that adds a constant or a default to the question's values (`medium_permittivity: 8.854e-12` beside
+    the question's charges and distance) still answers it; asked a triangle's area (base 10, height 5) with only a
+    BMI tool offered, Qwen2.5-Coder-1.5B called it with weight 1.0 and height 1.0, then made-up tools: values
+    from nowhere."""
     said = said.casefold()
-    return all(_from(value, said, _numbers(said)) for value in _leaves(call.arguments)
-               if not isinstance(value, bool) and value is not None)
+    numbers = _numbers(said)
+    values = [v for v in _leaves(call.arguments) if not isinstance(v, bool) and v is not None]
+    return 2 * sum(_from(v, said, numbers) for v in values) > len(values) if values else True
 
 
 def made_up(call: ToolCall, said: str) -> bool:

@@ -63,7 +63,7 @@ from .fit import (
     says_no,
     says_one,
 )
-from .grounding import grounded, heard, made_up, mentioned
+from .grounding import grounded, heard, made_up, mostly_mentioned
 from .turn import ModelTurn, cut_mid_thought, stream_turn
 
 logger = logging.getLogger("mylm.agent")
@@ -450,12 +450,13 @@ class ModelStep:
         checked: list[ToolCall] = []
         for call in calls:
             tool = tools.get(call.name)
-            if tool is None and checked and all(mentioned(c, said) for c in checked):
+            if tool is None and checked and all(mostly_mentioned(c, said) for c in checked):
                 # Real calls, then steps of a plan in tools that do not exist (Qwen2.5-Coder-1.5B: a right
                 # `solve_quadratic`, then `calculate_discriminant`, `display_roots`...): the real ones go out, the
                 # model sees their results and goes on from there. Correcting the whole reply lost the right call.
-                # Only real calls whose values all come from the conversation: one with values from nowhere
-                # before made-up tools is a model reaching for tools it does not have (BFCL irrelevance_0).
+                # Only real calls whose values mostly come from the conversation: one with values from nowhere
+                # before made-up tools is a model reaching for tools it does not have (BFCL irrelevance_0); one
+                # that adds a constant (a permittivity, simple_python_41) to the question's values is not.
                 logger.info("Dropped calls of %s after %d usable ones: no such tool", call.name, len(checked))
                 break
             if tool is None:
