@@ -731,3 +731,19 @@ def test_a_real_call_adding_a_constant_before_made_up_tools_goes_out_alone() -> 
     asked = "Calculate the electromagnetic force between two charges of 5C and 7C placed 3 meters apart."
     outcome = served(reply, [force], asked)
     assert outcome.usable and [c.arguments for c in outcome.calls] == [arguments]
+
+
+def test_a_later_call_with_values_from_nowhere_after_a_grounded_one_is_dropped() -> None:
+    # BFCL parallel_multiple_7, Qwen2.5-Coder-1.5B: the two times asked, then a force from mass 1 and acceleration 1
+    from mylm.agent.step import grounded
+
+    times = tuple(ToolCall("kinematics.calculate_time", {"velocity": v, "distance": d}) for v, d in ((50, 600),
+                                                                                                   (400, 1000)))
+    force = ToolCall("physics.calculate_force", {"mass": 1, "acceleration": 1})
+    asked = ("Calculate the time required for a car moving at 50 m/s to travel a distance of 600 m. Also calculate "
+             "the time required for a bullet moving at 400 m/s to cover a distance of 1000 m.")
+    assert grounded((*times, force), asked) == times
+    # values the question gives are kept whatever the tool; a first call from nowhere is left to the check
+    assert grounded((*times, ToolCall("physics.calculate_force", {"mass": 50, "acceleration": 1})), asked)[-1].name \
+        == "physics.calculate_force"
+    assert grounded((force, *times), asked)[0] == force
