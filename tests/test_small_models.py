@@ -747,3 +747,20 @@ def test_a_later_call_with_values_from_nowhere_after_a_grounded_one_is_dropped()
     assert grounded((*times, ToolCall("physics.calculate_force", {"mass": 50, "acceleration": 1})), asked)[-1].name \
         == "physics.calculate_force"
     assert grounded((force, *times), asked)[0] == force
+
+
+def test_a_real_call_after_a_made_up_one_still_goes_out() -> None:
+    # BFCL parallel_multiple_2, Qwen2.5-Coder-1.5B: "the area and perimeter of a circle with a radius of 5 and also
+    # the circumference of a circle with diameter of 10": area, a made-up `circle.calculate_perimeter`, then the
+    # real circumference. Dropping everything after the made-up call lost the circumference.
+    tools = [ToolDefinition(f"circle.calculate_{name}", f"The {name} of a circle.", {
+        "type": "object", "properties": {key: {"type": "number"}}, "required": [key]})
+        for name, key in (("area", "radius"), ("circumference", "diameter"))]
+    reply = "".join(format_tool_call(call) + "\n" for call in (
+        ToolCall("circle.calculate_area", {"radius": 5}),
+        ToolCall("circle.calculate_perimeter", {"length": 10, "breadth": 10}),
+        ToolCall("circle.calculate_circumference", {"diameter": 10})))
+    outcome = served(reply, tools, "Find the area and perimeter of a circle with a radius of 5 and also find the "
+                                   "circumference of a circle with diameter of 10.")
+    assert outcome.usable and [c.name for c in outcome.calls] == ["circle.calculate_area",
+                                                                 "circle.calculate_circumference"]

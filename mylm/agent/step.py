@@ -456,9 +456,12 @@ class ModelStep:
                 # model sees their results and goes on from there. Correcting the whole reply lost the right call.
                 # Only real calls whose values mostly come from the conversation: one with values from nowhere
                 # before made-up tools is a model reaching for tools it does not have (BFCL irrelevance_0); one
-                # that adds a constant (a permittivity, simple_python_41) to the question's values is not.
-                logger.info("Dropped calls of %s after %d usable ones: no such tool", call.name, len(checked))
-                break
+                # that adds a constant (a permittivity, simple_python_41) to the question's values is not. Real
+                # calls after it still go out: asked a circle's area and perimeter and a circumference, the 1.5B
+                # called `circle.calculate_area`, a made-up `circle.calculate_perimeter`, then the real
+                # `circle.calculate_circumference` (BFCL parallel_multiple_2).
+                logger.info("Dropped the call of %s after %d usable ones: no such tool", call.name, len(checked))
+                continue
             if tool is None:
                 problem = corrections.unknown_tool(call.name, list(tools))
             elif choice == "none" or (choice not in TOOL_CHOICES and call.name not in (choice, *unlisted)):
