@@ -240,7 +240,7 @@ class ModelStep:
 
     def templates(self) -> list[str]:
         """Every template a conversation with this step can render (check them before the first request)."""
-        names = [*TEMPLATES, "tool_error.j2", "denied.j2", *FIT_TEMPLATES]
+        names = [*TEMPLATES, "tool_error.j2", "denied.j2", *FIT_TEMPLATES, "count.j2"]
         if self.config.tool_choice not in ("auto", "none"):
             names.append("tool_required.j2")
         return names
@@ -310,7 +310,7 @@ class ModelStep:
         if not corrections.task:  # a server's or the eval's conversation: the question is its first user message
             corrections.task = next((m.content for m in messages if m.role == "user"), "")
         said = heard(messages)
-        open_question = question.strip() and self.config.tool_choice == "auto"
+        open_question = bool(question.strip()) and self.config.tool_choice == "auto"
         fitting = (lambda: self._fitting(question, deadline, cancel, meter)) if open_question else None
         outcome = self.judge(turn, corrections, check_calls=check_calls, said=said, fitting=fitting)
         if open_question and outcome.calls:
@@ -327,9 +327,7 @@ class ModelStep:
         choice is kept; asked again, it can still call the rest)."""
         if len({c.name for c in outcome.calls}) < 2:
             return outcome
-        if len(question) > _QUESTION_CHARS:
-            question = question[:_QUESTION_CHARS].rstrip() + " [...]"
-        messages = count_messages(self.prompts, defuse_special_tokens(" ".join(question.split())))
+        messages = count_messages(self.prompts, _restated(question))
         answer = self._probe(messages, count_constraint() if self.constraint is not None else None, deadline,
                              cancel, meter, "count")
         if answer is None or not says_one(answer):
@@ -356,7 +354,7 @@ class ModelStep:
         asks, the turn made unusable with the `unfit` correction. No events: the probe is not a turn."""
         call = outcome.calls[0]
         tool = next((t for t in self.listed if t.name == call.name), None)
-        if tool is None or not self._unfit(call.name, question, deadline, cancel, meter):
+        if tool is None or not self._unfit(tool, question, deadline, cancel, meter):
             return outcome
         logger.info("Asked apart, the model said %s does not do what the question asks", call.name)
         return StepOutcome(outcome.turn, f"asked apart, the model said {call.name} does not do what the task asks",
@@ -367,20 +365,15 @@ class ModelStep:
         """The first of the (first three) listed tools that the model, asked apart, says does what `question`
         asks, or None."""
         return next((t for t in self.listed[:_FITTING_TRIED]
-                     if not self._unfit(t.name, question, deadline, cancel, meter)), None)
+                     if not self._unfit(t, question, deadline, cancel, meter)), None)
 
-    def _unfit(self, name: str, question: str, deadline: float | None, cancel: CancelToken | None,
+    def _unfit(self, tool: ToolSchema, question: str, deadline: float | None, cancel: CancelToken | None,
                meter: Meter) -> bool:
-        """Whether the model, asked apart in every wording of the fit probe, says the listed tool `name` does
-        not do what `question` asks (an unlisted tool, or an endpoint that refuses the probe: not a no)."""
-        tool = next((t for t in self.listed if t.name == name), None)
-        if tool is None:
-            return False
-        if len(question) > _QUESTION_CHARS:
-            question = question[:_QUESTION_CHARS].rstrip() + " [...]"
+        """Whether the model, asked apart in every wording of the fit probe, says `tool` does not do what
+        `question` asks (an endpoint that refuses the probe has not said no)."""
         constraint = fit_constraint() if self.constraint is not None else None
         for template in FIT_TEMPLATES:
-            messages = fit_messages(self.prompts, defuse_special_tokens(" ".join(question.split())), tool.name,
+            messages = fit_messages(self.prompts, _restated(question), tool.name,
                                     neutralise(" ".join(tool.description.split())), template)
             answer = self._probe(messages, constraint, deadline, cancel, meter)
             if answer is None or not says_no(answer):
@@ -390,7 +383,7 @@ class ModelStep:
     def judge(self, turn: ModelTurn, corrections: Corrections, *, check_calls: bool = False,
               said: str = "", fitting: Callable[[], ToolSchema | None] | None = None) -> StepOutcome:
         """Whether `turn` can be used; if not, why and what to tell the model. `said`: the conversation's user
-        messages, casefolded (where the values of calls come from). `fitting`: asked only when the correction
+        messages (where the values of calls come from). `fitting`: asked only when the correction
         for working cut at the cap is due, the tool the model says does the task (named in it), if any."""
         if turn.degenerate:  # cut short while looping: whatever it parsed to is not what the model meant
             once = said_once(turn)
@@ -549,6 +542,13 @@ class ModelStep:
         first = turn.first_chunk - started if turn.first_chunk is not None else None
         yield ModelCallEvent(turn.finish, time.monotonic() - started, first, turn.usage)
         return turn
+
+
+def _restated(question: str) -> str:
+    """`question` as a probe restates it: on one line, defused, cut to `_QUESTION_CHARS`."""
+    if len(question) > _QUESTION_CHARS:
+        question = question[:_QUESTION_CHARS].rstrip() + " [...]"
+    return defuse_special_tokens(" ".join(question.split()))
 
 
 def drain(steps: Generator[Event, None, T]) -> tuple[list[Event], T]:
