@@ -764,3 +764,80 @@ def test_a_real_call_after_a_made_up_one_still_goes_out() -> None:
                                    "circumference of a circle with diameter of 10.")
     assert outcome.usable and [c.name for c in outcome.calls] == ["circle.calculate_area",
                                                                  "circle.calculate_circumference"]
+
+
+# --------------------------------------------------------------------------- answers given without a look
+
+
+def test_an_answer_about_a_workspace_file_nothing_read_is_sent_back_to_read_it(tmp_path: Path) -> None:
+    # Qwen2.5-Coder-0.5B, asked "What is the code word in secret.txt?", answered from the file's name alone.
+    (tmp_path / "secret.txt").write_text("The code word is PELICAN.\n")
+    read = format_tool_call(ToolCall("read_file", {"path": "secret.txt"}))
+    llm = ScriptedLLM(['The code word in secret.txt is "secret".', read, "The code word is PELICAN."])
+    result = Agent(llm, tools(tmp_path), workspace=tmp_path).run("What is the code word in secret.txt?")
+    correction = llm.requests[1].messages[-1].content
+    assert "secret.txt is in the workspace" in correction and "Call read_file on secret.txt" in correction
+    assert result.stop_reason is StopReason.FINAL_ANSWER and "PELICAN" in result.final_text
+
+
+def test_an_answer_that_announces_a_tool_it_never_called_is_sent_back_to_call_it(tmp_path: Path) -> None:
+    # The 0.5B's whole reply, taken as the answer before: it never listed the directory, and main.py is made up.
+    said = ("To answer this question, I'll use the `list_dir` tool to list all files in the workspace. The "
+            "`list_dir` tool will return a list of files, including Python files. The first line to read (1-based) "
+            "is the file 'main.py', which is a Python file.")
+    (tmp_path / "tool.py").write_text("print('hi')\n")
+    listing = format_tool_call(ToolCall("list_dir", {"path": "."}))
+    llm = ScriptedLLM([said, listing, "tool.py"])
+    result = Agent(llm, tools(tmp_path), workspace=tmp_path).run("Which file in this directory is a Python file?")
+    correction = llm.requests[1].messages[-1].content
+    assert "You wrote that you would use list_dir, but your reply has no call" in correction
+    assert result.final_text == "tool.py"
+
+
+@pytest.mark.parametrize("reply", [
+    "I can't use list_dir for this: it is a general question. Paris.",
+    "The list_dir tool lists files; the answer is Paris.",
+    "Paris.",
+])
+def test_an_answer_that_needs_no_look_is_taken(tmp_path: Path, reply: str) -> None:
+    llm = ScriptedLLM([reply])
+    result = Agent(llm, tools(tmp_path), workspace=tmp_path).run("What is the capital of France?")
+    assert result.final_text == reply and len(llm.requests) == 1
+
+
+def test_the_look_is_asked_for_once_and_never_after_a_tool_ran(tmp_path: Path) -> None:
+    (tmp_path / "notes.md").write_text("# notes\n")
+    llm = ScriptedLLM(["It is empty.", "It is empty."])
+    assert Agent(llm, tools(tmp_path), workspace=tmp_path).run("What is in notes.md?").final_text == "It is empty."
+    assert len(llm.requests) == 2  # one correction, then the answer is taken as it is
+    read = format_tool_call(ToolCall("read_file", {"path": "notes.md"}))
+    llm = ScriptedLLM([read, "I'll use the read_file tool again later. It is a heading."])
+    assert Agent(llm, tools(tmp_path), workspace=tmp_path).run("What is in notes.md?").stop_reason is StopReason.FINAL_ANSWER
+    assert len(llm.requests) == 2
+
+
+def test_a_path_named_outside_the_workspace_is_not_one_to_read(tmp_path: Path) -> None:
+    inside = tmp_path / "w"
+    inside.mkdir()
+    (tmp_path / "outside.txt").write_text("x")
+    llm = ScriptedLLM(["No."])
+    Agent(llm, tools(inside), workspace=inside).run("Is ../outside.txt or /etc/hostname empty?")
+    assert len(llm.requests) == 1
+
+
+@pytest.mark.parametrize("reply", ["list_dir", "`list_dir`", "list_dir()", "list_dir.", "**list_dir**"])
+def test_a_reply_that_is_only_a_tools_name_is_a_call_of_it(tmp_path: Path, reply: str) -> None:
+    # Told to call list_dir, Qwen2.5-Coder-0.5B replied the word `list_dir`: it was taken as the answer.
+    (tmp_path / "tool.py").write_text("print('hi')\n")
+    llm = ScriptedLLM([reply, "tool.py"])
+    result = Agent(llm, tools(tmp_path), workspace=tmp_path).run("Which file here is a Python file?")
+    ran = [e for e in result.events if isinstance(e, ToolResultEvent)]
+    assert [e.name for e in ran] == ["list_dir"] and "tool.py" in ran[0].output
+    assert result.final_text == "tool.py"
+
+
+@pytest.mark.parametrize("reply", ["list", "list_dir now", "The answer is list_dir", "read_file " * 2])
+def test_a_name_in_a_sentence_is_not_a_call(tmp_path: Path, reply: str) -> None:
+    llm = ScriptedLLM([reply])
+    result = Agent(llm, tools(tmp_path), workspace=tmp_path).run("Which tool lists a directory?")
+    assert result.final_text == reply.strip() and len(llm.requests) == 1

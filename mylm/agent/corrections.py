@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 TEMPLATES = (
     "format_error.j2", "truncated.j2", "unusable_reply.j2", "repeated_mistake.j2", "invalid_arguments.j2",
     "tool_choice_refused.j2", "repeated_call.j2", "unknown_tool.j2", "degenerate.j2", "echoed.j2", "capped.j2",
-    "made_up.j2", "unfit.j2",
+    "made_up.j2", "unfit.j2", "unlooked.j2",
 )
 
 #: A reply at least this long that shares this much (or 60% of itself) with the corrections just sent echoes them.
@@ -92,6 +92,8 @@ class Corrections:
         self.made_up_sent = False
         #: Whether `unfit` was sent: a tool called again after it goes out.
         self.unfit_sent = False
+        #: Whether `unlooked` was sent: a second answer without a look is taken as it is.
+        self.unlooked_sent = False
 
     def echoes(self, answer: str) -> bool:
         """Whether `answer` is mostly a copy of the call corrections just sent (`said`), not the model's own
@@ -231,6 +233,12 @@ class Corrections:
         self.unfit_sent = True
         return self._told(self.prompts.render("unfit.j2", tool=tool, description=neutralise(" ".join(
             description.split()[:60]))))
+
+    def unlooked(self, tool: str, path: str = "") -> str:
+        """The user message for an answer given before any tool ran where it cannot come from what the model
+        has seen: it announced `tool` and did not call it, or the task names the workspace's `path`, unread."""
+        self.unlooked_sent = True
+        return self._told(self.prompts.render("unlooked.j2", tool=tool, path=neutralise(path)))
 
     def _told(self, message: str) -> str:
         """`message` in the step's dialect, remembered as said: a reply that only copies it is no answer (the

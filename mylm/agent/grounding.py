@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from ..core.types import Message, ToolCall
@@ -154,3 +155,55 @@ def _leaves(value: Any) -> list[Any]:
     if isinstance(value, (list, tuple)):
         return [leaf for v in value for leaf in _leaves(v)]
     return [value]
+
+
+#: Words before a tool's name that say the model means to call it now ("I'll use the `list_dir` tool"), up to two
+#: words between (`I will now use`), and an optional article.
+_INTENT = re.compile(
+    r"(?:\b(?:i'll|i will|i'm going to|i am going to|let me|let's|let us|i need to|i must|i should|i can|we can|"
+    r"we'll|we will|we need to|i would|first,? i|next,? i|now,? i)\s+(?:\w+\s+){0,2}?"
+    r"(?:use|call|run|invoke|try|execute))\s+(?:the\s+|a\s+)?(?:`|'|\")?$",
+    re.IGNORECASE,
+)
+#: A refusal in the same sentence ("I can't use X", "I don't need to call X") is not an intent.
+_NOT = re.compile(r"\b(?:not|no|cannot|never)\b|n't\b|n’t\b", re.IGNORECASE)
+
+
+def announced(text: str, names: Iterable[str]) -> str | None:
+    """The tool `text` says the model is about to call, or None: a reply with no call that announces one ("To
+    answer this question, I'll use the `list_dir` tool to list all files") and goes on to answer without its
+    result (Qwen2.5-Coder-0.5B named a file it never listed). Only the model's own words decide it: one of
+    `names`, written as a name, right after words of intent in the same sentence and not negated there."""
+    for name in sorted(set(names), key=len, reverse=True):
+        for found in re.finditer(r"(?<![\w.])" + re.escape(name) + r"(?![\w.])", text):
+            before = text[max(0, found.start() - 60):found.start()]
+            sentence = re.split(r"[.!?\n]\s", before)[-1]
+            if _INTENT.search(sentence) and not _NOT.search(sentence):
+                return name
+    return None
+
+
+#: A word of a task that may name a path: letters, digits and `._-/`, with a dot or a slash in it.
+_PATHLIKE = re.compile(r"(?<![\w./-])[\w.-]*[./][\w./-]*\w")
+#: At most this many such words are looked up in the workspace.
+_PATHS_TRIED = 20
+
+
+def named_paths(task: str, root: Path) -> list[Path]:
+    """The files and directories inside the workspace `root` that `task` names, as written (`secret.txt`,
+    `src/app.py`), in the order named: the file system says which words are paths, nothing is guessed. A name
+    that leads outside `root` (`..`, a symlink out) is not one."""
+    base = root.resolve()
+    found: list[Path] = []
+    for word in _PATHLIKE.findall(task)[:_PATHS_TRIED]:
+        word = word.rstrip(".")
+        if not word or word.startswith("/") or word in (".", ".."):
+            continue
+        try:
+            path = (base / word).resolve()
+            inside = path.is_relative_to(base) and path != base and path.exists()
+        except (OSError, ValueError):
+            continue
+        if inside and path not in found:
+            found.append(path)
+    return found

@@ -37,6 +37,7 @@ from ..tools.registry import ToolRegistry
 from .config import AgentConfig, BeforeFinishHook, PermissionHook
 from .context import Compactor
 from .corrections import ECHOED
+from .grounding import announced, named_paths
 from .run_state import RunState
 from .step import ModelStep, StepOutcome, Steps
 from .streams import AgentStream
@@ -180,6 +181,8 @@ class Agent:
                 run.pace(run.clock() - began, self.max_iterations - iteration + 1, floor=self.timeout,
                          cap=MAX_PACED_TIMEOUT)
             parsed = outcome.turn.parsed
+            if outcome.usable and not parsed.tool_calls:
+                outcome = self._looked(run, outcome)
             if not outcome.usable:
                 yield from self._correct(run, outcome)
             elif not parsed.tool_calls:
@@ -242,6 +245,26 @@ class Agent:
                     f"the model gave {run.failures} unusable replies in a row; last problem: {outcome.problem}"
                 )
         run.add(Message("user", outcome.correction))
+
+    def _looked(self, run: RunState, outcome: StepOutcome) -> StepOutcome:
+        """`outcome` (an answer), or, once a run and before any tool has run, the turn sent back with the
+        `unlooked` correction where the answer cannot come from anything the model has seen: it announced a tool
+        and wrote no call, or the task names a file or directory of the workspace that nothing has read."""
+        if run.seen_calls or run.corrections.unlooked_sent or self._no_tools:
+            return outcome
+        listed = {t.name for t in self.step.listed}
+        tool, shown = announced(outcome.turn.parsed.text, listed), ""
+        if tool is None:
+            for path in named_paths(run.corrections.task, self.workspace):
+                tool = "list_dir" if path.is_dir() else "read_file"
+                if tool in listed:
+                    shown = path.relative_to(self.workspace.resolve()).as_posix()
+                    break
+                tool = None
+        if tool is None:
+            return outcome
+        problem = f"answered before any tool ran, without {shown or tool}"
+        return replace(outcome, problem=problem, correction=run.corrections.unlooked(tool, shown), kind="tool_choice")
 
     def _answer(self, turn: ModelTurn) -> Steps[tuple[str, StopReason]]:
         """End the run with the turn's answer; one that ran into the token limit is kept, but never passed off

@@ -199,6 +199,7 @@ class StreamParser(OutsideSteps, BlockSteps, WholeReplyReadings):
             self._recover_spelling()
             self._recover_bare_json()
             self._recover_drift()
+            self._recover_bare_name()
         self._flush()
         if self._json_hold is not None:
             shown = self._json_hold.finish()

@@ -27,6 +27,8 @@ _NAME_OPEN = re.compile(r"<name\s*>", re.IGNORECASE)
 #: A tag the reply ended inside: `<tool_co`, `<tool_code name="x`, `</parame`, `<list_d` (no `>` after it).
 _OPEN_TAIL = re.compile(
     r"(?:^|(?<=[\s>]))<(?P<slash>/)?(?P<word>[A-Za-z_][\w-]{1,63})(?:[\s=][^<>]{0,200})?(?P<closed>>)?\s*\Z")
+#: A whole reply that is one name, maybe quoted, called with nothing (`list_dir()`), or ended with a full stop.
+_BARE_NAME = re.compile(r"[`'\"*]*([A-Za-z_][\w.-]{0,127}?)(?:\(\s*\))?[`'\"*]*\.?")
 _CUT_WORDS = ("tool_code", "tool_call", "function", "function_calls", "invoke", "name", "parameters",
               "arguments", "parameter", "tool_name", "function-name", "function_name", "function_call", "tool_use")
 
@@ -156,6 +158,22 @@ class WholeReplyReadings(ParserState):
         self._thought.clear()
         for call in calls:
             self._commit(call, None)
+
+    def _recover_bare_name(self) -> None:
+        """A reply that is nothing but a tool's name (`list_dir`, `` `list_dir` ``, `list_dir()`) is a call of it
+        with no arguments: Qwen2.5-Coder-0.5B, told to call `list_dir`, answered the word `list_dir`, which was
+        taken as its answer. Arguments the tool needs are then asked for like any others missing."""
+        if self._tools is None or self._calls or self._errors or self._final is not None:
+            return
+        thought = "".join(self._thought).strip()
+        if len(thought) > 130:
+            return
+        word = _BARE_NAME.fullmatch(thought)
+        name = known_tool(word.group(1), self._tools) if word is not None else None
+        if name is None:
+            return
+        self._thought.clear()
+        self._commit(ToolCall(name, {}, raw=thought), None)
 
     def _verdict(self) -> ParsedTurn:
         joined = "".join(self._chunks)

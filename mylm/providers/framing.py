@@ -129,16 +129,30 @@ def iter_sse(lines: Iterable[str]) -> Iterator[SSEEvent]:
     yield from reader.close()
 
 
+#: The C scanner behind `json.loads` without its two Python wrappers (`loads`, `decode`): 1.1 µs an event
+#: against 1.7 µs on this machine, a sixth of a streamed token's whole cost (scripts/bench_stream.py).
+_raw_decode = json.JSONDecoder().raw_decode
+
+
 def sse_json(event: SSEEvent) -> list[Any]:
     """The JSON objects in an event's data; tolerates servers that omit the blank line between events."""
+    data = event.data
     try:
-        return [json.loads(event.data)]
+        obj, end = _raw_decode(data)
+        if end == len(data):  # nearly every event: one object, nothing around it
+            return [obj]
+    except ValueError:
+        pass  # leading whitespace, several objects, not JSON: the exact path below says which
+    except RecursionError:
+        raise _too_deep() from None
+    try:
+        return [json.loads(data)]
     except ValueError:
         pass
     except RecursionError:
         raise _too_deep() from None
     objects = []
-    for line in event.data.split("\n"):
+    for line in data.split("\n"):
         if line.strip():
             objects.append(_loads(line))
     return objects
@@ -160,6 +174,14 @@ def _too_deep() -> StreamError:
 
 
 def _loads(text: str) -> Any:
+    try:
+        obj, end = _raw_decode(text)
+        if end == len(text):
+            return obj
+    except ValueError:
+        pass
+    except RecursionError:
+        raise _too_deep() from None
     try:
         return json.loads(text)
     except RecursionError:

@@ -94,16 +94,19 @@ def no_runaway(transcript: Transcript) -> None:
     assert len(transcript.replies) <= MAX_ITERATIONS
 
 
-#: Why a task fails today: the agent's behaviour with this model, quoted from the real transcript (greedy, seed 7).
+#: Why a task fails today: the agent's behaviour with this model, quoted from the real transcript (greedy, seed 7,
+#: 29 November). What is left is the model's own habit of making the call it just made again, at an iteration limit
+#: of three.
 #: The lead is changing that behaviour (issue 27); an xfail that passes is reported, and is then made a plain test.
 TODAY = {
-    "read": 'answers without a call: reply 1 is \'The code word in secret.txt is "secret".\', taken as the answer',
-    "list": "describes the tools in prose, ending \"Here's the observation:\" (cut at the <observation> stop); "
-    "that prose is taken as the answer, no call ran",
+    "read": "answers 'secret' unread, is sent back to read secret.txt (unlooked), reads it, then makes the same "
+    "read_file call again: the right answer (PELICAN) comes only in the summary after the iteration limit",
+    "list": "announces list_dir in prose (sent back: unlooked), replies the bare word 'list_dir' (run as the call), "
+    "calls list_dir again with the same result, then answers with mylm's repeated-call message: max_iterations",
     "write": "the first write_file call is right; it repeats it twice (\"Hello, mylm\\n\"), then sends an empty "
     "reply: max_iterations",
-    "count": "prose, then a fenced ```json copy of list_dir's schema ({\"name\": \"list_dir\", \"description\": ...) "
-    "until the token cap (finish: length); no call ran",
+    "count": "an empty reply, then the bare answer '1' with no call (the task names no path and no tool, so "
+    "nothing sends it back to look)",
 }
 
 

@@ -203,9 +203,10 @@ def test_mylm_eval_names_an_unknown_task() -> None:
 
 def test_save_writes_the_best_mode_into_the_profile_and_the_agent_honours_it() -> None:
     call = format_tool_call(ToolCall("read_file", {"path": "secret.txt"}))
-    # protocol (grammar) fails the task, protocol-nogrammar solves it: `constrain = "off"` is saved.
-    replies = ["<final_answer>I do not know.</final_answer>", call, "<final_answer>PELICAN</final_answer>",
-               "<final_answer>hello</final_answer>"]
+    # protocol (grammar) fails the task, protocol-nogrammar solves it: `constrain = "off"` is saved. (Answered
+    # before secret.txt was read, the first answer is sent back once: `unlooked`; the second is taken.)
+    dunno = "<final_answer>I do not know.</final_answer>"
+    replies = [dunno, dunno, call, "<final_answer>PELICAN</final_answer>", "<final_answer>hello</final_answer>"]
     with OpenAIServer(replies) as server:
         path = write_config(f'# my endpoints\ndefault_profile = "other"\n\n[profiles.bench]  # the box under the desk\n'
                        f'base_url = "{server.base_url}"\nmodel = "m"\n\n[profiles.other]\nmodel = "x"\n')
