@@ -23,7 +23,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..agent.step import ModelStep, StepConfig, ToolDefinition, drain
+from ..agent.step import Meter, ModelStep, StepConfig, ToolDefinition, drain
+from ..core.errors import LLMError
 from ..core.types import Message, ToolCall
 from ..llm import LLM, LLMRequest, NativeTools, TextChunk, supports_native_tools
 from ..protocol.dialects import TOOL_DIALECTS
@@ -113,12 +114,20 @@ def protocol_reply(llm: LLM, prompts: PromptLoader, tools: Sequence[ToolDefiniti
     corrections = step.corrections()
     deadline = time.monotonic() + limits.timeout
     question = next((m.content for m in reversed(messages) if m.role == "user"), "")  # as `mylm serve` asks it
-    for attempt in range(MAX_CORRECTIONS + 1):
-        _, outcome = drain(step.turn(messages, deadline=deadline, corrections=corrections, check_calls=True,
-                                     question=question))
-        if outcome.usable or attempt == MAX_CORRECTIONS:
-            break
-        messages += [outcome.reply, Message("user", outcome.correction or "")]
+    meter = Meter()
+    try:
+        for attempt in range(MAX_CORRECTIONS + 1):
+            _, outcome = drain(step.turn(messages, deadline=deadline, corrections=corrections, check_calls=True,
+                                         question=question, meter=meter))
+            if outcome.usable or attempt == MAX_CORRECTIONS:
+                break
+            messages += [outcome.reply, Message("user", outcome.correction or "")]
+    except LLMError as error:
+        # The time limit or the endpoint ended the question: what the model wrote so far is kept for reading
+        # (a runaway reply, say), as the item's last reply.
+        replies = (*(t.text for t in recorder.turns), *([meter.partial] if meter.partial else []))
+        return Reply((), "", False, time.perf_counter() - started, str(error), replies=replies,
+                     probes=tuple(t.text for t in recorder.probes))
     parsed = outcome.turn.parsed
     # Out of corrections, a client of `mylm serve` gets the reply's text and never a call that could not run;
     # what the model tried is kept in `refused` (and in the eval's detail), so the table can say so.

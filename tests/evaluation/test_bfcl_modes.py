@@ -15,7 +15,7 @@ from mylm.core.types import ToolCall
 from mylm.evaluation import bfcl
 from mylm.protocol.parser import format_tool_call
 from tests.cli.cli_support import invoke
-from tests.providers.servers import Completion, OpenAIServer
+from tests.providers.servers import Completion, OpenAIServer, Raw
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "bfcl"
 GOOD = format_tool_call(ToolCall("calculate_triangle_area", {"base": 10, "height": 5}))
@@ -241,3 +241,20 @@ def test_a_made_up_tool_kept_through_every_correction_is_handed_out_as_mylm_serv
     assert first["passed"] and not first["wrong_count"] and first["detail"]["calls"] == []
     assert first["detail"]["refused"] == [{"name": "math.sum", "arguments": {"numbers": [1, 2, 3]}}]
     assert first["detail"]["replies"] == [made_up] * 3  # each reply as the model wrote it, for reading a miss
+
+
+def test_a_question_cut_by_the_time_limit_keeps_what_the_model_wrote() -> None:
+    # BFCL irrelevance_88 ran out the 900 s limit with a 4,096-token reply whose text was never recorded.
+    def event(text: str) -> bytes:
+        chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                 "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
+        return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+    runaway = Raw([event("The area is "), event("2000000")], then="hang")
+    with OpenAIServer([runaway]) as server:
+        result = _eval(server, "--category", "simple_python", "--limit", "1", "--mode", "protocol", "--json",
+                       "--timeout", "2")
+    assert result.exit_code == 0, result.stderr
+    item = next(line for line in _lines(result.stdout) if line["type"] == "item")
+    assert item["error"] and not item["passed"]
+    assert item["detail"]["replies"][-1].startswith("The area is 2000000"), item
