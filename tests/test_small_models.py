@@ -777,6 +777,8 @@ def test_an_answer_about_a_workspace_file_nothing_read_is_sent_back_to_read_it(t
     result = Agent(llm, tools(tmp_path), workspace=tmp_path).run("What is the code word in secret.txt?")
     correction = llm.requests[1].messages[-1].content
     assert "secret.txt is in the workspace" in correction and "Call read_file on secret.txt" in correction
+    assert '"secret"' not in llm.requests[1].messages[-1].content  # the made-up answer is not kept to be copied
+    assert all("is \"secret\"" not in m.content for m in llm.requests[1].messages)
     assert result.stop_reason is StopReason.FINAL_ANSWER and "PELICAN" in result.final_text
 
 
@@ -790,7 +792,7 @@ def test_an_answer_that_announces_a_tool_it_never_called_is_sent_back_to_call_it
     llm = ScriptedLLM([said, listing, "tool.py"])
     result = Agent(llm, tools(tmp_path), workspace=tmp_path).run("Which file in this directory is a Python file?")
     correction = llm.requests[1].messages[-1].content
-    assert "You wrote that you would use list_dir, but your reply has no call" in correction
+    assert "You wrote that you would use list_dir, but wrote no call" in correction
     assert result.final_text == "tool.py"
 
 

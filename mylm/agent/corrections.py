@@ -259,7 +259,9 @@ class Corrections:
         call just before it was the same, else an earlier one was."""
         if len(output) > 600:
             output = output[:600].rstrip() + " [...]"
-        return self.prompts.render("repeated_call.j2", tool=tool, output=neutralise(output), previous=previous)
+        task = self.task if len(self.task) <= 300 else self.task[:300].rstrip() + " [...]"
+        return self.prompts.render("repeated_call.j2", tool=tool, output=neutralise(output), previous=previous,
+                                   task=defuse_correction(" ".join(task.split())))
 
     def escalated(
         self, message: str, tool: ParametersTool | None = None, given: Mapping[str, Any] | None = None, *,

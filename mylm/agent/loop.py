@@ -233,7 +233,7 @@ class Agent:
     def _correct(self, run: RunState, outcome: StepOutcome) -> Steps[None]:
         """Record an unusable turn and send its correction (or give up after too many in a row)."""
         assert outcome.problem is not None and outcome.correction is not None
-        if outcome.reply.content:
+        if outcome.kept and outcome.reply.content:
             run.add(outcome.reply)
         # Only the echo correction is kept to compare with: the others may quote the model's own reply.
         run.corrections.said = outcome.correction if outcome.problem == ECHOED else ""
@@ -264,7 +264,8 @@ class Agent:
         if tool is None:
             return outcome
         problem = f"answered before any tool ran, without {shown or tool}"
-        return replace(outcome, problem=problem, correction=run.corrections.unlooked(tool, shown), kind="tool_choice")
+        return replace(outcome, problem=problem, correction=run.corrections.unlooked(tool, shown), kind="tool_choice",
+                       kept=False)
 
     def _answer(self, turn: ModelTurn) -> Steps[tuple[str, StopReason]]:
         """End the run with the turn's answer; one that ran into the token limit is kept, but never passed off

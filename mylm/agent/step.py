@@ -171,6 +171,10 @@ class StepOutcome:
     #: The calls to run: the first only, unless `multiple_calls`; with `check_calls`, checked against their
     #: tools' schemas, arguments coerced where unambiguous.
     calls: tuple[ToolCall, ...] = ()
+    #: Whether the reply goes into the conversation before its correction. Not an answer made up before any look:
+    #: kept, it was copied (Qwen2.5-Coder-0.5B listed the directory, then answered the `main.py` of its first
+    #: reply, a file that does not exist).
+    kept: bool = True
 
     @property
     def usable(self) -> bool:

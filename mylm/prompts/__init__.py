@@ -295,7 +295,8 @@ SAMPLES: dict[str, tuple[dict[str, Any], ...]] = {
     "invalid_arguments.j2": ({"tool": "example", "problems": ["a problem", "another"], "schema": '{"type":"object"}'},),
     "tool_choice_refused.j2": ({"tool": "example", "tool_choice": "none"}, {"tool": "example", "tool_choice": "other"}),
     "repeated_call.j2": ({"tool": "example", "output": ""}, {"tool": "example", "output": "the result"},
-                         {"tool": "example", "output": "the result", "previous": False}),
+                         {"tool": "example", "output": "the result", "previous": False},
+                         {"tool": "example", "output": "the result", "task": "How many lines does fruits.txt have?"}),
     "echoed.j2": ({"task": "How many lines does fruits.txt have?"},),
     "unknown_tool.j2": (
         {"name": "exmaple", "tools": ["example"], "suggestion": "example", "command": None},

@@ -99,10 +99,12 @@ def no_runaway(transcript: Transcript) -> None:
 #: of three.
 #: The lead is changing that behaviour (issue 27); an xfail that passes is reported, and is then made a plain test.
 TODAY = {
-    "read": "answers 'secret' unread, is sent back to read secret.txt (unlooked), reads it, then makes the same "
-    "read_file call again: the right answer (PELICAN) comes only in the summary after the iteration limit",
+    "read": "answers 'secret' unread and is sent back to read secret.txt (unlooked), then replies the bare word "
+    "'read_file' (run as a call with no arguments: path is missing), repeats that, and sends an empty reply: "
+    "max_iterations",
     "list": "announces list_dir in prose (sent back: unlooked), replies the bare word 'list_dir' (run as the call), "
-    "calls list_dir again with the same result, then answers with mylm's repeated-call message: max_iterations",
+    "calls list_dir again with the same result; its right answer (tool.py) comes as the fourth reply, past the "
+    "iteration limit of three",
     "write": "the first write_file call is right; it repeats it twice (\"Hello, mylm\\n\"), then sends an empty "
     "reply: max_iterations",
     "count": "an empty reply, then the bare answer '1' with no call (the task names no path and no tool, so "
