@@ -843,3 +843,12 @@ def test_a_name_in_a_sentence_is_not_a_call(tmp_path: Path, reply: str) -> None:
     llm = ScriptedLLM([reply])
     result = Agent(llm, tools(tmp_path), workspace=tmp_path).run("Which tool lists a directory?")
     assert result.final_text == reply.strip() and len(llm.requests) == 1
+
+
+def test_a_follow_up_in_a_conversation_is_not_sent_back_to_look(tmp_path: Path) -> None:
+    # The file may have been read in the conversation before: the history is the model's to answer from.
+    (tmp_path / "notes.md").write_text("# notes\n")
+    history = [Message("user", "Read notes.md"), Message("assistant", "It holds one heading, '# notes'.")]
+    llm = ScriptedLLM(["It is a heading."])
+    result = Agent(llm, tools(tmp_path), workspace=tmp_path).run("What kind of line is in notes.md?", history=history)
+    assert result.final_text == "It is a heading." and len(llm.requests) == 1

@@ -247,11 +247,12 @@ class Agent:
         run.add(Message("user", outcome.correction))
 
     def _looked(self, run: RunState, outcome: StepOutcome) -> StepOutcome:
-        """`outcome` (an answer), or, once a run and before any tool has run, the turn sent back with the
-        `unlooked` correction where the answer cannot come from anything the model has seen: it announced a tool
-        and wrote no call, or the task names a file or directory of the workspace that nothing has read."""
-        if run.seen_calls or run.corrections.unlooked_sent or self._no_tools:
-            return outcome
+        """`outcome` (an answer), or, once in a run that starts a conversation and before any tool has run, the
+        turn sent back with the `unlooked` correction where the answer cannot come from anything the model has
+        seen: it announced a tool and wrote no call, or the task names a file or directory of the workspace that
+        nothing has read."""
+        if run.seen_calls or run.corrections.unlooked_sent or self._no_tools or len(run.messages) > len(run.added):
+            return outcome  # a tool ran, it was said once, or a conversation before this run may hold the look
         listed = {t.name for t in self.step.listed}
         tool, shown = announced(outcome.turn.parsed.text, listed), ""
         if tool is None:
