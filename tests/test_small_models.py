@@ -852,3 +852,15 @@ def test_a_follow_up_in_a_conversation_is_not_sent_back_to_look(tmp_path: Path) 
     llm = ScriptedLLM(["It is a heading."])
     result = Agent(llm, tools(tmp_path), workspace=tmp_path).run("What kind of line is in notes.md?", history=history)
     assert result.final_text == "It is a heading." and len(llm.requests) == 1
+
+
+def test_an_answer_about_this_directory_given_unlooked_is_sent_back_to_list_it(tmp_path: Path) -> None:
+    # The quick start's question: the 0.5B sent an empty reply, then answered "1" without a call.
+    for name in ("app.py", "util.py", "README.md"):
+        (tmp_path / name).write_text("x\n")
+    listing = format_tool_call(ToolCall("list_dir", {"path": "."}))
+    llm = ScriptedLLM(["1", listing, "2"])
+    result = Agent(llm, tools(tmp_path), workspace=tmp_path).run("How many Python files are in this directory?")
+    correction = llm.requests[1].messages[-1].content
+    assert 'no answer can come from what the working directory holds before it is listed' in correction
+    assert 'Call list_dir on "." first' in correction and result.final_text == "2"

@@ -189,19 +189,25 @@ _PATHLIKE = re.compile(r"(?<![\w./-])[\w.-]*[./][\w./-]*\w")
 _PATHS_TRIED = 20
 
 
+#: Words that name the working directory itself ("How many Python files are in this directory?").
+_HERE = re.compile(r"\b(?:this|the current|the working|current|working|the present) "
+                   r"(?:directory|folder|dir|workspace|project|repo|repository)\b", re.IGNORECASE)
+
+
 def named_paths(task: str, root: Path) -> list[Path]:
     """The files and directories inside the workspace `root` that `task` names, as written (`secret.txt`,
-    `src/app.py`), in the order named: the file system says which words are paths, nothing is guessed. A name
-    that leads outside `root` (`..`, a symlink out) is not one."""
+    `src/app.py`), in the order named, after `root` itself where the task names it ("this directory", "the
+    current folder"): the file system says which words are paths, nothing is guessed. A name that leads outside
+    `root` (`..`, a symlink out) is not one."""
     base = root.resolve()
-    found: list[Path] = []
+    found: list[Path] = [base] if _HERE.search(task) else []
     for word in _PATHLIKE.findall(task)[:_PATHS_TRIED]:
         word = word.rstrip(".")
         if not word or word.startswith("/") or word in (".", ".."):
             continue
         try:
             path = (base / word).resolve()
-            inside = path.is_relative_to(base) and path != base and path.exists()
+            inside = path.is_relative_to(base) and path != base and path.exists()  # `.` is named only in words
         except (OSError, ValueError):
             continue
         if inside and path not in found:

@@ -259,7 +259,7 @@ class Agent:
             for path in named_paths(run.corrections.task, self.workspace):
                 tool = "list_dir" if path.is_dir() else "read_file"
                 if tool in listed:
-                    shown = path.relative_to(self.workspace.resolve()).as_posix()
+                    shown = path.relative_to(self.workspace.resolve()).as_posix()  # "." for the directory itself
                     break
                 tool = None
         if tool is None:
