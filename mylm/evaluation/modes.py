@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..agent.step import Meter, ModelStep, StepConfig, ToolDefinition, drain
-from ..core.errors import LLMError
+from ..core.errors import AuthenticationError, EndpointUnreachableError, LLMError, ModelNotFoundError
 from ..core.types import Message, ToolCall
 from ..llm import LLM, LLMRequest, NativeTools, TextChunk, supports_native_tools
 from ..protocol.dialects import TOOL_DIALECTS
@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 #: The protocol modes in a named tool dialect.
 DIALECT_MODES = tuple(f"protocol-{d}{g}" for d in TOOL_DIALECTS for g in ("", "-nogrammar"))
 MODES = ("protocol", "protocol-nogrammar", "native", "serve", *DIALECT_MODES)
+#: Errors that would fail every item the same way: the run stops with them instead.
+FATAL = (EndpointUnreachableError, AuthenticationError, ModelNotFoundError)
 #: Unusable replies corrected before the last one is taken as it is (as `mylm serve` does by default).
 MAX_CORRECTIONS = 2
 
@@ -122,6 +124,8 @@ def protocol_reply(llm: LLM, prompts: PromptLoader, tools: Sequence[ToolDefiniti
             if outcome.usable or attempt == MAX_CORRECTIONS:
                 break
             messages += [outcome.reply, Message("user", outcome.correction or "")]
+    except FATAL:
+        raise
     except LLMError as error:
         # The time limit or the endpoint ended the question: what the model wrote so far is kept for reading
         # (a runaway reply, say), as the item's last reply.

@@ -15,10 +15,11 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..agent.step import ToolDefinition
-from ..core.errors import AuthenticationError, EndpointUnreachableError, LLMError, ModelNotFoundError
+from ..core.errors import LLMError
 from .bfcl import Question, tool_docs
 from .checker import Call, check, is_irrelevance
 from .modes import (
+    FATAL,
     MODES,
     Limits,
     Reply,
@@ -36,8 +37,6 @@ if TYPE_CHECKING:
     from ..sandbox import Sandbox
     from .suite import Task
 
-#: Errors that would fail every item the same way: the run stops with them instead.
-FATAL = (EndpointUnreachableError, AuthenticationError, ModelNotFoundError)
 #: What the agent reads for each mode (`--save`): the `constrain` setting. `native` has no agent equivalent.
 CONSTRAIN_FOR = {"protocol": "auto", "serve": "auto", "protocol-nogrammar": "off"}
 
