@@ -107,8 +107,8 @@ TODAY = {
     "iteration limit of three",
     "write": "the first write_file call is right; it repeats it twice (\"Hello, mylm\\n\"), then sends an empty "
     "reply: max_iterations",
-    "count": "an empty reply, then the bare answer '1' with no call (the task names no path and no tool, so "
-    "nothing sends it back to look)",
+    "count": "an empty reply, then the bare answer '1' with no call; sent back to list the directory (unlooked), "
+    "it answers '1' again, which is taken",
 }
 
 
