@@ -864,3 +864,12 @@ def test_an_answer_about_this_directory_given_unlooked_is_sent_back_to_list_it(t
     correction = llm.requests[1].messages[-1].content
     assert 'no answer can come from what the working directory holds before it is listed' in correction
     assert 'Call list_dir on "." first' in correction and result.final_text == "2"
+
+
+def test_the_look_asked_for_a_named_path_comes_with_the_call_to_copy(tmp_path: Path) -> None:
+    (tmp_path / "secret.txt").write_text("PELICAN\n")
+    llm = ScriptedLLM(["secret", "secret"])
+    Agent(llm, tools(tmp_path), workspace=tmp_path).run("What is the code word in secret.txt?")
+    correction = llm.requests[1].messages[-1].content
+    assert format_tool_call(ToolCall("read_file", {"path": "secret.txt"})) in correction
+    assert "&lt;" not in correction and not PLACEHOLDERS.search(correction)

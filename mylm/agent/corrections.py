@@ -238,7 +238,14 @@ class Corrections:
         """The user message for an answer given before any tool ran where it cannot come from what the model
         has seen: it announced `tool` and did not call it, or the task names the workspace's `path`, unread."""
         self.unlooked_sent = True
-        return self._told(self.prompts.render("unlooked.j2", tool=tool, path=neutralise(path)))
+        schema = next((dict(t.parameters) for t in self.tools if t.name == tool), {})
+        # The call to make is known whole (the tool and the path the task names): written out to copy, as a
+        # repeated mistake's block is (told only "Call read_file on secret.txt", the 0.5B replied `read_file`).
+        block = self._block(ToolCall(tool, {"path": path})) if path and "path" in (
+            schema.get("properties") or {}) else ""
+        text = self._told(self.prompts.render("unlooked.j2", tool=tool, path=neutralise(path),
+                                              block="\0" if block else ""))
+        return text.replace("\0", block, 1)
 
     def _told(self, message: str) -> str:
         """`message` in the step's dialect, remembered as said: a reply that only copies it is no answer (the

@@ -273,7 +273,9 @@ SAMPLES: dict[str, tuple[dict[str, Any], ...]] = {
                   {"chars": 400, "tool": "math.hcf", "description": "Highest common factor of two numbers."}),
     "made_up.j2": ({"tool": "example", "arguments": 'weight=1.0, height=1.0'},),
     "unfit.j2": ({"tool": "example", "description": "Calculate the boiling point of a substance."},),
-    "unlooked.j2": ({"tool": "read_file", "path": "notes.txt"}, {"tool": "list_dir", "path": ""},
+    "unlooked.j2": ({"tool": "read_file", "path": "notes.txt", "block": "<tool_code>\n<name>read_file</name>\n"
+                     "<parameters>\n{\"path\": \"notes.txt\"}\n</parameters>\n</tool_code>"},
+                    {"tool": "list_dir", "path": ""},
                     {"tool": "list_dir", "path": "."}),
     "fit.j2": ({"request": "How many sides does a hexagon have?", "tool": "example",
                 "description": "Calculate the boiling point of a substance."},),
