@@ -1,4 +1,5 @@
-"""The builtin `search_files` tool: which lines of the workspace's text files contain a piece of text.
+"""The builtin `search_files` tool: which lines of the workspace's text files contain a piece of text, and which
+files' names do.
 
 A small model asked "in which file is parse_header defined?" guesses a path (`src/parse_header.py`) where a
 search answers at once; composing `grep -rn` through `execute_command` is a step it rarely takes (Qwen2.5-Coder
@@ -51,6 +52,7 @@ def search_text(ws: Workspace, pattern: str, path: str = ".", *, guard: Secrets 
     needle = pattern.lower() if fold else pattern
     rel = ws.relative(path)
     matches: list[str] = []
+    named: list[str] = []
     found = files_matched = files_seen = 0
     truncated = False
     for shown, fd in _files(ws, rel, guard):
@@ -59,6 +61,9 @@ def search_text(ws: Workspace, pattern: str, path: str = ".", *, guard: Secrets 
             if files_seen > MAX_FILES:
                 truncated = True
                 break
+            name = posixpath.basename(shown)
+            if needle in (name.lower() if fold else name):
+                named.append(shown)
             hits = _search_file(fd, needle, fold)
         finally:
             os.close(fd)
@@ -71,9 +76,12 @@ def search_text(ws: Workspace, pattern: str, path: str = ".", *, guard: Secrets 
                 text = line if len(line) <= MAX_LINE_CHARS else line[:MAX_LINE_CHARS - 3] + "..."
                 matches.append(f"{shown}:{number}: {text}")
     where = "the workspace" if rel == "." else rel
+    # Models look files up by name with it too ("py" for the Python files: Qwen2.5-Coder-1.5B answered 0 from "no
+    # text file contains 'py'"): the names that hold the text are part of the answer.
+    names = _names(named, pattern)
     if not found:
         more = f" (stopped after {MAX_FILES:,} files)" if truncated else ""
-        return f"No text file in {where} contains {pattern!r}{more}."
+        return "\n".join([f"No text file in {where} contains {pattern!r}{more}.", *names])
     header = (f"[{counted(found, 'match', 'matches')} for {pattern!r} in {counted(files_matched, 'file')}"
               f"{' (case ignored)' if fold and pattern.lower() != pattern.upper() else ''}]")
     lines = [header, *matches]
@@ -81,7 +89,17 @@ def search_text(ws: Workspace, pattern: str, path: str = ".", *, guard: Secrets 
         lines.append(f"[... and {found - len(matches):,} more matches not shown; search a narrower path or text]")
     if truncated:
         lines.append(f"[stopped after {MAX_FILES:,} files; search a narrower path]")
-    return "\n".join(lines)
+    return "\n".join([*lines, *names])
+
+
+def _names(named: list[str], pattern: str) -> list[str]:
+    """The lines that list the files whose names contain the pattern (none when no name does)."""
+    if not named:
+        return []
+    shown = named[:MAX_MATCHES]
+    more = f" (the first {len(shown)} shown)" if len(named) > len(shown) else ""
+    verb = "contains" if len(named) == 1 else "contain"
+    return [f"[{counted(len(named), 'file name')} {verb} {pattern!r}{more}]", *shown]
 
 
 def _files(ws: Workspace, rel: str, hidden: Secrets | None) -> Iterator[tuple[str, int]]:
@@ -158,7 +176,7 @@ def search_tools(ws: Workspace, secrets: Secrets | None = None) -> list[Tool]:
     @tool(risk="read")
     def search_files(pattern: str, path: str = ".", context: ToolContext | None = None) -> str:
         """Find the lines of the workspace's text files that contain a piece of text (to find where something is
-        defined or mentioned). Shows each as path:line: text.
+        defined or mentioned), and the files whose names contain it. Shows each line as path:line: text.
 
         Args:
             pattern: The exact text to look for (case is ignored when it has no capital letter).

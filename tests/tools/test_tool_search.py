@@ -86,3 +86,19 @@ def test_many_matches_are_counted_not_all_shown(tree: Path) -> None:
     lines = text.splitlines()
     assert not error and lines[0] == f"[{MAX_MATCHES + 50} matches for 'needle' in 1 file (case ignored)]"
     assert len(lines) == MAX_MATCHES + 2 and lines[-1].startswith("[... and 50 more matches not shown")
+
+
+# Asked how many Python files are in the directory, Qwen2.5-Coder-1.5B searched for "py" and answered 0 from
+# "No text file in the workspace contains 'py'" (the quick start, 29 November).
+def test_the_files_whose_names_hold_the_text_are_listed_too(tree: Path) -> None:
+    error, text = search(tree, pattern="py")
+    assert not error and text.splitlines() == [
+        "No text file in the workspace contains 'py'.", "[2 file names contain 'py']", "src/main.py", "src/util.py"]
+    error, text = search(tree, pattern="util")
+    assert not error and text.splitlines()[-2:] == ["[1 file name contains 'util']", "src/util.py"]
+    # Names the sandbox hides are never listed, as their contents are never read.
+    (tree / ".env").write_text("x\n")
+    (tree / ".ssh").mkdir()
+    (tree / ".ssh" / "id_rsa.py").write_text("x\n")
+    assert search(tree, pattern="env")[1] == "No text file in the workspace contains 'env'."
+    assert "id_rsa" not in search(tree, pattern="rsa")[1]
