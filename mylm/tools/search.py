@@ -77,11 +77,14 @@ def search_text(ws: Workspace, pattern: str, path: str = ".", *, guard: Secrets 
                 matches.append(f"{shown}:{number}: {text}")
     where = "the workspace" if rel == "." else rel
     # Models look files up by name with it too ("py" for the Python files: Qwen2.5-Coder-1.5B answered 0 from "no
-    # text file contains 'py'"): the names that hold the text are part of the answer.
+    # text file contains 'py'"): the names that hold the text are part of the answer, and come first.
+    # The names come first: after "no text file contains 'py'" the 1.5B answered "No Python files" with the four
+    # names listed below it.
     names = _names(named, pattern)
     if not found:
         more = f" (stopped after {MAX_FILES:,} files)" if truncated else ""
-        return "\n".join([f"No text file in {where} contains {pattern!r}{more}.", *names])
+        nothing = "No line of a text file" if names else "No text file"
+        return "\n".join([*names, f"{nothing} in {where} contains {pattern!r}{more}."])
     header = (f"[{counted(found, 'match', 'matches')} for {pattern!r} in {counted(files_matched, 'file')}"
               f"{' (case ignored)' if fold and pattern.lower() != pattern.upper() else ''}]")
     lines = [header, *matches]
@@ -89,7 +92,7 @@ def search_text(ws: Workspace, pattern: str, path: str = ".", *, guard: Secrets 
         lines.append(f"[... and {found - len(matches):,} more matches not shown; search a narrower path or text]")
     if truncated:
         lines.append(f"[stopped after {MAX_FILES:,} files; search a narrower path]")
-    return "\n".join([*lines, *names])
+    return "\n".join([*names, *lines])
 
 
 def _names(named: list[str], pattern: str) -> list[str]:
