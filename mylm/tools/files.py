@@ -366,8 +366,8 @@ def list_entries(ws: Workspace, path: str = ".", *, guard: Secrets | None = None
     rows.sort()
     shown = rows[:MAX_LIST_ENTRIES]
     dirs = sum(1 for kind, _, _ in rows if kind == 0)
-    header = (f"[{rel}: {counted(len(rows), 'entry', 'entries')}, {counted(dirs, 'directory', 'directories')}"
-              f"{_file_kinds([name for kind, name, _ in rows if kind == 1])}]")
+    header = (f"[{rel}: {counted(len(rows), 'entry', 'entries')}{_file_kinds([n for k, n, _ in rows if k == 1])}, "
+              f"{counted(dirs, 'directory', 'directories')}]")
     lines = [header, *(text for _, _, text in shown)]
     if len(rows) > len(shown):
         lines.append(f"[... and {len(rows) - len(shown):,} more entries not shown]")
@@ -379,17 +379,18 @@ _KINDS_SHOWN = 6
 
 
 def _file_kinds(names: list[str]) -> str:
-    """The header's count of the files by extension (", 4 files: 2 .py, 1 .md, 1 with no extension"): small
+    """The header's count of the files by extension (": 2 .py files, 1 .md file, 1 file with no extension"): small
     models count badly (asked how many Python files a directory holds, Qwen2.5-Coder-1.5B answered 3 from a
-    listing of 2), so the listing counts for them."""
+    listing of 2), so the listing counts for them. No total of files: given "4 files: 2 .py", it answered 4."""
     if not names:
         return ""
     kinds = collections.Counter(posixpath.splitext(name)[1].lower() for name in names)
     common = sorted(kinds.items(), key=lambda item: (-item[1], not item[0], item[0]))
-    parts = [f"{n} {ext}" if ext else f"{n} with no extension" for ext, n in common[:_KINDS_SHOWN]]
+    parts = [counted(n, f"{ext} file" if ext else "file") + ("" if ext else " with no extension")
+             for ext, n in common[:_KINDS_SHOWN]]
     if len(common) > _KINDS_SHOWN:
-        parts.append(f"{sum(n for _, n in common[_KINDS_SHOWN:])} other")
-    return f", {counted(len(names), 'file')}: {', '.join(parts)}"
+        parts.append(counted(sum(n for _, n in common[_KINDS_SHOWN:]), "other file"))
+    return ": " + ", ".join(parts)
 
 
 def _entry_row(dir_fd: int, name: str) -> tuple[int, str, str]:

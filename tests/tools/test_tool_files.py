@@ -283,7 +283,7 @@ def test_files_edit_keeps_crlf_line_endings(workspace: Path) -> None:
 def test_files_list_dir_shows_kinds_sizes_and_links(tree: Path) -> None:
     text = list_entries(Workspace(tree), ".")
     lines = text.splitlines()
-    assert lines[0].startswith("[.: 11 entries, 1 directory, ")
+    assert lines[0].startswith("[.: 11 entries: ") and lines[0].endswith(", 1 directory]")
     assert lines[1] == "sub/" and "inside.txt  (13 bytes)" in lines
     assert "docs -> " + str(tree.parent / "outside") in lines  # shown, not followed
     with pytest.raises(ToolError):
@@ -327,10 +327,10 @@ def test_files_counts_say_one_line_not_one_lines(workspace: Path) -> None:
     assert write_text(ws, "b.txt", "a\nb\n") == "Wrote 4 bytes (2 lines) to b.txt (new file)."
     assert edit_text(ws, "one.txt", "x", "y").startswith("Edited one.txt: replaced 1 line at line 1 with 1 line.")
     (workspace / "sub").mkdir()
-    assert list_entries(ws, ".").splitlines()[0] == "[.: 3 entries, 1 directory, 2 files: 2 .txt]"
+    assert list_entries(ws, ".").splitlines()[0] == "[.: 3 entries: 2 .txt files, 1 directory]"
     assert list_entries(ws, "sub") == "[sub is empty]"
     (workspace / "sub" / "only").write_text("")
-    assert list_entries(ws, "sub").splitlines()[0] == "[sub: 1 entry, 0 directories, 1 file: 1 with no extension]"
+    assert list_entries(ws, "sub").splitlines()[0] == "[sub: 1 entry: 1 file with no extension, 0 directories]"
     assert summarise_output("\n".join(map(str, range(7))), lines=6).endswith("… 1 more line (-v shows all)")
 
 
@@ -408,13 +408,14 @@ def test_an_edit_with_an_empty_old_says_how_to_append_with_the_file_s_real_last_
 
 def test_files_a_listing_counts_its_files_by_extension(workspace: Path) -> None:
     # Asked how many Python files a directory holds, Qwen2.5-Coder-1.5B answered 3 from a listing of 2 (the quick
-    # start, 29 November): the listing counts for it.
+    # start, 29 November): the listing counts for it, with no total of files (given "4 files: 2 .py", it said 4).
     for name in ("app.py", "util.py", "README.md", "data.csv", "Makefile", "b.PY"):
         (workspace / name).write_text("x\n")
     (workspace / "pkg").mkdir()
     (workspace / "pkg" / "core.py").write_text("x\n")
     header = list_entries(Workspace(workspace), ".").splitlines()[0]
-    assert header == "[.: 7 entries, 1 directory, 6 files: 3 .py, 1 .csv, 1 .md, 1 with no extension]"
+    assert header == "[.: 7 entries: 3 .py files, 1 .csv file, 1 .md file, 1 file with no extension, 1 directory]"
     for n in range(9):
         (workspace / f"f.e{n}").write_text("")
-    assert list_entries(Workspace(workspace), ".").splitlines()[0].endswith("3 .py, 1 .csv, 1 .e0, 1 .e1, 1 .e2, 1 .e3, 7 other]")
+    assert list_entries(Workspace(workspace), ".").splitlines()[0].endswith(
+        "3 .py files, 1 .csv file, 1 .e0 file, 1 .e1 file, 1 .e2 file, 1 .e3 file, 7 other files, 1 directory]")
