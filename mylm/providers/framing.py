@@ -134,23 +134,36 @@ def iter_sse(lines: Iterable[str]) -> Iterator[SSEEvent]:
 _raw_decode = json.JSONDecoder().raw_decode
 
 
+#: What `_whole` returns for text that is not one JSON value alone.
+_NOT_WHOLE = object()
+
+
+def _whole(text: str) -> Any:
+    """The JSON value `text` is, read by the C scanner when nothing surrounds it (nearly every event), else by
+    `json.loads` (leading whitespace); `_NOT_WHOLE` for anything else (several objects, not JSON)."""
+    try:
+        value, end = _raw_decode(text)
+    except ValueError:
+        value, end = None, -1
+    except RecursionError:
+        raise _too_deep() from None
+    if end == len(text):
+        return value
+    # The scanner takes no leading whitespace and stops after the first value: `json.loads` judges the rest.
+    try:
+        return json.loads(text)
+    except ValueError:
+        return _NOT_WHOLE
+    except RecursionError:
+        raise _too_deep() from None
+
+
 def sse_json(event: SSEEvent) -> list[Any]:
     """The JSON objects in an event's data; tolerates servers that omit the blank line between events."""
     data = event.data
-    try:
-        obj, end = _raw_decode(data)
-        if end == len(data):  # nearly every event: one object, nothing around it
-            return [obj]
-    except ValueError:
-        pass  # leading whitespace, several objects, not JSON: the exact path below says which
-    except RecursionError:
-        raise _too_deep() from None
-    try:
-        return [json.loads(data)]
-    except ValueError:
-        pass
-    except RecursionError:
-        raise _too_deep() from None
+    value = _whole(data)
+    if value is not _NOT_WHOLE:
+        return [value]
     objects = []
     for line in data.split("\n"):
         if line.strip():
@@ -174,18 +187,8 @@ def _too_deep() -> StreamError:
 
 
 def _loads(text: str) -> Any:
-    try:
-        obj, end = _raw_decode(text)
-        if end == len(text):
-            return obj
-    except ValueError:
-        pass
-    except RecursionError:
-        raise _too_deep() from None
-    try:
-        return json.loads(text)
-    except RecursionError:
-        raise _too_deep() from None
-    except ValueError:
+    value = _whole(text)
+    if value is _NOT_WHOLE:
         shown = text if len(text) <= 80 else text[:79] + "…"
-        raise StreamError(f"the endpoint sent something that is not JSON: {shown!r}") from None
+        raise StreamError(f"the endpoint sent something that is not JSON: {shown!r}")
+    return value
