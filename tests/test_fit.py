@@ -155,6 +155,24 @@ def test_the_open_question_is_the_last_user_message_until_a_tool_answers() -> No
     assert open_question(_chat(asked, called, result, ChatMessage("user", "And an octagon?"))) == "And an octagon?"
 
 
+# Claude Code 2.1's first user message, as it reached `mylm serve` (the reminder shortened): asked about these
+# words (the probe kept the first 600 characters), the 1.5B said its Read tool did not do what they ask.
+REMINDER = ("<system-reminder>\nAs you answer the user's questions, you can use the following context:\n# currentDate"
+            "\nToday's date is 2026-11-29.\n\n      IMPORTANT: this context may or may not be relevant to your "
+            "tasks.\n</system-reminder>\n")
+CODEX_CONTEXT = "<environment_context>\n  <cwd>/tmp/project</cwd>\n  <shell>bash</shell>\n</environment_context>"
+
+
+def test_the_open_question_leaves_out_the_blocks_a_client_wraps_around_it() -> None:
+    question = "What is the release code name written in notes.txt?"
+    assert open_question(_chat(ChatMessage("user", REMINDER + question))) == question
+    assert open_question(_chat(ChatMessage("user", f"{CODEX_CONTEXT}\n{question}\n{REMINDER}"))) == question
+    # Markup the user wrote is the question's own; a message that is nothing but a client's block stays whole.
+    bold = "Why is <b>bold</b> not <span class='x'>shown</span>?"
+    assert open_question(_chat(ChatMessage("user", bold))) == bold
+    assert open_question(_chat(ChatMessage("user", REMINDER))) == REMINDER
+
+
 def test_served_the_client_gets_the_answer_instead_of_the_call() -> None:
     """Through `mylm serve`, with the OpenAI SDK: the model's no ends in a text answer, finish_reason `stop`."""
     with OpenAIServer([BOILING_CALL * 2, ANSWER], fits=False) as upstream, serving(upstream.base_url) as url:

@@ -37,7 +37,8 @@ KEY_ENV = "MYLM_SERVE_KEY"
                    "with native tool calling (--provider openai: llama.cpp server, vLLM, Ollama's /v1, LM "
                    "Studio); calls it leaves in the text are rescued by mylm's parser.")
 @click.option("--timeout", type=float, metavar="SECONDS",
-              help="Wall-clock budget of one request upstream, corrections included [the timeout setting].")
+              help="Wall-clock budget of one request upstream, corrections included [the timeout setting when "
+                   "the config sets it, else 1800].")
 @click.option("--max-body", type=click.IntRange(1024, None), default=16 * 1024 * 1024, metavar="BYTES",
               help="Largest request body accepted; larger ones get a 413 [16 MiB].")
 @click.option("--max-concurrency", type=click.IntRange(1, 4096), default=128, show_default=True,
@@ -208,6 +209,19 @@ def upstream_settings(options: dict[str, Any], name: str, target: str) -> Any:
     return settings
 
 
+#: Seconds one request may take upstream when neither --timeout nor the config says. Not the agent's 120: a small
+#: model on a CPU reads a coding agent's 8-17k-token prompt for minutes (OpenCode's first request was cut at 120 s
+#: with the 1.5B still reading), and the client, which keeps its own time, is the one to give up.
+SERVE_TIMEOUT = 1800.0
+
+
+def request_timeout(settings: Any, options: dict[str, Any]) -> float:
+    """--timeout, else the `timeout` setting where the user set it, else `SERVE_TIMEOUT`."""
+    if options["timeout"] is not None:
+        return float(options["timeout"])
+    return SERVE_TIMEOUT if settings.sources.get("timeout", "default") == "default" else float(settings.timeout)
+
+
 def make_core(llm: Any, loader: Any, settings: Any, options: dict[str, Any]) -> Any:
     """The core serving `llm` under these settings."""
     from ..core.errors import ConfigError
@@ -221,7 +235,7 @@ def make_core(llm: Any, loader: Any, settings: Any, options: dict[str, Any]) -> 
             tool_dialect=tool_dialect(settings),
             max_corrections=options["max_corrections"],
             max_tokens=settings.max_tokens,
-            timeout=settings.timeout,
+            timeout=request_timeout(settings, options),
             stop_strings=getattr(known_model(settings), "stop_strings", True),
             tools=options.get("tools_mode", "emulate"),
         ), ContextWindow(llm, fallback=context_budget(settings)))

@@ -262,12 +262,12 @@ class Server:
             except BaseException as error:  # noqa: BLE001 - every failure is answered in the API's shape
                 await items.aclose()
                 raise self._failure(error) from None
-        events = self._guarded(api, api.events(parsed, _prepend(first, head, items), body), observer)
+        streamed, keepalive = _streamed(api, parsed, _prepend(first, head, items), body)
+        events = self._guarded(api, streamed, observer)
         # A client gone before the stream ended: the trace ends too (a no-op once the stream has ended it).
         closed = (lambda: observer.end(200, "cancelled")) if observer is not None else None
         # Ollama's stream has no opening event, so its keep-alive (an empty chunk) may come first.
         eager = api is ollama
-        keepalive = ollama.keepalive(parsed) if eager else api.KEEPALIVE
         headers = {"Content-Type": ollama.MEDIA_TYPE} if eager else None
         return EventStream(events, headers, more=backlog, closed=closed, keepalive=keepalive,
                            interval=self.config.keepalive, eager=eager)
@@ -375,6 +375,20 @@ async def collected_from(items: AsyncGenerator[Out, None]) -> list[Out]:
         return [item async for item in items]
     finally:
         await items.aclose()
+
+
+def _streamed(api: ModuleType, parsed: Any, items: AsyncIterator[Out],
+              body: dict[str, Any]) -> tuple[AsyncIterator[bytes], bytes | Callable[[], bytes]]:
+    """The API's events for `items`, and what keeps the stream alive while they are silent. Where a client times
+    out on the events its SDK yields, the keep-alive is an event of the stream itself, made when it is written:
+    numbered with the others on Responses (Codex), an empty delta of a content block on Messages (Claude Code)."""
+    if api is responses:
+        numbering = responses.Numbering(parsed)
+        return (responses.events(parsed, items, body, numbering), responses.keepalive(parsed, body, numbering))
+    if api is messages:
+        blocks = messages.Blocks()
+        return messages.events(parsed, items, body, blocks), blocks.keepalive
+    return api.events(parsed, items, body), (ollama.keepalive(parsed) if api is ollama else api.KEEPALIVE)
 
 
 async def _settled(task: asyncio.Future[Any], within: float) -> bool:

@@ -16,6 +16,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -439,16 +440,25 @@ def _unchecked(error: Exception) -> RequestError:
                         param="tools")
 
 
+#: A block a client wraps around what it adds to its user's message: Claude Code's `<system-reminder>`, Codex's
+#: `<environment_context>` and `<user_instructions>`. Their tag names join words with `-` or `_`, which markup a
+#: user writes in a question (`<b>`, `<div>`) does not.
+_CLIENT_BLOCK = re.compile(r"<([a-z][a-z0-9]*(?:[-_][a-z0-9]+)+)(?:\s[^>]*)?>.*?</\1>", re.DOTALL)
+
+
 def open_question(request: ChatRequest) -> str:
     """The client's last user message when no tool has answered since (the model's first call for it is
-    checked against it: `agent.fit`); empty once tool results came back, or with no tools to call."""
+    checked against it: `agent.fit`), without the blocks the client wrapped around it; empty once tool results
+    came back, or with no tools to call."""
     if not request.tools:
         return ""
     for message in reversed(request.messages):
         if message.role == "tool" or (message.role == "assistant" and message.calls):
             return ""
         if message.role == "user":
-            return message.content
+            # Claude Code's message opens with kilobytes of reminders: asked whether Read does what *they* ask
+            # (all the probe kept of the message), the 1.5B said no, and its call of Read was sent back.
+            return _CLIENT_BLOCK.sub("", message.content).strip() or message.content
     return ""
 
 

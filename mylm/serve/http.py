@@ -102,13 +102,15 @@ class EventStream(Response):
     media_type = "text/event-stream"
 
     def __init__(self, events: AsyncIterator[bytes], headers: dict[str, str] | None = None, *,
-                 more: Sized = (), closed: Callable[[], None] | None = None, keepalive: bytes = b"",
+                 more: Sized = (), closed: Callable[[], None] | None = None,
+                 keepalive: bytes | Callable[[], bytes] = b"",
                  interval: float = 0.0, eager: bool = False) -> None:
         """`more` is non-empty while more events are ready to be taken at once: they are gathered into one write
         (the client gets them no later: nothing is awaited meanwhile). `closed` is called once the answer is
         over, however it ended. `keepalive` is written whenever nothing else was for `interval` seconds (after
         the first event: an API's own ping may not come before its opening event; from the start if `eager`,
-        for an API whose stream has no opening event)."""
+        for an API whose stream has no opening event); a callable is called for each one, at the moment it is
+        written (an event numbered in its stream)."""
         # No body and so no Content-Length: the answer is chunked, its length unknown until it ends.
         self.status_code = 200
         self.background = None
@@ -143,15 +145,17 @@ class EventStream(Response):
         lock = asyncio.Lock()
         last = [time.monotonic()]
 
-        async def write(body: bytes, more: bool = True) -> None:
+        async def write(body: bytes | Callable[[], bytes], more: bool = True) -> None:
             async with lock:
-                await send({"type": "http.response.body", "body": body, "more_body": more})
+                # Made under the lock: a numbered keep-alive is written in the order it was numbered.
+                chunk = body() if callable(body) else body
+                await send({"type": "http.response.body", "body": chunk, "more_body": more})
                 last[0] = time.monotonic()
 
         ticker: asyncio.Future[None] | None = None
-        if self.eager and self.keepalive and self.interval > 0:
-            ticker = asyncio.ensure_future(self._tick(write, last))
         pending: list[bytes] = []
+        if self.eager and self.keepalive and self.interval > 0:
+            ticker = asyncio.ensure_future(self._tick(write, last, pending))
         try:
             async for chunk in self.events:
                 pending.append(chunk)
@@ -159,7 +163,7 @@ class EventStream(Response):
                     await write(b"".join(pending))
                     pending.clear()
                     if ticker is None and self.keepalive and self.interval > 0:
-                        ticker = asyncio.ensure_future(self._tick(write, last))
+                        ticker = asyncio.ensure_future(self._tick(write, last, pending))
         except OSError:
             return  # the client went away mid-write
         finally:
@@ -168,13 +172,15 @@ class EventStream(Response):
                 await asyncio.gather(ticker, return_exceptions=True)
         await write(b"".join(pending), more=False)
 
-    async def _tick(self, write: Callable[[bytes], Awaitable[None]], last: list[float]) -> None:
+    async def _tick(self, write: Callable[[bytes | Callable[[], bytes]], Awaitable[None]],
+                    last: list[float], pending: list[bytes]) -> None:
         """A keep-alive whenever the stream has been silent for `interval` seconds: the model may think or be
-        corrected for minutes before the answer's first byte, and clients and proxies drop a silent stream."""
+        corrected for minutes before the answer's first byte, and clients and proxies drop a silent stream. Never
+        while events are gathered for a write: one made now would be written before them, out of their order."""
         while True:
             wait = last[0] + self.interval - time.monotonic()
-            if wait > 0:
-                await asyncio.sleep(wait)
+            if wait > 0 or pending:
+                await asyncio.sleep(max(wait, self.interval / 10))
                 continue
             try:
                 await write(self.keepalive)

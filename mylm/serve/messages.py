@@ -46,8 +46,46 @@ _KINDS = {
     504: "timeout_error",
 }
 _STOPS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
-#: What keeps a silent stream open: Anthropic's own `ping` event (its SDKs skip it; after `message_start` only).
+#: What keeps a silent stream open between blocks: Anthropic's own `ping` event (after `message_start` only).
 KEEPALIVE = sse({"type": "ping"}, "ping")
+
+
+class Blocks:
+    """The content block a streamed message has open, shared by its events and the keep-alives between them."""
+
+    def __init__(self) -> None:
+        self.index = -1
+        self.open_kind: str | None = None
+
+    def start(self, kind: str) -> bytes:
+        """Open the next block of `kind` (`text` or `thinking`)."""
+        self.index += 1
+        self.open_kind = kind
+        block = {"type": "text", "text": ""} if kind == "text" else {"type": "thinking", "thinking": ""}
+        return sse({"type": "content_block_start", "index": self.index, "content_block": block},
+                   "content_block_start")
+
+    def delta(self, text: str) -> bytes:
+        """More of the open block's text."""
+        delta = ({"type": "text_delta", "text": text} if self.open_kind == "text"
+                 else {"type": "thinking_delta", "thinking": text})
+        return sse({"type": "content_block_delta", "index": self.index, "delta": delta}, "content_block_delta")
+
+    def stop(self) -> bytes:
+        """Close the open block."""
+        self.open_kind = None
+        return sse({"type": "content_block_stop", "index": self.index}, "content_block_stop")
+
+    def keepalive(self) -> bytes:
+        """What keeps a silent stream open: an empty delta of the open block, or, before any block, a `thinking`
+        block opened with one. Anthropic's SDKs swallow `ping`, so a client that times out on the events its SDK
+        yields saw nothing: Claude Code aborts and resends a request after 300 s without one (a 1.5B on two
+        cores reads its 17k-token prompt for about that long). Between blocks, a `ping`."""
+        if self.open_kind is not None:
+            return self.delta("")
+        if self.index == -1:
+            return self.start("thinking") + self.delta("")
+        return KEEPALIVE
 
 
 def error_body(error: RequestError) -> dict[str, Any]:
@@ -221,49 +259,38 @@ def answer(request: ChatRequest, items: list[Out], body: dict[str, Any]) -> dict
             "usage": _usage(finish.usage, request, items)}
 
 
-async def events(request: ChatRequest, items: AsyncIterator[Out], body: dict[str, Any]) -> AsyncIterator[bytes]:
+async def events(request: ChatRequest, items: AsyncIterator[Out], body: dict[str, Any],
+                 blocks: Blocks | None = None) -> AsyncIterator[bytes]:
     """The message as Anthropic streams it: `message_start`, one content block per kind of output (thinking,
-    text, each `tool_use` with its `input_json_delta`), `message_delta` with the stop reason, `message_stop`."""
+    text, each `tool_use` with its `input_json_delta`), `message_delta` with the stop reason, `message_stop`.
+    `blocks` is shared with the stream's keep-alives (a thinking block one of them opened goes on here)."""
+    blocks = blocks or Blocks()
     opening = {"input_tokens": 0, "output_tokens": 0}  # Anthropic's own message_start counts nothing yet either
     yield sse({"type": "message_start", "message": {**_start(request), "usage": opening}}, "message_start")
     seen: list[Out] = []
-    index = -1
-    open_kind: str | None = None
-
-    def stop_block() -> bytes:
-        return sse({"type": "content_block_stop", "index": index}, "content_block_stop")
-
     async for item in items:
         if not isinstance(item, Finished):
             seen.append(item)
         if isinstance(item, (TextOut, ReasoningOut)):
             kind = "text" if isinstance(item, TextOut) else "thinking"
-            if open_kind != kind:
-                if open_kind is not None:
-                    yield stop_block()
-                index += 1
-                open_kind = kind
-                block = {"type": "text", "text": ""} if kind == "text" else {"type": "thinking", "thinking": ""}
-                yield sse({"type": "content_block_start", "index": index, "content_block": block},
-                          "content_block_start")
-            delta = ({"type": "text_delta", "text": item.text} if kind == "text"
-                     else {"type": "thinking_delta", "thinking": item.text})
-            yield sse({"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta")
+            if blocks.open_kind != kind:
+                if blocks.open_kind is not None:
+                    yield blocks.stop()
+                yield blocks.start(kind)
+            yield blocks.delta(item.text)
         elif isinstance(item, CallOut):
-            if open_kind is not None:
-                yield stop_block()
-            index += 1
-            open_kind = None
+            if blocks.open_kind is not None:
+                yield blocks.stop()
+            blocks.index += 1
             tool_block = {"type": "tool_use", "id": _tool_id(item), "name": item.name, "input": {}}
-            yield sse({"type": "content_block_start", "index": index, "content_block": tool_block},
+            yield sse({"type": "content_block_start", "index": blocks.index, "content_block": tool_block},
                       "content_block_start")
             delta = {"type": "input_json_delta", "partial_json": item.arguments}
-            yield sse({"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta")
-            yield stop_block()
+            yield sse({"type": "content_block_delta", "index": blocks.index, "delta": delta}, "content_block_delta")
+            yield sse({"type": "content_block_stop", "index": blocks.index}, "content_block_stop")
         elif isinstance(item, Finished):
-            if open_kind is not None:
-                yield stop_block()
-                open_kind = None
+            if blocks.open_kind is not None:
+                yield blocks.stop()
             yield sse({"type": "message_delta", "delta": {"stop_reason": _STOPS[item.reason], "stop_sequence": None},
                        "usage": _usage(item.usage, request, seen)}, "message_delta")
     yield sse({"type": "message_stop"}, "message_stop")

@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+from pathlib import Path
 from collections.abc import Iterator
 
 import openai
@@ -125,3 +126,15 @@ def test_the_banner_names_the_model_and_a_ctrl_c_right_after_it_stops_the_server
                         rf"{re.escape(upstream.base_url)} \(openai\) \(Ctrl-C stops\)", banner), banner
     assert stopped == "mylm serve: stopped"
     assert not upstream.requests
+
+
+def test_a_request_may_take_as_long_as_a_small_model_reads_unless_the_user_said_otherwise(tmp_path: Path) -> None:
+    """Not the agent's 120 s: OpenCode's first request was cut at 120 s with the 1.5B still reading its prompt."""
+    from mylm.cli.serve import SERVE_TIMEOUT, request_timeout
+    from mylm.config import load_settings
+
+    config = tmp_path / "config.toml"
+    config.write_text("timeout = 300\n")
+    assert request_timeout(load_settings({}, path=tmp_path / "none.toml"), {"timeout": None}) == SERVE_TIMEOUT
+    assert request_timeout(load_settings({}, path=config), {"timeout": None}) == 300
+    assert request_timeout(load_settings({}, path=config), {"timeout": 45.0}) == 45

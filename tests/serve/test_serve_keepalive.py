@@ -85,11 +85,15 @@ def raw_stream(url: str, path: str, body: dict[str, Any]) -> tuple[http.client.H
 @pytest.mark.parametrize("path, body, keepalive", [
     ("/v1/chat/completions", {"model": "m", "stream": True, "tools": [WEATHER], "messages": QUESTION},
      b": keep-alive\n\n"),
+    # The Responses API's own `response.in_progress` again, not a comment: Codex times out on events, and its SSE
+    # reader yields none for a comment (it reconnected after 300 s of comments while the 1.5B read its prompt).
     ("/v1/responses", {"model": "m", "stream": True, "input": "Weather in Paris?", "tools": [
-        {"type": "function", **WEATHER["function"]}]}, b": keep-alive\n\n"),  # type: ignore[dict-item]
+        {"type": "function", **WEATHER["function"]}]}, b"event: response.in_progress\n"),  # type: ignore[dict-item]
+    # An empty delta of a thinking block, not a `ping`: Anthropic's SDKs swallow pings, and Claude Code times out
+    # on the events its SDK yields (it resends the request after 300 s without one).
     ("/v1/messages", {"model": "m", "stream": True, "max_tokens": 512, "messages": QUESTION, "tools": [
         {"name": "get_weather", "input_schema": WEATHER["function"]["parameters"]}]},  # type: ignore[index]
-     b'event: ping\ndata: {"type":"ping"}\n\n'),
+     b'"delta":{"type":"thinking_delta","thinking":""}'),
 ])
 def test_a_silent_stream_is_kept_alive_in_the_apis_own_way(gated: tuple[GatedServer, str], path: str,
                                                            body: dict[str, Any], keepalive: bytes) -> None:
@@ -99,7 +103,8 @@ def test_a_silent_stream_is_kept_alive_in_the_apis_own_way(gated: tuple[GatedSer
     try:
         assert response.status == 200 and not upstream.gate.is_set()
         seen = b""
-        while seen.count(keepalive) < 2:  # two: the stream keeps being kept alive, not once
+        opening = 1 if path == "/v1/responses" else 0  # the opening `response.in_progress` is not a keep-alive
+        while seen.count(keepalive) < 2 + opening:  # two: the stream keeps being kept alive, not once
             piece = response.read1(4096)
             assert piece, seen
             seen += piece
@@ -123,3 +128,54 @@ def test_an_upstream_refusal_is_still_an_http_status(upstream: OpenAIServer) -> 
         api = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=30)
         with api, pytest.raises(openai.BadRequestError):
             api.chat.completions.create(model="m", stream=True, tools=[WEATHER], messages=QUESTION)
+
+
+def test_responses_keep_alives_are_numbered_events_the_sdk_reads(gated: tuple[GatedServer, str]) -> None:
+    """Every event of the stream, keep-alives included, is numbered one above the last, and the official SDK reads
+    the keep-alives as the status they repeat and still assembles the call."""
+    upstream, url = gated
+    upstream.script([REPLY])
+    tools = [{"type": "function", **WEATHER["function"]}]  # type: ignore[dict-item]
+    with openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=30) as api:
+        with api.responses.stream(model="m", input="Weather in Paris?", tools=tools) as stream:  # type: ignore[arg-type]
+            kinds: list[str] = []
+            numbers: list[int] = []
+            for event in stream:
+                kinds.append(event.type)
+                numbers.append(event.sequence_number)
+                if kinds.count("response.in_progress") == 3:
+                    upstream.gate.set()  # two keep-alives came while the model was silent
+            final = stream.get_final_response()
+    assert numbers == list(range(len(numbers)))
+    assert kinds[:4] == ["response.created"] + ["response.in_progress"] * 3 and kinds[-1] == "response.completed"
+    assert [item.name for item in final.output if item.type == "function_call"] == ["get_weather"]
+
+
+def test_messages_keep_alives_are_a_thinking_block_the_sdk_yields_and_the_message_goes_on(
+        gated: tuple[GatedServer, str]) -> None:
+    """While the model is silent the SDK yields events (an empty thinking block growing by empty deltas); the
+    model's own thinking goes on in that block, and the call follows it."""
+    upstream, url = gated
+    upstream.script([REPLY])
+    api = anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=30)
+    tool = {"name": "get_weather", "description": "Weather.", "input_schema": WEATHER["function"]["parameters"]}  # type: ignore[index]
+    with api, api.messages.stream(model="m", max_tokens=512, tools=[tool], messages=QUESTION) as stream:  # type: ignore[list-item]
+        kinds: list[str] = []
+        for event in stream:
+            kinds.append(event.type)
+            if kinds.count("content_block_delta") == 2 and not upstream.gate.is_set():
+                upstream.gate.set()  # two keep-alives came while the model was silent
+        final = stream.get_final_message()
+    # (The SDK yields a `thinking` event of its own after each thinking delta.)
+    assert kinds[:3] == ["message_start", "content_block_start", "content_block_delta"]
+    assert [block.type for block in final.content] == ["thinking", "tool_use"]
+    assert final.content[0].thinking == "Checking." and final.stop_reason == "tool_use"  # type: ignore[union-attr]
+
+
+def test_a_message_that_answers_at_once_has_no_keep_alive_block(upstream: OpenAIServer) -> None:
+    upstream.script(["It is sunny."])
+    with serving(upstream.base_url, keepalive=0.05) as url:
+        api = anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=30)
+        with api, api.messages.stream(model="m", max_tokens=512, messages=QUESTION) as stream:
+            final = stream.get_final_message()
+    assert [block.type for block in final.content] == ["text"]

@@ -1,0 +1,168 @@
+"""Drivers for the agent frameworks that meet `mylm serve` in docs/serve.md: each runs one task with the
+framework's own tool loop, its defaults and two real file tools over a workspace, and returns what it answered.
+
+The same functions run in CI against a scripted model (tests/serve/test_serve_frameworks.py, each skipped where
+its framework is not installed) and against a real one (scripts/drive_clients.py). The tools are the user's, as
+each framework's documentation defines them; only the client's timeout is raised, since a small model on a CPU
+takes minutes.
+
+    python scripts/clients/frameworks.py CLIENT BASE_URL WORKSPACE TASK   # prints the answer
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: Seconds a client waits for one reply (a 1.5B model on two cores can take minutes to read a long prompt).
+TIMEOUT = 900.0
+INSTRUCTIONS = "You are a helpful assistant with tools to read the files of the user's project. Answer briefly."
+
+
+@dataclass
+class Workspace:
+    """Two file tools over one directory, and a record of what they were called with."""
+
+    root: Path
+    calls: list[tuple[str, str]] = field(default_factory=list)
+
+    def list_files(self) -> str:
+        """List the files of the project."""
+        self.calls.append(("list_files", ""))
+        return "\n".join(sorted(p.name for p in self.root.iterdir())) or "(no files)"
+
+    def read_file(self, path: str) -> str:
+        """Read a file of the project and return its text."""
+        self.calls.append(("read_file", path))
+        target = (self.root / path).resolve()
+        if not target.is_relative_to(self.root.resolve()) or not target.is_file():
+            return f"error: no file named {path!r} in the project"
+        return target.read_text(encoding="utf-8")
+
+    def tools(self) -> list[Callable[..., str]]:
+        """The tools as plain functions: the name, the docstring and the annotations are their definitions."""
+
+        def list_files() -> str:
+            """List the files of the project."""
+            return self.list_files()
+
+        def read_file(path: str) -> str:
+            """Read a file of the project and return its text."""
+            return self.read_file(path)
+
+        return [list_files, read_file]
+
+
+def langchain(base_url: str, workspace: Workspace, task: str) -> str:
+    """LangChain 1.x `create_agent` on `ChatOpenAI` (Chat Completions)."""
+    from langchain.agents import create_agent
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+
+    model = ChatOpenAI(base_url=base_url, api_key="unused", model="local", timeout=TIMEOUT)  # type: ignore[arg-type]
+    agent = create_agent(model, tools=[tool(f) for f in workspace.tools()], system_prompt=INSTRUCTIONS)
+    result = agent.invoke({"messages": [{"role": "user", "content": task}]})
+    return str(result["messages"][-1].content)
+
+
+def _agents_sdk(base_url: str, workspace: Workspace, task: str, responses: bool) -> str:
+    from agents import (
+        Agent,
+        OpenAIChatCompletionsModel,
+        OpenAIResponsesModel,
+        Runner,
+        function_tool,
+        set_tracing_disabled,
+    )
+    from openai import AsyncOpenAI
+
+    set_tracing_disabled(True)  # its traces go to OpenAI's platform otherwise
+
+    async def run() -> str:
+        client = AsyncOpenAI(base_url=base_url, api_key="unused", timeout=TIMEOUT)
+        model_class = OpenAIResponsesModel if responses else OpenAIChatCompletionsModel
+        agent = Agent(name="files", instructions=INSTRUCTIONS, tools=[function_tool(f) for f in workspace.tools()],
+                      model=model_class(model="local", openai_client=client))
+        try:
+            return str((await Runner.run(agent, task)).final_output)
+        finally:
+            await client.close()
+
+    return asyncio.run(run())
+
+
+def agents_chat(base_url: str, workspace: Workspace, task: str) -> str:
+    """The OpenAI Agents SDK with `OpenAIChatCompletionsModel`."""
+    return _agents_sdk(base_url, workspace, task, responses=False)
+
+
+def agents_responses(base_url: str, workspace: Workspace, task: str) -> str:
+    """The OpenAI Agents SDK with `OpenAIResponsesModel`."""
+    return _agents_sdk(base_url, workspace, task, responses=True)
+
+
+def pydantic_ai(base_url: str, workspace: Workspace, task: str) -> str:
+    """pydantic-ai's `Agent` on its OpenAI chat model, streamed (`run_stream`, which ends at the first text)."""
+    from openai import AsyncOpenAI
+    from pydantic_ai import Agent
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    async def run() -> str:
+        client = AsyncOpenAI(base_url=base_url, api_key="unused", timeout=TIMEOUT)
+        model = OpenAIChatModel("local", provider=OpenAIProvider(openai_client=client))
+        agent = Agent(model, instructions=INSTRUCTIONS, tools=workspace.tools())
+        try:
+            async with agent.run_stream(task) as result:
+                return str(await result.get_output())
+        finally:
+            await client.close()
+
+    return asyncio.run(run())
+
+
+def llamaindex(base_url: str, workspace: Workspace, task: str) -> str:
+    """LlamaIndex's `FunctionAgent` on `OpenAILike`."""
+    from llama_index.core.agent.workflow import FunctionAgent
+    from llama_index.core.tools import FunctionTool
+    from llama_index.llms.openai_like import OpenAILike
+
+    llm = OpenAILike(model="local", api_base=base_url, api_key="unused", is_chat_model=True,
+                     is_function_calling_model=True, context_window=32768, timeout=TIMEOUT)
+    agent = FunctionAgent(tools=[FunctionTool.from_defaults(f) for f in workspace.tools()], llm=llm,
+                          system_prompt=INSTRUCTIONS, timeout=None)
+
+    async def run() -> str:
+        return str(await agent.run(task))
+
+    return asyncio.run(run())
+
+
+#: The drivers by the name docs/serve.md and scripts/drive_clients.py use.
+DRIVERS: dict[str, Callable[[str, Workspace, str], str]] = {
+    "langchain": langchain,
+    "agents-chat": agents_chat,
+    "agents-responses": agents_responses,
+    "pydantic-ai": pydantic_ai,
+    "llamaindex": llamaindex,
+}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 4 or argv[0] not in DRIVERS:
+        print(f"usage: frameworks.py {{{','.join(DRIVERS)}}} BASE_URL WORKSPACE TASK", file=sys.stderr)
+        return 2
+    name, base_url, root, task = argv
+    workspace = Workspace(Path(root))
+    answer = DRIVERS[name](base_url, workspace, task)
+    for tool_name, argument in workspace.calls:
+        print(f"tool: {tool_name}({argument})", file=sys.stderr)
+    print(answer)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

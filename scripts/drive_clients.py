@@ -1,0 +1,190 @@
+"""Real agent clients doing one small file task through `mylm serve` in front of a real model.
+
+Each client runs with its own tools and defaults in a fresh workspace holding `notes.txt` (with a code name made up
+for the run) and a small Python file; the task asks for the code name, so only a client whose tool really read the
+file can answer it. A client passes when its answer holds the code name. The clients:
+
+- the CLIs, with their own tools: Codex (`codex exec`, Responses), Claude Code (`claude -p`, Messages), OpenCode
+  (`opencode run`, Chat Completions), each with its configuration and state in a temporary HOME;
+- the frameworks, with two file tools written the way their documentation shows (scripts/clients/frameworks.py):
+  LangChain `create_agent`, the OpenAI Agents SDK with each model class, pydantic-ai (`run_stream`), LlamaIndex
+  `FunctionAgent`; and the Vercel AI SDK (scripts/clients/vercel.mjs).
+
+    python scripts/drive_clients.py --npm DIR --python VENV_PYTHON [--only NAME ...] [--log FILE] \
+        -- --base-url http://127.0.0.1:8080/v1 -m qwen2.5-coder-1.5b     # mylm serve's upstream options
+
+`--npm DIR` is a directory whose node_modules holds @openai/codex, @anthropic-ai/claude-code, opencode-ai, ai,
+@ai-sdk/openai-compatible and zod; `--python` an interpreter with the frameworks installed. A client that is not
+installed is reported as such. Prints a line per client and writes every transcript to `--log` (JSON lines).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TASK = "What is the release code name written in notes.txt? Answer with the code name only."
+CLIENTS = ("codex", "claude-code", "opencode", "langchain", "agents-chat", "agents-responses", "pydantic-ai",
+           "llamaindex", "vercel-ai")
+#: Seconds one client may take for the whole task.
+CLIENT_TIMEOUT = 1500
+
+
+@dataclass(frozen=True)
+class Outcome:
+    client: str
+    passed: bool
+    seconds: float
+    answer: str
+    detail: str
+
+
+def workspace(root: Path, code_name: str) -> None:
+    root.mkdir(parents=True)
+    (root / "notes.txt").write_text(
+        f"Release notes, draft.\nThe release code name is {code_name}.\nShip it on Friday after the tests pass.\n",
+        encoding="utf-8")
+    (root / "greet.py").write_text('def greet(name):\n    return f"Hello, {name}!"\n', encoding="utf-8")
+
+
+def isolated_env(home: Path, **extra: str) -> dict[str, str]:
+    """The environment with every per-user directory in a temporary HOME: nothing of this machine's configuration
+    is read or written."""
+    return {**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"),
+            "XDG_DATA_HOME": str(home / ".local/share"), "XDG_CACHE_HOME": str(home / ".cache"),
+            "XDG_STATE_HOME": str(home / ".local/state"), **extra}
+
+
+def command(client: str, base_url: str, project: Path, home: Path, npm: Path,
+            python: str) -> tuple[list[str], dict[str, str]] | str:
+    """The command line and environment that run one client, or why it cannot run here."""
+    bin_dir = npm / "node_modules" / ".bin"
+    if client == "codex":
+        codex_home = home / ".codex"
+        codex_home.mkdir(parents=True)
+        (codex_home / "config.toml").write_text(
+            'model = "local"\nmodel_provider = "mylm"\n\n[model_providers.mylm]\nname = "mylm serve"\n'
+            f'base_url = "{base_url}"\nenv_key = "MYLM_SERVE_KEY"\nwire_api = "responses"\n', encoding="utf-8")
+        return ([str(bin_dir / "codex"), "exec", "--skip-git-repo-check", TASK],
+                isolated_env(home, CODEX_HOME=str(codex_home), MYLM_SERVE_KEY="unused"))
+    if client == "claude-code":
+        return ([str(bin_dir / "claude"), "-p", TASK],
+                isolated_env(home, ANTHROPIC_BASE_URL=base_url.removesuffix("/v1"), ANTHROPIC_AUTH_TOKEN="unused",
+                             ANTHROPIC_MODEL="local", ANTHROPIC_SMALL_FAST_MODEL="local", DISABLE_TELEMETRY="1",
+                             CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", DISABLE_AUTOUPDATER="1"))
+    if client == "opencode":
+        config = {"$schema": "https://opencode.ai/config.json", "model": "mylm/local", "provider": {"mylm": {
+            "npm": "@ai-sdk/openai-compatible", "name": "mylm serve",
+            "options": {"baseURL": base_url, "apiKey": "unused"},
+            "models": {"local": {"name": "local model via mylm", "tool_call": True,
+                                 "limit": {"context": 32768, "output": 4096}}}}}}
+        (project / "opencode.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+        return ([str(bin_dir / "opencode"), "run", TASK],
+                isolated_env(home, PWD=str(project), OPENCODE_DISABLE_AUTOUPDATE="1",
+                             OPENCODE_DISABLE_MODELS_FETCH="1", OPENCODE_DISABLE_SHARE="1",
+                             OPENCODE_DISABLE_LSP_DOWNLOAD="1"))
+    if client == "vercel-ai":
+        if not (npm / "node_modules" / "ai").is_dir():
+            return "the ai package is not installed in --npm"
+        # ESM resolves packages from the script's own directory, so the driver runs from inside --npm.
+        script = npm / "drive_vercel.mjs"
+        shutil.copyfile(ROOT / "scripts" / "clients" / "vercel.mjs", script)
+        return ["node", str(script), base_url, str(project), TASK], isolated_env(home)
+    return ([python, str(ROOT / "scripts" / "clients" / "frameworks.py"), client, base_url, str(project), TASK],
+            isolated_env(home))
+
+
+def drive(client: str, base_url: str, npm: Path, python: str) -> tuple[Outcome, dict[str, str]]:
+    code_name = f"{secrets.choice(['amber', 'cobalt', 'juniper', 'saffron', 'tundra'])}-{secrets.token_hex(2)}"
+    with tempfile.TemporaryDirectory() as tmp:
+        project, home = Path(tmp) / "project", Path(tmp) / "home"
+        workspace(project, code_name)
+        home.mkdir()
+        how = command(client, base_url, project, home, npm, python)
+        if isinstance(how, str):
+            return Outcome(client, False, 0.0, "", f"not run: {how}"), {}
+        argv, env = how
+        if not Path(argv[0]).exists() and shutil.which(argv[0]) is None:
+            return Outcome(client, False, 0.0, "", f"not run: {argv[0]} is not installed"), {}
+        started = time.monotonic()
+        try:
+            done = subprocess.run(argv, cwd=project, env=env, text=True, capture_output=True,
+                                  timeout=CLIENT_TIMEOUT, stdin=subprocess.DEVNULL, check=False)
+            stdout, stderr, code = done.stdout, done.stderr, done.returncode
+        except subprocess.TimeoutExpired as timed_out:
+            stdout = timed_out.stdout if isinstance(timed_out.stdout, str) else ""
+            stderr = timed_out.stderr if isinstance(timed_out.stderr, str) else ""
+            code = None
+        seconds = time.monotonic() - started
+    answer = re.sub(r"\x1b\[[0-9;]*m", "", stdout).strip()  # OpenCode colours its output even into a pipe
+    passed = code == 0 and code_name.lower() in answer.lower()
+    detail = ("timed out" if code is None else f"exit {code}") + f"; code name {code_name}"
+    return Outcome(client, passed, seconds, answer[-400:], detail), {"stdout": stdout, "stderr": stderr[-20000:]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--npm", type=Path, required=True, help="a directory whose node_modules holds the JS clients")
+    parser.add_argument("--python", default=sys.executable, help="an interpreter with the frameworks installed")
+    parser.add_argument("--only", action="append", choices=CLIENTS, help="run only this client (repeatable)")
+    parser.add_argument("--log", type=Path, help="append every transcript here, as JSON lines")
+    parser.add_argument("--serve", help="the root URL of a running `mylm serve` instead of starting one")
+    parser.add_argument("upstream", nargs="*", help="mylm serve's upstream options, after --")
+    args = parser.parse_args()
+
+    serve: subprocess.Popen[str] | None = None
+    handle, name = tempfile.mkstemp(suffix=".log", prefix="mylm-serve-")
+    os.close(handle)
+    serve_log = Path(name)
+    if args.serve:
+        root_url = args.serve.rstrip("/")
+    else:
+        with serve_log.open("w") as log:  # the child keeps its own descriptor
+            serve = subprocess.Popen([sys.executable, "-m", "mylm", "serve", "--port", "0", "-v", *args.upstream],
+                                     stderr=log, stdout=subprocess.DEVNULL, text=True)
+        root_url = ""
+        for _ in range(600):
+            time.sleep(0.1)
+            found = re.search(r"listening on (http://\S+?)/v1", serve_log.read_text())
+            if found:
+                root_url = found.group(1)
+                break
+            if serve.poll() is not None:
+                break
+        if not root_url:
+            print(serve_log.read_text(), file=sys.stderr)
+            return 1
+    print(f"mylm serve at {root_url} (its log: {serve_log})", file=sys.stderr)
+    outcomes: list[Outcome] = []
+    try:
+        for client in args.only or CLIENTS:
+            outcome, transcript = drive(client, root_url + "/v1", args.npm.resolve(), args.python)
+            outcomes.append(outcome)
+            verdict = "pass" if outcome.passed else "FAIL"
+            print(f"{client:17} {verdict} {outcome.seconds:6.0f} s  {outcome.detail}; answered "
+                  f"{outcome.answer[-120:]!r}", flush=True)
+            if args.log:
+                with args.log.open("a", encoding="utf-8") as log:
+                    log.write(json.dumps({**asdict(outcome), **transcript}) + "\n")
+    finally:
+        if serve is not None:
+            serve.terminate()
+            serve.wait(timeout=30)
+    passed = sum(o.passed for o in outcomes)
+    print(f"{passed} of {len(outcomes)} clients completed the task", flush=True)
+    return 0 if passed == len(outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

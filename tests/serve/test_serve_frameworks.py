@@ -1,0 +1,142 @@
+"""The agent frameworks of docs/serve.md run their own tool loops through `mylm serve`, with the drivers
+scripts/drive_clients.py runs against a real model (scripts/clients/): LangChain `create_agent`, the OpenAI Agents
+SDK with each model class, pydantic-ai's `run_stream`, LlamaIndex's `FunctionAgent` and the Vercel AI SDK.
+
+Real: each framework and its defaults, the file tools really reading a temporary workspace, `mylm serve` and its
+prompt, parser and wire code. Scripted: only the model, a loopback OpenAI server streaming in small delayed
+chunks that answers by what it is sent, as a model that knows nothing but mylm's text protocol. A framework that is
+not installed skips, except in CI (`MYLM_REQUIRE_CLIENTS=1`), where .ci/run installs them all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scripts.clients.frameworks import DRIVERS
+from tests.providers.servers import Completion, OpenAIServer, RecordedRequest, Reply
+from tests.serve.support import call, serving
+
+pytestmark = pytest.mark.slow
+
+#: The module each driver needs.
+NEEDS = {"langchain": "langchain.agents", "agents-chat": "agents", "agents-responses": "agents",
+         "pydantic-ai": "pydantic_ai", "llamaindex": "llama_index.llms.openai_like"}
+#: Drivers run by another interpreter where their framework cannot share one with the others: LlamaIndex's OpenAI
+#: integration requires openai<3, the Agents SDK openai>=3 (.ci/run gives LlamaIndex a venv of its own).
+INTERPRETERS = {"llamaindex": "MYLM_TEST_LLAMAINDEX_PYTHON"}
+ROOT = Path(__file__).resolve().parents[2]
+# Read at import: the tests' isolation clears MYLM_ variables before each test runs.
+PYTHONS = {name: os.environ.get(variable, "") for name, variable in INTERPRETERS.items()}
+NPM = Path(os.environ.get("MYLM_TEST_NPM") or "/nonexistent")
+REQUIRED = os.environ.get("MYLM_REQUIRE_CLIENTS") == "1"
+TASK = "What is the release code name written in notes.txt?"
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return str(content or "")
+
+
+def answer(body: dict[str, Any]) -> str:
+    """What a model that knows only mylm's protocol says: read notes.txt, then quote the code name it saw."""
+    messages = body.get("messages") or []
+    last = _text(messages[-1].get("content")) if messages else ""
+    seen = re.search(r"code name is (\S+?)\.", last) if "<observation>" in last else None
+    if seen:
+        return f"The code name is {seen.group(1)}."
+    return call("read_file", '{"path": "notes.txt"}', "I will read the notes first.")
+
+
+class ReadingModel(OpenAIServer):
+    """The tests' OpenAI server, each reply chosen by the request's content instead of taken from a script."""
+
+    def _record(self, request: RecordedRequest) -> Reply | None:
+        with self._lock:  # re-entrant: choosing the reply and recording the request stay one step
+            if self.is_generation(request.method, request.path):
+                self._script = [Completion(answer(request.body or {}))]
+            return super()._record(request)
+
+
+def _interpreter(name: str) -> str | None:
+    """The Python that has this driver's framework, or None."""
+    python = PYTHONS.get(name) or sys.executable
+    found = subprocess.run([python, "-c", f"import {NEEDS[name]}"], capture_output=True, check=False)
+    return python if found.returncode == 0 else None
+
+
+def _require(what: str, present: bool) -> None:
+    if not present:
+        if REQUIRED:
+            pytest.fail(f"{what} is not installed, and CI requires the client drivers to run")
+        pytest.skip(f"{what} is not installed (.ci/run installs it)")
+
+
+def _workspace(root: Path) -> str:
+    code_name = f"juniper-{secrets.token_hex(3)}"
+    (root / "notes.txt").write_text(f"Release notes, draft.\nThe release code name is {code_name}.\n")
+    (root / "greet.py").write_text("def greet(name):\n    return name\n")
+    return code_name
+
+
+def _observed(model: ReadingModel, code_name: str) -> list[str]:
+    """The texts of the last user messages the model was sent after its call (the tool's result in mylm's
+    protocol)."""
+    bodies = [r.body for r in model.requests if isinstance(r.body, dict) and r.body.get("messages")]
+    return [_text(b["messages"][-1].get("content")) for b in bodies
+            if code_name in _text(b["messages"][-1].get("content"))]
+
+
+@pytest.mark.parametrize("name", sorted(DRIVERS))
+def test_a_framework_reads_the_file_with_its_own_tool_and_answers(name: str, tmp_path: Path) -> None:
+    """The driver runs as scripts/drive_clients.py runs it: a process of its own (`frameworks.py NAME URL ROOT
+    TASK`), printing its tool calls on stderr and its answer on stdout."""
+    python = _interpreter(name)
+    _require(f"{NEEDS[name]} (for the {name} driver)", python is not None)
+    assert python is not None
+    code_name = _workspace(tmp_path)
+    with ReadingModel() as model, serving(model.base_url) as url:
+        done = subprocess.run([python, str(ROOT / "scripts" / "clients" / "frameworks.py"), name, url + "/v1",
+                               str(tmp_path), TASK], capture_output=True, text=True, timeout=300, check=False,
+                              stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert code_name in done.stdout
+    assert [line for line in done.stderr.splitlines() if line.startswith("tool: ")] == ["tool: read_file(notes.txt)"]
+    observed = _observed(model, code_name)
+    assert observed and "<observation>" in observed[0], observed
+    # The framework's own tool definitions reached the model in mylm's protocol.
+    sent = json.dumps([r.body for r in model.requests if isinstance(r.body, dict)])
+    assert "<name>read_file</name>" in sent and "<name>list_files</name>" in sent
+
+
+def test_the_vercel_ai_sdk_reads_the_file_with_its_own_tool_and_answers(tmp_path: Path) -> None:
+    """`generateText` with `stopWhen` (scripts/clients/vercel.mjs), from the Node packages .ci/run installs into
+    MYLM_TEST_NPM."""
+    npm = NPM
+    _require("node with the ai, @ai-sdk/openai-compatible and zod packages (MYLM_TEST_NPM)",
+             shutil.which("node") is not None and (npm / "node_modules" / "ai").is_dir())
+    project = tmp_path / "project"
+    project.mkdir()
+    code_name = _workspace(project)
+    script = npm / f"test_vercel_{secrets.token_hex(4)}.mjs"  # ESM resolves packages from the script's directory
+    shutil.copyfile(ROOT / "scripts" / "clients" / "vercel.mjs", script)
+    try:
+        with ReadingModel() as model, serving(model.base_url) as url:
+            done = subprocess.run(["node", str(script), url + "/v1", str(project), TASK], capture_output=True,
+                                  text=True, timeout=120, check=False, stdin=subprocess.DEVNULL)
+    finally:
+        script.unlink()
+    assert done.returncode == 0, done.stderr
+    assert code_name in done.stdout
+    assert done.stderr.splitlines() == ["tool: read_file(notes.txt)"]
+    assert _observed(model, code_name)
