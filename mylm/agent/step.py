@@ -65,6 +65,7 @@ from .fit import (
 )
 from .grounding import grounded, heard, made_up, mostly_mentioned
 from .turn import ModelTurn, cut_mid_thought, stream_turn
+from .unread import reads_named_file
 
 logger = logging.getLogger("mylm.agent")
 
@@ -358,7 +359,11 @@ class ModelStep:
         asks, the turn made unusable with the `unfit` correction. No events: the probe is not a turn."""
         call = outcome.calls[0]
         tool = next((t for t in self.listed if t.name == call.name), None)
-        if tool is None or not self._unfit(tool, question, deadline, cancel, meter):
+        # A call that reads the very file the question names does what it asks. Asked apart about OpenCode's
+        # `read` and Claude Code's `Read` (descriptions of a dozen lines), the 1.5B said no twice, and its call
+        # of read on notes.txt was sent back.
+        if tool is None or reads_named_file(tool, call.arguments, question) or not self._unfit(
+                tool, question, deadline, cancel, meter):
             return outcome
         logger.info("Asked apart, the model said %s does not do what the question asks", call.name)
         return StepOutcome(outcome.turn, f"asked apart, the model said {call.name} does not do what the task asks",

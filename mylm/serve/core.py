@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..agent.context import TokenEstimator
+from ..agent.corrections import Corrections
 from ..agent.step import Meter, ModelStep, StepConfig, StepOutcome
+from ..agent.unread import unread
 from ..core.cancel import CancelToken
 from ..core.errors import RequestError
 from ..core.types import (
@@ -324,6 +326,8 @@ class Core:
                 self.stopless = True  # the step learnt that this upstream's stops cut the model's reasoning
             usage = meter.usage if counted[0] else None
             parsed = outcome.turn.parsed
+            if outcome.usable and not outcome.calls and question and not corrections.unlooked_sent:
+                outcome = _looked(outcome, question, step, corrections)
             correction = outcome.correction
             if outcome.usable:  # its calls checked by the step (`check_calls`), one unless parallel
                 cut = outcome.turn.finish is FinishReason.MAX_TOKENS
@@ -343,7 +347,9 @@ class Core:
                 break
             if observe is not None:
                 observe(ErrorEvent(outcome.problem or correction or "", outcome.kind or "call"))
-            messages += [*([outcome.reply] if outcome.reply.content else []), Message("user", correction or "")]
+            # A made-up answer is left out (`kept`): kept, the model copied it after the look.
+            messages += [*([outcome.reply] if outcome.reply.content and outcome.kept else []),
+                         Message("user", correction or "")]
         # Out of corrections: the text the reply had, never a half call.
         assert outcome is not None
         parsed = outcome.turn.parsed
@@ -444,6 +450,19 @@ def _unchecked(error: Exception) -> RequestError:
 #: `<environment_context>` and `<user_instructions>`. Their tag names join words with `-` or `_`, which markup a
 #: user writes in a question (`<b>`, `<div>`) does not.
 _CLIENT_BLOCK = re.compile(r"<([a-z][a-z0-9]*(?:[-_][a-z0-9]+)+)(?:\s[^>]*)?>.*?</\1>", re.DOTALL)
+
+
+def _looked(outcome: StepOutcome, question: str, step: ModelStep, corrections: Corrections) -> StepOutcome:
+    """`outcome` (an answer to the open question), or, where the question names a file that nothing has read and
+    the client offers a tool that reads one, the turn sent back once with the `unlooked` correction (`unread`)."""
+    if step.config.tool_choice != "auto":
+        return outcome
+    found = unread(question, step.listed)
+    if found is None:
+        return outcome
+    return dataclasses.replace(
+        outcome, problem=f"answered before any tool ran, without reading {found.path}", kind="tool_choice",
+        correction=corrections.unlooked(found.tool, found.path, parameter=found.parameter, seen=False), kept=False)
 
 
 def open_question(request: ChatRequest) -> str:

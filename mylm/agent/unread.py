@@ -1,0 +1,81 @@
+"""The files a client's question names and the client's tools that read them, where there is no workspace to
+ask (`mylm serve`, `mylm eval`): an answer given before the file was read is sent back once (the server's side
+of the agent's `unlooked` correction), and a call that reads it is never doubted by the fit probe.
+
+The agent asks the file system which words of a task are paths; a server has none, so here a word counts as a
+file's name by its shape (`notes.txt`, `src/app.py`), and only where the client offers a tool that reads one: a
+tool named for reading (`read`, `view`, `open`, `cat`) with a path parameter (`path`, `file_path`, `filePath`,
+...). Clients without such a tool (a shell only, BFCL's functions) are never sent back.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+#: A file's name as written in a question: a stem with a letter, a dot, an extension of one to five characters
+#: starting with a letter, optionally after directories (`notes.txt`, `src/app.py`, `.env.local`). Not a version
+#: (`v1.5`), a decimal or an abbreviation's dots (`e.g.`: a one-character stem is not a name).
+_FILE_NAME = re.compile(r"(?<![\w./-])((?:[\w.-]+/)*\.?[\w-]*[A-Za-z_][\w-]+\.[A-Za-z][A-Za-z0-9]{0,4})(?![\w/-])")
+#: The parameter names a file-reading tool takes its path in, compared without `_` and case.
+_PATH_PARAMETERS = frozenset({"path", "filepath", "file", "filename", "absolutepath", "targetfile", "relativepath"})
+#: Words in a tool's name that say it reads a file.
+_READS = re.compile(r"read|view|open|cat(?![a-z])", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Unread:
+    """The file a question names, and the call that would read it."""
+
+    path: str
+    tool: str
+    parameter: str
+
+
+class _Tool(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def parameters(self) -> Any: ...
+
+
+def named_files(question: str) -> list[str]:
+    """The words of `question` shaped as files' names, in order."""
+    return [word.rstrip(".") for word in _FILE_NAME.findall(question)]
+
+
+def path_parameter(tool: _Tool) -> str | None:
+    """The parameter `tool` takes a file's path in, if it is a tool that reads files; else None."""
+    if not _READS.search(tool.name):
+        return None
+    properties = dict(tool.parameters).get("properties") or {}
+    for name, schema in properties.items():
+        typed = schema.get("type", "string") if isinstance(schema, dict) else None
+        if name.replace("_", "").lower() in _PATH_PARAMETERS and typed == "string":
+            return str(name)
+    return None
+
+
+def unread(question: str, tools: Sequence[_Tool]) -> Unread | None:
+    """The first file `question` names and the first offered tool that reads one, or None."""
+    files = named_files(question)
+    if not files:
+        return None
+    for tool in tools:
+        parameter = path_parameter(tool)
+        if parameter is not None:
+            return Unread(files[0], tool.name, parameter)
+    return None
+
+
+def reads_named_file(tool: _Tool, arguments: Mapping[str, Any], question: str) -> bool:
+    """Whether a call of `tool` with `arguments` reads a file `question` names (by a path ending in its name:
+    OpenCode asks for absolute paths)."""
+    parameter = path_parameter(tool)
+    value = arguments.get(parameter) if parameter else None
+    if not isinstance(value, str) or not value:
+        return False
+    return any(value == name or value.endswith("/" + name) for name in named_files(question))

@@ -1,0 +1,114 @@
+"""An answer given before anything was read, to a question that names a file, is sent back once with the call to
+copy (`mylm/agent/unread.py`). Found with the OpenAI Agents SDK in front of the 1.5B at its default temperature:
+asked for the code name in notes.txt, it answered "Release1.0" with its two file tools unused."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import openai
+import pytest
+
+from mylm.agent.step import ToolDefinition
+from mylm.agent.unread import Unread, unread
+from tests.providers.servers import OpenAIServer
+from tests.serve.support import call, serving
+
+PATH = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+READ = ToolDefinition("read_file", "Read a file of the project and return its text.", PATH)
+WRITE = ToolDefinition("write_file", "Write a file.", {"type": "object", "properties": {
+    "path": {"type": "string"}, "text": {"type": "string"}}})
+LIST = ToolDefinition("list_files", "List the files of the project.", {"type": "object", "properties": {}})
+# The file tools of the coding agents, as they name them and their path parameters.
+CLAUDE_READ = ToolDefinition("Read", "Reads a file from the local filesystem.", {
+    "type": "object", "properties": {"file_path": {"type": "string"}, "limit": {"type": "number"}},
+    "required": ["file_path"]})
+OPENCODE_READ = ToolDefinition("read", "Read a file.", {
+    "type": "object", "properties": {"filePath": {"type": "string"}}, "required": ["filePath"]})
+SHELL = ToolDefinition("shell", "Run a command.", {
+    "type": "object", "properties": {"command": {"type": "array", "items": {"type": "string"}}}})
+QUESTION = "What is the release code name written in notes.txt? Answer with the code name only."
+
+
+@pytest.mark.parametrize("tools, expected", [
+    ((LIST, READ), Unread("notes.txt", "read_file", "path")),
+    ((WRITE, CLAUDE_READ), Unread("notes.txt", "Read", "file_path")),
+    ((OPENCODE_READ,), Unread("notes.txt", "read", "filePath")),
+    ((SHELL, WRITE, LIST), None),  # nothing that reads a file by its path: never sent back
+])
+def test_the_file_a_question_names_and_the_tool_that_reads_it(tools: tuple[ToolDefinition, ...],
+                                                             expected: Unread | None) -> None:
+    assert unread(QUESTION, tools) == expected
+
+
+@pytest.mark.parametrize("question, path", [
+    ("Summarise src/app.py for me.", "src/app.py"),
+    ("What does config.yaml set the port to?", "config.yaml"),
+    ("Is the key in .env.local?", ".env.local"),
+    ("How do I install v1.5 of the tool, e.g. with pip?", None),
+    ("What is 3.14 times 2.5?", None),
+    ("Tell me about Python.", None),
+])
+def test_only_a_word_shaped_as_a_file_name_counts(question: str, path: str | None) -> None:
+    found = unread(question, (READ,))
+    assert (found.path if found else None) == path
+
+
+def _sent(upstream: OpenAIServer) -> list[str]:
+    return [json.dumps(r.body["messages"], ensure_ascii=False) for r in upstream.requests
+            if isinstance(r.body, dict) and r.body.get("messages")]
+
+
+TOOLS: list[Any] = [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                                      "parameters": dict(t.parameters)}} for t in (LIST, READ)]
+
+
+def test_an_answer_before_any_read_is_sent_back_with_the_call_to_copy() -> None:
+    read = call("read_file", '{"path": "notes.txt"}')
+    with OpenAIServer(["<final_answer>Release1.0</final_answer>", read]) as upstream, \
+            serving(upstream.base_url) as url, openai.OpenAI(base_url=url + "/v1", api_key="unused") as api:
+        reply = api.chat.completions.create(model="m", tools=TOOLS, messages=[{"role": "user", "content": QUESTION}])
+    calls = reply.choices[0].message.tool_calls or []
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [("read_file",  # type: ignore[union-attr]
+                                                                                     {"path": "notes.txt"})]
+    corrected = _sent(upstream)[1]
+    assert "the task names notes.txt" in corrected and "<name>read_file</name>" in corrected
+    assert "Release1.0" not in corrected  # the made-up answer is left out: kept, it was copied after the look
+
+
+def test_it_is_sent_back_once_and_never_once_a_tool_has_answered() -> None:
+    made_up = "<final_answer>Release1.0</final_answer>"
+    with OpenAIServer([made_up, made_up, "It is cobalt."]) as upstream, serving(upstream.base_url) as url, \
+            openai.OpenAI(base_url=url + "/v1", api_key="unused") as api:
+        first = api.chat.completions.create(model="m", tools=TOOLS, messages=[{"role": "user", "content": QUESTION}])
+        after_a_read = api.chat.completions.create(model="m", tools=TOOLS, messages=[
+            {"role": "user", "content": QUESTION},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+                "name": "read_file", "arguments": '{"path": "notes.txt"}'}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "The release code name is cobalt."}])
+    assert first.choices[0].message.content == "Release1.0"  # asked again, the model's answer stands
+    assert after_a_read.choices[0].message.content == "It is cobalt."
+    assert len(_sent(upstream)) == 3
+
+
+@pytest.mark.parametrize("path", ["notes.txt", "/tmp/project/notes.txt"])
+def test_a_call_that_reads_the_file_the_question_names_is_never_doubted(path: str) -> None:
+    """Asked apart whether OpenCode's `read` (a dozen lines of description) does what the question asks, the 1.5B
+    said no twice, and its call of read on notes.txt was sent back. A call that reads the named file (by a path
+    ending in its name: OpenCode asks for absolute paths) goes out without the fit probe."""
+    read = call("read_file", json.dumps({"path": path}))
+    with OpenAIServer([read], fits=False) as upstream, serving(upstream.base_url) as url, \
+            openai.OpenAI(base_url=url + "/v1", api_key="unused") as api:
+        reply = api.chat.completions.create(model="m", tools=TOOLS, messages=[{"role": "user", "content": QUESTION}])
+    calls = reply.choices[0].message.tool_calls or []
+    assert [c.function.name for c in calls] == ["read_file"] and len(_sent(upstream)) == 1  # type: ignore[union-attr]
+
+
+def test_a_call_that_reads_another_file_is_still_asked_about() -> None:
+    read = call("read_file", '{"path": "other.md"}')
+    answer = "<final_answer>I cannot tell.</final_answer>"  # given without a read: sent back once, then it stands
+    with OpenAIServer([read, answer, answer], fits=False) as upstream, \
+            serving(upstream.base_url) as url, openai.OpenAI(base_url=url + "/v1", api_key="unused") as api:
+        reply = api.chat.completions.create(model="m", tools=TOOLS, messages=[{"role": "user", "content": QUESTION}])
+    assert reply.choices[0].message.tool_calls is None and len(upstream.probes) == 2  # both wordings said no
