@@ -234,17 +234,18 @@ class Corrections:
         return self._told(self.prompts.render("unfit.j2", tool=tool, description=neutralise(" ".join(
             description.split()[:60]))))
 
-    def unlooked(self, tool: str, path: str = "", *, parameter: str = "path", seen: bool = True) -> str:
+    def unlooked(self, tool: str, path: str = "", *, parameter: str = "path", value: Any = None,
+                 seen: bool = True) -> str:
         """The user message for an answer given before any tool ran where it cannot come from what the model
         has seen: it announced `tool` and did not call it, or the task names `path`, unread (`seen`: the file
         system showed it is in the workspace; a server, which has none, only read the name in the task).
-        `parameter`: the tool's parameter the path goes in."""
+        `parameter` and `value`: the argument of the call that reads it (by default the path itself)."""
         self.unlooked_sent = True
         schema = next((dict(t.parameters) for t in self.tools if t.name == tool), {})
         # The call to make is known whole (the tool and the path the task names): written out to copy, as a
         # repeated mistake's block is (told only "Call read_file on secret.txt", the 0.5B replied `read_file`).
-        block = self._block(ToolCall(tool, {parameter: path})) if path and parameter in (
-            schema.get("properties") or {}) else ""
+        block = self._block(ToolCall(tool, {parameter: path if value is None else value})) if path and (
+            parameter in (schema.get("properties") or {})) else ""
         text = self._told(self.prompts.render("unlooked.j2", tool=tool, path=neutralise(path), seen=seen,
                                               block="\0" if block else ""))
         return text.replace("\0", block, 1)

@@ -5,12 +5,14 @@ of the agent's `unlooked` correction), and a call that reads it is never doubted
 The agent asks the file system which words of a task are paths; a server has none, so here a word counts as a
 file's name by its shape (`notes.txt`, `src/app.py`), and only where the client offers a tool that reads one: a
 tool named for reading (`read`, `view`, `open`, `cat`) with a path parameter (`path`, `file_path`, `filePath`,
-...). Clients without such a tool (a shell only, BFCL's functions) are never sent back.
+...), or else a shell tool (`exec_command`, `shell`, `bash`) with a command parameter (`cmd`, `command`), given
+`cat --` and the quoted name. Clients with neither (BFCL's functions) are never sent back.
 """
 
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -23,15 +25,19 @@ _FILE_NAME = re.compile(r"(?<![\w./-])((?:[\w.-]+/)*\.?[\w-]*[A-Za-z_][\w-]+\.[A
 _PATH_PARAMETERS = frozenset({"path", "filepath", "file", "filename", "absolutepath", "targetfile", "relativepath"})
 #: Words in a tool's name that say it reads a file.
 _READS = re.compile(r"read|view|open|cat(?![a-z])", re.IGNORECASE)
+#: Words in a tool's name that say it runs a shell command, and that command's parameter names.
+_SHELL = re.compile(r"exec|shell|bash|terminal|run_command", re.IGNORECASE)
+_COMMAND_PARAMETERS = ("cmd", "command")
 
 
 @dataclass(frozen=True)
 class Unread:
-    """The file a question names, and the call that would read it."""
+    """The file a question names, and the call that would read it: `value` in the tool's `parameter`."""
 
     path: str
     tool: str
     parameter: str
+    value: str | list[str]
 
 
 class _Tool(Protocol):
@@ -59,15 +65,35 @@ def path_parameter(tool: _Tool) -> str | None:
     return None
 
 
+def _shell_parameter(tool: _Tool) -> tuple[str, bool] | None:
+    """The parameter a shell tool takes its command in, and whether as an argv list; None for other tools."""
+    if not _SHELL.search(tool.name):
+        return None
+    properties = dict(tool.parameters).get("properties") or {}
+    for name in _COMMAND_PARAMETERS:
+        schema = properties.get(name)
+        if isinstance(schema, dict) and schema.get("type", "string") in ("string", "array"):
+            return name, schema.get("type") == "array"
+    return None
+
+
 def unread(question: str, tools: Sequence[_Tool]) -> Unread | None:
-    """The first file `question` names and the first offered tool that reads one, or None."""
+    """The first file `question` names and the call that reads it (a file-reading tool's first, else a shell
+    tool's `cat`), or None."""
     files = named_files(question)
     if not files:
         return None
     for tool in tools:
         parameter = path_parameter(tool)
         if parameter is not None:
-            return Unread(files[0], tool.name, parameter)
+            return Unread(files[0], tool.name, parameter, files[0])
+    for tool in tools:
+        shell = _shell_parameter(tool)
+        if shell is not None:
+            name, argv = shell
+            # `--`: a name may start with `-` (the shape allows it), which cat would take for an option.
+            command = ["cat", "--", files[0]] if argv else f"cat -- {shlex.quote(files[0])}"
+            return Unread(files[0], tool.name, name, command)
     return None
 
 

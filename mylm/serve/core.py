@@ -462,7 +462,8 @@ def _looked(outcome: StepOutcome, question: str, step: ModelStep, corrections: C
         return outcome
     return dataclasses.replace(
         outcome, problem=f"answered before any tool ran, without reading {found.path}", kind="tool_choice",
-        correction=corrections.unlooked(found.tool, found.path, parameter=found.parameter, seen=False), kept=False)
+        correction=corrections.unlooked(found.tool, found.path, parameter=found.parameter, value=found.value,
+                                        seen=False), kept=False)
 
 
 def open_question(request: ChatRequest) -> str:

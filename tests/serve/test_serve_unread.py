@@ -31,11 +31,19 @@ SHELL = ToolDefinition("shell", "Run a command.", {
 QUESTION = "What is the release code name written in notes.txt? Answer with the code name only."
 
 
+# Codex's shell tool (0.171), and the argv form of its older `shell`.
+CODEX_EXEC = ToolDefinition("exec_command", "Runs a command in a PTY.", {
+    "type": "object", "properties": {"cmd": {"type": "string"}, "workdir": {"type": "string"}}, "required": ["cmd"]})
+
+
 @pytest.mark.parametrize("tools, expected", [
-    ((LIST, READ), Unread("notes.txt", "read_file", "path")),
-    ((WRITE, CLAUDE_READ), Unread("notes.txt", "Read", "file_path")),
-    ((OPENCODE_READ,), Unread("notes.txt", "read", "filePath")),
-    ((SHELL, WRITE, LIST), None),  # nothing that reads a file by its path: never sent back
+    ((LIST, READ), Unread("notes.txt", "read_file", "path", "notes.txt")),
+    ((WRITE, CLAUDE_READ), Unread("notes.txt", "Read", "file_path", "notes.txt")),
+    ((OPENCODE_READ,), Unread("notes.txt", "read", "filePath", "notes.txt")),
+    ((CODEX_EXEC, READ), Unread("notes.txt", "read_file", "path", "notes.txt")),  # a reading tool first
+    ((CODEX_EXEC,), Unread("notes.txt", "exec_command", "cmd", "cat -- notes.txt")),
+    ((SHELL, WRITE), Unread("notes.txt", "shell", "command", ["cat", "--", "notes.txt"])),
+    ((WRITE, LIST), None),  # nothing that reads a file: never sent back
 ])
 def test_the_file_a_question_names_and_the_tool_that_reads_it(tools: tuple[ToolDefinition, ...],
                                                              expected: Unread | None) -> None:
@@ -112,3 +120,12 @@ def test_a_call_that_reads_another_file_is_still_asked_about() -> None:
             serving(upstream.base_url) as url, openai.OpenAI(base_url=url + "/v1", api_key="unused") as api:
         reply = api.chat.completions.create(model="m", tools=TOOLS, messages=[{"role": "user", "content": QUESTION}])
     assert reply.choices[0].message.tool_calls is None and len(upstream.probes) == 2  # both wordings said no
+
+
+def test_only_a_plain_file_name_reaches_a_shell_and_never_as_an_option() -> None:
+    """The shape admits letters, digits, `_`, `-`, `.` and `/` only: a word holding `$(...)`, `;` or a space is not
+    taken for a file; a name that starts with `-` comes after `--`."""
+    assert unread("Show me a$(touch x).md or `x y`.md", (CODEX_EXEC,)) is None
+    assert unread("What does b;id.txt say?", (CODEX_EXEC,)) == Unread("id.txt", "exec_command", "cmd", "cat -- id.txt")
+    assert unread("What does -rf.txt say?", (CODEX_EXEC,)) == Unread("-rf.txt", "exec_command", "cmd",
+                                                                       "cat -- -rf.txt")
