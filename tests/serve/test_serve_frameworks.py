@@ -5,7 +5,8 @@ SDK with each model class, pydantic-ai's `run_stream`, LlamaIndex's `FunctionAge
 Real: each framework and its defaults, the file tools really reading a temporary workspace, `mylm serve` and its
 prompt, parser and wire code. Scripted: only the model, a loopback OpenAI server streaming in small delayed
 chunks that answers by what it is sent, as a model that knows nothing but mylm's text protocol. A framework that is
-not installed skips, except in CI (`MYLM_REQUIRE_CLIENTS=1`), where .ci/run installs them all.
+not installed skips, except in CI (`MYLM_REQUIRE_CLIENTS=1`, and `MYLM_REQUIRE_NPM=1` where npm installed the
+Node packages), where .ci/run installs them all.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PYTHONS = {name: os.environ.get(variable, "") for name, variable in INTERPRETERS.items()}
 NPM = Path(os.environ.get("MYLM_TEST_NPM") or "/nonexistent")
 REQUIRED = os.environ.get("MYLM_REQUIRE_CLIENTS") == "1"
+REQUIRED_NPM = os.environ.get("MYLM_REQUIRE_NPM") == "1"
 TASK = "What is the release code name written in notes.txt?"
 
 
@@ -75,9 +77,9 @@ def _interpreter(name: str) -> str | None:
     return python if found.returncode == 0 else None
 
 
-def _require(what: str, present: bool) -> None:
+def _require(what: str, present: bool, required: bool = REQUIRED) -> None:
     if not present:
-        if REQUIRED:
+        if required:
             pytest.fail(f"{what} is not installed, and CI requires the client drivers to run")
         pytest.skip(f"{what} is not installed (.ci/run installs it)")
 
@@ -124,7 +126,7 @@ def test_the_vercel_ai_sdk_reads_the_file_with_its_own_tool_and_answers(tmp_path
     MYLM_TEST_NPM."""
     npm = NPM
     _require("node with the ai, @ai-sdk/openai-compatible and zod packages (MYLM_TEST_NPM)",
-             shutil.which("node") is not None and (npm / "node_modules" / "ai").is_dir())
+             shutil.which("node") is not None and (npm / "node_modules" / "ai").is_dir(), REQUIRED_NPM)
     project = tmp_path / "project"
     project.mkdir()
     code_name = _workspace(project)
