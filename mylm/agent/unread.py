@@ -4,7 +4,7 @@ of the agent's `unlooked` correction), and a call that reads it is never doubted
 
 The agent asks the file system which words of a task are paths; a server has none, so here a word counts as a
 file's name by its shape (`notes.txt`, `src/app.py`), and only where the client offers a tool that reads one: a
-tool named for reading (`read`, `view`, `open`, `cat`) with a path parameter (`path`, `file_path`, `filePath`,
+tool named for reading (`read`, `cat`, else `view`, `open`; never one for images or the web) with a path parameter (`path`, `file_path`, `filePath`,
 ...), or else a shell tool (`exec_command`, `shell`, `bash`) with a command parameter (`cmd`, `command`), given
 `cat --` and the quoted name. Clients with neither (BFCL's functions) are never sent back.
 """
@@ -23,8 +23,12 @@ from typing import Any, Protocol
 _FILE_NAME = re.compile(r"(?<![\w./-])((?:[\w.-]+/)*\.?[\w-]*[A-Za-z_][\w-]+\.[A-Za-z][A-Za-z0-9]{0,4})(?![\w/-])")
 #: The parameter names a file-reading tool takes its path in, compared without `_` and case.
 _PATH_PARAMETERS = frozenset({"path", "filepath", "file", "filename", "absolutepath", "targetfile", "relativepath"})
-#: Words in a tool's name that say it reads a file.
-_READS = re.compile(r"read|view|open|cat(?![a-z])", re.IGNORECASE)
+#: Words in a tool's name that say it reads a file: first `read` and `cat`, then `view` and `open`.
+_READS = re.compile(r"read|cat(?![a-z])", re.IGNORECASE)
+_SHOWS = re.compile(r"view|open", re.IGNORECASE)
+#: Words in a tool's name that say it is for something else than a text file (Codex's `view_image`, offered the
+#: code name in notes.txt, was the 1.5B's first choice once told to look).
+_MEDIA = re.compile(r"image|img|photo|picture|screenshot|pdf|url|web|browser|http", re.IGNORECASE)
 #: Words in a tool's name that say it runs a shell command, and that command's parameter names.
 _SHELL = re.compile(r"exec|shell|bash|terminal|run_command", re.IGNORECASE)
 _COMMAND_PARAMETERS = ("cmd", "command")
@@ -53,9 +57,16 @@ def named_files(question: str) -> list[str]:
     return [word.rstrip(".") for word in _FILE_NAME.findall(question)]
 
 
+def _reading_rank(tool: _Tool) -> int | None:
+    """0 for a tool named for reading files, 1 for one named for viewing or opening them, else None."""
+    if _MEDIA.search(tool.name):
+        return None
+    return 0 if _READS.search(tool.name) else 1 if _SHOWS.search(tool.name) else None
+
+
 def path_parameter(tool: _Tool) -> str | None:
     """The parameter `tool` takes a file's path in, if it is a tool that reads files; else None."""
-    if not _READS.search(tool.name):
+    if _reading_rank(tool) is None:
         return None
     properties = dict(tool.parameters).get("properties") or {}
     for name, schema in properties.items():
@@ -83,10 +94,13 @@ def unread(question: str, tools: Sequence[_Tool]) -> Unread | None:
     files = named_files(question)
     if not files:
         return None
-    for tool in tools:
+    readers = [(rank, index, tool) for index, tool in enumerate(tools)
+               if (rank := _reading_rank(tool)) is not None and path_parameter(tool) is not None]
+    if readers:
+        tool = min(readers, key=lambda found: found[:2])[2]
         parameter = path_parameter(tool)
-        if parameter is not None:
-            return Unread(files[0], tool.name, parameter, files[0])
+        assert parameter is not None
+        return Unread(files[0], tool.name, parameter, files[0])
     for tool in tools:
         shell = _shell_parameter(tool)
         if shell is not None:

@@ -24,9 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..agent.context import TokenEstimator
-from ..agent.corrections import Corrections
 from ..agent.step import Meter, ModelStep, StepConfig, StepOutcome
-from ..agent.unread import unread
 from ..core.cancel import CancelToken
 from ..core.errors import RequestError
 from ..core.types import (
@@ -55,6 +53,7 @@ from ..prompts import PromptLoader
 from ..protocol import dialects
 from ..protocol.defuse import defuse_special_tokens, neutralise
 from ..protocol.dialects import format_call
+from .checks import again, looked
 from .native import (
     NOT_RUN,
     Forwarding,
@@ -312,6 +311,7 @@ class Core:
         counted = [False, False]
         outcome: StepOutcome | None = None
         question = open_question(request)
+        repeat_sent = False
         for attempt in range(self.settings.max_corrections + 1):
             stops = step.stops
             try:
@@ -326,8 +326,13 @@ class Core:
                 self.stopless = True  # the step learnt that this upstream's stops cut the model's reasoning
             usage = meter.usage if counted[0] else None
             parsed = outcome.turn.parsed
+            # Each sent back once a request: an answer before the file the question names was read, a call the
+            # conversation already holds with the same result (`checks.py`).
             if outcome.usable and not outcome.calls and question and not corrections.unlooked_sent:
-                outcome = _looked(outcome, question, step, corrections)
+                outcome = looked(outcome, question, step, corrections)
+            elif outcome.usable and outcome.calls and not repeat_sent:
+                outcome = again(outcome, request, corrections)
+                repeat_sent = not outcome.usable
             correction = outcome.correction
             if outcome.usable:  # its calls checked by the step (`check_calls`), one unless parallel
                 cut = outcome.turn.finish is FinishReason.MAX_TOKENS
@@ -450,20 +455,6 @@ def _unchecked(error: Exception) -> RequestError:
 #: `<environment_context>` and `<user_instructions>`. Their tag names join words with `-` or `_`, which markup a
 #: user writes in a question (`<b>`, `<div>`) does not.
 _CLIENT_BLOCK = re.compile(r"<([a-z][a-z0-9]*(?:[-_][a-z0-9]+)+)(?:\s[^>]*)?>.*?</\1>", re.DOTALL)
-
-
-def _looked(outcome: StepOutcome, question: str, step: ModelStep, corrections: Corrections) -> StepOutcome:
-    """`outcome` (an answer to the open question), or, where the question names a file that nothing has read and
-    the client offers a tool that reads one, the turn sent back once with the `unlooked` correction (`unread`)."""
-    if step.config.tool_choice != "auto":
-        return outcome
-    found = unread(question, step.listed)
-    if found is None:
-        return outcome
-    return dataclasses.replace(
-        outcome, problem=f"answered before any tool ran, without reading {found.path}", kind="tool_choice",
-        correction=corrections.unlooked(found.tool, found.path, parameter=found.parameter, value=found.value,
-                                        seen=False), kept=False)
 
 
 def open_question(request: ChatRequest) -> str:

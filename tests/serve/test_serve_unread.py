@@ -31,6 +31,8 @@ SHELL = ToolDefinition("shell", "Run a command.", {
 QUESTION = "What is the release code name written in notes.txt? Answer with the code name only."
 
 
+VIEW_IMAGE = ToolDefinition("view_image", "Attach a local image.", PATH)
+VIEW_FILE = ToolDefinition("view_file", "Show a file.", PATH)
 # Codex's shell tool (0.171), and the argv form of its older `shell`.
 CODEX_EXEC = ToolDefinition("exec_command", "Runs a command in a PTY.", {
     "type": "object", "properties": {"cmd": {"type": "string"}, "workdir": {"type": "string"}}, "required": ["cmd"]})
@@ -44,6 +46,10 @@ CODEX_EXEC = ToolDefinition("exec_command", "Runs a command in a PTY.", {
     ((CODEX_EXEC,), Unread("notes.txt", "exec_command", "cmd", "cat -- notes.txt")),
     ((SHELL, WRITE), Unread("notes.txt", "shell", "command", ["cat", "--", "notes.txt"])),
     ((WRITE, LIST), None),  # nothing that reads a file: never sent back
+    # Codex's image viewer is no reader of text, and `read` comes before `view`.
+    ((VIEW_IMAGE, CODEX_EXEC), Unread("notes.txt", "exec_command", "cmd", "cat -- notes.txt")),
+    ((VIEW_FILE, READ), Unread("notes.txt", "read_file", "path", "notes.txt")),
+    ((VIEW_FILE,), Unread("notes.txt", "view_file", "path", "notes.txt")),
 ])
 def test_the_file_a_question_names_and_the_tool_that_reads_it(tools: tuple[ToolDefinition, ...],
                                                              expected: Unread | None) -> None:

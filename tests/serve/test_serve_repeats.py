@@ -1,0 +1,67 @@
+"""A call the client's conversation already holds, made again with the same result, is sent back once
+(`mylm/serve/checks.py`). Codex in front of the 1.5B sent `write_stdin {session_id: 1}` back eight times, each
+answered "Unknown process id 1", until its turn limit."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import openai
+
+from mylm.serve.checks import Repeat, repeated
+from mylm.serve.wire import CallIn, ChatMessage, ChatRequest
+from tests.providers.servers import OpenAIServer
+from tests.serve.support import call, serving
+
+WRITE_STDIN = {"session_id": 1, "chars": "echo hi"}
+TOOLS: list[Any] = [{"type": "function", "function": {
+    "name": "write_stdin", "description": "Write to a running session.",
+    "parameters": {"type": "object", "properties": {"session_id": {"type": "number"}, "chars": {"type": "string"}}}}},
+    {"type": "function", "function": {"name": "exec_command", "description": "Run a command.", "parameters": {
+        "type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}}}]
+
+
+def _history(*results: str, name: str = "write_stdin", arguments: dict[str, Any] | None = None) -> list[ChatMessage]:
+    messages = [ChatMessage("user", "Say hi in the running shell.")]
+    for index, result in enumerate(results):
+        messages.append(ChatMessage("assistant", calls=(CallIn(f"c{index}", name, arguments or WRITE_STDIN),)))
+        messages.append(ChatMessage("tool", result, call_id=f"c{index}"))
+    return messages
+
+
+def test_a_call_made_twice_with_the_same_result_is_a_repeat() -> None:
+    failed = "write_stdin failed: Unknown process id 1"
+    request = ChatRequest("m", tuple(_history(failed, failed)))
+    assert repeated(request, "write_stdin", dict(WRITE_STDIN)) == Repeat("write_stdin", failed, previous=True)
+    # Arguments are compared as JSON values, whatever their order.
+    assert repeated(request, "write_stdin", {"chars": "echo hi", "session_id": 1}) is not None
+
+
+def test_once_a_changed_result_or_other_arguments_it_is_not() -> None:
+    assert repeated(ChatRequest("m", tuple(_history("x"))), "write_stdin", dict(WRITE_STDIN)) is None
+    # Run again after something changed (the tests after an edit): a different result each time.
+    assert repeated(ChatRequest("m", tuple(_history("1 failed", "0 failed"))), "write_stdin",
+                    dict(WRITE_STDIN)) is None
+    assert repeated(ChatRequest("m", tuple(_history("x", "x"))), "write_stdin", {"session_id": 2}) is None
+
+
+def test_served_the_repeat_is_sent_back_once_with_the_result_and_the_task() -> None:
+    failed = "write_stdin failed: Unknown process id 1"
+    history: list[dict[str, Any]] = [{"role": "user", "content": "Say hi in the running shell."}]
+    for index in range(2):
+        history += [{"role": "assistant", "content": None, "tool_calls": [{"id": f"c{index}", "type": "function",
+                     "function": {"name": "write_stdin", "arguments": json.dumps(WRITE_STDIN)}}]},
+                    {"role": "tool", "tool_call_id": f"c{index}", "content": failed}]
+    same = call("write_stdin", json.dumps(WRITE_STDIN))
+    other = call("exec_command", '{"cmd": "echo hi"}')
+    with OpenAIServer([same, other]) as upstream, serving(upstream.base_url) as url, \
+            openai.OpenAI(base_url=url + "/v1", api_key="unused") as api:
+        reply = api.chat.completions.create(model="m", tools=TOOLS, messages=history)
+        # Made a third time after the correction, the call goes out: the client decides.
+        upstream.script([same, same])
+        insisted = api.chat.completions.create(model="m", tools=TOOLS, messages=history)
+    assert [c.function.name for c in reply.choices[0].message.tool_calls or []] == ["exec_command"]  # type: ignore[union-attr]
+    assert [c.function.name for c in insisted.choices[0].message.tool_calls or []] == ["write_stdin"]  # type: ignore[union-attr]
+    sent = json.dumps(upstream.requests[1].body["messages"][-1], ensure_ascii=False)  # type: ignore[index]
+    assert "same result" in sent and "Unknown process id 1" in sent and "Say hi in the running shell." in sent
