@@ -1,14 +1,14 @@
-"""The server's side of two of the agent's checks, each sent back once a request (the model asked again; what it
-says then goes out):
+"""The server's side of two of the agent's checks, each sent back once a request:
 
 - **An answer given before the file the question names was read** (`looked`; `agent/unread.py` says which words
   are files and which tool reads them). The Agents SDK's agent answered "Release1.0" for the code name in
-  notes.txt with its `read_file` unused.
+  notes.txt with its `read_file` unused. The retry must call the reader (the server makes it the request's
+  `tool_choice`): told to, the 1.5B at the client's temperature still answered without reading.
 - **A call the client's conversation already holds, made again** (`repeated`). The agent runs its tools and sees
   a call give the same result; a server only sees the history its client sends back, so a call counts as
   repeated when the conversation holds it (same tool, same arguments) at least `TIMES` times, the last two with
   the same result. Codex in front of the 1.5B sent `write_stdin {session_id: 1}` back eight times, each answered
-  "Unknown process id 1".
+  "Unknown process id 1". Made again after that, the call goes out: the client decides.
 """
 
 from __future__ import annotations
@@ -57,19 +57,20 @@ def repeated(request: ChatRequest, name: str, arguments: Mapping[str, Any]) -> R
     return Repeat(name, outputs[-1], previous=last == key)
 
 
-def looked(outcome: StepOutcome, question: str, step: ModelStep, corrections: Corrections) -> StepOutcome:
+def looked(outcome: StepOutcome, question: str, step: ModelStep,
+           corrections: Corrections) -> tuple[StepOutcome, str | None]:
     """`outcome` (an answer to the open question), or, where the question names a file that nothing has read and
-    the client offers a tool that reads one, the turn sent back with the `unlooked` correction; the made-up
-    answer is left out (`kept`: kept, the model copied it after the look)."""
+    the client offers a tool that reads one, the turn sent back with the `unlooked` correction, and the tool the
+    retry must call; the made-up answer is left out (`kept`: kept, the model copied it after the look)."""
     if step.config.tool_choice != "auto":
-        return outcome
+        return outcome, None
     found = unread(question, step.listed)
     if found is None:
-        return outcome
+        return outcome, None
     return dataclasses.replace(
         outcome, problem=f"answered before any tool ran, without reading {found.path}", kind="tool_choice",
         correction=corrections.unlooked(found.tool, found.path, parameter=found.parameter, value=found.value,
-                                        seen=False), kept=False)
+                                        seen=False), kept=False), found.tool
 
 
 def again(outcome: StepOutcome, request: ChatRequest, corrections: Corrections) -> StepOutcome:

@@ -329,7 +329,11 @@ class Core:
             # Each sent back once a request: an answer before the file the question names was read, a call the
             # conversation already holds with the same result (`checks.py`).
             if outcome.usable and not outcome.calls and question and not corrections.unlooked_sent:
-                outcome = looked(outcome, question, step, corrections)
+                outcome, reader = looked(outcome, question, step, corrections)
+                if reader is not None:
+                    # Told to read it, the 1.5B at a client's default temperature (0.8) answered again without
+                    # reading, three times in four: the retry's grammar admits only a call of the reader.
+                    step = self.step(dataclasses.replace(request, tool_choice=reader))
             elif outcome.usable and outcome.calls and not repeat_sent:
                 outcome = again(outcome, request, corrections)
                 repeat_sent = not outcome.usable

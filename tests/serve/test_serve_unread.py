@@ -91,9 +91,12 @@ def test_an_answer_before_any_read_is_sent_back_with_the_call_to_copy() -> None:
     assert "Release1.0" not in corrected  # the made-up answer is left out: kept, it was copied after the look
 
 
-def test_it_is_sent_back_once_and_never_once_a_tool_has_answered() -> None:
+def test_it_is_sent_back_once_the_retry_must_read_and_never_once_a_tool_has_answered() -> None:
+    """The retry's `tool_choice` is the reader (its grammar admits only that call, where the upstream takes one):
+    told to read, the 1.5B at a client's default temperature still answered without reading. A scripted model
+    that ignores it gets the `tool_required` correction, then its text goes out."""
     made_up = "<final_answer>Release1.0</final_answer>"
-    with OpenAIServer([made_up, made_up, "It is cobalt."]) as upstream, serving(upstream.base_url) as url, \
+    with OpenAIServer([made_up] * 3 + ["It is cobalt."]) as upstream, serving(upstream.base_url) as url, \
             openai.OpenAI(base_url=url + "/v1", api_key="unused") as api:
         first = api.chat.completions.create(model="m", tools=TOOLS, messages=[{"role": "user", "content": QUESTION}])
         after_a_read = api.chat.completions.create(model="m", tools=TOOLS, messages=[
@@ -101,9 +104,11 @@ def test_it_is_sent_back_once_and_never_once_a_tool_has_answered() -> None:
             {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
                 "name": "read_file", "arguments": '{"path": "notes.txt"}'}}]},
             {"role": "tool", "tool_call_id": "c1", "content": "The release code name is cobalt."}])
-    assert first.choices[0].message.content == "Release1.0"  # asked again, the model's answer stands
+    assert first.choices[0].message.content == "Release1.0"  # out of corrections: the reply's text, no half call
     assert after_a_read.choices[0].message.content == "It is cobalt."
-    assert len(_sent(upstream)) == 3
+    sent = _sent(upstream)
+    assert len(sent) == 4 and "the task names notes.txt" in sent[1]
+    assert "read_file" in json.loads(sent[2])[-1]["content"]  # the tool_required correction names the reader
 
 
 @pytest.mark.parametrize("path", ["notes.txt", "/tmp/project/notes.txt"])
@@ -121,11 +126,12 @@ def test_a_call_that_reads_the_file_the_question_names_is_never_doubted(path: st
 
 def test_a_call_that_reads_another_file_is_still_asked_about() -> None:
     read = call("read_file", '{"path": "other.md"}')
-    answer = "<final_answer>I cannot tell.</final_answer>"  # given without a read: sent back once, then it stands
-    with OpenAIServer([read, answer, answer], fits=False) as upstream, \
+    answer = "<final_answer>I cannot tell.</final_answer>"  # given without a read: sent back, then a read is due
+    with OpenAIServer([read, answer, read], fits=False) as upstream, \
             serving(upstream.base_url) as url, openai.OpenAI(base_url=url + "/v1", api_key="unused") as api:
         reply = api.chat.completions.create(model="m", tools=TOOLS, messages=[{"role": "user", "content": QUESTION}])
-    assert reply.choices[0].message.tool_calls is None and len(upstream.probes) == 2  # both wordings said no
+    assert len(upstream.probes) == 2  # both wordings said no to the read of other.md
+    assert [c.function.name for c in reply.choices[0].message.tool_calls or []] == ["read_file"]  # type: ignore[union-attr]
 
 
 def test_only_a_plain_file_name_reaches_a_shell_and_never_as_an_option() -> None:
