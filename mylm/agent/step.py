@@ -360,8 +360,8 @@ class ModelStep:
         call = outcome.calls[0]
         tool = next((t for t in self.listed if t.name == call.name), None)
         # A call that reads the very file the question names does what it asks. Asked apart about OpenCode's
-        # `read` and Claude Code's `Read` (descriptions of a dozen lines), the 1.5B said no twice, and its call
-        # of read on notes.txt was sent back.
+        # `read`, Claude Code's `Bash` or Codex's `exec_command` (descriptions of a dozen lines), the 1.5B said
+        # no twice, and its call that read notes.txt was sent back.
         if tool is None or reads_named_file(tool, call.arguments, question) or not self._unfit(
                 tool, question, deadline, cancel, meter):
             return outcome

@@ -1,6 +1,7 @@
 """The files a client's question names and the client's tools that read them, where there is no workspace to
 ask (`mylm serve`, `mylm eval`): an answer given before the file was read is sent back once (the server's side
-of the agent's `unlooked` correction), and a call that reads it is never doubted by the fit probe.
+of the agent's `unlooked` correction), and a call that reads it (a reading tool on it, a shell command naming it)
+is never doubted by the fit probe.
 
 The agent asks the file system which words of a task are paths; a server has none, so here a word counts as a
 file's name by its shape (`notes.txt`, `src/app.py`), and only where the client offers a tool that reads one: a
@@ -112,10 +113,18 @@ def unread(question: str, tools: Sequence[_Tool]) -> Unread | None:
 
 
 def reads_named_file(tool: _Tool, arguments: Mapping[str, Any], question: str) -> bool:
-    """Whether a call of `tool` with `arguments` reads a file `question` names (by a path ending in its name:
-    OpenCode asks for absolute paths)."""
+    """Whether a call of `tool` with `arguments` reads a file `question` names: a reading tool's path ending in
+    its name (OpenCode asks for absolute paths), or a shell command holding its name as a word (`cat notes.txt`,
+    Claude Code's Bash and Codex's exec_command)."""
+    names = named_files(question)
     parameter = path_parameter(tool)
-    value = arguments.get(parameter) if parameter else None
-    if not isinstance(value, str) or not value:
+    if parameter is not None:
+        value = arguments.get(parameter)
+        return isinstance(value, str) and any(value == name or value.endswith("/" + name) for name in names)
+    shell = _shell_parameter(tool)
+    command = arguments.get(shell[0]) if shell else None
+    if isinstance(command, list):
+        command = " ".join(str(word) for word in command)
+    if not isinstance(command, str):
         return False
-    return any(value == name or value.endswith("/" + name) for name in named_files(question))
+    return any(re.search(r"(?<![\w.-])(?:[\w./-]*/)?" + re.escape(name) + r"(?![\w/-])", command) for name in names)

@@ -141,3 +141,20 @@ def test_only_a_plain_file_name_reaches_a_shell_and_never_as_an_option() -> None
     assert unread("What does b;id.txt say?", (CODEX_EXEC,)) == Unread("id.txt", "exec_command", "cmd", "cat -- id.txt")
     assert unread("What does -rf.txt say?", (CODEX_EXEC,)) == Unread("-rf.txt", "exec_command", "cmd",
                                                                        "cat -- -rf.txt")
+
+
+@pytest.mark.parametrize("tool, arguments, reads", [
+    (CODEX_EXEC, {"cmd": "cat notes.txt"}, True),
+    (CODEX_EXEC, {"cmd": "head -n 5 ./docs/notes.txt | grep code"}, True),
+    (SHELL, {"command": ["cat", "notes.txt"]}, True),
+    (CODEX_EXEC, {"cmd": "ls"}, False),
+    (CODEX_EXEC, {"cmd": "cat mynotes.txt"}, False),  # another file
+    (READ, {"path": "notes.txt.bak"}, False),
+    (WRITE, {"path": "notes.txt"}, False),  # writing it is not reading it
+])
+def test_a_shell_command_that_names_the_file_reads_it(tool: ToolDefinition, arguments: dict[str, Any],
+                                                      reads: bool) -> None:
+    """Claude Code's `Bash` and Codex's `exec_command` running `cat notes.txt` were judged unfit by the probe."""
+    from mylm.agent.unread import reads_named_file
+
+    assert reads_named_file(tool, arguments, QUESTION) is reads
