@@ -107,7 +107,11 @@ def command(client: str, base_url: str, project: Path, home: Path, npm: Path,
 
 def drive(client: str, base_url: str, npm: Path, python: str) -> tuple[Outcome, dict[str, str]]:
     code_name = f"{secrets.choice(['amber', 'cobalt', 'juniper', 'saffron', 'tundra'])}-{secrets.token_hex(2)}"
-    with tempfile.TemporaryDirectory() as tmp:
+    # Not under /tmp: Codex refuses to create its sandbox helper under a temporary directory, and then every
+    # command fails ("bwrap: execvp codex-linux-sandbox: No such file or directory").
+    base = Path.home() / ".cache" / "mylm-drive-clients"
+    base.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=base) as tmp:
         project, home = Path(tmp) / "project", Path(tmp) / "home"
         workspace(project, code_name)
         home.mkdir()

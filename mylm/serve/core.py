@@ -312,7 +312,10 @@ class Core:
         outcome: StepOutcome | None = None
         question = open_question(request)
         repeat_sent = False
-        for attempt in range(self.settings.max_corrections + 1):
+        limit = self.settings.max_corrections
+        attempt = -1
+        while attempt < limit:
+            attempt += 1
             stops = step.stops
             try:
                 # Calls checked as `mylm eval` scores them: values from nowhere, a plan's made-up next steps.
@@ -331,6 +334,9 @@ class Core:
             if outcome.usable and not outcome.calls and question and not corrections.unlooked_sent:
                 outcome, reader = looked(outcome, question, step, corrections)
                 if reader is not None:
+                    # Not counted against --max-corrections: the look is owed whatever went before it (Codex: an
+                    # unknown tool, then an echo, then an answer without reading, with no correction left).
+                    limit += 1
                     # Told to read it, the 1.5B at a client's default temperature (0.8) answered again without
                     # reading, three times in four: the retry's grammar admits only a call of the reader.
                     step = self.step(dataclasses.replace(request, tool_choice=reader))
@@ -352,7 +358,7 @@ class Core:
                 yield Finished("tool_calls", usage, "")
                 return
             logger.info("Unusable reply (attempt %d): %s", attempt + 1, outcome.problem or correction)
-            if attempt == self.settings.max_corrections:
+            if attempt == limit:
                 break
             if observe is not None:
                 observe(ErrorEvent(outcome.problem or correction or "", outcome.kind or "call"))

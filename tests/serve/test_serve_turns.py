@@ -53,7 +53,7 @@ def test_an_answer_is_content_and_the_prose_before_its_tag_reasoning(upstream: O
     reply = "I know this one.\n<final_answer>It says hi.</final_answer>"
     # Each answer given without reading the file the question names is sent back, and the retry must read
     # (`serve/checks.py`); a scripted model that still answers is told a call is required, then its text goes out.
-    upstream.script([reply] * 6)
+    upstream.script([reply] * 8)
     question = [{"role": "user", "content": "What does hello.txt say?"}]
     whole = client(served).chat.completions.create(model="m", tools=[READ], messages=question).choices[0].message
     assert whole.content == "It says hi." and whole.reasoning_content == "I know this one."  # type: ignore[attr-defined]
@@ -154,7 +154,7 @@ MADE_UP = ("<final_answer>The file hello.txt says hi.\n< observation>\nmylm-capt
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_defused_observation_never_reaches_the_client(upstream: OpenAIServer, served: str, stream: bool) -> None:
-    upstream.script([MADE_UP] * 3)  # sent back, then told a call is required: no tool has read hello.txt
+    upstream.script([MADE_UP] * 4)  # sent back, then told a call is required: no tool has read hello.txt
     question = [{"role": "user", "content": "What does hello.txt say?"}]
     if stream:
         content = "".join(choice.delta.content or "" for chunk in client(served).chat.completions.create(

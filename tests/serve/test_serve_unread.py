@@ -91,12 +91,22 @@ def test_an_answer_before_any_read_is_sent_back_with_the_call_to_copy() -> None:
     assert "Release1.0" not in corrected  # the made-up answer is left out: kept, it was copied after the look
 
 
+def test_the_look_is_owed_whatever_corrections_went_before() -> None:
+    """Not counted against --max-corrections: Codex's 1.5B spent both on an unknown tool and an echo, then
+    answered without reading, and that answer went out."""
+    with OpenAIServer(["<final_answer>Release1.0</final_answer>", call("read_file", '{"path": "notes.txt"}')]) \
+            as upstream, serving(upstream.base_url, max_corrections=0) as url, \
+            openai.OpenAI(base_url=url + "/v1", api_key="unused") as api:
+        reply = api.chat.completions.create(model="m", tools=TOOLS, messages=[{"role": "user", "content": QUESTION}])
+    assert [c.function.name for c in reply.choices[0].message.tool_calls or []] == ["read_file"]  # type: ignore[union-attr]
+
+
 def test_it_is_sent_back_once_the_retry_must_read_and_never_once_a_tool_has_answered() -> None:
     """The retry's `tool_choice` is the reader (its grammar admits only that call, where the upstream takes one):
     told to read, the 1.5B at a client's default temperature still answered without reading. A scripted model
     that ignores it gets the `tool_required` correction, then its text goes out."""
     made_up = "<final_answer>Release1.0</final_answer>"
-    with OpenAIServer([made_up] * 3 + ["It is cobalt."]) as upstream, serving(upstream.base_url) as url, \
+    with OpenAIServer([made_up] * 4 + ["It is cobalt."]) as upstream, serving(upstream.base_url) as url, \
             openai.OpenAI(base_url=url + "/v1", api_key="unused") as api:
         first = api.chat.completions.create(model="m", tools=TOOLS, messages=[{"role": "user", "content": QUESTION}])
         after_a_read = api.chat.completions.create(model="m", tools=TOOLS, messages=[
@@ -107,7 +117,7 @@ def test_it_is_sent_back_once_the_retry_must_read_and_never_once_a_tool_has_answ
     assert first.choices[0].message.content == "Release1.0"  # out of corrections: the reply's text, no half call
     assert after_a_read.choices[0].message.content == "It is cobalt."
     sent = _sent(upstream)
-    assert len(sent) == 4 and "the task names notes.txt" in sent[1]
+    assert len(sent) == 5 and "the task names notes.txt" in sent[1]
     assert "read_file" in json.loads(sent[2])[-1]["content"]  # the tool_required correction names the reader
 
 
