@@ -131,7 +131,8 @@ def _degenerate(guard: RepetitionGuard, events: list[ParseEvent]) -> bool:
     return False
 
 
-def _call_key(call: ToolCall) -> str:
+def call_key(call: ToolCall) -> str:
+    """A call's identity: its tool and its arguments as canonical JSON (key order ignored)."""
     return call.name + "\0" + json.dumps(call.arguments, sort_keys=True, ensure_ascii=False, default=str)
 
 
@@ -144,7 +145,7 @@ def _repeats_a_call(parser: StreamParser, seen: list[str]) -> bool:
     if len(read) < len(seen):  # held calls became reasoning at a lone `</think>`: start over from what stands
         del seen[len(read):]
     for call in read[len(seen):]:
-        key = _call_key(call)
+        key = call_key(call)
         if key in seen:
             return True
         seen.append(key)

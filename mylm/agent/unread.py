@@ -95,13 +95,11 @@ def unread(question: str, tools: Sequence[_Tool]) -> Unread | None:
     files = named_files(question)
     if not files:
         return None
-    readers = [(rank, index, tool) for index, tool in enumerate(tools)
-               if (rank := _reading_rank(tool)) is not None and path_parameter(tool) is not None]
+    readers = [(rank, index, tool.name, parameter) for index, tool in enumerate(tools)
+               if (parameter := path_parameter(tool)) is not None and (rank := _reading_rank(tool)) is not None]
     if readers:
-        tool = min(readers, key=lambda found: found[:2])[2]
-        parameter = path_parameter(tool)
-        assert parameter is not None
-        return Unread(files[0], tool.name, parameter, files[0])
+        _, _, name, parameter = min(readers)
+        return Unread(files[0], name, parameter, files[0])
     for tool in tools:
         shell = _shell_parameter(tool)
         if shell is not None:

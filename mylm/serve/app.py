@@ -383,8 +383,8 @@ def _streamed(api: ModuleType, parsed: Any, items: AsyncIterator[Out],
     out on the events its SDK yields, the keep-alive is an event of the stream itself, made when it is written:
     numbered with the others on Responses (Codex), an empty delta of a content block on Messages (Claude Code)."""
     if api is responses:
-        numbering = responses.Numbering(parsed)
-        return (responses.events(parsed, items, body, numbering), responses.keepalive(parsed, body, numbering))
+        numbering = responses.Numbering(parsed, body)
+        return responses.events(parsed, items, body, numbering), numbering.keepalive
     if api is messages:
         blocks = messages.Blocks()
         return messages.events(parsed, items, body, blocks), blocks.keepalive

@@ -14,14 +14,15 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..agent.corrections import Corrections
 from ..agent.step import ModelStep, StepOutcome
+from ..agent.turn import call_key
 from ..agent.unread import unread
+from ..core.types import ToolCall
 from .wire import ChatRequest
 
 #: Made this many times with the same last two results, a call is sent back once before it goes out again.
@@ -37,19 +38,15 @@ class Repeat:
     previous: bool
 
 
-def _key(name: str, arguments: Mapping[str, Any]) -> str:
-    return name + "\0" + json.dumps(arguments, sort_keys=True, ensure_ascii=False, default=str)
-
-
 def repeated(request: ChatRequest, name: str, arguments: Mapping[str, Any]) -> Repeat | None:
     """The repeat a call of `name` with `arguments` would be in `request`'s conversation, or None."""
-    key = _key(name, arguments)
+    key = call_key(ToolCall(name, dict(arguments)))
     results = {m.call_id: m.content for m in request.messages if m.role == "tool" and m.call_id}
     outputs: list[str | None] = []
     last = ""
     for message in request.messages:
         for call in message.calls if message.role == "assistant" else ():
-            last = _key(call.name, call.arguments)
+            last = call_key(ToolCall(call.name, dict(call.arguments)))
             if last == key:
                 outputs.append(results.get(call.id))
     if len(outputs) < TIMES or outputs[-1] is None or outputs[-1] != outputs[-2]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from ..agent.step import ToolDefinition
@@ -47,7 +47,7 @@ logger = logging.getLogger("mylm.serve")
 #: Between a namespace and its function's name in the name the model is offered (`multi_agent_v1.spawn_agent`).
 SEPARATOR = "."
 
-__all__ = ["Numbering", "answer", "error_body", "events", "keepalive", "parse", "stream_error"]
+__all__ = ["Numbering", "answer", "error_body", "events", "parse", "stream_error"]
 
 
 def error_body(error: RequestError) -> dict[str, Any]:
@@ -280,7 +280,8 @@ class Numbering:
     """One streamed response's id and event numbers (`sequence_number`), shared by its events and the keep-alives
     written between them, so that every event a client reads is numbered one above the last."""
 
-    def __init__(self, request: ChatRequest) -> None:
+    def __init__(self, request: ChatRequest, body: dict[str, Any]) -> None:
+        self.request, self.body = request, body
         self.rid = request.response_id or f"resp_{uuid.uuid4().hex}"
         self.next = 0
 
@@ -288,20 +289,20 @@ class Numbering:
         self.next += 1
         return sse({"type": kind, "sequence_number": self.next - 1, **fields}, kind)
 
-
-def keepalive(request: ChatRequest, body: dict[str, Any], numbering: Numbering) -> Callable[[], bytes]:
-    """What keeps a silent stream open: the API's own `response.in_progress` event again. An SSE comment is not
-    enough for a client that times out on events (Codex reconnects after 300 s without one: its SSE reader yields
-    no item for a comment); every reader takes another `response.in_progress` as a status it already knows."""
-    return lambda: numbering.event("response.in_progress", response=_response(request, body, numbering.rid,
-                                                                              "in_progress"))
+    def keepalive(self) -> bytes:
+        """What keeps a silent stream open: the API's own `response.in_progress` event again. An SSE comment is
+        not enough for a client that times out on events (Codex reconnects after 300 s without one: its SSE
+        reader yields no item for a comment); every reader takes another `response.in_progress` as a status it
+        already knows."""
+        return self.event("response.in_progress", response=_response(self.request, self.body, self.rid,
+                                                                     "in_progress"))
 
 
 async def events(request: ChatRequest, items: AsyncIterator[Out], body: dict[str, Any],
                  numbering: Numbering | None = None) -> AsyncIterator[bytes]:
     """The response as the Responses API streams it, each event numbered (`sequence_number`) by `numbering`
     (shared with the stream's keep-alives)."""
-    numbering = numbering or Numbering(request)
+    numbering = numbering or Numbering(request, body)
     rid = numbering.rid
     output: list[dict[str, Any]] = []
     event = numbering.event

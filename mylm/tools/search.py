@@ -77,9 +77,8 @@ def search_text(ws: Workspace, pattern: str, path: str = ".", *, guard: Secrets 
                 matches.append(f"{shown}:{number}: {text}")
     where = "the workspace" if rel == "." else rel
     # Models look files up by name with it too ("py" for the Python files: Qwen2.5-Coder-1.5B answered 0 from "no
-    # text file contains 'py'"): the names that hold the text are part of the answer, and come first.
-    # The names come first: after "no text file contains 'py'" the 1.5B answered "No Python files" with the four
-    # names listed below it.
+    # text file contains 'py'"): the names that hold the text are part of the answer, and come first (after "no
+    # text file contains 'py'" the 1.5B answered "No Python files" with the four names listed below it).
     names = _names(named, pattern)
     if not found:
         more = f" (stopped after {MAX_FILES:,} files)" if truncated else ""
