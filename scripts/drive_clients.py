@@ -1,17 +1,24 @@
 """Real agent clients doing one small file task through `mylm serve` in front of a real model.
 
 Each client runs with its own tools and defaults in a fresh workspace holding `notes.txt` (with a code name made up
-for the run) and a small Python file; the task asks for the code name, so only a client whose tool really read the
-file can answer it. A client passes when its answer holds the code name. The clients:
+for the run) and three small Python files, and gets one task (`--task`, each made so that only a client whose tools
+really ran can pass it):
+
+- `read` (the default): the code name in notes.txt; passes when the answer holds it;
+- `find`: which file defines a function named in the question (the files' names do not give it away); passes when
+  the answer names that file;
+- `write`: write the code name into a new file, release.txt; passes when that file holds it.
+
+The clients:
 
 - the CLIs, with their own tools: Codex (`codex exec`, Responses), Claude Code (`claude -p`, Messages), OpenCode
   (`opencode run`, Chat Completions), each with its configuration and state in a temporary HOME;
-- the frameworks, with two file tools written the way their documentation shows (scripts/clients/frameworks.py):
-  LangChain `create_agent`, the OpenAI Agents SDK with each model class, pydantic-ai (`run_stream`), LlamaIndex
-  `FunctionAgent`; and the Vercel AI SDK (scripts/clients/vercel.mjs).
+- the frameworks, with three file tools (list, read, write) written the way their documentation shows
+  (scripts/clients/frameworks.py): LangChain `create_agent`, the OpenAI Agents SDK with each model class,
+  pydantic-ai (`run_stream`), LlamaIndex `FunctionAgent`; and the Vercel AI SDK (scripts/clients/vercel.mjs).
 
     python scripts/drive_clients.py --npm DIR --python VENV_PYTHON [--only NAME ...] [--log FILE] \
-        -- --base-url http://127.0.0.1:8080/v1 -m qwen2.5-coder-1.5b     # mylm serve's upstream options
+        [--task read|find|write] -- --base-url http://127.0.0.1:8080/v1 -m qwen2.5-coder-1.5b  # serve's upstream
 
 `--npm DIR` is a directory whose node_modules holds @openai/codex, @anthropic-ai/claude-code, opencode-ai, ai,
 @ai-sdk/openai-compatible and zod; `--python` an interpreter with the frameworks installed. A client that is not
@@ -34,7 +41,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TASK = "What is the release code name written in notes.txt? Answer with the code name only."
+TASKS = {
+    "read": "What is the release code name written in notes.txt? Answer with the code name only.",
+    "find": "Which file of this project defines the function parse_release? Answer with the file name only.",
+    "write": "Write the release code name from notes.txt into a new file named release.txt, and nothing else.",
+}
+#: The file of `workspace` that defines parse_release (`find`); its name does not say so.
+DEFINES = "tasks.py"
 CLIENTS = ("codex", "claude-code", "opencode", "langchain", "agents-chat", "agents-responses", "pydantic-ai",
            "llamaindex", "vercel-ai")
 #: Seconds one client may take for the whole task.
@@ -56,6 +69,20 @@ def workspace(root: Path, code_name: str) -> None:
         f"Release notes, draft.\nThe release code name is {code_name}.\nShip it on Friday after the tests pass.\n",
         encoding="utf-8")
     (root / "greet.py").write_text('def greet(name):\n    return f"Hello, {name}!"\n', encoding="utf-8")
+    (root / "release.py").write_text('from tasks import parse_release\n\nprint(parse_release("notes.txt"))\n',
+                                     encoding="utf-8")
+    (root / DEFINES).write_text('def parse_release(path):\n    for line in open(path):\n        if "code name" in '
+                                'line:\n            return line.split()[-1].rstrip(".")\n', encoding="utf-8")
+
+
+def passed_task(task: str, root: Path, answer: str, code_name: str) -> bool:
+    """Whether the client did `task` in `root`, answering `answer`."""
+    if task == "find":
+        return DEFINES in answer and "release.py" not in answer
+    if task == "write":
+        written = root / "release.txt"
+        return written.is_file() and code_name in written.read_text(encoding="utf-8", errors="replace")
+    return code_name.lower() in answer.lower()
 
 
 def isolated_env(home: Path, **extra: str) -> dict[str, str]:
@@ -66,7 +93,7 @@ def isolated_env(home: Path, **extra: str) -> dict[str, str]:
             "XDG_STATE_HOME": str(home / ".local/state"), **extra}
 
 
-def command(client: str, base_url: str, project: Path, home: Path, npm: Path,
+def command(client: str, task: str, base_url: str, project: Path, home: Path, npm: Path,
             python: str) -> tuple[list[str], dict[str, str]] | str:
     """The command line and environment that run one client, or why it cannot run here."""
     bin_dir = npm / "node_modules" / ".bin"
@@ -76,10 +103,10 @@ def command(client: str, base_url: str, project: Path, home: Path, npm: Path,
         (codex_home / "config.toml").write_text(
             'model = "local"\nmodel_provider = "mylm"\n\n[model_providers.mylm]\nname = "mylm serve"\n'
             f'base_url = "{base_url}"\nenv_key = "MYLM_SERVE_KEY"\nwire_api = "responses"\n', encoding="utf-8")
-        return ([str(bin_dir / "codex"), "exec", "--skip-git-repo-check", TASK],
+        return ([str(bin_dir / "codex"), "exec", "--skip-git-repo-check", task],
                 isolated_env(home, CODEX_HOME=str(codex_home), MYLM_SERVE_KEY="unused"))
     if client == "claude-code":
-        return ([str(bin_dir / "claude"), "-p", TASK],
+        return ([str(bin_dir / "claude"), "-p", task],
                 isolated_env(home, ANTHROPIC_BASE_URL=base_url.removesuffix("/v1"), ANTHROPIC_AUTH_TOKEN="unused",
                              ANTHROPIC_MODEL="local", ANTHROPIC_SMALL_FAST_MODEL="local", DISABLE_TELEMETRY="1",
                              CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", DISABLE_AUTOUPDATER="1"))
@@ -90,7 +117,7 @@ def command(client: str, base_url: str, project: Path, home: Path, npm: Path,
             "models": {"local": {"name": "local model via mylm", "tool_call": True,
                                  "limit": {"context": 32768, "output": 4096}}}}}}
         (project / "opencode.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
-        return ([str(bin_dir / "opencode"), "run", TASK],
+        return ([str(bin_dir / "opencode"), "run", task],
                 isolated_env(home, PWD=str(project), OPENCODE_DISABLE_AUTOUPDATE="1",
                              OPENCODE_DISABLE_MODELS_FETCH="1", OPENCODE_DISABLE_SHARE="1",
                              OPENCODE_DISABLE_LSP_DOWNLOAD="1"))
@@ -100,12 +127,12 @@ def command(client: str, base_url: str, project: Path, home: Path, npm: Path,
         # ESM resolves packages from the script's own directory, so the driver runs from inside --npm.
         script = npm / "drive_vercel.mjs"
         shutil.copyfile(ROOT / "scripts" / "clients" / "vercel.mjs", script)
-        return ["node", str(script), base_url, str(project), TASK], isolated_env(home)
-    return ([python, str(ROOT / "scripts" / "clients" / "frameworks.py"), client, base_url, str(project), TASK],
+        return ["node", str(script), base_url, str(project), task], isolated_env(home)
+    return ([python, str(ROOT / "scripts" / "clients" / "frameworks.py"), client, base_url, str(project), task],
             isolated_env(home))
 
 
-def drive(client: str, base_url: str, npm: Path, python: str) -> tuple[Outcome, dict[str, str]]:
+def drive(client: str, task: str, base_url: str, npm: Path, python: str) -> tuple[Outcome, dict[str, str]]:
     code_name = f"{secrets.choice(['amber', 'cobalt', 'juniper', 'saffron', 'tundra'])}-{secrets.token_hex(2)}"
     # Not under /tmp: Codex refuses to create its sandbox helper under a temporary directory, and then every
     # command fails ("bwrap: execvp codex-linux-sandbox: No such file or directory").
@@ -115,7 +142,7 @@ def drive(client: str, base_url: str, npm: Path, python: str) -> tuple[Outcome, 
         project, home = Path(tmp) / "project", Path(tmp) / "home"
         workspace(project, code_name)
         home.mkdir()
-        how = command(client, base_url, project, home, npm, python)
+        how = command(client, TASKS[task], base_url, project, home, npm, python)
         if isinstance(how, str):
             return Outcome(client, False, 0.0, "", f"not run: {how}"), {}
         argv, env = how
@@ -131,8 +158,8 @@ def drive(client: str, base_url: str, npm: Path, python: str) -> tuple[Outcome, 
             stderr = timed_out.stderr if isinstance(timed_out.stderr, str) else ""
             code = None
         seconds = time.monotonic() - started
-    answer = re.sub(r"\x1b\[[0-9;]*m", "", stdout).strip()  # OpenCode colours its output even into a pipe
-    passed = code == 0 and code_name.lower() in answer.lower()
+        answer = re.sub(r"\x1b\[[0-9;]*m", "", stdout).strip()  # OpenCode colours its output even into a pipe
+        passed = code == 0 and passed_task(task, project, answer, code_name)
     detail = ("timed out" if code is None else f"exit {code}") + f"; code name {code_name}"
     return Outcome(client, passed, seconds, answer[-400:], detail), {"stdout": stdout, "stderr": stderr[-20000:]}
 
@@ -142,6 +169,7 @@ def main() -> int:
     parser.add_argument("--npm", type=Path, required=True, help="a directory whose node_modules holds the JS clients")
     parser.add_argument("--python", default=sys.executable, help="an interpreter with the frameworks installed")
     parser.add_argument("--only", action="append", choices=CLIENTS, help="run only this client (repeatable)")
+    parser.add_argument("--task", choices=sorted(TASKS), default="read", help="the task every client gets")
     parser.add_argument("--log", type=Path, help="append every transcript here, as JSON lines")
     parser.add_argument("--serve", help="the root URL of a running `mylm serve` instead of starting one")
     parser.add_argument("upstream", nargs="*", help="mylm serve's upstream options, after --")
@@ -173,14 +201,14 @@ def main() -> int:
     outcomes: list[Outcome] = []
     try:
         for client in args.only or CLIENTS:
-            outcome, transcript = drive(client, root_url + "/v1", args.npm.resolve(), args.python)
+            outcome, transcript = drive(client, args.task, root_url + "/v1", args.npm.resolve(), args.python)
             outcomes.append(outcome)
             verdict = "pass" if outcome.passed else "FAIL"
             print(f"{client:17} {verdict} {outcome.seconds:6.0f} s  {outcome.detail}; answered "
                   f"{outcome.answer[-120:]!r}", flush=True)
             if args.log:
                 with args.log.open("a", encoding="utf-8") as log:
-                    log.write(json.dumps({**asdict(outcome), **transcript}) + "\n")
+                    log.write(json.dumps({**asdict(outcome), "task": args.task, **transcript}) + "\n")
     finally:
         if serve is not None:
             serve.terminate()

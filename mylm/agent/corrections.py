@@ -256,12 +256,13 @@ class Corrections:
         self.said += message + "\n"
         return dialects.speak(message, self.dialect)
 
-    def echoed(self, task: str) -> str:
-        """The user message for a reply that only repeated the correction before it; `task` (the user's
+    def echoed(self, task: str, *, given: bool = False) -> str:
+        """The user message for a reply that only repeated the correction before it (or, `given`, the
+        instructions and reminders a client sent with the task: `serve.checks.copied`); `task` (the user's
         request, restated: the model lost track of it) is defused like any text the model did not write."""
         if len(task) > _TASK_CHARS:
             task = task[:_TASK_CHARS].rstrip() + " [...]"
-        return self.prompts.render("echoed.j2", task=defuse_correction(task))
+        return self.prompts.render("echoed.j2", task=defuse_correction(task), given=given)
 
     def repeated_call(self, tool: str, output: str = "", *, previous: bool = True) -> str:
         """The observation for a call the run already made and that gave the same result (`output`, which the

@@ -300,7 +300,8 @@ SAMPLES: dict[str, tuple[dict[str, Any], ...]] = {
     "repeated_call.j2": ({"tool": "example", "output": ""}, {"tool": "example", "output": "the result"},
                          {"tool": "example", "output": "the result", "previous": False},
                          {"tool": "example", "output": "the result", "task": "How many lines does fruits.txt have?"}),
-    "echoed.j2": ({"task": "How many lines does fruits.txt have?"},),
+    "echoed.j2": ({"task": "How many lines does fruits.txt have?"},
+                  {"task": "How many lines does fruits.txt have?", "given": True}),
     "unknown_tool.j2": (
         {"name": "exmaple", "tools": ["example"], "suggestion": "example", "command": None},
         {"name": "other", "tools": ["example"], "suggestion": None, "command": None},

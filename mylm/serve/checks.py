@@ -1,4 +1,4 @@
-"""The server's side of two of the agent's checks, each sent back once a request:
+"""The server's side of three of the agent's checks, each sent back once a request:
 
 - **An answer given before the file the question names was read** (`looked`; `agent/unread.py` says which words
   are files and which tool reads them). The Agents SDK's agent answered "Release1.0" for the code name in
@@ -9,12 +9,16 @@
   repeated when the conversation holds it (same tool, same arguments) at least `TIMES` times, the last two with
   the same result. Codex in front of the 1.5B sent `write_stdin {session_id: 1}` back eight times, each answered
   "Unknown process id 1". Made again after that, the call goes out: the client decides.
+- **An answer copied from what the client wrote around the question** (`copied`): its system prompt, or a block it
+  wrapped into a user message (`<system-reminder>`, `<environment_context>`). Claude Code in front of the 1.5B got
+  its own reminder back as the answer. The agent's echo check knows only mylm's corrections; these are the client's.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +31,15 @@ from .wire import ChatRequest
 
 #: Made this many times with the same last two results, a call is sent back once before it goes out again.
 TIMES = 2
+#: An answer this long or longer (in characters, spaces collapsed) is judged a copy when this share of its
+#: `_PIECE`-character pieces appear word for word in what the client wrote around the question. Shorter answers
+#: are left alone: "Today is 2026-11-29." may rightly repeat a reminder's date.
+COPY_CHARS = 120
+COPY_SHARE = 0.8
+_PIECE = 40
+#: A block a client wraps around the user's words: a tag joining words with `-` or `_` (`<system-reminder>`,
+#: `<environment_context>`, `<user_instructions>`), which markup a user writes in a question (`<b>`) does not.
+CLIENT_BLOCK = re.compile(r"<([a-z][a-z0-9]*(?:[-_][a-z0-9]+)+)(?:\s[^>]*)?>.*?</\1>", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -80,3 +93,39 @@ def again(outcome: StepOutcome, request: ChatRequest, corrections: Corrections) 
     return dataclasses.replace(
         outcome, problem=f"{found.tool} again, with the same arguments and the same result", kind="call",
         correction=corrections.repeated_call(found.tool, found.output, previous=found.previous))
+
+
+def _given(request: ChatRequest) -> Iterator[str]:
+    """What the client itself wrote to the model, as opposed to its user's words and its tools' results: the
+    system messages and the blocks it wrapped into user messages."""
+    for message in request.messages:
+        if message.role == "system":
+            yield message.content
+        elif message.role == "user":
+            yield from (found.group(0) for found in CLIENT_BLOCK.finditer(message.content))
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def copied(answer: str, request: ChatRequest) -> bool:
+    """Whether `answer` is mostly a word-for-word copy of what the client wrote around the question (`_given`):
+    at least `COPY_SHARE` of its pieces found there. Pieces, not one longest match, so a copy stitched from two
+    places counts, and a 30 kB system prompt costs a few substring searches."""
+    reply = _flat(answer)
+    if len(reply) < COPY_CHARS:
+        return False
+    given = "\n".join(_flat(text) for text in _given(request))
+    if not given:
+        return False
+    pieces = [reply[start:start + _PIECE] for start in range(0, len(reply) - _PIECE + 1, _PIECE)]
+    return sum(piece in given for piece in pieces) >= COPY_SHARE * len(pieces)
+
+
+def copy_sent_back(outcome: StepOutcome, corrections: Corrections) -> StepOutcome:
+    """`outcome`, an answer `copied` from the client's own text, sent back with the task restated; the copy is
+    left out of the conversation (kept, a small model copies it again)."""
+    return dataclasses.replace(
+        outcome, problem="the answer copied the client's own instructions or reminders", kind="format",
+        correction=corrections.echoed(corrections.task, given=True), kept=False)

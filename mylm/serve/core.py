@@ -16,7 +16,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import re
 import threading
 import time
 from collections.abc import Iterator
@@ -53,7 +52,7 @@ from ..prompts import PromptLoader
 from ..protocol import dialects
 from ..protocol.defuse import defuse_special_tokens, neutralise
 from ..protocol.dialects import format_call
-from .checks import again, looked
+from .checks import CLIENT_BLOCK, again, copied, copy_sent_back, looked
 from .native import (
     NOT_RUN,
     Forwarding,
@@ -311,7 +310,9 @@ class Core:
         counted = [False, False]
         outcome: StepOutcome | None = None
         question = open_question(request)
-        repeat_sent = False
+        if question:  # what an echo correction restates: the user's words, not the reminders around them
+            corrections.task = question
+        repeat_sent = copy_sent = False
         limit = self.settings.max_corrections
         attempt = -1
         while attempt < limit:
@@ -331,7 +332,10 @@ class Core:
             parsed = outcome.turn.parsed
             # Each sent back once a request: an answer before the file the question names was read, a call the
             # conversation already holds with the same result (`checks.py`).
-            if outcome.usable and not outcome.calls and question and not corrections.unlooked_sent:
+            if (outcome.usable and not outcome.calls and not copy_sent
+                    and copied(parsed.final_answer or parsed.thought, request)):
+                outcome, copy_sent = copy_sent_back(outcome, corrections), True
+            elif outcome.usable and not outcome.calls and question and not corrections.unlooked_sent:
                 outcome, reader = looked(outcome, question, step, corrections)
                 if reader is not None:
                     # Not counted against --max-corrections: the look is owed whatever went before it (Codex: an
@@ -461,12 +465,6 @@ def _unchecked(error: Exception) -> RequestError:
                         param="tools")
 
 
-#: A block a client wraps around what it adds to its user's message: Claude Code's `<system-reminder>`, Codex's
-#: `<environment_context>` and `<user_instructions>`. Their tag names join words with `-` or `_`, which markup a
-#: user writes in a question (`<b>`, `<div>`) does not.
-_CLIENT_BLOCK = re.compile(r"<([a-z][a-z0-9]*(?:[-_][a-z0-9]+)+)(?:\s[^>]*)?>.*?</\1>", re.DOTALL)
-
-
 def open_question(request: ChatRequest) -> str:
     """The client's last user message when no tool has answered since (the model's first call for it is
     checked against it: `agent.fit`), without the blocks the client wrapped around it; empty once tool results
@@ -479,7 +477,8 @@ def open_question(request: ChatRequest) -> str:
         if message.role == "user":
             # Claude Code's message opens with kilobytes of reminders: asked whether Read does what *they* ask
             # (all the probe kept of the message), the 1.5B said no, and its call of Read was sent back.
-            return _CLIENT_BLOCK.sub("", message.content).strip() or message.content
+            # Claude Code's `<system-reminder>`, Codex's `<environment_context>` (`checks.CLIENT_BLOCK`).
+            return CLIENT_BLOCK.sub("", message.content).strip() or message.content
     return ""
 
 

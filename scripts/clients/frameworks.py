@@ -1,5 +1,5 @@
 """Drivers for the agent frameworks that meet `mylm serve` in docs/serve.md: each runs one task with the
-framework's own tool loop, its defaults and two real file tools over a workspace, and returns what it answered.
+framework's own tool loop, its defaults and three real file tools over a workspace, and returns what it answered.
 
 The same functions run in CI against a scripted model (tests/serve/test_serve_frameworks.py, each skipped where
 its framework is not installed) and against a real one (scripts/drive_clients.py). The tools are the user's, as
@@ -19,12 +19,13 @@ from pathlib import Path
 
 #: Seconds a client waits for one reply (a 1.5B model on two cores can take minutes to read a long prompt).
 TIMEOUT = 900.0
-INSTRUCTIONS = "You are a helpful assistant with tools to read the files of the user's project. Answer briefly."
+INSTRUCTIONS = ("You are a helpful assistant with tools to read and write the files of the user's project. "
+                "Answer briefly.")
 
 
 @dataclass
 class Workspace:
-    """Two file tools over one directory, and a record of what they were called with."""
+    """Three file tools over one directory, and a record of what they were called with."""
 
     root: Path
     calls: list[tuple[str, str]] = field(default_factory=list)
@@ -42,6 +43,16 @@ class Workspace:
             return f"error: no file named {path!r} in the project"
         return target.read_text(encoding="utf-8")
 
+    def write_file(self, path: str, content: str) -> str:
+        """Write `content` to a file of the project, replacing it if it exists."""
+        self.calls.append(("write_file", path))
+        target = (self.root / path).resolve()
+        if not target.is_relative_to(self.root.resolve()) or target.is_dir():
+            return f"error: {path!r} is not a file path in the project"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content, encoding="utf-8")
+        return f"wrote {len(content)} characters to {path}"
+
     def tools(self) -> list[Callable[..., str]]:
         """The tools as plain functions: the name, the docstring and the annotations are their definitions."""
 
@@ -53,7 +64,11 @@ class Workspace:
             """Read a file of the project and return its text."""
             return self.read_file(path)
 
-        return [list_files, read_file]
+        def write_file(path: str, content: str) -> str:
+            """Write content to a file of the project, replacing it if it exists."""
+            return self.write_file(path, content)
+
+        return [list_files, read_file, write_file]
 
 
 def langchain(base_url: str, workspace: Workspace, task: str) -> str:

@@ -42,6 +42,8 @@ NPM = Path(os.environ.get("MYLM_TEST_NPM") or "/nonexistent")
 REQUIRED = os.environ.get("MYLM_REQUIRE_CLIENTS") == "1"
 REQUIRED_NPM = os.environ.get("MYLM_REQUIRE_NPM") == "1"
 TASK = "What is the release code name written in notes.txt?"
+#: A task of two calls, the second writing what the first read (scripts/drive_clients.py's `write`).
+WRITE = "Write the release code name from notes.txt into a new file named release.txt, and nothing else."
 
 
 def _text(content: Any) -> str:
@@ -51,10 +53,16 @@ def _text(content: Any) -> str:
 
 
 def answer(body: dict[str, Any]) -> str:
-    """What a model that knows only mylm's protocol says: read notes.txt, then quote the code name it saw."""
+    """What a model that knows only mylm's protocol says: read notes.txt, then quote the code name it saw (or, asked
+    to write it, write it to release.txt and say so)."""
     messages = body.get("messages") or []
     last = _text(messages[-1].get("content")) if messages else ""
+    writing = "release.txt" in json.dumps(messages)
+    if writing and "<observation>" in last and "wrote" in last:
+        return "The code name is in release.txt now."
     seen = re.search(r"code name is (\S+?)\.", last) if "<observation>" in last else None
+    if seen and writing:
+        return call("write_file", json.dumps({"path": "release.txt", "content": seen.group(1)}), "Writing it now.")
     if seen:
         return f"The code name is {seen.group(1)}."
     return call("read_file", '{"path": "notes.txt"}', "I will read the notes first.")
@@ -99,19 +107,25 @@ def _observed(model: ReadingModel, code_name: str) -> list[str]:
             if code_name in _text(b["messages"][-1].get("content"))]
 
 
+def _drive(name: str, root: Path, task: str) -> tuple[subprocess.CompletedProcess[str], ReadingModel]:
+    """The driver `name` run on `task` in `root` through `mylm serve` in front of the scripted model; it must exit 0."""
+    python = _interpreter(name)
+    _require(f"{NEEDS[name]} (for the {name} driver)", python is not None)
+    assert python is not None
+    with ReadingModel() as model, serving(model.base_url) as url:
+        done = subprocess.run([python, str(ROOT / "scripts" / "clients" / "frameworks.py"), name, url + "/v1",
+                               str(root), task], capture_output=True, text=True, timeout=300, check=False,
+                              stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done, model
+
+
 @pytest.mark.parametrize("name", sorted(DRIVERS))
 def test_a_framework_reads_the_file_with_its_own_tool_and_answers(name: str, tmp_path: Path) -> None:
     """The driver runs as scripts/drive_clients.py runs it: a process of its own (`frameworks.py NAME URL ROOT
     TASK`), printing its tool calls on stderr and its answer on stdout."""
-    python = _interpreter(name)
-    _require(f"{NEEDS[name]} (for the {name} driver)", python is not None)
-    assert python is not None
     code_name = _workspace(tmp_path)
-    with ReadingModel() as model, serving(model.base_url) as url:
-        done = subprocess.run([python, str(ROOT / "scripts" / "clients" / "frameworks.py"), name, url + "/v1",
-                               str(tmp_path), TASK], capture_output=True, text=True, timeout=300, check=False,
-                              stdin=subprocess.DEVNULL)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done, model = _drive(name, tmp_path, TASK)
     assert code_name in done.stdout
     assert [line for line in done.stderr.splitlines() if line.startswith("tool: ")] == ["tool: read_file(notes.txt)"]
     observed = _observed(model, code_name)
@@ -119,6 +133,18 @@ def test_a_framework_reads_the_file_with_its_own_tool_and_answers(name: str, tmp
     # The framework's own tool definitions reached the model in mylm's protocol.
     sent = json.dumps([r.body for r in model.requests if isinstance(r.body, dict)])
     assert "<name>read_file</name>" in sent and "<name>list_files</name>" in sent
+
+
+@pytest.mark.parametrize("name", sorted(DRIVERS))
+def test_a_framework_runs_two_calls_in_turn_and_writes_the_file(name: str, tmp_path: Path) -> None:
+    """A task of two calls: the write's arguments carry what the read returned, so the framework must run the first
+    call and send its result back before the second."""
+    code_name = _workspace(tmp_path)
+    done, _ = _drive(name, tmp_path, WRITE)
+    assert (tmp_path / "release.txt").read_text() == code_name
+    assert [line for line in done.stderr.splitlines() if line.startswith("tool: ")] == [
+        "tool: read_file(notes.txt)", "tool: write_file(release.txt)"]
+    assert "release.txt" in done.stdout
 
 
 def test_the_vercel_ai_sdk_reads_the_file_with_its_own_tool_and_answers(tmp_path: Path) -> None:
