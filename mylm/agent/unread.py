@@ -53,9 +53,21 @@ class _Tool(Protocol):
     def parameters(self) -> Any: ...
 
 
+#: Extensions that make a bare word a web address, not a file (`example.com`; a path `site/example.com` stays).
+_DOMAINS = frozenset({"com", "org", "net", "io", "dev", "ai", "gov", "edu", "co"})
+
+
 def named_files(question: str) -> list[str]:
-    """The words of `question` shaped as files' names, in order."""
-    return [word.rstrip(".") for word in _FILE_NAME.findall(question)]
+    """The words of `question` shaped as files' names, in order. Not a bare web address (`example.com`), nor a
+    name written with a capitalised extension of two letters or more (`ASP.NET`, `Socket.IO`: products, while
+    files' extensions are lower case); `Node.js` still counts, as `App.js` must."""
+    names = []
+    for word in (found.rstrip(".") for found in _FILE_NAME.findall(question)):
+        extension = word.rsplit(".", 1)[1]
+        if ("/" not in word and extension.lower() in _DOMAINS) or (len(extension) > 1 and extension.isupper()):
+            continue
+        names.append(word)
+    return names
 
 
 def _reading_rank(tool: _Tool) -> int | None:

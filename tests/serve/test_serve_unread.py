@@ -63,6 +63,10 @@ def test_the_file_a_question_names_and_the_tool_that_reads_it(tools: tuple[ToolD
     ("How do I install v1.5 of the tool, e.g. with pip?", None),
     ("What is 3.14 times 2.5?", None),
     ("Tell me about Python.", None),
+    # A web address, and products spelled with a capitalised extension, are not files; a path still is.
+    ("Is example.com up, and does it run ASP.NET or Socket.IO?", None),
+    ("What does site/example.com hold?", "site/example.com"),
+    ("Why does App.js not render?", "App.js"),
 ])
 def test_only_a_word_shaped_as_a_file_name_counts(question: str, path: str | None) -> None:
     found = unread(question, (READ,))
