@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 TEMPLATES = (
     "format_error.j2", "truncated.j2", "unusable_reply.j2", "repeated_mistake.j2", "invalid_arguments.j2",
     "tool_choice_refused.j2", "repeated_call.j2", "unknown_tool.j2", "degenerate.j2", "echoed.j2", "capped.j2",
-    "made_up.j2", "unfit.j2", "unlooked.j2",
+    "made_up.j2", "unfit.j2", "unlooked.j2", "unwritten.j2",
 )
 
 #: A reply at least this long that shares this much (or 60% of itself) with the corrections just sent echoes them.
@@ -249,6 +249,13 @@ class Corrections:
         text = self._told(self.prompts.render("unlooked.j2", tool=tool, path=neutralise(path), seen=seen,
                                               block="\0" if block else ""))
         return text.replace("\0", block, 1)
+
+    def unwritten(self, tool: str, path: str, parameter: str = "") -> str:
+        """The user message for an answer to a task that asks for `path` to be written, while nothing was
+        written (`serve.checks.written`): the client's `tool` writes files through its `parameter`, or is a shell
+        (`parameter` empty)."""
+        return self._told(self.prompts.render("unwritten.j2", tool=tool, path=neutralise(path),
+                                              parameter=parameter))
 
     def _told(self, message: str) -> str:
         """`message` in the step's dialect, remembered as said: a reply that only copies it is no answer (the

@@ -101,10 +101,11 @@ def _shell_parameter(tool: _Tool) -> tuple[str, bool] | None:
     return None
 
 
-def unread(question: str, tools: Sequence[_Tool]) -> Unread | None:
+def unread(question: str, tools: Sequence[_Tool], *, written: str | None = None) -> Unread | None:
     """The first file `question` names and the call that reads it (a file-reading tool's first, else a shell
-    tool's `cat`), or None."""
-    files = named_files(question)
+    tool's `cat`), or None. Not `written`, the file the question asks to be written ("Create hello.py ...":
+    there is nothing to read yet)."""
+    files = [name for name in named_files(question) if name != written]
     if not files:
         return None
     readers = [(rank, index, tool.name, parameter) for index, tool in enumerate(tools)

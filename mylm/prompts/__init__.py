@@ -277,6 +277,8 @@ SAMPLES: dict[str, tuple[dict[str, Any], ...]] = {
                      "<parameters>\n{\"path\": \"notes.txt\"}\n</parameters>\n</tool_code>"},
                     {"tool": "list_dir", "path": ""},
                     {"tool": "list_dir", "path": "."}),
+    "unwritten.j2": ({"tool": "write_file", "path": "release.txt", "parameter": "path"},
+                     {"tool": "exec_command", "path": "release.txt", "parameter": ""}),
     "fit.j2": ({"request": "How many sides does a hexagon have?", "tool": "example",
                 "description": "Calculate the boiling point of a substance."},),
     "fit_can.j2": ({"request": "How many sides does a hexagon have?", "tool": "example",

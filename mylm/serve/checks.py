@@ -1,4 +1,4 @@
-"""The server's side of three of the agent's checks, each sent back once a request:
+"""The server's side of the agent's checks, each sent back once a request:
 
 - **An answer given before the file the question names was read** (`looked`; `agent/unread.py` says which words
   are files and which tool reads them). The Agents SDK's agent answered "Release1.0" for the code name in
@@ -9,6 +9,9 @@
   repeated when the conversation holds it (same tool, same arguments) at least `TIMES` times, the last two with
   the same result. Codex in front of the 1.5B sent `write_stdin {session_id: 1}` back eight times, each answered
   "Unknown process id 1". Made again after that, the call goes out: the client decides.
+- **An answer to a task that asks for a file to be written, while nothing was written** (`written`;
+  `agent/unwritten.py` says which file and which tool). The Agents SDK's agent, asked to write the code name from
+  notes.txt into release.txt, read notes.txt and answered the code name. The retry must call the writer.
 - **An answer copied from what the client wrote around the question** (`copied`): its system prompt, or a block it
   wrapped into a user message (`<system-reminder>`, `<environment_context>`). Claude Code in front of the 1.5B got
   its own reminder back as the answer. The agent's echo check knows only mylm's corrections; these are the client's.
@@ -26,6 +29,7 @@ from ..agent.corrections import Corrections
 from ..agent.step import ModelStep, StepOutcome
 from ..agent.turn import call_key
 from ..agent.unread import unread
+from ..agent.unwritten import unwritten, write_target
 from ..core.types import ToolCall
 from .wire import ChatRequest
 
@@ -74,7 +78,7 @@ def looked(outcome: StepOutcome, question: str, step: ModelStep,
     retry must call; the made-up answer is left out (`kept`: kept, the model copied it after the look)."""
     if step.config.tool_choice != "auto":
         return outcome, None
-    found = unread(question, step.listed)
+    found = unread(question, step.listed, written=write_target(question))
     if found is None:
         return outcome, None
     return dataclasses.replace(
@@ -129,3 +133,32 @@ def copy_sent_back(outcome: StepOutcome, corrections: Corrections) -> StepOutcom
     return dataclasses.replace(
         outcome, problem="the answer copied the client's own instructions or reminders", kind="format",
         correction=corrections.echoed(corrections.task, given=True), kept=False)
+
+
+def task_and_calls(request: ChatRequest) -> tuple[str, list[tuple[str, Mapping[str, Any]]]]:
+    """The client's task, its last user message with words of its own (the blocks it wrapped around them left
+    out: a message of reminders alone, as Claude Code sends beside a tool's result, is not a task), and the calls
+    made since, as (tool, arguments)."""
+    calls: list[tuple[str, Mapping[str, Any]]] = []
+    for message in reversed(request.messages):
+        if message.role == "assistant":
+            calls[:0] = [(call.name, call.arguments) for call in message.calls]
+        elif message.role == "user" and (words := CLIENT_BLOCK.sub("", message.content).strip()):
+            return words, calls
+    return "", calls
+
+
+def written(outcome: StepOutcome, request: ChatRequest, step: ModelStep,
+            corrections: Corrections) -> tuple[StepOutcome, str | None]:
+    """`outcome` (an answer), or, where the task asks for a file to be written and no call since may have
+    written it, the turn sent back with the `unwritten` correction, and the tool the retry must call; the answer is
+    left out (kept, the model would take it for done)."""
+    if step.config.tool_choice != "auto":
+        return outcome, None
+    task, calls = task_and_calls(request)
+    found = unwritten(task, step.listed, calls)
+    if found is None:
+        return outcome, None
+    return dataclasses.replace(
+        outcome, problem=f"answered without writing {found.path}", kind="tool_choice",
+        correction=corrections.unwritten(found.tool, found.path, found.parameter), kept=False), found.tool

@@ -52,7 +52,7 @@ from ..prompts import PromptLoader
 from ..protocol import dialects
 from ..protocol.defuse import defuse_special_tokens, neutralise
 from ..protocol.dialects import format_call
-from .checks import CLIENT_BLOCK, again, copied, copy_sent_back, looked
+from .checks import CLIENT_BLOCK, again, copied, copy_sent_back, looked, written
 from .native import (
     NOT_RUN,
     Forwarding,
@@ -312,7 +312,7 @@ class Core:
         question = open_question(request)
         if question:  # what an echo correction restates: the user's words, not the reminders around them
             corrections.task = question
-        repeat_sent = copy_sent = False
+        repeat_sent = copy_sent = write_sent = False
         limit = self.settings.max_corrections
         attempt = -1
         while attempt < limit:
@@ -332,18 +332,23 @@ class Core:
             parsed = outcome.turn.parsed
             # Each sent back once a request: an answer before the file the question names was read, a call the
             # conversation already holds with the same result (`checks.py`).
-            if (outcome.usable and not outcome.calls and not copy_sent
-                    and copied(parsed.final_answer or parsed.thought, request)):
+            answer = outcome.usable and not outcome.calls
+            if answer and not copy_sent and copied(parsed.final_answer or parsed.thought, request):
                 outcome, copy_sent = copy_sent_back(outcome, corrections), True
-            elif outcome.usable and not outcome.calls and question and not corrections.unlooked_sent:
-                outcome, reader = looked(outcome, question, step, corrections)
-                if reader is not None:
-                    # Not counted against --max-corrections: the look is owed whatever went before it (Codex: an
-                    # unknown tool, then an echo, then an answer without reading, with no correction left).
+            elif answer:
+                forced = None
+                if question and not corrections.unlooked_sent:
+                    outcome, forced = looked(outcome, question, step, corrections)
+                if forced is None and not write_sent:
+                    outcome, forced = written(outcome, request, step, corrections)
+                    write_sent = forced is not None
+                if forced is not None:
+                    # Not counted against --max-corrections: the look (or the write) is owed whatever went before
+                    # it (Codex: an unknown tool, then an echo, then an answer without reading, none left).
                     limit += 1
                     # Told to read it, the 1.5B at a client's default temperature (0.8) answered again without
-                    # reading, three times in four: the retry's grammar admits only a call of the reader.
-                    step = self.step(dataclasses.replace(request, tool_choice=reader))
+                    # reading, three times in four: the retry's grammar admits only a call of that tool.
+                    step = self.step(dataclasses.replace(request, tool_choice=forced))
             elif outcome.usable and outcome.calls and not repeat_sent:
                 outcome = again(outcome, request, corrections)
                 repeat_sent = not outcome.usable

@@ -58,8 +58,8 @@ def test_short_answers_tool_results_and_the_users_own_words_are_not() -> None:
 
 def test_served_the_copy_is_sent_back_once_with_the_users_question() -> None:
     answer = "Mostly Python, with a little shell."
-    with OpenAIServer([COPY, answer]) as upstream, serving(upstream.base_url) as url:
-        api = anthropic.Anthropic(base_url=url, api_key="unused")
+    with OpenAIServer([COPY, answer]) as upstream, serving(upstream.base_url) as url, \
+            anthropic.Anthropic(base_url=url, api_key="unused") as api:
         reply = api.messages.create(model="m", max_tokens=256, tools=TOOLS, messages=[
             {"role": "user", "content": [{"type": "text", "text": REMINDER}, {"type": "text", "text": QUESTION}]}])
     assert [block.text for block in reply.content if block.type == "text"] == [answer]
@@ -73,8 +73,8 @@ def test_served_the_copy_is_sent_back_once_with_the_users_question() -> None:
 
 
 def test_served_a_second_copy_goes_out_as_the_answer() -> None:
-    with OpenAIServer([COPY, COPY]) as upstream, serving(upstream.base_url) as url:
-        api = anthropic.Anthropic(base_url=url, api_key="unused")
+    with OpenAIServer([COPY, COPY]) as upstream, serving(upstream.base_url) as url, \
+            anthropic.Anthropic(base_url=url, api_key="unused") as api:
         reply = api.messages.create(model="m", max_tokens=256, tools=TOOLS, messages=[
             {"role": "user", "content": REMINDER + QUESTION}])
     assert len(upstream.requests) == 2

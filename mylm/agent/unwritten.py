@@ -1,0 +1,104 @@
+"""The file a client's task asks to be written, and the client's tool that writes it, where there is no workspace
+to look at (`mylm serve`): an answer given while no call has written that file is sent back once. The Agents SDK's
+agent, asked to write the code name from notes.txt into release.txt, read notes.txt and answered the code name:
+nothing was written.
+
+A task asks for a file by its words: a sentence that opens with a writing verb (`write`, `save`, `create`, ...,
+after an optional `please` or `can you`) and names a file after it, the one after `into`, `to`, `named`, `called`
+or `as` first (`notes.txt` in "from notes.txt" is where the text comes from). The tool that writes it is one named
+for writing (`write`, `create`, `save`, `append`, never one for images or the web) with a path parameter, or else a
+shell tool. The check is loose on purpose: any call of a tool named for writing or editing counts as the write
+(the words of a task can point at the wrong name: "Create a Node.js server in server.js"), and so does any other
+call whose arguments name the file (a shell command or a patch holding it as a word).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .unread import _FILE_NAME, _MEDIA, _PATH_PARAMETERS, _shell_parameter, _Tool, named_files
+
+#: A writing verb opening a sentence or a request ("Write ...", "Please save ...", "Can you create ...").
+_ASKS = re.compile(r"(?:^|[.!?;\n]\s*)(?:(?:please|now|then|also|and)\s+|(?:can|could|would|will)\s+you\s+)*"
+                   r"(write|save|create|make|put|store|dump|output|generate|append|record|copy|add)\b",
+                   re.IGNORECASE)
+#: The words before a file's name that make it the one written, and those that make it where the text comes from.
+_INTO = frozenset({"into", "to", "named", "called", "as"})
+_FROM = frozenset({"from", "of", "in", "inside", "using"})
+#: Words in a tool's name that say it writes a file, and those that say it changes one.
+_WRITES = re.compile(r"write|create|save|append|put(?![a-z])", re.IGNORECASE)
+_CHANGES = re.compile(r"write|create|save|append|put(?![a-z])|edit|patch|replace|insert|update|modify",
+                      re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Unwritten:
+    """The file a task asks to be written, and the tool to write it with (`parameter` its path parameter; empty
+    for a shell tool, whose command the model must write)."""
+
+    path: str
+    tool: str
+    parameter: str
+
+
+def write_target(task: str) -> str | None:
+    """The file `task` asks to be written, or None."""
+    for asked in _ASKS.finditer(task):
+        rest = task[asked.end():]
+        sentence = re.split(r"[.!?](?:\s|$)|\n", rest, maxsplit=1)[0]
+        chosen: str | None = None
+        for found in _FILE_NAME.finditer(sentence):
+            name = found.group(1).rstrip(".")
+            if name not in named_files(name):  # a web address or a product (`example.com`, `ASP.NET`)
+                continue
+            before = sentence[:found.start()].split()
+            word = before[-1].casefold() if before else ""
+            if word in _INTO:
+                return name
+            if chosen is None and word not in _FROM:
+                chosen = name
+        if chosen is not None:
+            return chosen
+    return None
+
+
+def _writer(tools: Sequence[_Tool]) -> tuple[str, str] | None:
+    """The client's tool that writes a file and its path parameter ("" for a shell tool), or None."""
+    for tool in tools:
+        if _WRITES.search(tool.name) and not _MEDIA.search(tool.name):
+            properties = dict(tool.parameters).get("properties") or {}
+            for name, schema in properties.items():
+                typed = schema.get("type", "string") if isinstance(schema, dict) else None
+                if name.replace("_", "").lower() in _PATH_PARAMETERS and typed == "string":
+                    return tool.name, str(name)
+    for tool in tools:
+        if _shell_parameter(tool) is not None:
+            return tool.name, ""
+    return None
+
+
+def wrote(name: str, arguments: Mapping[str, Any], path: str) -> bool:
+    """Whether a call of tool `name` with `arguments` may have written `path`: any call of a tool named for
+    writing or editing, or one whose arguments name the file (a shell command, a patch)."""
+    if _CHANGES.search(name) and not _MEDIA.search(name):
+        return True
+    text = json.dumps(dict(arguments), ensure_ascii=False)
+    return re.search(r"(?<![\w.-])" + re.escape(path) + r"(?![\w/-])", text) is not None
+
+
+def unwritten(task: str, tools: Sequence[_Tool],
+              calls: Iterable[tuple[str, Mapping[str, Any]]]) -> Unwritten | None:
+    """The file `task` asks to be written and the tool to write it, where none of `calls` (the tools' names and
+    arguments of the calls made since the task was given) may have written it (`wrote`); None when one may have,
+    or there is no such file or tool."""
+    path = write_target(task)
+    if path is None:
+        return None
+    writer = _writer(tools)
+    if writer is None or any(wrote(name, arguments, path) for name, arguments in calls):
+        return None
+    return Unwritten(path, *writer)

@@ -1,0 +1,132 @@
+"""An answer to a task that asks for a file to be written, while nothing was written, is sent back once and the
+retry must call the client's writer (`mylm/agent/unwritten.py`, `mylm/serve/checks.py`). Found with the OpenAI
+Agents SDK in front of the 1.5B: asked to write the code name from notes.txt into release.txt, it read notes.txt
+and answered "tundra-d367"; nothing was written."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import openai
+import pytest
+
+from mylm.agent.step import ToolDefinition
+from mylm.agent.unwritten import Unwritten, unwritten, write_target
+from mylm.serve.checks import task_and_calls
+from mylm.serve.wire import CallIn, ChatMessage, ChatRequest
+from tests.providers.servers import OpenAIServer
+from tests.serve.support import call, serving
+
+PATH = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+READ = ToolDefinition("read_file", "Read a file of the project and return its text.", PATH)
+WRITE = ToolDefinition("write_file", "Write a file.", {"type": "object", "properties": {
+    "path": {"type": "string"}, "content": {"type": "string"}}, "required": ["path", "content"]})
+LIST = ToolDefinition("list_files", "List the files of the project.", {"type": "object", "properties": {}})
+# The coding agents' tools, as they name them and their parameters.
+CLAUDE_WRITE = ToolDefinition("Write", "Writes a file to the local filesystem.", {"type": "object", "properties": {
+    "file_path": {"type": "string"}, "content": {"type": "string"}}, "required": ["file_path", "content"]})
+CLAUDE_EDIT = ToolDefinition("Edit", "Performs exact string replacements in files.", {"type": "object", "properties": {
+    "file_path": {"type": "string"}, "old_string": {"type": "string"}, "new_string": {"type": "string"}}})
+CODEX_EXEC = ToolDefinition("exec_command", "Runs a command in a PTY.", {
+    "type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]})
+TASK = "Write the release code name from notes.txt into a new file named release.txt, and nothing else."
+
+
+@pytest.mark.parametrize("task, path", [
+    (TASK, "release.txt"),
+    ("Create hello.py that prints hi.", "hello.py"),
+    ("Please save the list of files to files.txt", "files.txt"),
+    ("Can you write a summary of README.md to summary.md?", "summary.md"),
+    ("Read notes.txt. Then write its code name into out.txt.", "out.txt"),
+    ("Make a file called todo.txt with three items.", "todo.txt"),
+    ("Copy notes.txt to backup.txt", "backup.txt"),
+    # Questions about writing, and tasks that write no file, ask for nothing.
+    ("What does write_config write to settings.json?", None),
+    ("Summarise notes.txt.", None),
+    ("Write a poem about the sea.", None),
+    ("Save it to example.com", None),  # a web address is no file
+])
+def test_the_file_a_task_asks_to_be_written(task: str, path: str | None) -> None:
+    assert write_target(task) == path
+
+
+def test_the_writer_and_what_counts_as_written() -> None:
+    assert unwritten(TASK, (LIST, READ, WRITE), [("read_file", {"path": "notes.txt"})]) == Unwritten(
+        "release.txt", "write_file", "path")
+    assert unwritten(TASK, (CLAUDE_EDIT, CLAUDE_WRITE), []) == Unwritten("release.txt", "Write", "file_path")
+    assert unwritten(TASK, (READ, CODEX_EXEC), []) == Unwritten("release.txt", "exec_command", "")
+    # Any call of a writing or editing tool may have written it; so may a command naming the file.
+    assert unwritten(TASK, (READ, WRITE), [("write_file", {"path": "release", "content": "x"})]) is None
+    assert unwritten(TASK, (CLAUDE_EDIT, CLAUDE_WRITE), [("Edit", {"file_path": "release.txt"})]) is None
+    assert unwritten(TASK, (CODEX_EXEC,), [("exec_command", {"cmd": "echo cobalt > release.txt"})]) is None
+    assert unwritten(TASK, (CODEX_EXEC,), [("exec_command", {"cmd": "cat notes.txt"})]) is not None
+    # No tool that writes: never sent back.
+    assert unwritten(TASK, (LIST, READ), []) is None
+
+
+def test_the_task_is_the_last_user_message_with_words_of_its_own() -> None:
+    """Claude Code sends reminders alone in a user message beside a tool's result: not a new task."""
+    request = ChatRequest("m", (
+        ChatMessage("user", "<system-reminder>context</system-reminder>\n" + TASK),
+        ChatMessage("assistant", calls=(CallIn("c1", "Read", {"file_path": "notes.txt"}),)),
+        ChatMessage("tool", "The release code name is cobalt.", call_id="c1"),
+        ChatMessage("user", "<system-reminder>Do not write malware.</system-reminder>")))
+    assert task_and_calls(request) == (TASK, [("Read", {"file_path": "notes.txt"})])
+
+
+def _tools(*tools: ToolDefinition) -> list[Any]:
+    return [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                              "parameters": dict(t.parameters)}} for t in tools]
+
+
+def _sent(upstream: OpenAIServer) -> list[dict[str, Any]]:
+    return [r.body for r in upstream.requests if isinstance(r.body, dict) and r.body.get("messages")]
+
+
+READ_DONE: list[Any] = [
+    {"role": "user", "content": TASK},
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+        "name": "read_file", "arguments": '{"path": "notes.txt"}'}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "The release code name is tundra-d367.\n"}]
+
+
+def test_an_answer_with_nothing_written_is_sent_back_and_the_retry_writes() -> None:
+    write = call("write_file", '{"path": "release.txt", "content": "tundra-d367"}')
+    with OpenAIServer(["tundra-d367", write]) as upstream, serving(upstream.base_url) as url, \
+            openai.OpenAI(base_url=url + "/v1", api_key="unused") as api:
+        reply = api.chat.completions.create(model="m", tools=_tools(LIST, READ, WRITE), messages=READ_DONE)
+    calls = reply.choices[0].message.tool_calls or []
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [  # type: ignore[union-attr]
+        ("write_file", {"path": "release.txt", "content": "tundra-d367"})]
+    retried = _sent(upstream)[1]["messages"]
+    assert "Nothing has been written yet" in retried[-1]["content"] and "write_file" in retried[-1]["content"]
+    assert not any(m["role"] == "assistant" and "tundra-d367" in str(m.get("content")) for m in retried)
+
+
+def test_it_is_sent_back_once_and_never_once_something_was_written() -> None:
+    wrote = [*READ_DONE,
+             {"role": "assistant", "content": None, "tool_calls": [{"id": "c2", "type": "function", "function": {
+                 "name": "write_file", "arguments": '{"path": "release.txt", "content": "tundra-d367"}'}}]},
+             {"role": "tool", "tool_call_id": "c2", "content": "wrote 11 characters"}]
+    with OpenAIServer(["tundra-d367"] * 4 + ["Done: release.txt holds it."]) as upstream, \
+            serving(upstream.base_url) as url, openai.OpenAI(base_url=url + "/v1", api_key="unused") as api:
+        first = api.chat.completions.create(model="m", tools=_tools(READ, WRITE), messages=READ_DONE)
+        done = api.chat.completions.create(model="m", tools=_tools(READ, WRITE), messages=wrote)
+    # Once, then the tool_required correction of the forced retry, then the reply's text: never a half call.
+    assert first.choices[0].message.content == "tundra-d367"
+    assert done.choices[0].message.content == "Done: release.txt holds it."
+    assert sum("Nothing has been written yet" in json.dumps(b["messages"][-1]) for b in _sent(upstream)) == 1
+
+
+def test_a_file_to_create_is_written_not_read_first() -> None:
+    """A task naming only the file to create must not be sent to read it (there is nothing to read yet)."""
+    write = call("write_file", '{"path": "hello.py", "content": "print(\\"hi\\")"}')
+    task = "Create hello.py that prints hi."
+    with OpenAIServer(["```python\nprint('hi')\n```", write]) as upstream, serving(upstream.base_url) as url, \
+            openai.OpenAI(base_url=url + "/v1", api_key="unused") as api:
+        reply = api.chat.completions.create(model="m", tools=_tools(READ, WRITE),
+                                            messages=[{"role": "user", "content": task}])
+    assert [c.function.name for c in reply.choices[0].message.tool_calls or []] == ["write_file"]  # type: ignore[union-attr]
+    corrected = json.dumps(_sent(upstream)[1]["messages"][-1])
+    assert "hello.py to be written" in corrected and "Nothing has been read" not in corrected
