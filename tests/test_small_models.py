@@ -866,6 +866,31 @@ def test_an_answer_about_this_directory_given_unlooked_is_sent_back_to_list_it(t
     assert 'Call list_dir on "." first' in correction and result.final_text == "2"
 
 
+def test_an_answer_with_the_file_the_task_asks_for_unwritten_is_sent_back_once(tmp_path: Path) -> None:
+    # Through mylm serve the 1.5B, asked to write the code name into release.txt, read notes.txt and answered it.
+    (tmp_path / "notes.txt").write_text("The release code name is tundra-d367.\n")
+    read = format_tool_call(ToolCall("read_file", {"path": "notes.txt"}))
+    write = format_tool_call(ToolCall("write_file", {"path": "release.txt", "content": "tundra-d367"}))
+    llm = ScriptedLLM([read, "tundra-d367", write, "Done."])
+    result = Agent(llm, tools(tmp_path), workspace=tmp_path).run(
+        "Write the release code name from notes.txt into a new file named release.txt.")
+    correction = llm.requests[2].messages[-1].content
+    assert "the task asks for release.txt to be written" in correction and "write_file" in correction
+    assert (tmp_path / "release.txt").read_text() == "tundra-d367" and result.final_text == "Done."
+    # The answer given with nothing written is left out of the conversation.
+    assert not any(m.role == "assistant" and m.content == "tundra-d367" for m in llm.requests[2].messages)
+
+
+def test_a_file_that_exists_is_taken_as_written_and_the_check_is_made_once(tmp_path: Path) -> None:
+    (tmp_path / "README.md").write_text("# x\n")
+    llm = ScriptedLLM([format_tool_call(ToolCall("list_dir", {"path": "."})), "Added."])
+    assert Agent(llm, tools(tmp_path), workspace=tmp_path).run("Add a line to README.md saying hi.").final_text == (
+        "Added.") and len(llm.requests) == 2
+    llm = ScriptedLLM(["print('hi')", "print('hi')"])
+    result = Agent(llm, tools(tmp_path), workspace=tmp_path).run("Create hello.py that prints hi.")
+    assert len(llm.requests) == 2 and result.final_text == "print('hi')"
+
+
 def test_the_look_asked_for_a_named_path_comes_with_the_call_to_copy(tmp_path: Path) -> None:
     (tmp_path / "secret.txt").write_text("PELICAN\n")
     llm = ScriptedLLM(["secret", "secret"])

@@ -94,6 +94,8 @@ class Corrections:
         self.unfit_sent = False
         #: Whether `unlooked` was sent: a second answer without a look is taken as it is.
         self.unlooked_sent = False
+        #: Whether `unwritten` was sent: a second answer with the file still unwritten is taken as it is.
+        self.unwritten_sent = False
 
     def echoes(self, answer: str) -> bool:
         """Whether `answer` is mostly a copy of the call corrections just sent (`said`), not the model's own
@@ -251,9 +253,10 @@ class Corrections:
         return text.replace("\0", block, 1)
 
     def unwritten(self, tool: str, path: str, parameter: str = "") -> str:
-        """The user message for an answer to a task that asks for `path` to be written, while nothing was
-        written (`serve.checks.written`): the client's `tool` writes files through its `parameter`, or is a shell
-        (`parameter` empty)."""
+        """The user message for an answer to a task that asks for `path` to be written, while nothing has
+        written it (the agent's `_written`, the server's `checks.written`): `tool` writes files through its
+        `parameter`, or is a client's shell (`parameter` empty)."""
+        self.unwritten_sent = True
         return self._told(self.prompts.render("unwritten.j2", tool=tool, path=neutralise(path),
                                               parameter=parameter))
 

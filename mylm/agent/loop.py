@@ -43,6 +43,7 @@ from .step import ModelStep, StepOutcome, Steps
 from .streams import AgentStream
 from .tool_runner import ToolRunner
 from .turn import ModelTurn
+from .unwritten import write_target
 
 if TYPE_CHECKING:
     from ..tools.base import Tool
@@ -183,6 +184,8 @@ class Agent:
             parsed = outcome.turn.parsed
             if outcome.usable and not parsed.tool_calls:
                 outcome = self._looked(run, outcome)
+            if outcome.usable and not parsed.tool_calls:
+                outcome = self._written(run, outcome)
             if not outcome.usable:
                 yield from self._correct(run, outcome)
             elif not parsed.tool_calls:
@@ -267,6 +270,24 @@ class Agent:
         problem = f"answered before any tool ran, without {shown or tool}"
         return replace(outcome, problem=problem, correction=run.corrections.unlooked(tool, shown), kind="tool_choice",
                        kept=False)
+
+    def _written(self, run: RunState, outcome: StepOutcome) -> StepOutcome:
+        """`outcome` (an answer), or, once a run, the turn sent back with the `unwritten` correction where the
+        task asks for a file of the workspace to be written (`unwritten.write_target`) and the file system shows
+        no such file: the 1.5B, asked to write a code name into release.txt, answered the code name. A file that
+        exists is taken as written (or as one the task edits), whoever wrote it."""
+        if run.corrections.unwritten_sent or "write_file" not in self.tools:
+            return outcome
+        path = write_target(run.corrections.task)
+        if path is None:
+            return outcome
+        root = self.workspace.resolve()
+        target = (root / path).resolve()
+        if not target.is_relative_to(root) or target.exists():
+            return outcome
+        shown = target.relative_to(root).as_posix()
+        return replace(outcome, problem=f"answered without writing {shown}", kind="tool_choice", kept=False,
+                       correction=run.corrections.unwritten("write_file", shown, "path"))
 
     def _answer(self, turn: ModelTurn) -> Steps[tuple[str, StopReason]]:
         """End the run with the turn's answer; one that ran into the token limit is kept, but never passed off
