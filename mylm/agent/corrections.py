@@ -237,10 +237,11 @@ class Corrections:
             description.split()[:60]))))
 
     def unlooked(self, tool: str, path: str = "", *, parameter: str = "path", value: Any = None,
-                 seen: bool = True) -> str:
+                 seen: bool = True, others: bool = False) -> str:
         """The user message for an answer given before any tool ran where it cannot come from what the model
         has seen: it announced `tool` and did not call it, or the task names `path`, unread (`seen`: the file
-        system showed it is in the workspace; a server, which has none, only read the name in the task).
+        system showed it is in the workspace; a server, which has none, only read the name in the task; `others`:
+        other tools have run).
         `parameter` and `value`: the argument of the call that reads it (by default the path itself)."""
         self.unlooked_sent = True
         schema = next((dict(t.parameters) for t in self.tools if t.name == tool), {})
@@ -249,7 +250,7 @@ class Corrections:
         block = self._block(ToolCall(tool, {parameter: path if value is None else value})) if path and (
             parameter in (schema.get("properties") or {})) else ""
         text = self._told(self.prompts.render("unlooked.j2", tool=tool, path=neutralise(path), seen=seen,
-                                              block="\0" if block else ""))
+                                              others=others, block="\0" if block else ""))
         return text.replace("\0", block, 1)
 
     def unwritten(self, tool: str, path: str, parameter: str = "") -> str:

@@ -101,11 +101,12 @@ def _shell_parameter(tool: _Tool) -> tuple[str, bool] | None:
     return None
 
 
-def unread(question: str, tools: Sequence[_Tool], *, written: str | None = None) -> Unread | None:
+def unread(question: str, tools: Sequence[_Tool], *, written: str | None = None,
+           mentioned: str = "") -> Unread | None:
     """The first file `question` names and the call that reads it (a file-reading tool's first, else a shell
     tool's `cat`), or None. Not `written`, the file the question asks to be written ("Create hello.py ...":
-    there is nothing to read yet)."""
-    files = [name for name in named_files(question) if name != written]
+    there is nothing to read yet), nor a file `mentioned` holds as a word (the arguments of the calls made)."""
+    files = [name for name in named_files(question) if name != written and not _names(mentioned, name)]
     if not files:
         return None
     readers = [(rank, index, tool.name, parameter) for index, tool in enumerate(tools)
@@ -121,6 +122,11 @@ def unread(question: str, tools: Sequence[_Tool], *, written: str | None = None)
             command = ["cat", "--", files[0]] if argv else f"cat -- {shlex.quote(files[0])}"
             return Unread(files[0], tool.name, name, command)
     return None
+
+
+def _names(text: str, name: str) -> bool:
+    """Whether `text` holds the file `name` as a word, after directories or not (`/work/p/notes.txt`)."""
+    return re.search(r"(?<![\w.-])" + re.escape(name) + r"(?![\w/-])", text) is not None
 
 
 def reads_named_file(tool: _Tool, arguments: Mapping[str, Any], question: str) -> bool:

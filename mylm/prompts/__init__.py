@@ -276,7 +276,8 @@ SAMPLES: dict[str, tuple[dict[str, Any], ...]] = {
     "unlooked.j2": ({"tool": "read_file", "path": "notes.txt", "block": "<tool_code>\n<name>read_file</name>\n"
                      "<parameters>\n{\"path\": \"notes.txt\"}\n</parameters>\n</tool_code>"},
                     {"tool": "list_dir", "path": ""},
-                    {"tool": "list_dir", "path": "."}),
+                    {"tool": "list_dir", "path": "."},
+                    {"tool": "read_file", "path": "notes.txt", "seen": False, "others": True}),
     "unwritten.j2": ({"tool": "write_file", "path": "release.txt", "parameter": "path"},
                      {"tool": "exec_command", "path": "release.txt", "parameter": ""}),
     "fit.j2": ({"request": "How many sides does a hexagon have?", "tool": "example",

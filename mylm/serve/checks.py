@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -71,20 +72,26 @@ def repeated(request: ChatRequest, name: str, arguments: Mapping[str, Any]) -> R
     return Repeat(name, outputs[-1], previous=last == key)
 
 
-def looked(outcome: StepOutcome, question: str, step: ModelStep,
+def looked(outcome: StepOutcome, request: ChatRequest, step: ModelStep,
            corrections: Corrections) -> tuple[StepOutcome, str | None]:
-    """`outcome` (an answer to the open question), or, where the question names a file that nothing has read and
+    """`outcome` (an answer to the client's task), or, where the task names a file that no call of the
+    conversation names (read, searched or handed to a sub-agent: any call whose arguments hold its name counts) and
     the client offers a tool that reads one, the turn sent back with the `unlooked` correction, and the tool the
-    retry must call; the made-up answer is left out (`kept`: kept, the model copied it after the look)."""
+    retry must call; the made-up answer is left out (`kept`: kept, the model copied it after the look). Claude
+    Code's 1.5B called its task tools, then answered "v5.3.4" for the code name in notes.txt, never read."""
     if step.config.tool_choice != "auto":
         return outcome, None
-    found = unread(question, step.listed, written=write_target(question))
+    task, _ = task_and_calls(request)
+    mentioned = "\n".join(json.dumps(dict(call.arguments), ensure_ascii=False)
+                          for message in request.messages for call in message.calls)
+    found = unread(task, step.listed, written=write_target(task), mentioned=mentioned)
     if found is None:
         return outcome, None
+    called = any(message.calls for message in request.messages)
     return dataclasses.replace(
-        outcome, problem=f"answered before any tool ran, without reading {found.path}", kind="tool_choice",
+        outcome, problem=f"answered without reading {found.path}", kind="tool_choice",
         correction=corrections.unlooked(found.tool, found.path, parameter=found.parameter, value=found.value,
-                                        seen=False), kept=False), found.tool
+                                        seen=False, others=called), kept=False), found.tool
 
 
 def again(outcome: StepOutcome, request: ChatRequest, corrections: Corrections) -> StepOutcome:

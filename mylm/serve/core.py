@@ -337,8 +337,8 @@ class Core:
                 outcome, copy_sent = copy_sent_back(outcome, corrections), True
             elif answer:
                 forced = None
-                if question and not corrections.unlooked_sent:
-                    outcome, forced = looked(outcome, question, step, corrections)
+                if not corrections.unlooked_sent:
+                    outcome, forced = looked(outcome, request, step, corrections)
                 if forced is None and not write_sent:
                     outcome, forced = written(outcome, request, step, corrections)
                     write_sent = forced is not None

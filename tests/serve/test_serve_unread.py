@@ -172,3 +172,37 @@ def test_a_shell_command_that_names_the_file_reads_it(tool: ToolDefinition, argu
     from mylm.agent.unread import reads_named_file
 
     assert reads_named_file(tool, arguments, QUESTION) is reads
+
+
+def _history(*calls: tuple[str, dict[str, Any], str]) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": QUESTION}]
+    for index, (name, arguments, result) in enumerate(calls):
+        messages += [{"role": "assistant", "content": None, "tool_calls": [{"id": f"c{index}", "type": "function",
+                      "function": {"name": name, "arguments": json.dumps(arguments)}}]},
+                     {"role": "tool", "tool_call_id": f"c{index}", "content": result}]
+    return messages
+
+
+def test_other_tools_run_first_do_not_make_an_unread_answer_an_answer() -> None:
+    """Claude Code's 1.5B called its task tools, then answered "v5.3.4" for the code name in notes.txt, never read:
+    after other calls the answer is sent back all the same, and the correction says what is still unread."""
+    history = _history(("list_files", {}, "greet.py\nnotes.txt"))
+    with OpenAIServer(["<final_answer>v5.3.4</final_answer>", call("read_file", '{"path": "notes.txt"}')]) \
+            as upstream, serving(upstream.base_url) as url, \
+            openai.OpenAI(base_url=url + "/v1", api_key="unused") as api:
+        reply = api.chat.completions.create(model="m", tools=TOOLS, messages=history)
+    assert [c.function.name for c in reply.choices[0].message.tool_calls or []] == ["read_file"]  # type: ignore[union-attr]
+    corrected = json.loads(_sent(upstream)[1])[-1]["content"]
+    assert "notes.txt has not been read yet" in corrected and "v5.3.4" not in _sent(upstream)[1]
+
+
+@pytest.mark.parametrize("arguments", [
+    {"path": "notes.txt"}, {"path": "/home/user/project/notes.txt"},
+    {"prompt": "Find the code name in notes.txt"},  # handed to a sub-agent: its arguments name the file
+])
+def test_a_file_any_call_has_named_is_taken_as_looked_at(arguments: dict[str, Any]) -> None:
+    history = _history(("read_file" if "path" in arguments else "Task", arguments, "cobalt"))
+    with OpenAIServer(["It is cobalt."]) as upstream, serving(upstream.base_url) as url, \
+            openai.OpenAI(base_url=url + "/v1", api_key="unused") as api:
+        reply = api.chat.completions.create(model="m", tools=TOOLS, messages=history)
+    assert reply.choices[0].message.content == "It is cobalt." and len(_sent(upstream)) == 1
