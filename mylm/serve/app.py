@@ -34,7 +34,7 @@ from . import chat, messages, models, ollama, responses
 from .bridge import Backlog, produced
 from .core import Core
 from .guard import Guard, Guarding, client_key, key_matches
-from .http import EventStream, json_response, read_body, unless_disconnected
+from .http import EventStream, json_response, read_body, settled_unless_disconnected, unless_disconnected
 from .stored import ResponseStore, StoredResponses
 from .wire import CallOut, ChatMessage, Finished, Out, load_json, said, text
 
@@ -243,7 +243,7 @@ class Server:
         # wait for headers while the model reads a long prompt or thinks (clients give up after a few minutes of
         # silence); from then on keep-alives hold the stream open and a failure is the API's error event.
         head = asyncio.ensure_future(items.__anext__())
-        settled = await unless_disconnected(request, _settled(head, self.config.status_wait))
+        settled = await settled_unless_disconnected(request, head, self.config.status_wait)
         if settled is None:  # the client went away
             head.cancel()
             await asyncio.gather(head, return_exceptions=True)
@@ -389,12 +389,6 @@ def _streamed(api: ModuleType, parsed: Any, items: AsyncIterator[Out],
         blocks = messages.Blocks()
         return messages.events(parsed, items, body, blocks), blocks.keepalive
     return api.events(parsed, items, body), (ollama.keepalive(parsed) if api is ollama else api.KEEPALIVE)
-
-
-async def _settled(task: asyncio.Future[Any], within: float) -> bool:
-    """Wait up to `within` seconds for `task` (never cancelling it); whether it is done."""
-    await asyncio.wait({task}, timeout=within)
-    return task.done()
 
 
 async def _prepend(first: Out | None, head: asyncio.Future[Out], rest: AsyncGenerator[Out, None]
