@@ -338,10 +338,7 @@ class HTTPProvider(ABC):
                 items += sse.close()
             chunks: list[LLMChunk] = []
             try:
-                for item in items:
-                    chunks.extend(decoder.feed(item))
-                    if decoder.done:
-                        break
+                decoder.feed_all(items, chunks)
             except BaseException:
                 yield from _coalesced(chunks)  # what came before a mid-stream error is still the answer's
                 raise
