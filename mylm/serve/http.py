@@ -30,9 +30,9 @@ def json_response(document: Any, status: int = 200, headers: dict[str, str] | No
 
 def sse(document: Any, event: str | None = None) -> bytes:
     """One server-sent event carrying `document` as JSON (or a literal string such as `[DONE]`)."""
-    data = document if isinstance(document, str) else dumps(document).decode("utf-8")
-    head = f"event: {event}\n" if event else ""
-    return f"{head}data: {data}\n\n".encode()
+    data = document.encode() if isinstance(document, str) else dumps(document)
+    head = f"event: {event}\n".encode() if event else b""
+    return b"%sdata: %s\n\n" % (head, data)
 
 
 async def read_body(request: Request, limit: int, timeout: float) -> bytes:

@@ -140,3 +140,29 @@ def test_the_generation_routes_answer_alike_with_and_without_starlettes_router(u
     messages = requests.post(served + "/v1/messages", json={**body, "max_tokens": 10}, timeout=30,
                              headers={"anthropic-version": "2023-06-01"})
     assert messages.status_code == 200 or messages.json()["type"] == "error"
+
+
+def test_chat_chunks_made_from_a_template_are_the_bytes_encoding_each_chunk_gives() -> None:
+    import json
+
+    from mylm.serve.wire import CallOut, Finished, ReasoningOut, TextOut
+
+    request = chat.parse({"model": "módel \"x\"", "messages": [{"role": "user", "content": "hi"}], "stream": True})
+
+    async def items() -> AsyncIterator[Any]:
+        for item in (TextOut("héllo \"q\" \n"), ReasoningOut("thinks…"), CallOut("call_1", "f", '{"a": "ü"}'),
+                     Finished("tool_calls")):
+            yield item
+
+    async def collect() -> list[bytes]:
+        return [event async for event in chat.events(request, items(), {})]
+
+    events = asyncio.run(collect())
+    assert events[-1] == b"data: [DONE]\n\n"
+    for event in events[:-1]:
+        document = json.loads(event.removeprefix(b"data: ").removesuffix(b"\n\n"))
+        # Exactly what encoding the whole chunk gives (compact, non-ASCII kept, the keys in the API's order).
+        assert event == b"data: " + json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+        assert list(document) == ["id", "object", "created", "model", "choices"]
+        assert list(document["choices"][0]) == ["index", "delta", "logprobs", "finish_reason"]
+    assert json.loads(events[-2][6:])["choices"][0]["finish_reason"] == "tool_calls"
