@@ -30,6 +30,13 @@ class Decoder(ABC):
     def feed(self, item: Any) -> Iterable[LLMChunk]:
         """Chunks for one wire item (an `SSEEvent` or an NDJSON object)."""
 
+    def feed_all(self, items: list[Any], out: list[LLMChunk]) -> None:
+        """`feed` each of `items` in turn, appending their chunks to `out`, until the stream's end marker."""
+        for item in items:
+            out.extend(self.feed(item))
+            if self.done:
+                return
+
     def whole(self, document: Any) -> Iterable[LLMChunk]:
         """Chunks for a single JSON answer, from a server that ignored `stream: true`."""
         self.fail_on_error(document)

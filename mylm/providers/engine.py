@@ -30,6 +30,7 @@ from .transport import (
     MAX_RESPONSE_BYTES,
     CallGuard,
     HTTPCall,
+    Session,
     iter_body,
     new_session,
     read_all,
@@ -97,7 +98,7 @@ class HTTPProvider(ABC):
         self.endpoint = endpoint.resolved()
         self.retry = retry or RetryPolicy()
         self._prompts = prompts
-        self._session = session or new_session()
+        self._session: Session = session or new_session()
         #: Request fields the server turned out to reject (learned from a 400, kept for later calls).
         self.quirks: set[str] = set()
         self.place = Place(
@@ -115,9 +116,12 @@ class HTTPProvider(ABC):
 
     def pool(self, size: int) -> None:
         """Keep up to `size` connections to the server for reuse (`mylm serve` relays many calls at once; the
-        default suits one agent's calls in turn)."""
+        default suits one agent's calls in turn). Plain-HTTP servers are then called through the lean client
+        (`lean.py`: the server's upstream calls cost it about half the CPU they did through requests)."""
+        from .lean import LeanSession
+
         self._session.close()
-        self._session = new_session(pool_maxsize=size)
+        self._session = LeanSession(pool_maxsize=size)
 
     @classmethod
     def claims(cls, base_url: str) -> bool:
@@ -334,10 +338,7 @@ class HTTPProvider(ABC):
                 items += sse.close()
             chunks: list[LLMChunk] = []
             try:
-                for item in items:
-                    chunks.extend(decoder.feed(item))
-                    if decoder.done:
-                        break
+                decoder.feed_all(items, chunks)
             except BaseException:
                 yield from _coalesced(chunks)  # what came before a mid-stream error is still the answer's
                 raise

@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
 
 import requests
@@ -290,19 +290,52 @@ BASE_HEADERS: Mapping[str, str] = {
 }
 
 
+class Response(Protocol):
+    """An answer whose headers are in and whose body is read through `raw.read1` (requests', or `lean`'s)."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    @property
+    def raw(self) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+class Sender(Protocol):
+    """A session other than requests' that sends calls itself (`lean.LeanSession`)."""
+
+    def send_call(self, call: HTTPCall, guard: CallGuard, *, connect_timeout: float,
+                  read_timeout: float) -> Response: ...
+
+    def close(self) -> None: ...
+
+
+#: What providers send through.
+Session = requests.Session | Sender
+
+
 def send(
-    session: requests.Session,
+    session: Session,
     call: HTTPCall,
     guard: CallGuard,
     *,
     connect_timeout: float,
     read_timeout: float,
-) -> requests.Response:
+) -> Response:
     """Send `call` and return the response once its headers are in (any status); the body is not read yet."""
+    own = getattr(session, "send_call", None)
+    if own is not None:
+        answer: Response = own(call, guard, connect_timeout=connect_timeout, read_timeout=read_timeout)
+        return answer
+    plain = cast(requests.Session, session)  # a Sender always has `send_call`
     timeout = (guard.timeout(connect_timeout), guard.timeout(read_timeout))
     _sending.guard = guard
     try:
-        return session.request(
+        return plain.request(
             call.method,
             call.url,
             data=call.body,
@@ -343,11 +376,18 @@ def _request_error(exc: Exception, place: Place, connect_timeout: float, read_ti
         return LLMTimeoutError(f"{where} sent no response within {read_timeout:g} s (the read timeout)")
     if isinstance(exc, requests.exceptions.SSLError):
         error = EndpointUnreachableError(
-            f"cannot reach {where}: TLS failed ({_root_cause(exc)}); {configure}"
+            f"cannot reach {where}: TLS failed ({root_cause(exc)}); {configure}"
         )
         error.retryable = False  # a certificate problem does not fix itself
         return error
-    cause = _root_cause(exc)
+    return unreachable(exc, place)
+
+
+def unreachable(exc: BaseException, place: Place) -> EndpointUnreachableError:
+    """The error for a connection that failed (or broke before an answer) with `exc`."""
+    configure = "start the server, or point mylm at it with --base-url or MYLM_BASE_URL"
+    where = f"the {place.provider} endpoint at {place.url}"
+    cause = root_cause(exc)
     error = EndpointUnreachableError(f"cannot reach {where}: {cause}; {configure}")
     if cause == "connection refused" and _is_loopback(place.url):
         error.retryable = False  # nothing listens on this machine's port, and waiting will not start it
@@ -359,7 +399,7 @@ def _is_loopback(url: str) -> bool:
     return host in ("localhost", "::1") or host.startswith("127.")
 
 
-def _root_cause(exc: BaseException) -> str:
+def root_cause(exc: BaseException) -> str:
     """The innermost cause, as a short phrase (`connection refused`, a DNS failure, ...)."""
     seen: set[int] = set()
     inner: BaseException = exc
@@ -381,7 +421,7 @@ def _root_cause(exc: BaseException) -> str:
 
 
 def iter_body(
-    response: requests.Response, guard: CallGuard, *, idle: float, limit: int = MAX_RESPONSE_BYTES
+    response: Response, guard: CallGuard, *, idle: float, limit: int = MAX_RESPONSE_BYTES
 ) -> Iterator[bytes]:
     """The response body as it arrives, each read bounded by the idle timeout and the deadline."""
     raw = response.raw
@@ -422,7 +462,7 @@ def iter_body(
 _KEEP_BYTES = 64 * 1024
 
 
-def release(response: requests.Response, guard: CallGuard) -> None:
+def release(response: Response, guard: CallGuard) -> None:
     """Let go of a response whose reading is over (finished, or closed early once a call was complete).
 
     When the rest of the body is already here (the server finished its turn, only its tail is unread), it is
@@ -455,7 +495,7 @@ def release(response: requests.Response, guard: CallGuard) -> None:
     response.close()
 
 
-def read_all(response: requests.Response, guard: CallGuard, *, idle: float, limit: int) -> bytes:
+def read_all(response: Response, guard: CallGuard, *, idle: float, limit: int) -> bytes:
     """The whole (small) body: an error answer or a JSON document; stops quietly at `limit`."""
     parts: list[bytes] = []
     size = 0
@@ -481,5 +521,5 @@ def _read_error(exc: Exception, place: Place, idle: float) -> LLMError:
             "(the read timeout)"
         )
     return ConnectionBroke(
-        f"the connection to the {place.provider} endpoint {place.url} broke: {_root_cause(exc)}"
+        f"the connection to the {place.provider} endpoint {place.url} broke: {root_cause(exc)}"
     )

@@ -34,7 +34,7 @@ from . import chat, messages, models, ollama, responses
 from .bridge import Backlog, produced
 from .core import Core
 from .guard import Guard, Guarding, client_key, key_matches
-from .http import EventStream, json_response, read_body, unless_disconnected
+from .http import EventStream, json_response, read_body, settled_unless_disconnected, unless_disconnected
 from .stored import ResponseStore, StoredResponses
 from .wire import CallOut, ChatMessage, Finished, Out, load_json, said, text
 
@@ -243,7 +243,7 @@ class Server:
         # wait for headers while the model reads a long prompt or thinks (clients give up after a few minutes of
         # silence); from then on keep-alives hold the stream open and a failure is the API's error event.
         head = asyncio.ensure_future(items.__anext__())
-        settled = await unless_disconnected(request, _settled(head, self.config.status_wait))
+        settled = await settled_unless_disconnected(request, head, self.config.status_wait)
         if settled is None:  # the client went away
             head.cancel()
             await asyncio.gather(head, return_exceptions=True)
@@ -391,12 +391,6 @@ def _streamed(api: ModuleType, parsed: Any, items: AsyncIterator[Out],
     return api.events(parsed, items, body), (ollama.keepalive(parsed) if api is ollama else api.KEEPALIVE)
 
 
-async def _settled(task: asyncio.Future[Any], within: float) -> bool:
-    """Wait up to `within` seconds for `task` (never cancelling it); whether it is done."""
-    await asyncio.wait({task}, timeout=within)
-    return task.done()
-
-
 async def _prepend(first: Out | None, head: asyncio.Future[Out], rest: AsyncGenerator[Out, None]
                    ) -> AsyncGenerator[Out, None]:
     """The items: `first` if it had arrived before the headers went out, else what `head` brings, then `rest`."""
@@ -426,6 +420,29 @@ def refused(path: str, status: int, message: str, kind: str) -> dict[str, Any]:
     return body
 
 
+class _Routed(Starlette):
+    """Starlette, with the generation routes' POSTs handed straight to their handlers.
+
+    Starlette's router and its two middlewares (errors, HTTP exceptions) wrap every `send` of a stream's events
+    in two more coroutines: about a twentieth of the server's CPU per request (py-spy under
+    scripts/bench_serve.py). The handlers answer every failure in the API's shape themselves and raise no
+    HTTPException, so for these routes that machinery did nothing; any other request (another method, a path
+    with a trailing slash, a mounted root path) goes through Starlette as before."""
+
+    def __init__(self, routes: list[Route], direct: Mapping[str, Callable[[Request], Any]]) -> None:
+        super().__init__(routes=routes)
+        self.direct = dict(direct)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        handler = self.direct.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
+        if handler is None or scope.get("root_path"):
+            await super().__call__(scope, receive, send)
+            return
+        scope["app"] = self
+        response = await handler(Request(scope, receive, send))
+        await response(scope, receive, send)
+
+
 def create_app(core: Core, config: ServeConfig, redact: Callable[[str], str] = lambda s: s,
                tracing: RequestTracing | None = None, upstreams: Mapping[str, Core] | None = None,
                stored: ResponseStore | None = None) -> Guard:
@@ -438,20 +455,20 @@ def create_app(core: Core, config: ServeConfig, redact: Callable[[str], str] = l
         pool = getattr(served.llm, "pool", None)
         if callable(pool):
             pool(config.max_concurrency)  # one upstream connection pool, as large as the requests served at once
+    generation = {path: server.generation(api, path) for path, api in (
+        ("/v1/chat/completions", chat), ("/v1/responses", responses), ("/v1/messages", messages), ("/api/chat", ollama))}
     routes = [
         Route("/health", server.health, methods=["GET"]),
         Route("/v1/models", server.list_models, methods=["GET"]),
         Route("/v1/models/{name:path}", server.one_model, methods=["GET"]),
-        *(Route(path, server.generation(api, path), methods=["POST"])
-          for path, api in (("/v1/chat/completions", chat), ("/v1/responses", responses),
-                            ("/v1/messages", messages), ("/api/chat", ollama))),
+        *(Route(path, handler, methods=["POST"]) for path, handler in generation.items()),
         Route("/api/tags", server.ollama_tags, methods=["GET"]),
         Route("/api/version", server.ollama_version, methods=["GET"]),
         Route("/api/show", server.ollama_show, methods=["POST"]),
         Route("/{rest:path}", server.not_found,
               methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]),
     ]
-    app = Starlette(routes=routes)
+    app = _Routed(routes, generation)
     app.state.server = server
     return Guard(app, config.guarding(), refused)
 

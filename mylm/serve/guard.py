@@ -77,10 +77,22 @@ def is_loopback_name(name: str) -> bool:
     """Whether `name` (from `host_name`) always means this machine: `localhost` or a loopback address."""
     if name in LOOPBACK_NAMES:
         return True
-    try:
-        return ipaddress.ip_address(name.split("%")[0]).is_loopback
-    except ValueError:
-        return False
+    known = _LOOPBACK_SEEN.get(name)
+    if known is None:
+        try:
+            known = ipaddress.ip_address(name.split("%")[0]).is_loopback
+        except ValueError:
+            known = False
+        # Every request names its host (`127.0.0.1:8080`, mostly the same few): parsing it as an address each
+        # time was a fiftieth of the event loop's CPU per request. Bounded: a client sends any name it likes.
+        if len(_LOOPBACK_SEEN) >= 256:
+            _LOOPBACK_SEEN.clear()
+        _LOOPBACK_SEEN[name] = known
+    return known
+
+
+#: What `is_loopback_name` found for the names it was asked about lately.
+_LOOPBACK_SEEN: dict[str, bool] = {}
 
 
 def host_allowed(header: str | None, allowed: tuple[str, ...]) -> bool:

@@ -30,9 +30,9 @@ def json_response(document: Any, status: int = 200, headers: dict[str, str] | No
 
 def sse(document: Any, event: str | None = None) -> bytes:
     """One server-sent event carrying `document` as JSON (or a literal string such as `[DONE]`)."""
-    data = document if isinstance(document, str) else dumps(document).decode("utf-8")
-    head = f"event: {event}\n" if event else ""
-    return f"{head}data: {data}\n\n".encode()
+    data = document.encode() if isinstance(document, str) else dumps(document)
+    head = f"event: {event}\n".encode() if event else b""
+    return b"%sdata: %s\n\n" % (head, data)
 
 
 async def read_body(request: Request, limit: int, timeout: float) -> bytes:
@@ -56,7 +56,13 @@ async def read_body(request: Request, limit: int, timeout: float) -> bytes:
         return b"".join(parts)
 
     try:
-        return await asyncio.wait_for(read(), timeout)
+        # asyncio.timeout (3.11) times the read in this task; wait_for runs it in a task of its own, which cost
+        # each request a task's creation and a hop through the loop.
+        within = getattr(asyncio, "timeout", None)
+        if within is None:
+            return await asyncio.wait_for(read(), timeout)
+        async with within(timeout):
+            return await read()
     except asyncio.TimeoutError:
         raise RequestError(f"the request body did not arrive within {timeout:g} s", status=408,
                            kind="timeout") from None
@@ -76,6 +82,19 @@ async def until_disconnect(receive: Receive) -> None:
         message = await receive()
         if message["type"] == "http.disconnect":
             return
+
+
+async def settled_unless_disconnected(request: Request, task: asyncio.Future[Any], within: float) -> bool | None:
+    """Wait up to `within` seconds for `task` (never cancelling it): whether it is done, or None if the client
+    goes away first. (`unless_disconnected` with `_settled` inside, in one wait: a task and a wait fewer.)"""
+    watcher = asyncio.ensure_future(until_disconnect(request.receive))
+    try:
+        await asyncio.wait({task, watcher}, timeout=within, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            return True
+        return None if watcher.done() else False
+    finally:
+        watcher.cancel()
 
 
 async def unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
@@ -152,24 +171,23 @@ class EventStream(Response):
                 await send({"type": "http.response.body", "body": chunk, "more_body": more})
                 last[0] = time.monotonic()
 
-        ticker: asyncio.Future[None] | None = None
+        ticker = _Ticker(lambda: self._tick(write, last, pending), self.interval)
         pending: list[bytes] = []
-        if self.eager and self.keepalive and self.interval > 0:
-            ticker = asyncio.ensure_future(self._tick(write, last, pending))
+        ticking = bool(self.keepalive) and self.interval > 0
+        if self.eager and ticking:
+            ticker.start()
         try:
             async for chunk in self.events:
                 pending.append(chunk)
                 if not self.more:
                     await write(b"".join(pending))
                     pending.clear()
-                    if ticker is None and self.keepalive and self.interval > 0:
-                        ticker = asyncio.ensure_future(self._tick(write, last, pending))
+                    if ticking:
+                        ticker.start()
         except OSError:
             return  # the client went away mid-write
         finally:
-            if ticker is not None:
-                ticker.cancel()
-                await asyncio.gather(ticker, return_exceptions=True)
+            await ticker.stop()
         await write(b"".join(pending), more=False)
 
     async def _tick(self, write: Callable[[bytes | Callable[[], bytes]], Awaitable[None]],
@@ -186,3 +204,30 @@ class EventStream(Response):
                 await write(self.keepalive)
             except OSError:
                 return
+
+
+class _Ticker:
+    """The keep-alive task of a stream, started only once `interval` seconds have passed: most streams end
+    sooner, and a task per stream, created and cancelled, cost each request more than the rest of its
+    keep-alive logic (the task's first act was to sleep `interval` anyway)."""
+
+    def __init__(self, tick: Callable[[], Awaitable[None]], interval: float) -> None:
+        self._tick = tick
+        self._interval = interval
+        self._timer: asyncio.TimerHandle | None = None
+        self._task: asyncio.Future[None] | None = None
+
+    def start(self) -> None:
+        """Tick from `interval` seconds from now (again: no-op)."""
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self._interval, self._begin)
+
+    def _begin(self) -> None:
+        self._task = asyncio.ensure_future(self._tick())
+
+    async def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)

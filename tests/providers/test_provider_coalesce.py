@@ -54,3 +54,41 @@ def test_an_overlong_line_fails_after_the_lines_before_it() -> None:
         splitter.check()
     assert LineSplitter().feed("é\n".encode()[:1]) == []  # half a character waits for its other half
 
+
+
+@pytest.mark.parametrize("datas", [
+    ['{"choices":[{"index":0,"delta":{"content":"a"}}]}', '{"choices":[{"index":0,"delta":{"content":"b"}}]}',
+     "[DONE]", '{"choices":[{"index":0,"delta":{"content":"after done"}}]}'],
+    # Two objects in one event (a server without blank lines), junk after an object, an object then a bracket.
+    ['{"choices":[{"delta":{"content":"x"}}]}\n{"choices":[{"delta":{"content":"y"}}]}',
+     '{"choices":[{"delta":{"content":"z"}}]}'],
+    ['{"choices":[{"delta":{"content":"x"}}]} ', '{"choices":[{"delta":{"content":"y"}}],"usage":'
+     '{"prompt_tokens":3,"completion_tokens":2}}'],
+    ['{"choices":[{"delta":{"content":"x"}}]}', '{"a":1}],[{"b":2}'],
+    ['{"choices":[{"delta":{"content":"x"}}]}', '{"error":{"message":"overloaded"}}',
+     '{"choices":[{"delta":{"content":"never"}}]}'],
+    ['{"choices":[{"delta":{"content":"x","reasoning_content":"r"},"finish_reason":"length"}]}', "5", "{}"],
+])
+def test_a_reads_events_decoded_together_give_what_each_decoded_alone_gives(datas: list[str]) -> None:
+    """The OpenAI decoder reads a read's plain JSON events in one pass (`feed_all`); whatever they hold, the
+    chunks, the finish and the failure are those of feeding each event alone."""
+    from mylm.providers.framing import SSEEvent
+
+    def run(together: bool) -> tuple[list[object], object, object, object]:
+        decoder = provider().new_decoder()  # type: ignore[attr-defined]
+        events = [SSEEvent("message", data) for data in datas]
+        out: list[object] = []
+        failed = None
+        try:
+            if together:
+                decoder.feed_all(events, out)
+            else:
+                for event in events:
+                    out.extend(decoder.feed(event))
+                    if decoder.done:
+                        break
+        except StreamError as error:
+            failed = str(error)
+        return out, (decoder.reason, decoder.usage, decoder.done), failed, decoder.stop_sequence
+
+    assert run(True) == run(False)

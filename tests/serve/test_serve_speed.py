@@ -119,3 +119,50 @@ def test_without_a_backlog_every_event_is_written_as_it_comes() -> None:
     bodies = [m["body"] for m in _sent([b"a", b"b"], [0, 0]) if m["type"] == "http.response.body"]
     assert bodies == [b"a", b"b", b""]
 
+
+
+def test_the_generation_routes_answer_alike_with_and_without_starlettes_router(upstream: Any, served: str) -> None:
+    """The generation POSTs skip Starlette's router (`app._Routed`); every other request still takes it, and the
+    answers are the ones the routes always gave."""
+    import requests
+
+    upstream.script(["Hello there."])
+    body = {"model": "test-model", "messages": [{"role": "user", "content": "hi"}]}
+    answered = requests.post(served + "/v1/chat/completions", json=body, timeout=30)
+    assert answered.status_code == 200 and answered.json()["choices"][0]["message"]["content"] == "Hello there."
+    bad = requests.post(served + "/v1/chat/completions", data=b"{not json", timeout=30,
+                        headers={"Content-Type": "application/json"})
+    assert bad.status_code == 400 and "error" in bad.json()
+    for method, path in (("GET", "/v1/chat/completions"), ("POST", "/v1/chat/completions/"), ("PUT", "/api/chat")):
+        other = requests.request(method, served + path, json=body, timeout=30)
+        # In the API's own shape: OpenAI's error object, Ollama's string.
+        assert other.status_code == 404 and f"no route {method} {path}" in other.text, (method, path)
+    messages = requests.post(served + "/v1/messages", json={**body, "max_tokens": 10}, timeout=30,
+                             headers={"anthropic-version": "2023-06-01"})
+    assert messages.status_code == 200 or messages.json()["type"] == "error"
+
+
+def test_chat_chunks_made_from_a_template_are_the_bytes_encoding_each_chunk_gives() -> None:
+    import json
+
+    from mylm.serve.wire import CallOut, Finished, ReasoningOut, TextOut
+
+    request = chat.parse({"model": "módel \"x\"", "messages": [{"role": "user", "content": "hi"}], "stream": True})
+
+    async def items() -> AsyncIterator[Any]:
+        for item in (TextOut("héllo \"q\" \n"), ReasoningOut("thinks…"), CallOut("call_1", "f", '{"a": "ü"}'),
+                     Finished("tool_calls")):
+            yield item
+
+    async def collect() -> list[bytes]:
+        return [event async for event in chat.events(request, items(), {})]
+
+    events = asyncio.run(collect())
+    assert events[-1] == b"data: [DONE]\n\n"
+    for event in events[:-1]:
+        document = json.loads(event.removeprefix(b"data: ").removesuffix(b"\n\n"))
+        # Exactly what encoding the whole chunk gives (compact, non-ASCII kept, the keys in the API's order).
+        assert event == b"data: " + json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+        assert list(document) == ["id", "object", "created", "model", "choices"]
+        assert list(document["choices"][0]) == ["index", "delta", "logprobs", "finish_reason"]
+    assert json.loads(events[-2][6:])["choices"][0]["finish_reason"] == "tool_calls"
