@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
+from ..core.environ import environment
 from . import procs
 
 __all__ = [
@@ -70,10 +71,11 @@ def child_environment(
     passthrough: Sequence[str] = (), *, tag: str = "", environ: Mapping[str, str] | None = None
 ) -> dict[str, str]:
     """The environment a command sees: an allowlist plus names the user opted in, never mylm's own."""
-    env = os.environ if environ is None else environ
+    env = environment() if environ is None else environ
     wanted = [*ENV_ALLOWLIST,
               *(n for n in passthrough if not n.upper().startswith("MYLM_") and not shell_variable(n))]
-    # Names first, values only for the ones kept: decoding every value of os.environ cost ~0.1 ms a command.
+    # Names first, values only for the ones kept: a mapping given may be os.environ itself, where decoding
+    # every value cost ~0.1 ms a command.
     names = [k for k in env if k.startswith("LC_") and k not in wanted]
     child = {k: env[k] for k in [*wanted, *names] if k in env}
     child.setdefault("PATH", os.defpath)
