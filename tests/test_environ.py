@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -57,3 +58,20 @@ def test_a_command_gets_a_locale_variable_set_meanwhile(monkeypatch: pytest.Monk
     assert "LC_MYLM_TEST" not in child_environment()
     monkeypatch.setenv("LC_MYLM_TEST", "C.UTF-8")
     assert child_environment()["LC_MYLM_TEST"] == "C.UTF-8"
+
+
+def test_mylm_own_directories_follow_the_variables_they_are_made_from(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from mylm.sandbox.hidden import mylm_private
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "one"))
+    assert str(tmp_path / "one" / "mylm") in mylm_private()
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "two"))  # asked again: not the answer kept before
+    assert str(tmp_path / "two" / "mylm") in mylm_private()
+    assert str(tmp_path / "one" / "mylm") not in mylm_private()
+    given = {"HOME": str(tmp_path / "home"), "XDG_DATA_HOME": str(tmp_path / "data")}
+    assert mylm_private([tmp_path / "extra"], given) == (
+        str(tmp_path / "home" / ".config" / "mylm"), str(tmp_path / "data" / "mylm"),
+        str(tmp_path / "home" / ".local" / "state" / "mylm"), str(tmp_path / "extra"),
+    )
