@@ -309,7 +309,10 @@ class Init:
         signal.signal(signal.SIGCHLD, lambda *_: None)
         # As pid 1, a signal from inside the namespace is dropped unless handled: SIGINT must not be.
         signal.signal(signal.SIGINT, signal.SIG_DFL)
-        self._rehearse()
+        try:
+            self._rehearse()
+        except OSError:
+            pass  # only a head start (out of descriptors, say): the command's path does the same work for real
 
     def _rehearse(self) -> None:
         """Go once through the Python of a command's start and end, with harmless arguments, while the init
