@@ -8,7 +8,7 @@ next request. Prints the median of each interval over every step of `--runs` run
 measure of the gap between two requests. With `--profile`, a cProfile of one more run (the loop's thread and
 the tool's worker thread merged), sorted by own time.
 
-    python scripts/bench_breakdown.py [--runs 5] [--steps 20] [--profile]
+    python scripts/bench_breakdown.py [--runs 5] [--steps 20] [--profile] [--clock cpu]
 """
 
 from __future__ import annotations
@@ -50,10 +50,13 @@ from mylm.tools import (
 )
 
 marks: list[tuple[str, float]] = []
+#: What a seam is timed with: wall time, or (`--clock cpu`) the process's CPU time, every thread's, which a
+#: loaded machine inflates far less (the commands' own CPU is not counted: they are other processes).
+clock: Callable[[], float] = time.perf_counter
 
 
 def mark(tag: str) -> None:
-    marks.append((tag, time.perf_counter()))
+    marks.append((tag, clock()))
 
 
 def around(owner: Any, name: str, before: str, after: str) -> None:
@@ -174,7 +177,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--profile", action="store_true", help="also print a cProfile of one run")
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                        help="time each seam by the wall clock or by this process's CPU time")
     args = parser.parse_args()
+    global clock
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
     procs.become_subreaper()
     protect_process()
     instrument()

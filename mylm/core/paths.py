@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["APP", "cache_dir", "config_dir", "data_dir", "state_dir", "user_dir"]
+__all__ = ["APP", "DIR_VARIABLES", "cache_dir", "config_dir", "data_dir", "state_dir", "user_dir"]
 
 #: The directory name under each base.
 APP = "mylm"
@@ -32,6 +32,11 @@ _XDG_DEFAULT: dict[str, tuple[str, ...]] = {
 }
 #: On Windows, the variable naming each kind's base (config roams with the user; the rest stay on the machine).
 _WINDOWS_VAR = {"config": "APPDATA", "data": "LOCALAPPDATA", "cache": None, "state": "LOCALAPPDATA"}
+
+
+#: Every variable `user_dir` reads, whatever the kind and platform: a caller may keep its answers per their values.
+DIR_VARIABLES = ("HOME", "USERPROFILE", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME",
+                 "APPDATA", "LOCALAPPDATA")
 
 
 def user_dir(kind: Kind, environ: Mapping[str, str] | None = None, *, platform: str | None = None) -> Path:

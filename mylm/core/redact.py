@@ -9,6 +9,8 @@ from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import Any
 
+from .environ import environment_items
+
 REDACTED = "[REDACTED]"
 #: Environment values shorter than this are not treated as secrets: too many ordinary words would match.
 MIN_SECRET_LENGTH = 8
@@ -281,8 +283,8 @@ def is_secret_name(name: str) -> bool:
 def redact(text: str, environ: Mapping[str, str] | None = None) -> str:
     """`text` redacted for the secrets of `environ` (default: this process's environment) and every credential
     shape: what a tool returns to the model goes through here."""
-    env = os.environ if environ is None else environ
-    return _environment_redactor(tuple(sorted(env.items()))).redact(text)
+    items = environment_items() if environ is None else tuple(sorted(environ.items()))
+    return _environment_redactor(items).redact(text)
 
 
 @lru_cache(maxsize=4)

@@ -260,6 +260,28 @@ class _Session(requests.Session):
     def __init__(self) -> None:
         super().__init__()
         self._environment: dict[tuple[Any, ...], Any] = {}
+        self._prepared: dict[tuple[Any, ...], requests.PreparedRequest] = {}
+
+    def prepare_with_body(self, method: str, url: str, headers: Mapping[str, str], body: bytes
+                          ) -> requests.PreparedRequest:
+        """What `prepare_request` makes of a request with `body`: prepared once per method, URL and headers,
+        then copied with the body set, since preparing one afresh (the session's headers, cookies and hooks
+        merged in, the URL parsed and each header checked) cost ~0.1 ms a request and only the body changes
+        from one model call to the next. While the session holds a cookie (a server set one) every request
+        is prepared afresh: its Cookie header is chosen per request. (This session's own headers, auth and
+        hooks are never changed after `new_session`.)"""
+        if self.cookies:
+            return self.prepare_request(requests.Request(method, url, headers=headers, data=body))
+        key = (method, url, tuple(headers.items()))
+        kept = self._prepared.get(key)
+        if kept is None:
+            kept = self.prepare_request(requests.Request(method, url, headers=headers, data=body))
+            if len(self._prepared) >= 8:
+                self._prepared.clear()
+            self._prepared[key] = kept
+        prepared = kept.copy()
+        prepared.prepare_body(body, None)
+        return prepared
 
     def merge_environment_settings(self, url: Any, proxies: Any, stream: Any, verify: Any, cert: Any) -> Any:
         if proxies or cert or verify not in (None, True):
@@ -334,12 +356,18 @@ def send(
     plain = cast(requests.Session, session)  # a Sender always has `send_call`
     timeout = (guard.timeout(connect_timeout), guard.timeout(read_timeout))
     _sending.guard = guard
+    headers = {**BASE_HEADERS, **call.headers}
     try:
+        if isinstance(plain, _Session) and isinstance(call.body, bytes) and call.body:
+            # What `session.request` does, with the request prepared from the last one like it.
+            prepared = plain.prepare_with_body(call.method.upper(), call.url, headers, call.body)
+            settings = plain.merge_environment_settings(prepared.url, {}, True, None, None)
+            return plain.send(prepared, timeout=timeout, allow_redirects=False, **settings)
         return plain.request(
             call.method,
             call.url,
             data=call.body,
-            headers={**BASE_HEADERS, **call.headers},
+            headers=headers,
             stream=True,
             timeout=timeout,
             allow_redirects=False,

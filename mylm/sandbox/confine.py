@@ -169,11 +169,8 @@ class Sandbox:
         a directory holding it."""
         if os.environ.get(MASKS_ENV) == "off":
             return ()
-        ws = profile.workspace
-        found = [(path, False) for path in sorted(profile.hidden)]
-        if grant == "read-only":
-            found += scans.get(ws).found
-        return tuple(m for m in found if not (ws == m[0] or ws.startswith(m[0].rstrip(os.sep) + os.sep)))
+        return _masks(profile.workspace, profile.hidden, scans.get(profile.workspace).found if grant == "read-only"
+                      else ())
 
     @contextmanager
     def _own_layer(self, base: Profile, launcher: Launcher, environ: Mapping[str, str] | None
@@ -222,6 +219,14 @@ class Sandbox:
                 os.close(memfd)
             if tmpdir is not None:
                 shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+@functools.lru_cache(maxsize=64)
+def _masks(ws: str, hidden: frozenset[str], found: tuple[tuple[str, bool], ...]) -> tuple[tuple[str, bool], ...]:
+    """`Sandbox.masks` for one workspace, hidden set and scan: the same for every command until the scan
+    changes (filtering ~90 paths cost ~30 µs a command)."""
+    listed = [(path, False) for path in sorted(hidden)] + list(found)
+    return tuple(m for m in listed if not (ws == m[0] or ws.startswith(m[0].rstrip(os.sep) + os.sep)))
 
 
 def _discard(tmpdir: str) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
+import select
 import selectors
 import subprocess
 import time
@@ -95,6 +97,41 @@ class _Capture:
         return f"{head}\n{note}\n{tail}"
 
 
+class _Readable:
+    """Which of a command's few descriptors can be read: poll(2) where the system has it (the selectors
+    module's bookkeeping cost ~10 µs a call, and a command makes a dozen), else the selectors module."""
+
+    def __init__(self, *, use_poll: bool = hasattr(select, "poll")) -> None:
+        self._poll = select.poll() if use_poll else None
+        self._selector = None if use_poll else selectors.DefaultSelector()
+
+    def add(self, fd: int) -> None:
+        if self._poll is not None:
+            self._poll.register(fd, select.POLLIN)
+        else:
+            assert self._selector is not None
+            self._selector.register(fd, selectors.EVENT_READ)
+
+    def remove(self, fd: int) -> None:
+        if self._poll is not None:
+            self._poll.unregister(fd)
+        else:
+            assert self._selector is not None
+            self._selector.unregister(fd)
+
+    def wait(self, timeout: float) -> list[int]:
+        """The descriptors readable (or at their end) within `timeout` seconds; none if it passed."""
+        if self._poll is not None:
+            # Rounded up, as the selectors module does: a wait rounded down would wake early, and again.
+            return [fd for fd, _ in self._poll.poll(math.ceil(timeout * 1000))]
+        assert self._selector is not None
+        return [int(key.fd) for key, _ in self._selector.select(timeout)]
+
+    def close(self) -> None:
+        if self._selector is not None:
+            self._selector.close()
+
+
 def _shell() -> list[str]:
     # Models write bash (arrays, [[ ]], brace expansion); fall back to POSIX sh where there is no bash.
     return ["/bin/bash", "-c"] if os.path.exists("/bin/bash") else ["/bin/sh", "-c"]
@@ -135,7 +172,7 @@ def run_command(
     err = _Capture(limits.stderr_bytes, limits.stderr_bytes)
     cancelled: list[bool] = []
     pipe: tuple[int, int] | None = None
-    selector: selectors.BaseSelector | None = None
+    readable: _Readable | None = None
     unregister: Callable[[], None] = lambda: None
     stopped, lingering, graceful = "", False, True
     running = _start(command, cwd, child_env, tag, launch)
@@ -154,14 +191,14 @@ def run_command(
                 pass
 
         unregister = cancel.on_cancel(on_cancel) if cancel is not None else (lambda: None)
-        selector = selectors.DefaultSelector()
+        readable = _Readable()
         exit_fd = running.exit_fd
         for fd in streams:
             os.set_blocking(fd, False)
-            selector.register(fd, selectors.EVENT_READ)
-        selector.register(wake_r, selectors.EVENT_READ)
+            readable.add(fd)
+        readable.add(wake_r)
         if exit_fd is not None:
-            selector.register(exit_fd, selectors.EVENT_READ)
+            readable.add(exit_fd)
         deadline = started + timeout
         exited_at: float | None = None
         while not cancelled:
@@ -169,7 +206,7 @@ def run_command(
             if exited_at is None and running.exited():
                 exited_at = now
                 if exit_fd is not None:
-                    selector.unregister(exit_fd)
+                    readable.remove(exit_fd)
             if exited_at is not None and not streams:
                 break
             if exited_at is None and now >= deadline:
@@ -181,8 +218,7 @@ def run_command(
             until = deadline if exited_at is None else exited_at + limits.drain_seconds
             # Without an exit descriptor, poll for the shell's exit a few times a second.
             wait = min(until - now, 0.1 if exit_fd is None else until - now)
-            for key, _ in selector.select(timeout=max(wait, 0.0)):
-                fd = int(key.fd)
+            for fd in readable.wait(max(wait, 0.0)):
                 if fd not in streams:
                     continue
                 try:
@@ -190,7 +226,7 @@ def run_command(
                 except BlockingIOError:
                     continue
                 if not data:
-                    selector.unregister(fd)
+                    readable.remove(fd)
                     del streams[fd]
                     continue
                 streams[fd].add(data)
@@ -208,8 +244,8 @@ def run_command(
             survivors = running.stop(grace=limits.kill_grace if graceful else 0)
         finally:
             running.close()
-        if selector is not None:
-            selector.close()
+        if readable is not None:
+            readable.close()
         for fd in pipe or ():
             os.close(fd)
     if cancelled:

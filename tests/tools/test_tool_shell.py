@@ -335,3 +335,30 @@ def test_shell_subreaper_catches_a_daemon_that_clears_its_environment(
     )
     assert run_python(probe, workspace).split() == ["ok", "0"]
     assert processes_with(marker) == []
+
+
+@pytest.mark.parametrize("use_poll", [True, False], ids=["poll", "selectors"])
+def test_the_command_loop_sees_data_an_end_and_a_quiet_descriptor_alike_both_ways(use_poll: bool) -> None:
+    from mylm.tools.shell import _Readable
+
+    if use_poll and not hasattr(__import__("select"), "poll"):
+        pytest.skip("no poll(2) here")
+    quiet_r, quiet_w = os.pipe()
+    data_r, data_w = os.pipe()
+    readable = _Readable(use_poll=use_poll)
+    try:
+        readable.add(quiet_r)
+        readable.add(data_r)
+        assert readable.wait(0.01) == []  # nothing yet: the wait ends empty at its timeout
+        os.write(data_w, b"x")
+        assert readable.wait(HANG) == [data_r]
+        assert os.read(data_r, 16) == b"x"
+        os.close(data_w)  # the writer gone: readable, and the read says it is the end
+        assert readable.wait(HANG) == [data_r]
+        assert os.read(data_r, 16) == b""
+        readable.remove(data_r)
+        assert readable.wait(0.01) == []
+    finally:
+        readable.close()
+        for fd in (quiet_r, quiet_w, data_r):
+            os.close(fd)
