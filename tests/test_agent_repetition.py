@@ -159,3 +159,27 @@ def test_an_answer_that_loops_on_a_paragraph_is_the_answer_said_once_not_a_corre
     assert result.final_text.count("The file is located") == 1
     assert scripted.closed_early == 1 and scripted.remaining == 1
     assert result.history[-1].content == result.final_text
+
+
+def test_a_call_whose_content_runs_away_on_a_sentence_is_cut_and_corrected() -> None:
+    """Through LangChain the 1.5B wrote release.txt twice, then ran 4,096 tokens (1,000 s on two cores) inside a
+    third write's content. Arguments are data, but a sentence copied end to end ~64 times is a loop: the looser
+    guard over arguments cuts it."""
+    runaway = "I will save it.\n" + format_tool_call(ToolCall("save", {
+        "path": "release.txt", "content": "juniper-015b\n" + "Ship it on Friday after the tests pass.\n" * 400}))
+    scripted = ScriptedLLM([runaway, "Saved."], chunk_size=4, stops="ignore")
+    llm = Counting(scripted)
+    result = Agent(llm, [save]).run("Save the code name to release.txt.")
+    assert result.final_text == "Saved." and scripted.closed_early == 1
+    assert llm.pulled < -(-len(runaway) // 4) // 3  # cut well before the call's end
+    correction = scripted.requests[1].messages[-1].content
+    assert "Ship it on Friday" in correction and "repeated" in correction
+
+
+@pytest.mark.parametrize("copies", [60, 100])
+def test_a_sentence_a_file_may_hold_a_few_dozen_times_is_still_data(copies: int) -> None:
+    content = "hello, world\n" * 200 if copies == 100 else "Ship it on Friday after the tests pass.\n" * copies
+    reply = format_tool_call(ToolCall("save", {"path": "f.txt", "content": content}))
+    llm = ScriptedLLM([reply, "Saved."], chunk_size=7)
+    result = Agent(llm, [save]).run("Save the file.")
+    assert result.final_text == "Saved." and not [e for e in result.events if isinstance(e, ErrorEvent)]

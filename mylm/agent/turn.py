@@ -14,7 +14,7 @@ from ..protocol.drift import ToolNames
 from ..protocol.parsed import ParsedTurn, ParseEvent
 from ..protocol.parser import StreamParser
 from ..protocol.reasoning import template_opens_reasoning
-from ..protocol.repetition import Repetition, RepetitionGuard
+from ..protocol.repetition import ARGUMENTS_SCALE, Repetition, RepetitionGuard
 from ..protocol.tags import REASONING_DIALECTS, TOOL_CLOSE, TOOL_OPEN, ReasoningDialect
 from .grounding import grounded, heard
 
@@ -65,6 +65,8 @@ def stream_turn(
     split_reasoning = False
     first: float | None = None
     guard = RepetitionGuard()
+    # Over a call's raw text as it is written, with every threshold longer (`ARGUMENTS_SCALE`).
+    loose = RepetitionGuard(scale=ARGUMENTS_SCALE)
     calls: list[str] = []  # the calls read so far, as keys: one written again ends the turn
     listed = [0]  # how many calls `_listing` has looked at
     stream = iter(llm.stream(request))
@@ -81,6 +83,11 @@ def stream_turn(
                 yield from _relay(events, shown)
                 if parser.finished or _degenerate(guard, events) or _repeats_a_call(parser, calls) or (
                         multiple_calls and _listing(parser, request, listed)):
+                    break
+                # Only text the parser shows nothing of yet (a call being written): prose is the first guard's,
+                # and the 1 MiB answer's stream stays as cheap as it was.
+                if not events and loose.feed(chunk.text):
+                    guard.found = loose.found
                     break
             elif isinstance(chunk, ReasoningChunk):
                 if chunk.text:
@@ -120,8 +127,8 @@ def _rendered(llm: LLM) -> bool | None:
 
 def _degenerate(guard: RepetitionGuard, events: list[ParseEvent]) -> bool:
     """Feed the guard the prose and reasoning the parser read; whether the reply has degenerated. A call's
-    arguments are data, never fed: a file of repeated lines or a long run of one character is what the model
-    was asked to write, not a loop (and a call block ends the line around it)."""
+    arguments are data, not fed here: a file of repeated lines or a long run of one character may be what the
+    model was asked to write (and a call block ends the line around it). The loose guard watches them."""
     for event in events:
         if isinstance(event, (TextEvent, ReasoningEvent)):
             if guard.feed(event.text):

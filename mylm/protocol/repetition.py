@@ -27,8 +27,10 @@ too. How long depends on what the unit is made of:
   and a list of numbers may cycle.
 
 A legit long line (a paragraph, minified code, base64) does not repeat one unit end to end. Call arguments are
-never fed to the guard (a file of repeated lines is data). Cost: one `rfind` and one comparison of the tail per
-step.
+data (a file of repeated lines may be what was asked for), so they are watched by a second guard of `scale`
+`ARGUMENTS_SCALE`, every threshold that many times longer and a tiny unit's run never cut: the 1.5B, writing release.txt a third time through
+LangChain, ran 4,096 tokens (1,000 s on two cores) inside the call's content. Cost: one `rfind` and one
+comparison of the tail per step.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ from typing import TypeVar
 _S = TypeVar("_S", str, list[str])
 
 _NUMBER = re.compile(r"\d+")
+#: A JSON string's escapes (`\n`, `\"`, `\u00e9`), left out when a unit in a call's arguments is judged.
+_ESCAPE = re.compile(r"\\(?:u[0-9a-fA-F]{4}|.)")
 #: The end of a sentence (`stats.py` is not one) or of a line.
 _SENTENCE_END = re.compile(r"[.!?](?=\s|$)|\n")
 
@@ -69,6 +73,9 @@ TINY_CHARS = 128
 WORDS_CHARS = 384
 #: How often, in characters of a growing line, its tail is looked at.
 INLINE_STEP = 64
+#: How many times longer every threshold is for the guard over a call's arguments (see the module's docstring):
+#: a 7-character unit (`hello\\n` in a JSON string) may be written ~440 times before it is cut, a sentence ~64.
+ARGUMENTS_SCALE = 8
 
 
 @dataclass(frozen=True)
@@ -120,10 +127,12 @@ class RepetitionGuard:
 
     def __init__(
         self, *, exact_lines: int = EXACT_LINES, counted_lines: int = COUNTED_LINES, max_period: int = MAX_PERIOD,
-        inline_chars: int = INLINE_CHARS,
+        inline_chars: int = INLINE_CHARS, scale: int = 1,
     ) -> None:
-        self.exact_lines = exact_lines
-        self.counted_lines = counted_lines
+        #: Every threshold (lines, characters, copies) is this many times longer (`ARGUMENTS_SCALE` for arguments).
+        self.scale = scale
+        self.exact_lines = exact_lines * scale
+        self.counted_lines = counted_lines * scale
         self.max_period = max_period
         self.inline_chars = inline_chars
         self._partial: list[str] = []
@@ -172,7 +181,7 @@ class RepetitionGuard:
         line = "".join(self._partial)
         self._partial = [line]  # joined once per step, not per chunk
         self._inline_at = len(line) + INLINE_STEP
-        if len(line) <= min(self.inline_chars, TINY_CHARS):
+        if len(line) <= min(self.inline_chars, TINY_CHARS) * self.scale:
             return
         # The unit's length is the distance back to the tail's last 16 characters' previous occurrence.
         probe, end = line[-16:], len(line) - 1
@@ -182,7 +191,7 @@ class RepetitionGuard:
             if at < 0:
                 return
             period = len(line) - 16 - at
-            window = self._window(line[-period:])
+            window = self._window(line[-period:]) * self.scale
             if len(line) >= window + period and line[-window:] == line[-window - period:-period]:
                 break
             end = at + 15  # the next occurrence further back (a unit with the probe inside it more than once)
@@ -195,10 +204,17 @@ class RepetitionGuard:
 
     def _window(self, unit: str) -> int:
         """How many characters a unit repeated end to end must cover before the line is degenerate."""
+        if self.scale > 1:  # judged by its shortest unit: `a a a ` is `a ` three times, a tiny unit's run
+            unit = unit[:(unit + unit).find(unit, 1)]
+            # An argument is JSON: `0,0,0,0\n` holds no letter, its `\n` is an escape.
+            letters = _ESCAPE.sub("", unit)
+            if not any(c.isalpha() for c in letters) and any(c.isalnum() for c in letters):
+                return max(self.inline_chars, len(unit) * INLINE_COPIES) if len(unit) > TINY_PERIOD else 1 << 30
         if not any(c.isalnum() for c in unit):
             return max(self.inline_chars, len(unit) * INLINE_COPIES)  # a separator: `=====`, `-+-+-+`
         if len(unit) <= TINY_PERIOD:
-            return min(self.inline_chars, TINY_CHARS)
+            # In arguments a tiny unit's run is data (padding, a zero-filled blob, `a a a`), never cut.
+            return min(self.inline_chars, TINY_CHARS) if self.scale == 1 else 1 << 30
         if any(c.isalpha() for c in unit):  # words said again and again
             if len(unit) >= LONG_UNIT:
                 if (unit + unit).find(unit, 1) < len(unit):
@@ -257,7 +273,7 @@ class RepetitionGuard:
     def _check(self, p: int, line: _Line) -> None:
         # A run of r lines each equal to the one p before covers r + p lines; at least four copies of the block.
         exact, counted = self._exact[p - 1], self._counted[p - 1]
-        if exact >= max(self.exact_lines - p, 3 * p) or (exact >= 2 * p and self._long_block(p, line)):
+        if exact >= max(self.exact_lines - p, 3 * p) or (exact >= 2 * p * self.scale and self._long_block(p, line)):
             self.found = Repetition(line.text, p, exact + p, counted=False)
         elif counted >= max(self.counted_lines - p, 3 * p):
             self.found = Repetition(line.text, p, counted + p, counted=True)
