@@ -225,3 +225,52 @@ def test_a_reply_that_copies_the_made_up_values_correction_is_not_the_answer() -
         problems.append(outcome.problem)
         messages += [outcome.reply, Message("user", outcome.correction or "")]
     assert problems[1] == ECHOED and outcome.turn.parsed.final_answer == "The area is 25 square meters."
+
+
+def _fresh_probe(prompts: Any, template: str, request: str, tool: str, description: str) -> tuple[Message, ...]:
+    """The probe's conversation as it was built before its worked questions were kept: every text rendered."""
+    messages: list[Message] = []
+    for worked in WORKED:
+        messages.append(Message("user", prompts.render(template, request=worked.request, tool=worked.tool,
+                                                       description=worked.description)))
+        messages.append(Message("assistant", "Yes" if worked.fits else "No"))
+    messages.append(Message("user", prompts.render(template, request=request, tool=tool, description=description)))
+    return tuple(messages)
+
+
+def test_the_kept_worked_questions_are_byte_identical_to_rendering_them() -> None:
+    from mylm.agent.fit import COUNTED, FIT_TEMPLATES, count_messages, fit_messages
+    from mylm.prompts import PromptLoader
+
+    prompts = PromptLoader.default(trusted=False)
+    for template in FIT_TEMPLATES:
+        for question, tool in (("How many sides does a hexagon have?", "geometry.sides"), ("Ünïcode ✓", "t")):
+            expected = _fresh_probe(PromptLoader.default(trusted=False), template, question, tool, "Does it.")
+            for _ in range(3):  # rendered, then kept
+                assert fit_messages(prompts, question, tool, "Does it.", template) == expected
+    fresh = PromptLoader.default(trusted=False)
+    expected_count = (*(m for q, several in COUNTED for m in (
+        Message("user", fresh.render("count.j2", request=q)), Message("assistant", "Several" if several else "One"))),
+        Message("user", fresh.render("count.j2", request="Two things?")))
+    for _ in range(3):
+        assert count_messages(prompts, "Two things?") == expected_count
+
+
+@pytest.mark.parametrize("edited", ["fit.j2", "part.j2"])
+def test_an_edited_probe_template_is_seen_at_the_next_probe(tmp_path: Any, edited: str) -> None:
+    """The probe's own template, or one it includes (whose edit the lookup of the probe's does not see)."""
+    import os
+
+    from mylm.agent.fit import fit_messages
+    from mylm.prompts import PromptLoader
+
+    (tmp_path / "fit.j2").write_text('{% include "part.j2" %} {{ request }}' if edited == "part.j2"
+                                     else "old {{ request }}")
+    (tmp_path / "part.j2").write_text("old")
+    os.utime(tmp_path / edited, (1000, 1000))
+    prompts = PromptLoader([tmp_path])
+    assert fit_messages(prompts, "q", "t", "d")[0].content == "old " + WORKED[0].request
+    (tmp_path / edited).write_text("new" if edited == "part.j2" else "new {{ request }}")
+    os.utime(tmp_path / edited, (2000, 2000))  # an mtime the check can tell apart, whatever the file system's
+    probe = fit_messages(prompts, "q", "t", "d")
+    assert probe[0].content == "new " + WORKED[0].request and probe[-1].content == "new q"

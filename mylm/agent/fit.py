@@ -59,6 +59,9 @@ WORKED = (
 )
 
 
+#: The worked questions' values for the probe's template.
+_WORKED_VARIABLES = tuple({"request": w.request, "tool": w.tool, "description": w.description} for w in WORKED)
+
 #: The probe's questions, in order: the next is asked only when the one before was answered no, so a call is held
 #: only when the model says no in every wording. (On the 1.5B's BFCL calls, the second wording turned 2 of the 4
 #: noes to its right simple_python calls into yeses, and 1 of the 36 to its wrong irrelevance calls.)
@@ -69,9 +72,9 @@ def fit_messages(prompts: PromptLoader, request: str, tool: str, description: st
                  template: str = FIT_TEMPLATES[0]) -> tuple[Message, ...]:
     """The probe's conversation in `template`'s words: the worked questions, then `request` about `tool`."""
     messages: list[Message] = []
-    for worked in WORKED:
-        messages.append(Message("user", prompts.render(template, request=worked.request, tool=worked.tool,
-                                                       description=worked.description)))
+    # The same text for every probe: kept (`render_kept`), not rendered five times a served tool call.
+    for worked, text in zip(WORKED, prompts.render_kept(template, _WORKED_VARIABLES), strict=True):
+        messages.append(Message("user", text))
         messages.append(Message("assistant", "Yes" if worked.fits else "No"))
     messages.append(Message("user", prompts.render(template, request=request, tool=tool, description=description)))
     return tuple(messages)
@@ -111,10 +114,14 @@ COUNTED = (
 )
 
 
+_COUNTED_VARIABLES = tuple({"request": question} for question, _ in COUNTED)
+
+
 def count_messages(prompts: PromptLoader, request: str) -> tuple[Message, ...]:
     """The count probe's conversation: the worked questions, then `request` (`prompts/count.j2`)."""
-    worked = [(Message("user", prompts.render("count.j2", request=question)),
-               Message("assistant", "Several" if several else "One")) for question, several in COUNTED]
+    texts = prompts.render_kept("count.j2", _COUNTED_VARIABLES)  # the same for every probe: kept
+    worked = [(Message("user", text), Message("assistant", "Several" if several else "One"))
+              for text, (_, several) in zip(texts, COUNTED, strict=True)]
     return (*(m for pair in worked for m in pair), Message("user", prompts.render("count.j2", request=request)))
 
 

@@ -118,6 +118,10 @@ class PromptLoader:
         self._env.filters = {name: _bounded_call(f) for name, f in self._env.filters.items()}
         #: Seconds a single render may take before it is stopped.
         self.render_seconds = MAX_RENDER_SECONDS
+        #: `render_kept`'s texts by name and values, each with the compiled template they came from.
+        self._kept: dict[tuple[Any, ...], tuple[Any, tuple[str, ...]]] = {}
+        #: Per compiled template: whether its text depends on its variables alone (no include, no `lipsum`).
+        self._pure: dict[Any, bool] = {}
 
     @classmethod
     def default(
@@ -171,11 +175,45 @@ class PromptLoader:
         Rendering is bounded: recursion (a macro, include or extends that calls itself), the size of every
         string built, and the time taken (`render_seconds`) each end it with a `TemplateError`, never a hang.
         """
+        return self._render(name, variables)
+
+    def render_kept(self, name: str, variable_sets: Sequence[Mapping[str, str]]) -> tuple[str, ...]:
+        """`render(name, **variables)` for each of `variable_sets`: text rendered again and again with the same
+        values (the probes' worked questions, five renders a served tool call). The texts are kept and handed
+        out again while the compiled template is the same, for one lookup of it. An edit is still seen at the
+        next call, as by `render`: Jinja checks the file's modification time at that lookup and compiles it
+        afresh, and a new compiled template never matches the kept one. Templates that include others (whose
+        edits that lookup would not see) or call `lipsum` (random text) are rendered each time."""
+        key = (name, *(tuple(sorted(variables.items())) for variables in variable_sets))
+        template = self._lookup(name)
+        kept = self._kept.get(key)
+        if kept is not None and kept[0] is template:
+            return kept[1]
+        texts = tuple(self._render(name, variables, template) for variables in variable_sets)
+        if self._depends_on_variables_alone(name, template):
+            if len(self._kept) >= 64:
+                self._kept.clear()
+            self._kept[key] = (template, texts)
+        return texts
+
+    def _lookup(self, name: str) -> Any:
+        """The compiled template `name` (afresh if its file changed), or None if it cannot be loaded (then
+        rendering it raises the `TemplateError` that says why)."""
+        from jinja2 import TemplateError as JinjaError
+
+        try:
+            return self._env.get_template(name)
+        except (JinjaError, OSError, ValueError):
+            return None
+
+    def _render(self, name: str, variables: Mapping[str, Any], template: Any = None) -> str:
+        """Render `name` (`template`: its compiled template, just looked up)."""
         from jinja2 import TemplateNotFound, TemplateSyntaxError, UndefinedError
         from jinja2.exceptions import SecurityError
 
         try:
-            template = self._env.get_template(name)
+            if template is None:
+                template = self._env.get_template(name)
             text: str = _render_within(template, variables, self.render_seconds)
         except TemplateNotFound as error:
             where = ", ".join(str(p) for _, p in self.search_path)
@@ -203,6 +241,25 @@ class PromptLoader:
         if len(text) > MAX_RENDERED_CHARS:
             raise TemplateError(f"{self._where(name)}: rendered to {len(text):,} characters, over the limit")
         return text
+
+    def _depends_on_variables_alone(self, name: str, template: Any) -> bool:
+        pure = self._pure.get(template)
+        if pure is None:
+            from jinja2 import TemplateError as JinjaError
+            from jinja2 import meta
+
+            loader = self._env.loader
+            try:
+                source = loader.get_source(self._env, name)[0] if loader is not None else "{% include x %}"
+                tree = self._env.parse(source)
+                pure = not any(True for _ in meta.find_referenced_templates(tree)) \
+                    and "lipsum" not in meta.find_undeclared_variables(tree)
+            except (OSError, JinjaError):  # the file changed under us: simply not kept this time
+                pure = False
+            if len(self._pure) >= 64:
+                self._pure.clear()
+            self._pure[template] = pure
+        return pure
 
     def check(self, names: Iterable[str]) -> None:
         """Render each named template with sample values for every branch (`sample_variables`), so a broken

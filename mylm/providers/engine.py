@@ -25,6 +25,7 @@ from .decoder import Decoder, _coalesced
 from .failures import Failure, Place, RetryPolicy, parse_failure, to_error
 from .formats import DEFAULT_CHAT_FORMAT, ChatFormat, chat_format, render_prompt
 from .framing import LineSplitter, SSEReader, iter_ndjson
+from .lean import LeanSession
 from .transport import (
     MAX_ERROR_BYTES,
     MAX_RESPONSE_BYTES,
@@ -32,7 +33,6 @@ from .transport import (
     HTTPCall,
     Session,
     iter_body,
-    new_session,
     read_all,
     release,
     send,
@@ -98,7 +98,9 @@ class HTTPProvider(ABC):
         self.endpoint = endpoint.resolved()
         self.retry = retry or RetryPolicy()
         self._prompts = prompts
-        self._session: Session = session or new_session()
+        # The lean client sends to plain-HTTP servers no proxy covers (a local llama.cpp, vLLM, Ollama) at about
+        # half the CPU of requests; anything else it hands to a requests session (`lean.LeanSession`).
+        self._session: Session = session or LeanSession()
         #: Request fields the server turned out to reject (learned from a 400, kept for later calls).
         self.quirks: set[str] = set()
         self.place = Place(
@@ -116,10 +118,7 @@ class HTTPProvider(ABC):
 
     def pool(self, size: int) -> None:
         """Keep up to `size` connections to the server for reuse (`mylm serve` relays many calls at once; the
-        default suits one agent's calls in turn). Plain-HTTP servers are then called through the lean client
-        (`lean.py`: the server's upstream calls cost it about half the CPU they did through requests)."""
-        from .lean import LeanSession
-
+        default suits one agent's calls in turn)."""
         self._session.close()
         self._session = LeanSession(pool_maxsize=size)
 

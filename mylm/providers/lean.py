@@ -6,8 +6,13 @@ its own CPU budget. Through requests, urllib3 and http.client one call cost abou
 loopback upstream (`scripts/bench_serve.py`), most of it preparing the request (URL, cookies, environment,
 hooks) and parsing the answer's headers with the `email` package; this client does what those calls need in a
 few dozen lines. Only plain `http://` upstreams that no proxy variable covers take this path (a local llama.cpp
-or vLLM, where the server's own cost shows); TLS and proxies go through requests as before, as does everything
-the agent sends (only the server's pool uses this session).
+or vLLM, where the server's own cost shows); TLS and proxies go through requests as before. The agent's model
+calls take the same path (`HTTPProvider`'s default session): the client's ~0.4 ms a call was a tenth of the
+time between two steps of a run.
+
+Whatever requests would treat differently goes through requests: a URL or header it would quote, reject or
+rewrite, and every call after an answer that set a cookie (the cookie is put in requests' jar by its own
+policy, so the next requests carry it as before).
 
 The guard's rules are kept: every read is bounded by the idle timeout and the deadline, the guard holds the
 socket so a cancel or the deadline shuts it, a kept connection idle too long or closed by the server is not
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import re
 import select
 import socket
 import threading
@@ -29,9 +35,9 @@ from typing import Any
 from urllib.parse import urlsplit
 from urllib.request import getproxies, proxy_bypass
 
-from ..core.errors import ConfigError, EndpointUnreachableError, LLMTimeoutError
+from ..core.errors import EndpointUnreachableError, LLMTimeoutError
+from . import transport
 from .transport import (
-    _KEEP_IDLE,
     BASE_HEADERS,
     CallGuard,
     HTTPCall,
@@ -133,6 +139,8 @@ class LeanResponse:
         self._state = "size"
         self._chunk_left = 0
         self._done = False
+        #: The answer's Set-Cookie values (the session keeps them).
+        self.cookies: list[str] = []
         if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
             self._done = True
         elif not self._chunked:
@@ -291,8 +299,13 @@ class LeanSession:
         self._idle: dict[tuple[str, int], deque[_Connection]] = {}
         self._lock = threading.Lock()
         #: Per scheme and host: (host, port, Host header) when this client sends there itself, else None.
-        self._direct: dict[str, tuple[str, int, str] | None] = {}
+        #: Per URL: (host, port, Host header, request target) when this client sends there itself, else None.
+        self._direct: dict[str, tuple[str, int, str, str] | None] = {}
+        #: Per method, URL and headers: the request's head (only the body changes between two model calls).
+        self._heads: dict[tuple[Any, ...], bytes | None] = {}
         self._fallback: Any = None
+        #: Set once an answer set a cookie: from then on every call goes through requests, which sends it.
+        self._cookies = False
         # Kept connections are closed when the session is dropped unclosed (a server's app in tests).
         weakref.finalize(self, _close_all, self._idle)
 
@@ -301,31 +314,58 @@ class LeanSession:
     def send_call(self, call: HTTPCall, guard: CallGuard, *, connect_timeout: float,
                   read_timeout: float) -> Response:
         """Send `call` and return its answer once the head is in (any status); the body is not read yet."""
-        parts = urlsplit(call.url)
-        origin = parts.netloc
-        key = f"{parts.scheme}://{origin}"
-        if key in self._direct:
-            target = self._direct[key]
+        url = call.url
+        target = self._direct.get(url, _UNSEEN)
+        if target is _UNSEEN:
+            if len(self._direct) >= 64:
+                self._direct.clear()
+            target = self._direct[url] = _direct_target(url)
+        head = None
+        if target is not None and not self._cookies:
+            key = (call.method, url, tuple(call.headers.items()))
+            head = self._heads.get(key)
+            if head is None and key not in self._heads:
+                if len(self._heads) >= 16:
+                    self._heads.clear()
+                head = self._heads[key] = _request_head(call, target[3], target[2])
+        if head is None or target is None:
+            return send(self._requests(), call, guard, connect_timeout=connect_timeout, read_timeout=read_timeout)
+        host, port = target[0], target[1]
+        if call.body is not None or call.method in ("POST", "PUT", "PATCH"):
+            head += b"Content-Length: %d\r\n\r\n" % len(call.body or b"")
         else:
-            target = self._direct[key] = _direct_target(parts.scheme, origin)
-        if target is None:
-            if self._fallback is None:
-                self._fallback = new_session(self.pool_maxsize)
-            return send(self._fallback, call, guard, connect_timeout=connect_timeout, read_timeout=read_timeout)
-        host, port, host_header = target
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        head = _request_head(call, path, host_header)
+            head += b"\r\n"
         while True:
             conn = self._get((host, port))
             reused = conn is not None
             if conn is None:
                 conn = self._connect(host, port, guard, connect_timeout)
             try:
-                return self._exchange(conn, head, call, guard, read_timeout)
+                answer = self._exchange(conn, head, call, guard, read_timeout)
+                if answer.cookies:
+                    self._keep_cookies(call, answer.cookies)
+                return answer
             except _Stale:
                 if not reused:
                     raise AssertionError("a new connection cannot be stale") from None
                 continue  # a kept connection the server had closed: once more on a new one
+
+    def _requests(self) -> Any:
+        if self._fallback is None:
+            self._fallback = new_session(self.pool_maxsize)
+        return self._fallback
+
+    def _keep_cookies(self, call: HTTPCall, cookies: list[str]) -> None:
+        """Put the cookies an answer set into requests' jar, as requests would have (its policy decides which
+        it keeps); every later call goes through requests, which then sends them."""
+        from requests.cookies import MockRequest, MockResponse
+
+        message = http.client.HTTPMessage()
+        for value in cookies:
+            message["Set-Cookie"] = value
+        sent = _Sent(call.url, {**BASE_HEADERS, **call.headers})
+        self._requests().cookies.extract_cookies(MockResponse(message), MockRequest(sent))
+        self._cookies = True
 
     def _connect(self, host: str, port: int, guard: CallGuard, connect_timeout: float) -> _Connection:
         limit = guard.timeout(connect_timeout)
@@ -358,9 +398,9 @@ class LeanSession:
             conn.sock.settimeout(limit)
             conn.sock.sendall(head + call.body if call.body else head)
             _quick_acks(conn.sock)
-            status, version, headers = self._head(conn)
+            status, version, headers, cookies = self._head(conn)
             while 100 <= status < 200 and status != 101:  # 100 Continue and the like come before the answer
-                status, version, headers = self._head(conn)
+                status, version, headers, cookies = self._head(conn)
         except TimeoutError:
             conn.close()
             guard.detach()
@@ -376,11 +416,14 @@ class LeanSession:
             if reused and not conn.buffer and isinstance(error, (ConnectionError, http.client.RemoteDisconnected)):
                 raise _Stale from None
             raise unreachable(error, guard.place) from None
-        return LeanResponse(self, conn, guard, status, version, headers, call.method)
+        answer = LeanResponse(self, conn, guard, status, version, headers, call.method)
+        answer.cookies = cookies
+        return answer
 
     @staticmethod
-    def _head(conn: _Connection) -> tuple[int, int, Headers]:
-        """The status, HTTP version (10, 11) and headers of the next answer on `conn`."""
+    def _head(conn: _Connection) -> tuple[int, int, Headers, list[str]]:
+        """The status, HTTP version (10, 11), headers and Set-Cookie values (each on its own: a cookie's date
+        holds a comma) of the next answer on `conn`."""
         while True:
             end = conn.buffer.find(b"\r\n\r\n")
             if end >= 0:
@@ -398,14 +441,17 @@ class LeanSession:
         if not version.startswith("HTTP/1.") or not code.isdigit():
             raise http.client.BadStatusLine(lines[0])
         headers = Headers()
+        cookies: list[str] = []
         for line in lines[1:]:
             name, colon, value = line.partition(":")
             if not colon:
                 continue
             key, value = name.strip().lower(), value.strip()
+            if key == "set-cookie":
+                cookies.append(value)
             dict.__setitem__(headers, key, f"{dict.__getitem__(headers, key)}, {value}"
                              if dict.__contains__(headers, key) else value)
-        return int(code), 11 if version == "HTTP/1.1" else 10, headers
+        return int(code), 11 if version == "HTTP/1.1" else 10, headers, cookies
 
     # ------------------------------------------------------------------------------------------------- pool
 
@@ -418,7 +464,7 @@ class LeanSession:
             if conn is None:
                 return None
             since = conn.idle_since or 0.0
-            if time.monotonic() - since <= _KEEP_IDLE and not conn.dropped():
+            if time.monotonic() - since <= transport._KEEP_IDLE and not conn.dropped():
                 return conn
             conn.close()
 
@@ -449,37 +495,58 @@ class _Stale(Exception):
     """A kept connection the server had closed: nothing was answered on it, so the call goes on a new one."""
 
 
-def _direct_target(scheme: str, netloc: str) -> tuple[str, int, str] | None:
-    """(host, port, Host header) when this client may send to `netloc` itself: plain HTTP, no credentials in
-    the URL, no proxy variable covering the host (requests bypasses a proxy wherever urllib does)."""
-    if scheme != "http" or "@" in netloc:
-        return None
+_UNSEEN: Any = object()
+#: The characters requests' `requote_uri` leaves as they are in a request target (anything else, requests
+#: would quote or unquote: such a URL goes through requests).
+_PLAIN_TARGET = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,;=:@/?]*")
+#: requests' own checks of a header's name and value (`requests._internal_utils.HEADER_VALIDATORS`), with `\Z`
+#: for its `$`, which lets a final line break through (http.client then refuses it: requests fails such a call).
+_HEADER_NAME = re.compile(r"[^:\s][^:\r\n]*\Z")
+_HEADER_VALUE = re.compile(r"\S[^\r\n]*\Z|\Z")
+
+
+class _Sent:
+    """What requests' cookie policy reads of the request an answer with cookies came to."""
+
+    def __init__(self, url: str, headers: dict[str, str]) -> None:
+        self.url = url
+        self.headers = headers
+
+
+def _direct_target(url: str) -> tuple[str, int, str, str] | None:
+    """(host, port, Host header, request target) when this client may send to `url` itself: plain HTTP, no
+    credentials in the URL, no fragment, a target requests would send unchanged, and no proxy variable
+    covering the host (requests bypasses a proxy wherever urllib does)."""
     try:
-        parts = urlsplit(f"http://{netloc}")
+        parts = urlsplit(url)
         host, port = parts.hostname, parts.port or 80
     except ValueError:
         return None
-    if not host:
+    netloc = parts.netloc
+    if parts.scheme != "http" or "@" in netloc or not host or parts.fragment or not netloc.isascii():
+        return None
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    if not _PLAIN_TARGET.fullmatch(target) or "%" in target:
         return None
     proxies = getproxies()
     if ("http" in proxies or "all" in proxies) and not proxy_bypass(host):
         return None
-    return host, port, netloc
+    return host, port, netloc, target
 
 
-def _request_head(call: HTTPCall, path: str, host: str) -> bytes:
-    """The request line and headers of `call` (as requests sends them: its base headers, then the call's)."""
+def _request_head(call: HTTPCall, path: str, host: str) -> bytes | None:
+    """The request line and headers of `call` (as requests sends them: its base headers, then the call's),
+    without the Content-Length and the blank line that end it; None when requests would reject a header or
+    encode it otherwise (the call then goes through requests, which fails it as it always did)."""
     headers: dict[str, str] = {"Host": host, "Accept": "*/*", "Connection": "keep-alive", **BASE_HEADERS,
                                **call.headers}
-    if call.body is not None or call.method in ("POST", "PUT", "PATCH"):
-        headers["Content-Length"] = str(len(call.body or b""))
     lines = [f"{call.method} {path} HTTP/1.1"]
     for name, value in headers.items():
-        text = str(value)
-        if "\r" in text or "\n" in text or "\r" in name or "\n" in name or ":" in name:
-            raise ConfigError(f"invalid HTTP header {name!r}: it carries a line break")
-        lines.append(f"{name}: {text}")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("iso-8859-1", "strict")
+        if not isinstance(name, str) or not isinstance(value, str) or not _HEADER_NAME.match(name) \
+                or not _HEADER_VALUE.match(value) or not (name + value).isascii():
+            return None
+        lines.append(f"{name}: {value}")
+    return ("\r\n".join(lines) + "\r\n").encode("ascii")
 
 
 __all__ = ["Headers", "LeanResponse", "LeanSession"]

@@ -1,6 +1,7 @@
-"""The lean HTTP/1.1 client `mylm serve` calls plain-HTTP upstreams with (`providers/lean.py`), against a real
-loopback server that writes its answers in small, delayed pieces: every framing, kept connections, and the
-failures a server can cause."""
+"""The lean HTTP/1.1 client every provider (the agent's, `mylm serve`'s pool) calls plain-HTTP servers with
+(`providers/lean.py`), against a real loopback server that writes its answers in small, delayed pieces: every
+framing, kept connections, the failures a server can cause, and what is left to requests (a proxy, TLS,
+cookies, a URL or header requests would rewrite or reject) with the same outcome as before."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
+from mylm import Agent, StopReason
 from mylm.core.cancel import CancelToken
 from mylm.core.errors import (
     CancelledError,
@@ -19,12 +22,16 @@ from mylm.core.errors import (
     EndpointUnreachableError,
     LLMTimeoutError,
 )
+from mylm.core.types import ToolCall
+from mylm.protocol.parser import format_tool_call
 from mylm.providers import Endpoint, create_llm
 from mylm.providers.failures import Place
-from mylm.providers.lean import LeanResponse, LeanSession
-from mylm.providers.transport import CallGuard, HTTPCall, iter_body, read_all, release, send
+from mylm.providers.lean import LeanResponse, LeanSession, _direct_target
+from mylm.providers.transport import CallGuard, HTTPCall, iter_body, new_session, read_all, release, send
 from tests.providers.helpers import collect, request
 from tests.providers.servers import OpenAIServer
+from tests.providers.test_provider_keepalive import counting
+from tests.test_agent import add
 
 PLACE = Place(provider="openai", url="http://127.0.0.1", model="m", key_hint="", has_key=False)
 
@@ -290,3 +297,94 @@ def test_a_provider_on_the_servers_pool_streams_through_the_lean_client() -> Non
         assert isinstance(llm._session, LeanSession)  # type: ignore[attr-defined]
         texts = [collect(llm.stream(request()))[0] for _ in range(2)]
     assert texts == ["one", "two"]
+
+
+# ------------------------------------------------ the agent's calls (the default session of every provider)
+
+@pytest.fixture
+def exchanges(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The URLs the lean client sent calls to itself (not through requests)."""
+    sent: list[str] = []
+    real = LeanSession._exchange
+
+    def counted(self: LeanSession, conn: Any, head: bytes, call: HTTPCall, *args: Any) -> Any:
+        sent.append(call.url)
+        return real(self, conn, head, call, *args)
+
+    monkeypatch.setattr(LeanSession, "_exchange", counted)
+    return sent
+
+
+def test_an_agent_run_streams_through_the_lean_client(exchanges: list[str]) -> None:
+    turn = "I will add.\n" + format_tool_call(ToolCall("add", {"a": 2, "b": 3}))
+    runs = []
+    for session in (None, new_session()):  # the default session, then requests' as before
+        # Small events, a few milliseconds apart: each read brings a piece of the turn.
+        with OpenAIServer([turn, "The sum is 5."], delay=0.003) as server:
+            connections = counting(server)
+            llm = create_llm(Endpoint(provider="openai", base_url=server.base_url, model="m"))
+            if session is not None:
+                llm._session = session  # type: ignore[attr-defined]
+            else:
+                assert isinstance(llm._session, LeanSession)  # type: ignore[attr-defined]
+            result = Agent(llm, [add]).run("2+3?")
+            bodies = [request.body for request in server.requests]
+        runs.append((result.stop_reason, result.final_text, bodies, len(connections)))
+        if session is None:
+            assert len(exchanges) == 2 and llm._session._fallback is None  # type: ignore[attr-defined]
+    assert runs[0][0] is StopReason.FINAL_ANSWER and runs[0][1] == "The sum is 5."
+    assert "5" in runs[0][2][1]["messages"][-1]["content"]  # the observation went back
+    assert runs[0] == runs[1]  # the same requests, answer and connections as through requests
+
+
+def test_a_proxy_variable_keeps_the_agents_calls_on_requests(monkeypatch: pytest.MonkeyPatch, exchanges: list[str],
+                                                             serving: Callable[..., ScriptedServer]) -> None:
+    proxy = serving([chunked(b'data: {"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}\n\n',
+                             b"data: [DONE]\n\n")])
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.port}")
+    monkeypatch.setenv("NO_PROXY", "")
+    llm = create_llm(Endpoint(provider="openai", base_url="http://model.invalid:8080/v1", model="m"))
+    result = Agent(llm, []).run("hi")
+    assert result.final_text == "hi"
+    assert proxy.heads[0].startswith(b"POST http://model.invalid:8080/v1/chat/completions HTTP/1.1")
+    assert exchanges == []
+
+
+def test_https_and_urls_requests_would_rewrite_are_left_to_it() -> None:
+    assert _direct_target("http://127.0.0.1:8080/v1/chat/completions?x=1") == (
+        "127.0.0.1", 8080, "127.0.0.1:8080", "/v1/chat/completions?x=1")
+    assert _direct_target("http://localhost/v1") == ("localhost", 80, "localhost", "/v1")
+    for url in ("https://127.0.0.1/v1", "http://user:pw@127.0.0.1/v1", "http://127.0.0.1/a b",
+                "http://127.0.0.1/caf\u00e9", "http://127.0.0.1/a%20b", "http://127.0.0.1:x/v1", "http://127.0.0.1/v1#f"):
+        assert _direct_target(url) is None, url
+
+
+def test_a_cookie_an_answer_sets_is_sent_back_as_requests_did(exchanges: list[str],
+                                                             serving: Callable[..., ScriptedServer]) -> None:
+    server = serving([sized(b"one", extra=b"Set-Cookie: route=b2; Path=/\r\n"), sized(b"two"), sized(b"three")])
+    session = LeanSession()
+    bodies = []
+    for _ in range(3):
+        guard = CallGuard(None, None, PLACE)
+        answer = send(session, HTTPCall("POST", server.url, {}, b"{}"), guard, connect_timeout=2.0, read_timeout=2.0)
+        bodies.append(b"".join(iter_body(answer, guard, idle=2.0)))
+        release(answer, guard)
+    assert bodies == [b"one", b"two", b"three"]
+    assert b"cookie:" not in server.heads[0].lower()
+    assert b"Cookie: route=b2" in server.heads[1] and b"Cookie: route=b2" in server.heads[2]
+    assert len(exchanges) == 1  # only the first call: then requests, which holds the cookie
+
+
+def test_a_header_requests_rejects_fails_as_it_did(serving: Callable[..., ScriptedServer]) -> None:
+    server = serving([sized(b"unused"), sized(b"unused")])
+    for value in ("Bearer k\n", "Bearer k\r\nX-Injected: 1", " leading"):
+        outcomes = []
+        for session in (LeanSession(), new_session()):
+            guard = CallGuard(None, None, PLACE)
+            with pytest.raises(Exception) as caught:
+                send(session, HTTPCall("POST", server.url, {"Authorization": value}, b"{}"), guard,
+                     connect_timeout=2.0, read_timeout=2.0)
+            guard.close()
+            outcomes.append((type(caught.value), str(caught.value)))
+        assert outcomes[0] == outcomes[1], value
+    assert server.heads == []
