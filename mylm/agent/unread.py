@@ -145,3 +145,37 @@ def reads_named_file(tool: _Tool, arguments: Mapping[str, Any], question: str) -
     if not isinstance(command, str):
         return False
     return any(re.search(r"(?<![\w.-])(?:[\w./-]*/)?" + re.escape(name) + r"(?![\w/-])", command) for name in names)
+
+
+#: Words in a tool's name that say it lists or finds a project's files (`list_files`, `LS`, `Glob`, `find_files`).
+_LISTS = re.compile(r"list|(?<![a-z])ls(?![a-z])|glob|find|tree|dir", re.IGNORECASE)
+
+
+def lister(tools: Sequence[_Tool]) -> Unread | None:
+    """The call that lists the project's files, as an `Unread` of "." (a tool named for listing or finding files
+    whose required parameters are at most a path, given "."; else a shell tool's `ls`), or None."""
+    for tool in tools:
+        if not _LISTS.search(tool.name) or _MEDIA.search(tool.name):
+            continue
+        schema = dict(tool.parameters)
+        required = [str(name) for name in schema.get("required") or ()]
+        properties = schema.get("properties") or {}
+        paths = [name for name in properties if str(name).replace("_", "").lower() in _PATH_PARAMETERS | {"dir",
+                 "directory", "dirpath"}]
+        if not required:
+            parameter = str(paths[0]) if paths else ""
+            return Unread(".", tool.name, parameter, "." if parameter else "")
+        if len(required) == 1 and required[0] in paths:
+            return Unread(".", tool.name, required[0], ".")
+    for tool in tools:
+        shell = _shell_parameter(tool)
+        if shell is not None:
+            name, argv = shell
+            return Unread(".", tool.name, name, ["ls", "-a"] if argv else "ls -a")
+    return None
+
+
+def unseen_file(answer: str, seen: str) -> str | None:
+    """The first file's name `answer` gives that `seen` (everything the conversation holds) never shows, or
+    None: a name that can only have been made up."""
+    return next((name for name in named_files(answer) if not _names(seen, name)), None)

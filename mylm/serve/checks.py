@@ -12,6 +12,9 @@
 - **An answer to a task that asks for a file to be written, while nothing was written** (`written`;
   `agent/unwritten.py` says which file and which tool). The Agents SDK's agent, asked to write the code name from
   notes.txt into release.txt, read notes.txt and answered the code name. The retry must call the writer.
+- **An answer naming a file nothing has shown, before any tool ran** (`made_up`): asked which file of the project
+  defines parse_release, all six framework agents in front of the 1.5B answered a name (`parse_release.py`,
+  `functions.py`) without listing anything. The retry must call the client's lister.
 - **An answer copied from what the client wrote around the question** (`copied`): its system prompt, or a block it
   wrapped into a user message (`<system-reminder>`, `<environment_context>`). Claude Code in front of the 1.5B got
   its own reminder back as the answer. The agent's echo check knows only mylm's corrections; these are the client's.
@@ -29,7 +32,7 @@ from typing import Any
 from ..agent.corrections import Corrections
 from ..agent.step import ModelStep, StepOutcome
 from ..agent.turn import call_key
-from ..agent.unread import unread
+from ..agent.unread import lister, unread, unseen_file
 from ..agent.unwritten import unwritten, write_target
 from ..core.types import ToolCall
 from .wire import ChatRequest
@@ -42,6 +45,9 @@ TIMES = 2
 COPY_CHARS = 120
 COPY_SHARE = 0.8
 _PIECE = 40
+#: Words of a task that ask about the user's own project, whose files only a tool can show.
+_ABOUT_PROJECT = re.compile(r"\b(?:files?|project|repo(?:sitory)?|director(?:y|ies)|folders?|codebase|workspace|"
+                            r"modules?|here)\b", re.IGNORECASE)
 #: A block a client wraps around the user's words: a tag joining words with `-` or `_` (`<system-reminder>`,
 #: `<environment_context>`, `<user_instructions>`), which markup a user writes in a question (`<b>`) does not.
 CLIENT_BLOCK = re.compile(r"<([a-z][a-z0-9]*(?:[-_][a-z0-9]+)+)(?:\s[^>]*)?>.*?</\1>", re.DOTALL)
@@ -169,3 +175,24 @@ def written(outcome: StepOutcome, request: ChatRequest, step: ModelStep,
     return dataclasses.replace(
         outcome, problem=f"answered without writing {found.path}", kind="tool_choice",
         correction=corrections.unwritten(found.tool, found.path, found.parameter), kept=False), found.tool
+
+
+def made_up(outcome: StepOutcome, answer: str, request: ChatRequest, step: ModelStep,
+            corrections: Corrections) -> tuple[StepOutcome, str | None]:
+    """`outcome` (an answer, before any call of the conversation), or, where it names a file that nothing in the
+    conversation shows and the client offers a tool that lists files, the turn sent back with the `unlooked`
+    correction for the working directory, and the tool the retry must call."""
+    if step.config.tool_choice != "auto" or any(message.calls for message in request.messages):
+        return outcome, None
+    task, _ = task_and_calls(request)
+    if not _ABOUT_PROJECT.search(task):  # "How do I set up eslint?" may rightly name a file to create
+        return outcome, None
+    seen = "\n".join(message.content for message in request.messages)
+    name = unseen_file(answer, seen)
+    found = lister(step.listed) if name is not None else None
+    if found is None:
+        return outcome, None
+    return dataclasses.replace(
+        outcome, problem=f"answered {name}, which nothing has shown, before any tool ran", kind="tool_choice",
+        correction=corrections.unlooked(found.tool, ".", parameter=found.parameter or "path",
+                                        value=found.value or None), kept=False), found.tool

@@ -1,0 +1,79 @@
+"""An answer naming a file that nothing in the conversation shows, given before any tool ran to a task about the
+user's project, is sent back once and the retry must call the client's lister (`mylm/serve/checks.py`). Asked
+which file of the project defines parse_release, all six framework agents in front of the 1.5B answered a made-up
+name (`parse_release.py`, `functions.py`) without listing anything."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import openai
+import pytest
+
+from mylm.agent.step import ToolDefinition
+from mylm.agent.unread import Unread, lister, unseen_file
+from tests.providers.servers import OpenAIServer
+from tests.serve.support import call, serving
+
+NONE: dict[str, Any] = {"type": "object", "properties": {}}
+LIST = ToolDefinition("list_files", "List the files of the project.", NONE)
+READ = ToolDefinition("read_file", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}},
+                                                   "required": ["path"]})
+CLAUDE_GLOB = ToolDefinition("Glob", "Fast file pattern matching.", {"type": "object", "properties": {
+    "pattern": {"type": "string"}, "path": {"type": "string"}}, "required": ["pattern"]})
+CLAUDE_LS = ToolDefinition("LS", "Lists files and directories.", {"type": "object", "properties": {
+    "path": {"type": "string"}}, "required": ["path"]})
+CODEX_EXEC = ToolDefinition("exec_command", "Runs a command.", {"type": "object", "properties": {
+    "cmd": {"type": "string"}}, "required": ["cmd"]})
+TASK = "Which file of this project defines the function parse_release? Answer with the file name only."
+
+
+@pytest.mark.parametrize("tools, expected", [
+    ((READ, LIST), Unread(".", "list_files", "", "")),
+    ((CLAUDE_GLOB, CLAUDE_LS), Unread(".", "LS", "path", ".")),  # Glob needs a pattern: not a plain listing
+    ((READ, CODEX_EXEC), Unread(".", "exec_command", "cmd", "ls -a")),
+    ((READ,), None),
+])
+def test_the_call_that_lists_the_project(tools: tuple[ToolDefinition, ...], expected: Unread | None) -> None:
+    assert lister(tools) == expected
+
+
+def test_a_file_name_nothing_shows_is_made_up() -> None:
+    assert unseen_file("parse_release.py", TASK) == "parse_release.py"
+    assert unseen_file("It is in tasks.py.", "tasks.py\nrelease.py") is None
+    assert unseen_file("The function parse_release.", TASK) is None  # no file's name at all
+
+
+def _tools(*tools: ToolDefinition) -> list[Any]:
+    return [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                              "parameters": dict(t.parameters)}} for t in tools]
+
+
+def test_a_made_up_file_before_any_call_is_sent_back_to_list_the_project() -> None:
+    with OpenAIServer(["parse_release.py", call("list_files", "{}")]) as upstream, \
+            serving(upstream.base_url) as url, openai.OpenAI(base_url=url + "/v1", api_key="unused") as api:
+        reply = api.chat.completions.create(model="m", tools=_tools(LIST, READ),
+                                            messages=[{"role": "user", "content": TASK}])
+    assert [c.function.name for c in reply.choices[0].message.tool_calls or []] == ["list_files"]  # type: ignore[union-attr]
+    sent = [r.body for r in upstream.requests if isinstance(r.body, dict) and r.body.get("messages")]
+    corrected = sent[1]["messages"]
+    assert "before it is listed" in corrected[-1]["content"] and "list_files" in corrected[-1]["content"]
+    assert "parse_release.py" not in json.dumps(corrected)  # the made-up answer is left out
+
+
+@pytest.mark.parametrize("messages", [
+    # A question that is not about the project may name a file to create.
+    [{"role": "user", "content": "How do I configure eslint? Answer in one line."}],
+    # Once a tool has run, the answer goes out (the lister's output decides what it could see).
+    [{"role": "user", "content": TASK},
+     {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+         "name": "list_files", "arguments": "{}"}}]},
+     {"role": "tool", "tool_call_id": "c1", "content": "greet.py\nrelease.py\ntasks.py"}],
+])
+def test_it_is_not_sent_back_off_the_project_or_after_a_call(messages: list[dict[str, Any]]) -> None:
+    with OpenAIServer(["Create a .eslintrc.json file with your rules."]) as upstream, \
+            serving(upstream.base_url) as url, openai.OpenAI(base_url=url + "/v1", api_key="unused") as api:
+        reply = api.chat.completions.create(model="m", tools=_tools(LIST, READ), messages=messages)
+    assert reply.choices[0].message.content == "Create a .eslintrc.json file with your rules."
+    assert len(upstream.requests) == 1
