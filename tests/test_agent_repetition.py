@@ -110,6 +110,9 @@ def save(path: str, content: str) -> str:
     "=" * 5000,                          # a separator the user asked for
     "0,0,0,0\n" * 400,                   # a data file of identical lines
     "\n" * 300,                          # blank lines
+    "{" * 20_000,                        # punctuation, as the security battery's huge commands are
+    "$(" * 10_000,
+    "0,0,0,0\n" * 1_000,                # a line of numbers, its newline JSON's escape
 ])
 @pytest.mark.parametrize("chunk", [3, 4096])
 def test_a_calls_repetitive_arguments_are_data_not_a_loop(content: str, chunk: int) -> None:

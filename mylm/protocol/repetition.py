@@ -28,7 +28,7 @@ too. How long depends on what the unit is made of:
 
 A legit long line (a paragraph, minified code, base64) does not repeat one unit end to end. Call arguments are
 data (a file of repeated lines may be what was asked for), so they are watched by a second guard of `scale`
-`ARGUMENTS_SCALE`, every threshold that many times longer and a tiny unit's run never cut: the 1.5B, writing release.txt a third time through
+`ARGUMENTS_SCALE`, every threshold that many times longer, and only units of words judged at all: the 1.5B, writing release.txt a third time through
 LangChain, ran 4,096 tokens (1,000 s on two cores) inside the call's content. Cost: one `rfind` and one
 comparison of the tail per step.
 """
@@ -206,15 +206,15 @@ class RepetitionGuard:
         """How many characters a unit repeated end to end must cover before the line is degenerate."""
         if self.scale > 1:  # judged by its shortest unit: `a a a ` is `a ` three times, a tiny unit's run
             unit = unit[:(unit + unit).find(unit, 1)]
-            # An argument is JSON: `0,0,0,0\n` holds no letter, its `\n` is an escape.
-            letters = _ESCAPE.sub("", unit)
-            if not any(c.isalpha() for c in letters) and any(c.isalnum() for c in letters):
-                return max(self.inline_chars, len(unit) * INLINE_COPIES) if len(unit) > TINY_PERIOD else 1 << 30
+            # Only words said again and again are a loop in arguments; anything else is data: a line of numbers
+            # (`0,0,0,0\n`: its `\n` is JSON's escape, not a letter), a run of punctuation (`{{{{`, `$($($(`, a
+            # rule of `=`), padding. The security battery's 60,000-brace command must reach the approval.
+            if len(unit) <= TINY_PERIOD or not any(c.isalpha() for c in _ESCAPE.sub("", unit)):
+                return 1 << 30
         if not any(c.isalnum() for c in unit):
             return max(self.inline_chars, len(unit) * INLINE_COPIES)  # a separator: `=====`, `-+-+-+`
         if len(unit) <= TINY_PERIOD:
-            # In arguments a tiny unit's run is data (padding, a zero-filled blob, `a a a`), never cut.
-            return min(self.inline_chars, TINY_CHARS) if self.scale == 1 else 1 << 30
+            return min(self.inline_chars, TINY_CHARS)
         if any(c.isalpha() for c in unit):  # words said again and again
             if len(unit) >= LONG_UNIT:
                 if (unit + unit).find(unit, 1) < len(unit):

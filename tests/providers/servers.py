@@ -393,14 +393,30 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Connection", "close")
             self.close_connection = True
         self.end_headers()
+        # A server with no delay ends its answer at once: the last piece goes out with the chunked body's end in
+        # one write, so a client that stops reading at the last event finds the whole body there (the keep-alive
+        # tests; written apart, a loaded machine could run the client between the two writes).
+        hold = not pause and chunked and then == "end"
+        last = b""
         for piece in chunks:
             if owner.stopping.is_set():
                 self.close_connection = True
                 return
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
+            framed = b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece
+            if hold:
+                if last:
+                    self.wfile.write(last)
+                    self.wfile.flush()
+                last = framed
+                continue
+            self.wfile.write(framed)
             self.wfile.flush()
             if pause:
                 owner.stopping.wait(pause)
+        if hold:
+            self.wfile.write(last + b"0\r\n\r\n")
+            self.wfile.flush()
+            return
         if then == "hang":
             self._wait_for_client_exit()
         elif then == "close" or not chunked:
