@@ -77,16 +77,20 @@ def _reading_rank(tool: _Tool) -> int | None:
     return 0 if _READS.search(tool.name) else 1 if _SHOWS.search(tool.name) else None
 
 
-def path_parameter(tool: _Tool) -> str | None:
-    """The parameter `tool` takes a file's path in, if it is a tool that reads files; else None."""
-    if _reading_rank(tool) is None:
-        return None
+def path_property(tool: _Tool, names: frozenset[str] = _PATH_PARAMETERS) -> str | None:
+    """The string parameter of `tool` named as a path (`path`, `file_path`, `filePath`, ...; `names` compared
+    without `_` and case), or None."""
     properties = dict(tool.parameters).get("properties") or {}
     for name, schema in properties.items():
         typed = schema.get("type", "string") if isinstance(schema, dict) else None
-        if name.replace("_", "").lower() in _PATH_PARAMETERS and typed == "string":
+        if str(name).replace("_", "").lower() in names and typed == "string":
             return str(name)
     return None
+
+
+def path_parameter(tool: _Tool) -> str | None:
+    """The parameter `tool` takes a file's path in, if it is a tool that reads files; else None."""
+    return None if _reading_rank(tool) is None else path_property(tool)
 
 
 def _shell_parameter(tool: _Tool) -> tuple[str, bool] | None:
@@ -106,7 +110,7 @@ def unread(question: str, tools: Sequence[_Tool], *, written: str | None = None,
     """The first file `question` names and the call that reads it (a file-reading tool's first, else a shell
     tool's `cat`), or None. Not `written`, the file the question asks to be written ("Create hello.py ...":
     there is nothing to read yet), nor a file `mentioned` holds as a word (the arguments of the calls made)."""
-    files = [name for name in named_files(question) if name != written and not _names(mentioned, name)]
+    files = [name for name in named_files(question) if name != written and not names_file(mentioned, name)]
     if not files:
         return None
     readers = [(rank, index, tool.name, parameter) for index, tool in enumerate(tools)
@@ -124,7 +128,7 @@ def unread(question: str, tools: Sequence[_Tool], *, written: str | None = None,
     return None
 
 
-def _names(text: str, name: str) -> bool:
+def names_file(text: str, name: str) -> bool:
     """Whether `text` holds the file `name` as a word, after directories or not (`/work/p/notes.txt`)."""
     return re.search(r"(?<![\w.-])" + re.escape(name) + r"(?![\w/-])", text) is not None
 
@@ -147,6 +151,8 @@ def reads_named_file(tool: _Tool, arguments: Mapping[str, Any], question: str) -
     return any(re.search(r"(?<![\w.-])(?:[\w./-]*/)?" + re.escape(name) + r"(?![\w/-])", command) for name in names)
 
 
+#: The parameter names a listing tool takes its directory in (compared as `_PATH_PARAMETERS` are).
+_DIRECTORY_PARAMETERS = _PATH_PARAMETERS | {"dir", "directory", "dirpath"}
 #: Words in a tool's name that say it lists or finds a project's files (`list_files`, `LS`, `Glob`, `find_files`).
 _LISTS = re.compile(r"list|(?<![a-z])ls(?![a-z])|glob|find|tree|dir", re.IGNORECASE)
 
@@ -157,16 +163,10 @@ def lister(tools: Sequence[_Tool]) -> Unread | None:
     for tool in tools:
         if not _LISTS.search(tool.name) or _MEDIA.search(tool.name):
             continue
-        schema = dict(tool.parameters)
-        required = [str(name) for name in schema.get("required") or ()]
-        properties = schema.get("properties") or {}
-        paths = [name for name in properties if str(name).replace("_", "").lower() in _PATH_PARAMETERS | {"dir",
-                 "directory", "dirpath"}]
-        if not required:
-            parameter = str(paths[0]) if paths else ""
-            return Unread(".", tool.name, parameter, "." if parameter else "")
-        if len(required) == 1 and required[0] in paths:
-            return Unread(".", tool.name, required[0], ".")
+        required = [str(name) for name in dict(tool.parameters).get("required") or ()]
+        parameter = path_property(tool, _DIRECTORY_PARAMETERS)
+        if not required or required == [parameter]:
+            return Unread(".", tool.name, parameter or "", "." if parameter else "")
     for tool in tools:
         shell = _shell_parameter(tool)
         if shell is not None:
@@ -178,4 +178,4 @@ def lister(tools: Sequence[_Tool]) -> Unread | None:
 def unseen_file(answer: str, seen: str) -> str | None:
     """The first file's name `answer` gives that `seen` (everything the conversation holds) never shows, or
     None: a name that can only have been made up."""
-    return next((name for name in named_files(answer) if not _names(seen, name)), None)
+    return next((name for name in named_files(answer) if not names_file(seen, name)), None)

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .unread import _FILE_NAME, _MEDIA, _PATH_PARAMETERS, _shell_parameter, _Tool, named_files
+from .unread import _FILE_NAME, _MEDIA, _shell_parameter, _Tool, named_files, names_file, path_property
 
 #: A writing verb opening a sentence or a request ("Write ...", "Please save ...", "Can you create ...").
 _ASKS = re.compile(r"(?:^|[.!?;\n]\s*)(?:(?:please|now|then|also|and)\s+|(?:can|could|would|will)\s+you\s+)*"
@@ -69,12 +69,8 @@ def write_target(task: str) -> str | None:
 def _writer(tools: Sequence[_Tool]) -> tuple[str, str] | None:
     """The client's tool that writes a file and its path parameter ("" for a shell tool), or None."""
     for tool in tools:
-        if _WRITES.search(tool.name) and not _MEDIA.search(tool.name):
-            properties = dict(tool.parameters).get("properties") or {}
-            for name, schema in properties.items():
-                typed = schema.get("type", "string") if isinstance(schema, dict) else None
-                if name.replace("_", "").lower() in _PATH_PARAMETERS and typed == "string":
-                    return tool.name, str(name)
+        if _WRITES.search(tool.name) and not _MEDIA.search(tool.name) and (path := path_property(tool)):
+            return tool.name, path
     for tool in tools:
         if _shell_parameter(tool) is not None:
             return tool.name, ""
@@ -86,8 +82,7 @@ def wrote(name: str, arguments: Mapping[str, Any], path: str) -> bool:
     writing or editing, or one whose arguments name the file (a shell command, a patch)."""
     if _CHANGES.search(name) and not _MEDIA.search(name):
         return True
-    text = json.dumps(dict(arguments), ensure_ascii=False)
-    return re.search(r"(?<![\w.-])" + re.escape(path) + r"(?![\w/-])", text) is not None
+    return names_file(json.dumps(dict(arguments), ensure_ascii=False), path)
 
 
 def unwritten(task: str, tools: Sequence[_Tool],

@@ -22,6 +22,7 @@ own PID namespace, every process it started.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import json
@@ -309,10 +310,9 @@ class Init:
         signal.signal(signal.SIGCHLD, lambda *_: None)
         # As pid 1, a signal from inside the namespace is dropped unless handled: SIGINT must not be.
         signal.signal(signal.SIGINT, signal.SIG_DFL)
-        try:
+        # Only a head start: where it fails (out of descriptors, say) the command's path does the same work.
+        with contextlib.suppress(OSError):
             self._rehearse()
-        except OSError:
-            pass  # only a head start (out of descriptors, say): the command's path does the same work for real
 
     def _rehearse(self) -> None:
         """Go once through the Python of a command's start and end, with harmless arguments, while the init
@@ -331,15 +331,11 @@ class Init:
                 reply.recv(16)
             os.chdir("/")
             os.stat(".")
-            try:
+            with contextlib.suppress(OSError):
                 restrict_self(-1)  # no ruleset: refused (EBADF) before anything is restricted
-            except OSError:
-                pass
             close_on_exec()  # as before every command: this init's descriptors are never a command's
-            try:
+            with contextlib.suppress(ChildProcessError):  # none yet: the init has not started its command
                 os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                pass  # none yet: the init has not started its command
             drain(self.wake_r)
         finally:
             ours.close()
