@@ -6,14 +6,26 @@ search answers at once; composing `grep -rn` through `execute_command` is a step
 1.5B never did in the agent-task suite). The search is confined like the file tools: it walks the workspace from
 the descriptor the workspace holds (`os.fwalk`, links never followed, every file opened with `O_NOFOLLOW`
 beneath its directory), and never reads what the sandbox hides (credentials, mylm's own data), approved or not.
+
+Models write the patterns their training saw for grep and ripgrep: Qwen2.5-Coder-1.5B, asked how many Python
+files a directory holds, sent `.*\\.py$`, read "No text file contains '.*\\.py$'" and answered 0. The text is looked
+for as written first (a search for `parse_header(` must not fail on an unbalanced parenthesis); when nothing holds
+it as written, a pattern with a regular expression's syntax is read as one, by RE2, whose matching time is linear
+in the text whatever the pattern (Python's `re` can backtrack for hours on `(a+)+$`). A pattern with a shell
+wildcard (`*.py`, `src/**/test_*.py`) also matches file names, as a glob. The observation says which reading
+matched.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import posixpath
+import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
 
 from ..core.errors import ToolError
 from ..core.words import counted
@@ -40,19 +52,52 @@ _SNIFF_BYTES = 8192
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
+@dataclass(frozen=True)
+class _Reading:
+    """One way of reading the pattern: which file names and which lines of a text it matches."""
+
+    #: How the observation names this reading ("" for the text as written).
+    label: str
+    #: Whether a file's name (and its path from the search's root) matches.
+    name: Callable[[str, str], bool]
+    #: The (line number, line) pairs of a text that match.
+    lines: Callable[[str], list[tuple[int, str]]]
+    #: Whether case is ignored.
+    fold: bool
+
+
 def search_text(ws: Workspace, pattern: str, path: str = ".", *, guard: Secrets | None = None) -> str:
     """The lines of the text files under `path` (a directory or a file of the workspace) that contain `pattern`,
-    as `path:line: text`; the match ignores case when `pattern` has no capital letter (as ripgrep's smart case).
-    """
+    as `path:line: text`, and the files whose names hold it; case is ignored when `pattern` has no capital letter
+    (as ripgrep's smart case). When nothing holds it as written, a pattern in a regular expression's syntax is
+    searched again as one (RE2); a pattern with a shell wildcard also matches file names as a glob."""
     if not pattern:
         raise ToolError("argument 'pattern' is empty; give the text to look for")
     if "\n" in pattern:
         raise ToolError("argument 'pattern' holds a line break; search for one line's text at a time")
-    fold = pattern == pattern.lower()
-    needle = pattern.lower() if fold else pattern
     rel = ws.relative(path)
+    where = "the workspace" if rel == "." else rel
+    literal = _literal(pattern)
+    shown = _search(ws, rel, guard, literal, _glob(pattern), pattern, where)
+    if shown is not None:
+        return shown
+    regex = _regex(pattern)
+    if regex is not None:
+        shown = _search(ws, rel, guard, regex, None, pattern, where)
+        if shown is not None:
+            return f"[nothing holds {pattern!r} as written; read as a regular expression:]\n{shown}"
+    nothing = f"No text file in {where} contains {pattern!r}"
+    if regex is not None:
+        nothing += ", as written or as a regular expression"
+    return nothing + "."
+
+
+def _search(ws: Workspace, rel: str, guard: Secrets | None, reading: _Reading, glob: _Reading | None,
+            pattern: str, where: str) -> str | None:
+    """What `reading` (and `glob`, for names) finds under `rel`, as the observation shows it; None if nothing."""
     matches: list[str] = []
     named: list[str] = []
+    globbed: list[str] = []
     found = files_matched = files_seen = 0
     truncated = False
     for shown, fd in _files(ws, rel, guard):
@@ -62,9 +107,11 @@ def search_text(ws: Workspace, pattern: str, path: str = ".", *, guard: Secrets 
                 truncated = True
                 break
             name = posixpath.basename(shown)
-            if needle in (name.lower() if fold else name):
+            if reading.name(name, shown):
                 named.append(shown)
-            hits = _search_file(fd, needle, fold)
+            elif glob is not None and glob.name(name, shown):
+                globbed.append(shown)
+            hits = _search_file(fd, reading)
         finally:
             os.close(fd)
         if not hits:
@@ -75,17 +122,17 @@ def search_text(ws: Workspace, pattern: str, path: str = ".", *, guard: Secrets 
             if len(matches) < MAX_MATCHES:
                 text = line if len(line) <= MAX_LINE_CHARS else line[:MAX_LINE_CHARS - 3] + "..."
                 matches.append(f"{shown}:{number}: {text}")
-    where = "the workspace" if rel == "." else rel
+    if not (found or named or globbed):
+        return None
     # Models look files up by name with it too ("py" for the Python files: Qwen2.5-Coder-1.5B answered 0 from "no
     # text file contains 'py'"): the names that hold the text are part of the answer, and come first (after "no
     # text file contains 'py'" the 1.5B answered "No Python files" with the four names listed below it).
-    names = _names(named, pattern)
+    names = _names(named, pattern, "match" if reading.label else "contain") + _names(globbed, pattern, "match")
+    more = f" (stopped after {MAX_FILES:,} files)" if truncated else ""
     if not found:
-        more = f" (stopped after {MAX_FILES:,} files)" if truncated else ""
-        nothing = "No line of a text file" if names else "No text file"
-        return "\n".join([*names, f"{nothing} in {where} contains {pattern!r}{more}."])
-    header = (f"[{counted(found, 'match', 'matches')} for {pattern!r} in {counted(files_matched, 'file')}"
-              f"{' (case ignored)' if fold and pattern.lower() != pattern.upper() else ''}]")
+        return "\n".join([*names, f"No line of a text file in {where} {_verb(reading)} {pattern!r}{more}."])
+    folded = " (case ignored)" if reading.fold and pattern.lower() != pattern.upper() else ""
+    header = f"[{counted(found, 'match', 'matches')} for {pattern!r} in {counted(files_matched, 'file')}{folded}]"
     lines = [header, *matches]
     if found > len(matches):
         lines.append(f"[... and {found - len(matches):,} more matches not shown; search a narrower path or text]")
@@ -94,14 +141,94 @@ def search_text(ws: Workspace, pattern: str, path: str = ".", *, guard: Secrets 
     return "\n".join([*names, *lines])
 
 
-def _names(named: list[str], pattern: str) -> list[str]:
-    """The lines that list the files whose names contain the pattern (none when no name does)."""
+def _verb(reading: _Reading) -> str:
+    return "matches" if reading.label else "contains"
+
+
+def _names(named: list[str], pattern: str, verb: str) -> list[str]:
+    """The lines that list the files whose names hold or match the pattern (none when no name does)."""
     if not named:
         return []
     shown = named[:MAX_MATCHES]
     more = f" (the first {len(shown)} shown)" if len(named) > len(shown) else ""
-    verb = "contains" if len(named) == 1 else "contain"
-    return [f"[{counted(len(named), 'file name')} {verb} {pattern!r}{more}]", *shown]
+    one = len(named) == 1
+    if verb == "contain":
+        said = "contains" if one else "contain"
+    else:  # a glob's or a regular expression's names: "match"
+        said = "matches" if one else "match"
+    return [f"[{counted(len(named), 'file name')} {said} {pattern!r}{more}]", *shown]
+
+
+def _literal(pattern: str) -> _Reading:
+    fold = pattern == pattern.lower()
+    needle = pattern.lower() if fold else pattern
+
+    def name(base: str, _shown: str) -> bool:
+        return needle in (base.lower() if fold else base)
+
+    def lines(text: str) -> list[tuple[int, str]]:
+        haystack = text.lower() if fold else text
+        if needle not in haystack:
+            return []
+        return [(number, line.strip()) for number, (line, folded) in
+                enumerate(zip(text.splitlines(), haystack.splitlines()), 1) if needle in folded]
+
+    return _Reading("", name, lines, fold)
+
+
+#: The syntax that makes a pattern a regular expression rather than plain text.
+_REGEX_SYNTAX = re.compile(r"[.*+?^$|()\[\]{}]|\\[A-Za-z]")
+
+
+def _regex(pattern: str) -> _Reading | None:
+    """The pattern read as a regular expression (RE2, linear time), or None: no such syntax, or not valid."""
+    if not _REGEX_SYNTAX.search(pattern):
+        return None
+    import re2  # only here: a search that finds its text as written never loads it
+
+    options = re2.Options()
+    options.log_errors = False  # RE2 logs a bad pattern on stderr; the observation says what happened
+    # Smart case as for the text: a capital outside an escape (`\S`, `\W` are classes) makes the case count.
+    fold = not any(c.isupper() for c in re.sub(r"\\.", "", pattern))
+    options.case_sensitive = not fold
+    try:
+        compiled: Any = re2.compile(pattern, options)
+        lined: Any = re2.compile("(?m)" + pattern, options)  # ^ and $ at each line, as grep reads them
+    except re2.error:
+        return None
+
+    def name(base: str, _shown: str) -> bool:
+        return compiled.search(base) is not None
+
+    def lines(text: str) -> list[tuple[int, str]]:
+        if lined.search(text) is None:
+            return []
+        hits = []
+        for number, line in enumerate(text.splitlines(), 1):
+            if lined.search(line) is not None:
+                hits.append((number, line.strip()))
+        return hits
+
+    return _Reading(" the regular expression", name, lines, fold)
+
+
+def _glob(pattern: str) -> _Reading | None:
+    """The pattern read as a shell wildcard over file names (`*.py`, `src/**/*.md`), or None if it has none."""
+    if not any(c in pattern for c in "*?[") or any(c.isspace() for c in pattern):
+        return None
+    fold = pattern == pattern.lower()
+    wanted = pattern.lower() if fold else pattern
+    # `**/` matches no directory too (`**/*.py` holds `setup.py`), as in git and ripgrep.
+    patterns = {wanted, wanted.replace("**/", "")} if "**/" in wanted else {wanted}
+    compiled = [re.compile(fnmatch.translate(p)) for p in patterns]
+    by_path = "/" in wanted
+
+    def name(base: str, shown: str) -> bool:
+        subject = shown if by_path else base
+        subject = subject.lower() if fold else subject
+        return any(c.match(subject) for c in compiled)
+
+    return _Reading(" the file-name pattern", name, lambda _text: [], fold)
 
 
 def _files(ws: Workspace, rel: str, hidden: Secrets | None) -> Iterator[tuple[str, int]]:
@@ -153,20 +280,12 @@ def _open_file(dir_fd: int, name: str, shown: str, hidden: Secrets | None) -> in
     return fd
 
 
-def _search_file(fd: int, needle: str, fold: bool) -> list[tuple[int, str]]:
-    """The (line number, line) pairs of a text file that contain `needle`; none for a binary file."""
+def _search_file(fd: int, reading: _Reading) -> list[tuple[int, str]]:
+    """The (line number, line) pairs of a text file that `reading` matches; none for a binary file."""
     data = os.pread(fd, MAX_FILE_BYTES + 1, 0)
     if b"\0" in data[:_SNIFF_BYTES]:
         return []
-    text = data.decode("utf-8", "replace")
-    haystack = text.lower() if fold else text
-    if needle not in haystack:
-        return []
-    hits = []
-    for number, (line, folded) in enumerate(zip(text.splitlines(), haystack.splitlines()), 1):
-        if needle in folded:
-            hits.append((number, line.strip()))
-    return hits
+    return reading.lines(data.decode("utf-8", "replace"))
 
 
 def search_tools(ws: Workspace, secrets: Secrets | None = None) -> list[Tool]:
@@ -181,7 +300,8 @@ def search_tools(ws: Workspace, secrets: Secrets | None = None) -> list[Tool]:
         defined or mentioned), and the files whose names contain it. Shows each line as path:line: text.
 
         Args:
-            pattern: The exact text to look for (case is ignored when it has no capital letter).
+            pattern: The text to look for (case is ignored when it has no capital letter); when nothing holds it
+                as written, it is read as a regular expression, and `*.py` matches file names.
             path: A directory or file to search, relative to the workspace (default: the whole workspace).
         """
         return search(ws, pattern, path=path, guard=hidden)

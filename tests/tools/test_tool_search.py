@@ -105,3 +105,68 @@ def test_the_files_whose_names_hold_the_text_are_listed_too(tree: Path) -> None:
     (tree / ".ssh" / "id_rsa.py").write_text("x\n")
     assert search(tree, pattern="env")[1] == "No text file in the workspace contains 'env'."
     assert "id_rsa" not in search(tree, pattern="rsa")[1]
+
+
+# The quick start, 29 November: Qwen2.5-Coder-1.5B, asked how many Python files the directory held, sent the
+# regular expression `.*\.py$`, read "No text file contains '.*\.py$'" and answered 0. Models write the patterns
+# grep and ripgrep read; a pattern nothing holds as written is read as a regular expression too.
+@pytest.mark.parametrize(("pattern", "names"), [
+    (r".*\.py$", ["src/main.py", "src/util.py"]),
+    (r"\.md$", ["docs/alpha.md", "docs/notes/beta.md"]),
+    ("^(util|main)", ["src/main.py", "src/util.py"]),
+])
+def test_a_regular_expression_nothing_holds_as_written_matches_names_and_lines(
+        tree: Path, pattern: str, names: list[str]) -> None:
+    error, text = search(tree, pattern=pattern)
+    lines = text.splitlines()
+    assert not error and lines[0] == f"[nothing holds {pattern!r} as written; read as a regular expression:]"
+    assert lines[1] == f"[2 file names match {pattern!r}]" and lines[2:4] == names
+
+
+def test_a_regular_expression_finds_lines_with_their_numbers(tree: Path) -> None:
+    error, text = search(tree, pattern=r"def \w+\(line")
+    assert not error and text.splitlines()[1:] == [
+        r"[1 match for 'def \\w+\\(line' in 1 file (case ignored)]", "src/util.py:3: def parse_header(line):"]
+    # ^ and $ hold at each line, as grep reads them; smart case ignores the capitals of escapes (\S, \W).
+    assert search(tree, pattern=r"^from \S+ import")[1].endswith("src/main.py:1: from util import parse_header")
+    assert search(tree, pattern=r"fixed in ticket-\d+")[1].endswith("docs/notes/beta.md:1: Fixed in TICKET-42.")
+    assert search(tree, pattern=r"Fixed in ticket-\d+")[1].startswith("No text file in the workspace contains")
+
+
+def test_text_held_as_written_is_never_read_as_a_regular_expression(tree: Path) -> None:
+    (tree / "calls.py").write_text("x = parse_header(\ny = parse_headers\n")
+    # An unbalanced parenthesis is text, not an error; `.` is a dot when a line holds it as written.
+    assert search(tree, pattern="parse_header(")[1].startswith("[3 matches for 'parse_header(' in 3 files")
+    error, text = search(tree, pattern="line.split")
+    assert not error and text.splitlines() == [
+        "[1 match for 'line.split' in 1 file (case ignored)]", "src/util.py:4: return line.split(':')"]
+
+
+def test_a_pattern_neither_reading_finds_says_both_were_tried(tree: Path) -> None:
+    assert search(tree, pattern=r"nowhere\d+") == (
+        False, r"No text file in the workspace contains 'nowhere\\d+', as written or as a regular expression.")
+    # Not valid in either reading's terms (RE2 has no backreferences): as written only, nothing logged.
+    assert search(tree, pattern=r"(a)\1") == (
+        False, r"No text file in the workspace contains '(a)\\1'.")
+
+
+def test_a_regular_expression_takes_linear_time_whatever_the_pattern(tree: Path) -> None:
+    # Python's re takes about 2^n steps for (a+)+$ on n a's then a b: minutes at 40, ages at 5,000. RE2 answers
+    # in time linear in the text; the test would hang, not fail, if the search backtracked.
+    (tree / "evil.txt").write_text("a" * 5000 + "b\n")
+    assert search(tree, pattern="(a+)+$")[1].startswith("No text file in the workspace contains '(a+)+$'")
+
+
+@pytest.mark.parametrize(("pattern", "expected"), [
+    ("*.py", ["[2 file names match '*.py']", "src/main.py", "src/util.py"]),
+    ("**/*.md", ["[2 file names match '**/*.md']", "docs/alpha.md", "docs/notes/beta.md"]),
+    ("docs/*/*.md", ["[1 file name matches 'docs/*/*.md']", "docs/notes/beta.md"]),
+    ("BETA.*", []),  # a capital: case counts
+])
+def test_a_shell_wildcard_matches_file_names(tree: Path, pattern: str, expected: list[str]) -> None:
+    error, text = search(tree, pattern=pattern)
+    assert not error
+    if expected:
+        assert text.splitlines()[:len(expected)] == expected
+    else:
+        assert "file name" not in text
