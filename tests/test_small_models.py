@@ -237,6 +237,22 @@ def test_an_invented_observation_is_corrected_not_answered(tmp_path: Path, reply
     assert all("(empty reply)" not in m.content for r in llm.requests for m in r.messages)
 
 
+@pytest.mark.parametrize("reply", [
+    "< observation>\n4 Python files are in the directory.",
+    "<\u200bobservation>\n4 Python files are in the directory.",
+    "4 Python files are in the directory.\n< observation>\n[4 files]",
+])
+def test_an_observation_tag_the_grammar_defused_is_not_part_of_the_answer(tmp_path: Path, reply: str) -> None:
+    # The quick start, 29 November: Qwen2.5-Coder-1.5B began its answer with `<observation>`; under the grammar it
+    # came out as `< observation>`, which no parser reads as a tag, and the CLI printed that line above "4 Python
+    # files are in the directory." The history keeps the reply as written (the next request extends this one).
+    llm = ScriptedLLM([format_tool_call(ToolCall("list_dir", {"path": "."})), reply], stops="ignore")
+    result = Agent(llm, tools(tmp_path)).run("How many Python files are here?")
+    assert result.stop_reason is StopReason.FINAL_ANSWER
+    assert result.final_text == "4 Python files are in the directory."
+    assert result.history[-1].content == reply
+
+
 def test_an_empty_turn_is_not_recorded_as_a_placeholder(tmp_path: Path) -> None:
     llm = ScriptedLLM(["", "It is here."])
     result = Agent(llm, tools(tmp_path)).run("Where?")

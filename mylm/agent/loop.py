@@ -32,6 +32,7 @@ from ..core.types import (
 )
 from ..llm import LLM, Constraint
 from ..prompts import PromptLoader
+from ..protocol.tags import answer_shown
 from ..tools.outputs import OutputCache
 from ..tools.registry import ToolRegistry
 from .config import AgentConfig, BeforeFinishHook, PermissionHook
@@ -293,7 +294,10 @@ class Agent:
         """End the run with the turn's answer; one that ran into the token limit is kept, but never passed off
         as complete."""
         logger.info("Final response received (no tool calls)")
+        # As the user sees it: no `< observation>` the grammar made of the model's own `<observation>` (the history
+        # keeps the reply as written, so the next request still extends this one byte for byte).
         answer = turn.parsed.final_answer or ""
+        answer = answer_shown(answer) or answer
         reason = StopReason.MAX_TOKENS if turn.finish is FinishReason.MAX_TOKENS else StopReason.FINAL_ANSWER
         yield FinalResponseEvent(answer, reason)
         return answer, reason
@@ -417,6 +421,7 @@ class Agent:
                 run.add(Message("assistant", FALLBACK_ANSWER))
             return FALLBACK_ANSWER
         answer = (turn.parsed.final_answer or turn.parsed.thought).strip()
+        answer = answer_shown(answer) or answer
         if turn.loop is not None:  # the answer said once, not the loop it fell into (there is no next turn)
             answer = turn.loop.first_copy(answer)
         answer = answer or FALLBACK_ANSWER

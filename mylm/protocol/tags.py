@@ -243,3 +243,23 @@ SPECIAL_TOKEN = re.compile(
 
 #: Inserted after a special token's first character: the text reads the same, but no tokenizer sees the token.
 DEFUSER = "\u200b"
+
+#: A protocol tag as no parser reads it: with a space (or a zero-width space) after `<`, the only way a grammar
+#: that allows `<` in an answer solely before a space lets a model write one, or neutralised (`&lt;`), as a
+#: tool's output echoed back carries it.
+_DEFUSED_TAG = re.compile(
+    r"(?:<[ \t" + DEFUSER + r"]+|&lt;[ \t" + DEFUSER + r"]*)/?[ \t" + DEFUSER + r"]*(?:"
+    + "|".join(PROTOCOL_NAMES) + r")\b[^<>\n]{0,80}>", re.IGNORECASE)
+#: Where a model began writing a tool's output itself (in any of those spellings): what follows is made up.
+_MADE_UP = re.compile(r"(?:<[ \t" + DEFUSER + r"]*|&lt;[ \t" + DEFUSER + r"]*)observation\b", re.IGNORECASE)
+
+
+def answer_shown(text: str) -> str:
+    """`text` (an answer, or the thought before a call) as a user or a client may see it: cut where the model
+    began inventing an observation (unless nothing would be left), and no protocol tag left in a spelling only a
+    grammar or a defused echo produces. Qwen2.5-Coder-1.5B began its answer with `<observation>`, which the
+    grammar let through only as `< observation>`: the CLI printed that line above the answer."""
+    made_up = _MADE_UP.search(text)
+    if made_up is not None and text[: made_up.start()].strip():
+        text = text[: made_up.start()]
+    return _DEFUSED_TAG.sub("", text).lstrip("\n").rstrip()

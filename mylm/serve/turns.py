@@ -4,36 +4,16 @@ spelling the grammar forces (`< observation>`) or a neutralised one (`&lt;tool_c
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 from ..agent.step import StepOutcome
 from ..core.types import Event, ReasoningEvent, Usage, UsageEvent
-from ..protocol.tags import DEFUSER, PROTOCOL_NAMES
+from ..protocol.tags import answer_shown as shown
 from .wire import Finish, Finished, Out, ReasoningOut, TextOut
 
 #: Sees the events of a request's upstream calls (a trace of the request); see `Core.run`.
 Observe = Callable[[Event], None]
-
-#: A protocol tag as no parser reads it: with a space (or a zero-width space) after `<`, the only way a grammar
-#: that allows `<` in an answer solely before a space lets a model write one, or neutralised (`&lt;`), as a
-#: tool's output echoed back carries it.
-_DEFUSED_TAG = re.compile(
-    r"(?:<[ \t" + DEFUSER + r"]+|&lt;[ \t" + DEFUSER + r"]*)/?[ \t" + DEFUSER + r"]*(?:"
-    + "|".join(PROTOCOL_NAMES) + r")\b[^<>\n]{0,80}>", re.IGNORECASE)
-#: Where a model began writing a tool's output itself (in any of those spellings): what follows is made up.
-_MADE_UP = re.compile(r"(?:<[ \t" + DEFUSER + r"]*|&lt;[ \t" + DEFUSER + r"]*)observation\b", re.IGNORECASE)
-
-
-def shown(text: str) -> str:
-    """`text` as a client may see it: cut where the model began inventing an observation (unless nothing would
-    be left), and no protocol tag left in a spelling only a grammar or a defused echo produces."""
-    made_up = _MADE_UP.search(text)
-    if made_up is not None and text[: made_up.start()].strip():
-        text = text[: made_up.start()]
-    return _DEFUSED_TAG.sub("", text).lstrip("\n").rstrip()
-
 
 def relay(steps: Generator[Any, None, StepOutcome], counted: list[bool],
            observe: Observe | None = None) -> Generator[Out, None, StepOutcome]:
