@@ -15,7 +15,8 @@ The clients:
   (`opencode run`, Chat Completions), each with its configuration and state in a temporary HOME;
 - the frameworks, with three file tools (list, read, write) written the way their documentation shows
   (scripts/clients/frameworks.py): LangChain `create_agent`, the OpenAI Agents SDK with each model class,
-  pydantic-ai (`run_stream`), LlamaIndex `FunctionAgent`; and the Vercel AI SDK (scripts/clients/vercel.mjs).
+  pydantic-ai (`run_stream`), LlamaIndex `FunctionAgent`, smolagents `ToolCallingAgent`; and the Vercel AI SDK
+  (scripts/clients/vercel.mjs).
 
     python scripts/drive_clients.py --npm DIR --python VENV_PYTHON [--only NAME ...] [--log FILE] \
         [--task read|find|write] -- --base-url http://127.0.0.1:8080/v1 -m qwen2.5-coder-1.5b  # serve's upstream
@@ -49,7 +50,7 @@ TASKS = {
 #: The file of `workspace` that defines parse_release (`find`); its name does not say so.
 DEFINES = "tasks.py"
 CLIENTS = ("codex", "claude-code", "opencode", "langchain", "agents-chat", "agents-responses", "pydantic-ai",
-           "llamaindex", "vercel-ai")
+           "llamaindex", "smolagents", "vercel-ai")
 #: Seconds one client may take for the whole task.
 CLIENT_TIMEOUT = 1500
 

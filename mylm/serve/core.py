@@ -63,6 +63,7 @@ from .native import (
     wire_tools,
 )
 from .native import rescued as rescued_json
+from .transcripts import read_transcripts
 from .turns import Observe, answered, relay, thought_of
 from .window import ContextWindow
 from .wire import (
@@ -238,6 +239,7 @@ class Core:
         `observe` (a trace) sees the events of each upstream call (`ModelCallEvent` when one ends, its text and
         reasoning) and an `ErrorEvent` for each correction sent."""
         deadline = time.monotonic() + self.settings.timeout
+        request = read_transcripts(request)  # a client's calls kept as text (smolagents), as calls
         if self.settings.tools == "native" and (request.tools or any(m.calls for m in request.messages)):
             if self.emulated(request):
                 yield from self._native(request, deadline, cancel, observe)

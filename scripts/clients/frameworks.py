@@ -156,6 +156,44 @@ def llamaindex(base_url: str, workspace: Workspace, task: str) -> str:
     return asyncio.run(run())
 
 
+def smolagents(base_url: str, workspace: Workspace, task: str) -> str:
+    """smolagents' `ToolCallingAgent` on `OpenAIServerModel`: every request says `tool_choice: "required"`, and the
+    agent answers by calling its own `final_answer` tool."""
+    from smolagents import OpenAIServerModel, ToolCallingAgent, tool
+
+    # smolagents builds a tool's schema from its docstring and refuses one without an `Args:` line per parameter.
+    @tool
+    def list_files() -> str:
+        """List the files of the project."""
+        return workspace.list_files()
+
+    @tool
+    def read_file(path: str) -> str:
+        """Read a file of the project and return its text.
+
+        Args:
+            path: The file's path in the project.
+        """
+        return workspace.read_file(path)
+
+    @tool
+    def write_file(path: str, content: str) -> str:
+        """Write content to a file of the project, replacing it if it exists.
+
+        Args:
+            path: The file's path in the project.
+            content: The text to write.
+        """
+        return workspace.write_file(path, content)
+
+    model = OpenAIServerModel(model_id="local", api_base=base_url, api_key="unused",
+                              client_kwargs={"timeout": TIMEOUT})
+    # verbosity 0: its step log goes to stdout, where the driver prints only the answer.
+    agent = ToolCallingAgent(tools=[list_files, read_file, write_file], model=model, instructions=INSTRUCTIONS,
+                             verbosity_level=0)
+    return str(agent.run(task))
+
+
 #: The drivers by the name docs/serve.md and scripts/drive_clients.py use.
 DRIVERS: dict[str, Callable[[str, Workspace, str], str]] = {
     "langchain": langchain,
@@ -163,6 +201,7 @@ DRIVERS: dict[str, Callable[[str, Workspace, str], str]] = {
     "agents-responses": agents_responses,
     "pydantic-ai": pydantic_ai,
     "llamaindex": llamaindex,
+    "smolagents": smolagents,
 }
 
 

@@ -1,6 +1,7 @@
 """The agent frameworks of docs/serve.md run their own tool loops through `mylm serve`, with the drivers
 scripts/drive_clients.py runs against a real model (scripts/clients/): LangChain `create_agent`, the OpenAI Agents
-SDK with each model class, pydantic-ai's `run_stream`, LlamaIndex's `FunctionAgent` and the Vercel AI SDK.
+SDK with each model class, pydantic-ai's `run_stream`, LlamaIndex's `FunctionAgent`, smolagents'
+`ToolCallingAgent` and the Vercel AI SDK.
 
 Real: each framework and its defaults, the file tools really reading a temporary workspace, `mylm serve` and its
 prompt, parser and wire code. Scripted: only the model, a loopback OpenAI server streaming in small delayed
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.slow
 
 #: The module each driver needs.
 NEEDS = {"langchain": "langchain.agents", "agents-chat": "agents", "agents-responses": "agents",
-         "pydantic-ai": "pydantic_ai", "llamaindex": "llama_index.llms.openai_like"}
+         "pydantic-ai": "pydantic_ai", "llamaindex": "llama_index.llms.openai_like", "smolagents": "smolagents"}
 #: Drivers run by another interpreter where their framework cannot share one with the others: LlamaIndex's OpenAI
 #: integration requires openai<3, the Agents SDK openai>=3 (.ci/run gives LlamaIndex a venv of its own).
 INTERPRETERS = {"llamaindex": "MYLM_TEST_LLAMAINDEX_PYTHON"}
@@ -58,13 +59,20 @@ def answer(body: dict[str, Any]) -> str:
     messages = body.get("messages") or []
     last = _text(messages[-1].get("content")) if messages else ""
     writing = "release.txt" in json.dumps(messages)
+    # A client that takes its answer as a call of its own tool (smolagents' `final_answer`, with `tool_choice:
+    # "required"`) gets it so, as a model shown that tool and made to call one would give it.
+    by_call = "<name>final_answer</name>" in _text(messages[0].get("content")) if messages else False
+
+    def final(text: str) -> str:
+        return call("final_answer", json.dumps({"answer": text}), "Done.") if by_call else text
+
     if writing and "<observation>" in last and "wrote" in last:
-        return "The code name is in release.txt now."
+        return final("The code name is in release.txt now.")
     seen = re.search(r"code name is (\S+?)\.", last) if "<observation>" in last else None
     if seen and writing:
         return call("write_file", json.dumps({"path": "release.txt", "content": seen.group(1)}), "Writing it now.")
     if seen:
-        return f"The code name is {seen.group(1)}."
+        return final(f"The code name is {seen.group(1)}.")
     return call("read_file", '{"path": "notes.txt"}', "I will read the notes first.")
 
 
