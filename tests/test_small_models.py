@@ -782,6 +782,36 @@ def test_a_real_call_after_a_made_up_one_still_goes_out() -> None:
                                                                  "circle.calculate_circumference"]
 
 
+FILE_TOOLS = [ToolDefinition(name, f"{name} a file.", {"type": "object", "properties": props, "required": list(props)})
+              for name, props in (("list_files", {}), ("read_file", {"path": {"type": "string"}}),
+                                  ("write_file", {"path": {"type": "string"}, "content": {"type": "string"}}),
+                                  ("final_answer", {"answer": {"type": "string"}}))]
+
+
+def test_calls_written_before_the_results_they_need_are_dropped() -> None:
+    # smolagents through mylm serve, Qwen2.5-Coder-1.5B, asked for the code name in notes.txt: one reply listed the
+    # files, read notes.txt, overwrote it with a made-up "release_code: 1.0.0" and answered; smolagents ran the
+    # first three and refused the step for the answer beside them.
+    reply = "".join(format_tool_call(call) + "\n" for call in (
+        ToolCall("list_files", {}), ToolCall("read_file", {"path": "notes.txt"}),
+        ToolCall("write_file", {"path": "./notes.txt", "content": "release_code: 1.0.0"}),
+        ToolCall("final_answer", {"answer": "1.0.0"})))
+    outcome = served(reply, FILE_TOOLS, "What is the release code name written in notes.txt?")
+    assert outcome.usable and [c.name for c in outcome.calls] == ["list_files", "read_file"]
+
+
+@pytest.mark.parametrize("calls", [
+    # a write to another file than the one read, a write before a read, answers alone: nothing waits on a result
+    (ToolCall("read_file", {"path": "notes.txt"}), ToolCall("write_file", {"path": "release.txt", "content": "x"})),
+    (ToolCall("write_file", {"path": "a.txt", "content": "x"}), ToolCall("read_file", {"path": "a.txt"})),
+    (ToolCall("final_answer", {"answer": "x"}),),
+])
+def test_calls_that_need_no_result_of_the_reply_all_go_out(calls: tuple[ToolCall, ...]) -> None:
+    reply = "".join(format_tool_call(call) + "\n" for call in calls)
+    outcome = served(reply, FILE_TOOLS, "Copy notes.txt to release.txt.")
+    assert outcome.usable and [c.name for c in outcome.calls] == [c.name for c in calls]
+
+
 # --------------------------------------------------------------------------- answers given without a look
 
 

@@ -66,6 +66,7 @@ from .fit import (
 from .grounding import grounded, heard, made_up, mostly_mentioned
 from .turn import ModelTurn, cut_mid_thought, stream_turn
 from .unread import reads_named_file
+from .unwritten import ahead_of_results
 
 logger = logging.getLogger("mylm.agent")
 
@@ -422,6 +423,8 @@ class ModelStep:
             problem = f"the reply had no tool call; {which} is required (tool_choice)"
             return StepOutcome(turn, problem, corrections.tool_required(tool), "tool_choice")
         calls = turn.parsed.tool_calls if self.config.multiple_calls else turn.parsed.tool_calls[:1]
+        if len(calls) > 1:
+            calls = ahead_of_results(calls, self.tools)
         if len(calls) > 1:
             # Before the check: a call the question did not ask for (`root_type: real` beside the `all` asked)
             # must not decide how the calls after it are judged.

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.types import ToolCall
 from .unread import _FILE_NAME, _MEDIA, _shell_parameter, _Tool, named_files, names_file, path_property
 
 #: A writing verb opening a sentence or a request ("Write ...", "Please save ...", "Can you create ...").
@@ -97,3 +98,34 @@ def unwritten(task: str, tools: Sequence[_Tool],
     if writer is None or any(wrote(name, arguments, path) for name, arguments in calls):
         return None
     return Unwritten(path, *writer)
+
+
+#: A client's tool that takes the answer as a call (smolagents' `final_answer`, pydantic-ai's `final_result`).
+_ANSWER_TOOL = re.compile(r"final[_-]?(?:answer|result|response)|submit[_-]?(?:answer|result)|answer",
+                          re.IGNORECASE)
+
+
+def ahead_of_results(calls: Sequence[ToolCall], tools: Sequence[_Tool]) -> tuple[ToolCall, ...]:
+    """`calls` (one reply's) less those written before the results they depend on could be known: the call of an
+    answer tool beside other calls, and a write to a file that an earlier call of the same reply reads. Asked for
+    the code name in notes.txt through smolagents, Qwen2.5-Coder-1.5B called list_files, read_file(notes.txt),
+    write_file(notes.txt, "release_code: 1.0.0") and final_answer in one reply: the client ran the first three,
+    overwriting the user's notes with a made-up line, and refused the step for the answer beside them. The
+    dropped calls cost a round trip: the model sees the results and can make them then."""
+    if len(calls) < 2:
+        return tuple(calls)
+    answers = [bool(_ANSWER_TOOL.fullmatch(call.name)) for call in calls]
+    paths = {tool.name: path_property(tool) for tool in tools}
+    kept: list[ToolCall] = []
+    for call, answer in zip(calls, answers, strict=True):
+        if answer and not all(answers):
+            continue
+        parameter = paths.get(call.name)
+        target = call.arguments.get(parameter) if parameter else None
+        if isinstance(target, str) and target.strip() and _CHANGES.search(call.name) and any(
+                not _CHANGES.search(earlier.name)
+                and names_file(json.dumps(dict(earlier.arguments), ensure_ascii=False), target.strip().removeprefix("./"))
+                for earlier in kept):
+            continue
+        kept.append(call)
+    return tuple(kept)
