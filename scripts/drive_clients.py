@@ -12,7 +12,8 @@ really ran can pass it):
 The clients:
 
 - the CLIs, with their own tools: Codex (`codex exec`, Responses), Claude Code (`claude -p`, Messages), OpenCode
-  (`opencode run`, Chat Completions), each with its configuration and state in a temporary HOME;
+  (`opencode run`, Chat Completions), each with its configuration and state in a temporary HOME; the `llm` CLI
+  (`llm --functions`, Chat Completions) with the file tools of scripts/clients/llm_tools.py;
 - the frameworks, with three file tools (list, read, write) written the way their documentation shows
   (scripts/clients/frameworks.py): LangChain `create_agent`, the OpenAI Agents SDK with each model class,
   pydantic-ai (`run_stream`), LlamaIndex `FunctionAgent`, smolagents `ToolCallingAgent`; and the Vercel AI SDK
@@ -49,7 +50,7 @@ TASKS = {
 }
 #: The file of `workspace` that defines parse_release (`find`); its name does not say so.
 DEFINES = "tasks.py"
-CLIENTS = ("codex", "claude-code", "opencode", "langchain", "agents-chat", "agents-responses", "pydantic-ai",
+CLIENTS = ("codex", "claude-code", "opencode", "llm", "langchain", "agents-chat", "agents-responses", "pydantic-ai",
            "llamaindex", "smolagents", "vercel-ai")
 #: Seconds one client may take for the whole task.
 CLIENT_TIMEOUT = 1500
@@ -122,6 +123,16 @@ def command(client: str, task: str, base_url: str, project: Path, home: Path, np
                 isolated_env(home, PWD=str(project), OPENCODE_DISABLE_AUTOUPDATE="1",
                              OPENCODE_DISABLE_MODELS_FETCH="1", OPENCODE_DISABLE_SHARE="1",
                              OPENCODE_DISABLE_LSP_DOWNLOAD="1"))
+    if client == "llm":
+        # Simon Willison's llm: an OpenAI-compatible model is declared in its extra-openai-models.yaml.
+        user_dir = home / "llm"
+        user_dir.mkdir(parents=True)
+        (user_dir / "extra-openai-models.yaml").write_text(
+            f'- model_id: mylm\n  model_name: local\n  api_base: "{base_url}"\n  supports_tools: true\n',
+            encoding="utf-8")
+        tools = ROOT / "scripts" / "clients" / "llm_tools.py"
+        return ([str(Path(python).parent / "llm"), "-m", "mylm", "--functions", str(tools), task],
+                isolated_env(home, LLM_USER_PATH=str(user_dir)))
     if client == "vercel-ai":
         if not (npm / "node_modules" / "ai").is_dir():
             return "the ai package is not installed in --npm"

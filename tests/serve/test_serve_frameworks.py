@@ -176,3 +176,29 @@ def test_the_vercel_ai_sdk_reads_the_file_with_its_own_tool_and_answers(tmp_path
     assert code_name in done.stdout
     assert done.stderr.splitlines() == ["tool: read_file(notes.txt)"]
     assert _observed(model, code_name)
+
+
+@pytest.mark.parametrize(("task", "calls"), [(TASK, ["tool: read_file(notes.txt)"]),
+                                             (WRITE, ["tool: read_file(notes.txt)", "tool: write_file(release.txt)"])])
+def test_the_llm_cli_runs_its_functions_and_answers(task: str, calls: list[str], tmp_path: Path) -> None:
+    """Simon Willison's `llm` CLI with the model declared in its extra-openai-models.yaml (`supports_tools: true`)
+    and the file tools of scripts/clients/llm_tools.py (`llm --functions`), as scripts/drive_clients.py runs it."""
+    llm = Path(sys.executable).parent / "llm"
+    _require("the llm CLI (pip install llm)", llm.is_file())
+    project, user_dir = tmp_path / "project", tmp_path / "llm"
+    project.mkdir()
+    user_dir.mkdir()
+    code_name = _workspace(project)
+    with ReadingModel() as model, serving(model.base_url) as url:
+        (user_dir / "extra-openai-models.yaml").write_text(
+            f'- model_id: mylm\n  model_name: local\n  api_base: "{url}/v1"\n  supports_tools: true\n')
+        done = subprocess.run([str(llm), "-m", "mylm", "--functions", str(ROOT / "scripts" / "clients" / "llm_tools.py"),
+                               task], cwd=project, capture_output=True, text=True, timeout=120, check=False,
+                              stdin=subprocess.DEVNULL, env={**os.environ, "LLM_USER_PATH": str(user_dir)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [line for line in done.stderr.splitlines() if line.startswith("tool: ")] == calls
+    if task == TASK:
+        assert code_name in done.stdout
+    else:
+        assert (project / "release.txt").read_text() == code_name and "release.txt" in done.stdout
+    assert _observed(model, code_name)
