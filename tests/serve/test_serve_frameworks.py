@@ -197,6 +197,8 @@ def test_the_llm_cli_runs_its_functions_and_answers(task: str, calls: list[str],
                               stdin=subprocess.DEVNULL, env={**os.environ, "LLM_USER_PATH": str(user_dir)})
     assert done.returncode == 0, done.stderr[-3000:]
     assert [line for line in done.stderr.splitlines() if line.startswith("tool: ")] == calls
+    offered = set(re.findall(r"<name>(\w+)</name>", json.dumps([r.body for r in model.requests])))
+    assert {"list_files", "read_file", "write_file"} <= offered and "Path" not in offered
     if task == TASK:
         assert code_name in done.stdout
     else:
