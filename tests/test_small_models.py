@@ -815,6 +815,33 @@ def test_calls_that_need_no_result_of_the_reply_all_go_out(calls: tuple[ToolCall
 # --------------------------------------------------------------------------- answers given without a look
 
 
+def _find_task(tmp_path: Path) -> None:
+    (tmp_path / "release.py").write_text('from tasks import parse_release\n\nprint(parse_release("notes.txt"))\n')
+    (tmp_path / "tasks.py").write_text("def parse_release(path):\n    return path\n")
+
+
+def test_a_file_named_unopened_to_a_which_file_question_is_sent_back_to_read_it(tmp_path: Path) -> None:
+    # scripts/drive_clients.py --task find, Qwen2.5-Coder-1.5B: it listed the project, then answered release.py
+    # (which only imports parse_release) without reading it.
+    _find_task(tmp_path)
+    llm = ScriptedLLM([format_tool_call(ToolCall("list_dir", {"path": "."})), "release.py",
+                       format_tool_call(ToolCall("read_file", {"path": "release.py"})), "tasks.py"], stops="ignore")
+    result = Agent(llm, tools(tmp_path), workspace=tmp_path).run(
+        "Which file of this project defines the function parse_release?")
+    assert result.final_text == "tasks.py"
+    told = llm.requests[2].messages[-1].content
+    assert "release.py has not been read yet" in told and "<name>read_file</name>" in told
+
+
+def test_a_file_whose_lines_a_search_showed_is_not_sent_back(tmp_path: Path) -> None:
+    _find_task(tmp_path)
+    llm = ScriptedLLM([format_tool_call(ToolCall("search_files", {"pattern": "def parse_release"})), "tasks.py"],
+                      stops="ignore")
+    result = Agent(llm, tools(tmp_path), workspace=tmp_path).run(
+        "Which file of this project defines the function parse_release?")
+    assert result.final_text == "tasks.py" and len(llm.requests) == 2
+
+
 def test_an_answer_about_a_workspace_file_nothing_read_is_sent_back_to_read_it(tmp_path: Path) -> None:
     # Qwen2.5-Coder-0.5B, asked "What is the code word in secret.txt?", answered from the file's name alone.
     (tmp_path / "secret.txt").write_text("The code word is PELICAN.\n")

@@ -44,6 +44,7 @@ from .step import ModelStep, StepOutcome, Steps
 from .streams import AgentStream
 from .tool_runner import ToolRunner
 from .turn import ModelTurn
+from .unread import asks_which_file, named_files, names_file, quoted_lines
 from .unwritten import write_target
 
 if TYPE_CHECKING:
@@ -187,6 +188,8 @@ class Agent:
                 outcome = self._looked(run, outcome)
             if outcome.usable and not parsed.tool_calls:
                 outcome = self._written(run, outcome)
+            if outcome.usable and not parsed.tool_calls:
+                outcome = self._opened(run, outcome)
             if not outcome.usable:
                 yield from self._correct(run, outcome)
             elif not parsed.tool_calls:
@@ -271,6 +274,27 @@ class Agent:
         problem = f"answered before any tool ran, without {shown or tool}"
         return replace(outcome, problem=problem, correction=run.corrections.unlooked(tool, shown), kind="tool_choice",
                        kept=False)
+
+    def _opened(self, run: RunState, outcome: StepOutcome) -> StepOutcome:
+        """`outcome` (an answer), or, once a run, the turn sent back with the `unlooked` correction where the task
+        asks which file holds something (`unread.asks_which_file`) and the answer names a file of the workspace that
+        no call of the run has named: asked which file defines parse_release, the 1.5B listed the project and
+        answered release.py, which only imports it, unread. The file system says the file is there."""
+        if run.corrections.unlooked_sent or "read_file" not in self.tools or not asks_which_file(run.corrections.task):
+            return outcome
+        called = "\n".join(f"{name} {arguments}" for name, arguments, _, _ in run.seen_calls)
+        results = "\n".join(output for _, _, output, _ in run.seen_calls)
+        parsed = outcome.turn.parsed
+        root = self.workspace.resolve()
+        for name in named_files(parsed.final_answer or parsed.thought):
+            target = (root / name).resolve()
+            if names_file(called, name) or quoted_lines(results, name) or not target.is_relative_to(root) or (
+                    not target.is_file()):
+                continue
+            shown = target.relative_to(root).as_posix()
+            return replace(outcome, problem=f"answered {shown} without opening it", kind="tool_choice", kept=False,
+                           correction=run.corrections.unlooked("read_file", shown, others=bool(run.seen_calls)))
+        return outcome
 
     def _written(self, run: RunState, outcome: StepOutcome) -> StepOutcome:
         """`outcome` (an answer), or, once a run, the turn sent back with the `unwritten` correction where the

@@ -179,3 +179,24 @@ def unseen_file(answer: str, seen: str) -> str | None:
     """The first file's name `answer` gives that `seen` (everything the conversation holds) never shows, or
     None: a name that can only have been made up."""
     return next((name for name in named_files(answer) if not names_file(seen, name)), None)
+
+
+#: A question asking which file holds something: "Which file defines parse_release?", "In which file is the port
+#: set?", "Where is main declared?". Not "Which files are there?": a list of names needs no file opened.
+_WHICH_FILE = re.compile(
+    r"\b(?:which|what)\s+(?:[\w-]+\s+)?file\b(?!s)[^.?!\n]*?\b(?:defines?|declares?|implements?|contains?|holds?|"
+    r"has|mentions?|uses?|imports?|sets?|configures?|calls?|raises?|handles?|stores?|creates?|exports?)\b"
+    r"|\bin\s+(?:which|what)\s+(?:[\w-]+\s+)?file\b(?!s)"
+    r"|\bwhere\b[^.?!\n]*?\b(?:defined|declared|implemented|configured|set|called|used|raised|handled|stored|"
+    r"mentioned|created|exported)\b", re.IGNORECASE)
+
+
+def asks_which_file(question: str) -> bool:
+    """Whether `question` asks which file holds something (its answer is a file to open, not only a name)."""
+    return _WHICH_FILE.search(question) is not None
+
+
+def quoted_lines(text: str, name: str) -> bool:
+    """Whether `text` (tools' results) quotes lines of the file `name` as a search does (`tasks.py:3: def ...`,
+    after directories or not): what it holds there has been seen, though no call opened it."""
+    return re.search(r"(?<![\w.-])" + re.escape(name) + r":\d+[:-]", text) is not None

@@ -15,6 +15,10 @@
 - **An answer naming a file nothing has shown, before any tool ran** (`made_up`): asked which file of the project
   defines parse_release, all six framework agents in front of the 1.5B answered a name (`parse_release.py`,
   `functions.py`) without listing anything. The retry must call the client's lister.
+- **An answer naming a file the conversation listed but never opened, to a question asking which file holds
+  something** (`opened`): asked which file defines parse_release, five of six framework agents in front of the
+  1.5B listed the files and answered `release.py` (which only imports it) without reading it. The retry must read
+  the file it named.
 - **An answer copied from what the client wrote around the question** (`copied`): its system prompt, or a block it
   wrapped into a user message (`<system-reminder>`, `<environment_context>`). Claude Code in front of the 1.5B got
   its own reminder back as the answer. The agent's echo check knows only mylm's corrections; these are the client's.
@@ -32,7 +36,7 @@ from typing import Any
 from ..agent.corrections import Corrections
 from ..agent.step import ModelStep, StepOutcome
 from ..agent.turn import call_key
-from ..agent.unread import lister, unread, unseen_file
+from ..agent.unread import asks_which_file, lister, named_files, names_file, quoted_lines, unread, unseen_file
 from ..agent.unwritten import unwritten, write_target
 from ..core.types import ToolCall
 from .wire import ChatRequest
@@ -196,3 +200,29 @@ def made_up(outcome: StepOutcome, answer: str, request: ChatRequest, step: Model
         outcome, problem=f"answered {name}, which nothing has shown, before any tool ran", kind="tool_choice",
         correction=corrections.unlooked(found.tool, ".", parameter=found.parameter or "path",
                                         value=found.value or None), kept=False), found.tool
+
+
+def opened(outcome: StepOutcome, answer: str, request: ChatRequest, step: ModelStep,
+           corrections: Corrections) -> tuple[StepOutcome, str | None]:
+    """`outcome` (an answer), or, where the question asks which file holds something and the answer names a file
+    that no call of the conversation has named (read, searched), the turn sent back with the `unlooked` correction
+    for that file, and the tool the retry must call (its reader)."""
+    if step.config.tool_choice != "auto":
+        return outcome, None
+    task, _ = task_and_calls(request)
+    if not asks_which_file(task):
+        return outcome, None
+    mentioned = "\n".join(json.dumps(dict(call.arguments), ensure_ascii=False)
+                          for message in request.messages for call in message.calls)
+    # Only names the conversation shows (a listing's): one nothing shows is made up, and "X is in the workspace"
+    # would be the server's guess.
+    shown = "\n".join(message.content for message in request.messages if message.role == "tool")
+    unopened = [name for name in named_files(answer) if not names_file(mentioned, name) and names_file(shown, name)
+                and not quoted_lines(shown, name)]
+    found = unread(unopened[0], step.listed) if unopened else None
+    if found is None:
+        return outcome, None
+    return dataclasses.replace(
+        outcome, problem=f"answered {found.path} without opening it", kind="tool_choice",
+        correction=corrections.unlooked(found.tool, found.path, parameter=found.parameter, value=found.value,
+                                        seen=True, others=True), kept=False), found.tool

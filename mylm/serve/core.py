@@ -52,7 +52,7 @@ from ..prompts import PromptLoader
 from ..protocol import dialects
 from ..protocol.defuse import defuse_special_tokens, neutralise
 from ..protocol.dialects import format_call
-from .checks import CLIENT_BLOCK, again, copied, copy_sent_back, looked, made_up, written
+from .checks import CLIENT_BLOCK, again, copied, copy_sent_back, looked, made_up, opened, written
 from .native import (
     NOT_RUN,
     Forwarding,
@@ -347,6 +347,9 @@ class Core:
                 if forced is None and not corrections.unlooked_sent:
                     outcome, forced = made_up(outcome, parsed.final_answer or parsed.thought, request, step,
                                               corrections)
+                if forced is None and not corrections.unlooked_sent:
+                    outcome, forced = opened(outcome, parsed.final_answer or parsed.thought, request, step,
+                                             corrections)
                 if forced is not None:
                     # Not counted against --max-corrections: the look (or the write) is owed whatever went before
                     # it (Codex: an unknown tool, then an echo, then an answer without reading, none left).
