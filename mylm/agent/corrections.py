@@ -275,15 +275,16 @@ class Corrections:
             task = task[:_TASK_CHARS].rstrip() + " [...]"
         return self.prompts.render("echoed.j2", task=defuse_correction(task), given=given)
 
-    def repeated_call(self, tool: str, output: str = "", *, previous: bool = True) -> str:
+    def repeated_call(self, tool: str, output: str = "", *, previous: bool = True, wrote: bool = False) -> str:
         """The observation for a call the run already made and that gave the same result (`output`, which the
         model already has: shown again, shortened, since a small model loses track of it); `previous`: the
-        call just before it was the same, else an earlier one was."""
+        call just before it was the same, else an earlier one was; `wrote`: the call writes a file, and was made
+        once before (its result is that one's)."""
         if len(output) > 600:
             output = output[:600].rstrip() + " [...]"
         task = self.task if len(self.task) <= 300 else self.task[:300].rstrip() + " [...]"
         return self.prompts.render("repeated_call.j2", tool=tool, output=neutralise(output), previous=previous,
-                                   task=defuse_correction(" ".join(task.split())))
+                                   task=defuse_correction(" ".join(task.split())), wrote=wrote)
 
     def escalated(
         self, message: str, tool: ParametersTool | None = None, given: Mapping[str, Any] | None = None, *,

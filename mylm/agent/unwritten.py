@@ -129,3 +129,9 @@ def ahead_of_results(calls: Sequence[ToolCall], tools: Sequence[_Tool]) -> tuple
             continue
         kept.append(call)
     return tuple(kept)
+
+
+def writes_file(tool: _Tool) -> bool:
+    """Whether `tool` is named for writing or editing a file and takes its path (not `write_stdin`, which feeds a
+    process, nor an image tool)."""
+    return bool(_CHANGES.search(tool.name)) and not _MEDIA.search(tool.name) and path_property(tool) is not None

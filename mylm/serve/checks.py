@@ -8,7 +8,10 @@
   a call give the same result; a server only sees the history its client sends back, so a call counts as
   repeated when the conversation holds it (same tool, same arguments) at least `TIMES` times, the last two with
   the same result. Codex in front of the 1.5B sent `write_stdin {session_id: 1}` back eight times, each answered
-  "Unknown process id 1". Made again after that, the call goes out: the client decides.
+  "Unknown process id 1". Made again after that, the call goes out: the client decides. A call that writes a file
+  (a tool named for writing or editing, with a path) is a repeat the first time it comes back with the same
+  arguments: the file holds what it held. The llm CLI's model wrote release.txt, read it back and wrote the same
+  again until the client's chain limit failed a finished task.
 - **An answer to a task that asks for a file to be written, while nothing was written** (`written`;
   `agent/unwritten.py` says which file and which tool). The Agents SDK's agent, asked to write the code name from
   notes.txt into release.txt, read notes.txt and answered the code name. The retry must call the writer.
@@ -37,7 +40,7 @@ from ..agent.corrections import Corrections
 from ..agent.step import ModelStep, StepOutcome
 from ..agent.turn import call_key
 from ..agent.unread import asks_which_file, lister, named_files, names_file, quoted_lines, unread, unseen_file
-from ..agent.unwritten import unwritten, write_target
+from ..agent.unwritten import unwritten, write_target, writes_file
 from ..core.types import ToolCall
 from .wire import ChatRequest
 
@@ -59,11 +62,13 @@ CLIENT_BLOCK = re.compile(r"<([a-z][a-z0-9]*(?:[-_][a-z0-9]+)+)(?:\s[^>]*)?>.*?<
 
 @dataclass(frozen=True)
 class Repeat:
-    """A call the conversation already holds: its result, and whether the model's previous call was this one."""
+    """A call the conversation already holds: its result, and whether the model's previous call was this one
+    (`wrote`: the call writes a file, and one identical call before it is a repeat)."""
 
     tool: str
     output: str
     previous: bool
+    wrote: bool = False
 
 
 def repeated(request: ChatRequest, name: str, arguments: Mapping[str, Any]) -> Repeat | None:
@@ -77,6 +82,11 @@ def repeated(request: ChatRequest, name: str, arguments: Mapping[str, Any]) -> R
             last = call_key(ToolCall(call.name, dict(call.arguments)))
             if last == key:
                 outputs.append(results.get(call.id))
+    # A file written with the same arguments again holds what it held: the llm CLI's model wrote release.txt, read
+    # it back, and wrote the same again until the client's chain limit failed the run with the file done.
+    tool = next((t for t in request.tools if t.name == name), None)
+    if tool is not None and writes_file(tool) and outputs and outputs[-1] is not None:
+        return Repeat(name, outputs[-1], previous=last == key, wrote=True)
     if len(outputs) < TIMES or outputs[-1] is None or outputs[-1] != outputs[-2]:
         return None
     return Repeat(name, outputs[-1], previous=last == key)
@@ -113,7 +123,7 @@ def again(outcome: StepOutcome, request: ChatRequest, corrections: Corrections) 
         return outcome
     return dataclasses.replace(
         outcome, problem=f"{found.tool} again, with the same arguments and the same result", kind="call",
-        correction=corrections.repeated_call(found.tool, found.output, previous=found.previous))
+        correction=corrections.repeated_call(found.tool, found.output, previous=found.previous, wrote=found.wrote))
 
 
 def _given(request: ChatRequest) -> Iterator[str]:

@@ -9,6 +9,7 @@ from typing import Any
 
 import openai
 
+from mylm.agent.step import ToolDefinition
 from mylm.serve.checks import Repeat, repeated
 from mylm.serve.wire import CallIn, ChatMessage, ChatRequest
 from tests.providers.servers import OpenAIServer
@@ -65,3 +66,52 @@ def test_served_the_repeat_is_sent_back_once_with_the_result_and_the_task() -> N
     assert [c.function.name for c in insisted.choices[0].message.tool_calls or []] == ["write_stdin"]  # type: ignore[union-attr]
     sent = json.dumps(upstream.requests[1].body["messages"][-1], ensure_ascii=False)  # type: ignore[index]
     assert "same result" in sent and "Unknown process id 1" in sent and "Say hi in the running shell." in sent
+
+
+WRITE_FILE = ToolDefinition("write_file", "Write a file.", {"type": "object", "properties": {
+    "path": {"type": "string"}, "content": {"type": "string"}}, "required": ["path", "content"]})
+READ_FILE = ToolDefinition("read_file", "Read a file.", {"type": "object", "properties": {
+    "path": {"type": "string"}}, "required": ["path"]})
+WRITTEN = {"path": "release.txt", "content": "Release code name: tundra-bd87\n"}
+
+
+def _written_then_read() -> list[ChatMessage]:
+    return [ChatMessage("user", "Write the release code name from notes.txt into release.txt."),
+            ChatMessage("assistant", calls=(CallIn("c1", "write_file", WRITTEN),)),
+            ChatMessage("tool", "wrote 31 characters to release.txt", call_id="c1"),
+            ChatMessage("assistant", calls=(CallIn("c2", "read_file", {"path": "release.txt"}),)),
+            ChatMessage("tool", WRITTEN["content"], call_id="c2")]
+
+
+def test_a_file_written_again_with_the_same_arguments_is_a_repeat_at_once() -> None:
+    # The llm CLI in front of the 1.5B wrote release.txt, read it back, and wrote the same again until its chain
+    # limit of 5 failed the run, the file long done.
+    request = ChatRequest("m", tuple(_written_then_read()), tools=(WRITE_FILE, READ_FILE))
+    assert repeated(request, "write_file", dict(WRITTEN)) == Repeat(
+        "write_file", "wrote 31 characters to release.txt", previous=False, wrote=True)
+    assert repeated(request, "write_file", {**WRITTEN, "content": "other"}) is None
+    # Read again, a file is not a write: two like results first, as for any call.
+    assert repeated(request, "read_file", {"path": "release.txt"}) is None
+    # write_stdin feeds a process (no path): not a file written.
+    assert repeated(ChatRequest("m", tuple(_history("x")), tools=(ToolDefinition(
+        "write_stdin", "", {"type": "object", "properties": {"session_id": {"type": "number"}}}),)),
+        "write_stdin", dict(WRITE_STDIN)) is None
+
+
+def test_served_a_file_written_again_is_sent_back_saying_so() -> None:
+    history: list[dict[str, Any]] = [
+        {"role": "user", "content": "Write the release code name from notes.txt into release.txt."},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c0", "type": "function", "function": {
+            "name": "read_file", "arguments": '{"path": "notes.txt"}'}}]},
+        {"role": "tool", "tool_call_id": "c0", "content": "The release code name is tundra-bd87."},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+            "name": "write_file", "arguments": json.dumps(WRITTEN)}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "wrote 31 characters to release.txt"}]
+    tools = [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                               "parameters": dict(t.parameters)}} for t in (WRITE_FILE, READ_FILE)]
+    with OpenAIServer([call("write_file", json.dumps(WRITTEN)), "Done: release.txt holds the code name."]) as upstream, \
+            serving(upstream.base_url) as url, openai.OpenAI(base_url=url + "/v1", api_key="unused") as api:
+        reply = api.chat.completions.create(model="m", tools=tools, messages=history)  # type: ignore[arg-type]
+    assert reply.choices[0].message.content == "Done: release.txt holds the code name."
+    sent = [r.body for r in upstream.requests if isinstance(r.body, dict) and r.body.get("messages")]
+    assert "write_file already did this, with these same arguments" in sent[1]["messages"][-1]["content"]
