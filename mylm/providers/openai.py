@@ -136,31 +136,34 @@ class _OpenAIDecoder(Decoder):
 
     def feed_all(self, items: list[SSEEvent], out: list[LLMChunk]) -> None:
         """`feed` for the events of one read. An event of the stream's plain text shape (`_ContentShape`, learned
-        from one of the first such events) gives its text chunk from its content string alone; the others are
-        decoded in batches (`_batch`)."""
+        from one of the first such events) gives its text from its content string alone, a run of them one text
+        chunk (the chunks are `feed`'s once adjacent text chunks are joined, as `_coalesced` joins them); the
+        others are decoded in batches (`_batch`)."""
         shape = self.shape
         start, count = 0, len(items)
         while start < count:
             if shape is not None:
+                texts: list[str] = []
                 while start < count:
                     item = items[start]
                     text = shape.text(item.data) if item.event != "error" else None
                     if text is None:
                         break
-                    if text:
-                        out.append(TextChunk(text))
+                    texts.append(text)
                     start += 1
+                joined = "".join(texts)
+                if joined:
+                    # A run of text events is one chunk: the caller joins adjacent text chunks anyway
+                    # (`_coalesced`), and a chunk per event cost as much as reading the event.
+                    out.append(TextChunk(joined))
                 if start == count:
                     return
             if self._learning > 0:
                 # Read alone, so the events after it may take its shape (a reply often comes in one read).
                 self._learning -= 1
-                item = items[start]
-                self._batch(items[start:start + 1], out)
+                self._learn(items[start], out)
                 if self.done:
                     return
-                if item.event != "error" and item.data[:1] == "{":
-                    self.shape = _learnt(item.data) or self.shape
                 shape = self.shape
                 start += 1
                 continue
@@ -172,6 +175,22 @@ class _OpenAIDecoder(Decoder):
             if self.done:
                 return
             start = end
+
+    def _learn(self, item: SSEEvent, out: list[LLMChunk]) -> None:
+        """`feed` for `item`, then its shape learnt from the object it decoded to, if it is plain text."""
+        data = item.data
+        if item.event == "error" or data[:1] != "{":
+            self._batch([item], out)
+            return
+        try:
+            obj, end = _raw_decode(data)
+        except (ValueError, RecursionError):
+            end = -1
+        if end != len(data):
+            self._batch([item], out)  # `feed` judges it (whitespace after it, two objects, an error)
+            return
+        self._object(obj, out)  # what `feed` does with an event that is one JSON object
+        self.shape = _shape_of(data, obj) or self.shape
 
     def _batch(self, items: list[SSEEvent], out: list[LLMChunk]) -> None:
         """`feed` for `items`, with their JSON decoded in one pass where they are plain objects (nearly always):
@@ -239,15 +258,6 @@ class _OpenAIDecoder(Decoder):
             stop = field("stop_reason")
             if isinstance(stop, str):
                 self.stop_sequence = stop
-
-
-def _learnt(data: str) -> _ContentShape | None:
-    """The shape of the event `data`, if it is one plain text event (`_shape_of`)."""
-    try:
-        obj, end = _raw_decode(data)
-    except (ValueError, RecursionError):
-        return None
-    return _shape_of(data, obj) if end == len(data) else None
 
 
 def _decoded(datas: list[str]) -> list[Any] | None:

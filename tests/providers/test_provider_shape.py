@@ -11,8 +11,13 @@ from hypothesis import strategies as st
 
 from mylm.core.errors import StreamError
 from mylm.providers import Endpoint, create_llm
+from mylm.providers.decoder import _coalesced
 from mylm.providers.framing import SSEEvent
-from mylm.providers.openai import _learnt
+from mylm.providers.openai import _ContentShape, _shape_of
+
+
+def _learnt(data: str) -> _ContentShape | None:
+    return _shape_of(data, json.loads(data))
 
 
 def decoder() -> Any:
@@ -21,7 +26,8 @@ def decoder() -> Any:
 
 def run(datas: list[str], together: bool, reads: int = 1) -> tuple[Any, ...]:
     """What a decoder makes of `datas`: all read at once (`feed_all`, the reads split `reads` ways), or each event
-    fed alone (the slow path the fast one must equal)."""
+    fed alone (the slow path the fast one must equal); adjacent text chunks joined, as the provider joins them
+    (`_coalesced`: the fast path gives a run of text events as one chunk)."""
     fed = decoder()
     events = [SSEEvent("error" if data.startswith("ERR") else "message", data.removeprefix("ERR")) for data in datas]
     out: list[Any] = []
@@ -40,7 +46,7 @@ def run(datas: list[str], together: bool, reads: int = 1) -> tuple[Any, ...]:
                     break
     except StreamError as error:
         failed = str(error)
-    return out, fed.reason, fed.usage, fed.done, fed.stop_sequence, failed
+    return _coalesced(out), fed.reason, fed.usage, fed.done, fed.stop_sequence, failed
 
 
 def encode(document: Any, compact: bool, ascii_only: bool) -> str:
