@@ -268,68 +268,6 @@ class LocalConnections:
             self._open.pop(address, None)
 
 
-class Corked:
-    """A transport whose writes made in one turn of the event loop go out as one write, at the end of the turn.
-
-    uvicorn writes an answer's head, each body chunk and the chunked body's end each on its own: one system call
-    each (and a wake-up of the client for each), a tenth of the server's CPU per streamed reply
-    (scripts/bench_serve.py). Gathered, a reply that is ready at once is one write. Nothing waits longer than
-    the turn it was written in; `close` sends what is gathered first; a large gathering goes out at once, so
-    flow control (which the real transport drives) sees it."""
-
-    #: Bytes gathered beyond which a write goes out at once.
-    LIMIT = 64 * 1024
-
-    def __init__(self, transport: Any, loop: Any) -> None:
-        self.transport = transport
-        self._loop = loop
-        self._parts: list[bytes] = []
-        self._size = 0
-
-    def write(self, data: bytes) -> None:
-        if not data:
-            return
-        if not self._parts:
-            self._loop.call_soon(self.flush)
-        self._parts.append(data)
-        self._size += len(data)
-        if self._size >= self.LIMIT:
-            self.flush()
-
-    def flush(self) -> None:
-        """Write what is gathered (nothing once the transport is closing: the connection is gone)."""
-        if not self._parts:
-            return
-        data = self._parts[0] if len(self._parts) == 1 else b"".join(self._parts)
-        self._parts = []
-        self._size = 0
-        if not self.transport.is_closing():
-            self.transport.write(data)
-
-    def writelines(self, parts: Any) -> None:
-        for part in parts:
-            self.write(part)
-
-    def close(self) -> None:
-        self.flush()
-        self.transport.close()
-
-    def abort(self) -> None:
-        self._parts = []
-        self._size = 0
-        self.transport.abort()
-
-    def is_closing(self) -> bool:
-        return bool(self.transport.is_closing())
-
-    def set_protocol(self, protocol: Any) -> None:
-        self.flush()  # a protocol taking over (an upgrade) writes after what was written before
-        self.transport.set_protocol(protocol)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.transport, name)
-
-
 def guarded_protocol(guarding: Guarding, refused: Refusal, connections: Connections | None = None) -> type:
     """uvicorn's h11 protocol with the head and body deadlines and the per-client connection limit (a class:
     uvicorn makes one per connection); its connection counts are shared by every connection of this class, and
@@ -356,8 +294,6 @@ def guarded_protocol(guarding: Guarding, refused: Refusal, connections: Connecti
                 transport.close()
                 return
             self._counted = address
-            # Taken after uvicorn's set-up: its flow control pauses and resumes the socket's own transport.
-            self.transport = Corked(transport, self.loop)  # type: ignore[assignment]
             self._arm_head()
 
         def connection_lost(self, exc: Exception | None) -> None:
