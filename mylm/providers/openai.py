@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -16,9 +17,109 @@ from .framing import SSEEvent, _raw_decode, sse_json
 from .servertokens import Prompted, ServerTokenizer, prompted, refused_tokens
 from .transport import CallGuard, HTTPCall
 
+#: The C string scanner json's decoder reads every string literal with (`strict`: control characters refused).
+_scanstring: Callable[[str, int, bool], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
+#: Events one stream may be read alone to learn its shape (`_ContentShape`); the rest go in batches.
+_LEARNING = 8
+#: The key of a content delta, with its string's opening quote, as servers write it (compact JSON).
+_CONTENT = '"content":"'
+
+
+@dataclass(frozen=True)
+class _ContentShape:
+    """The bytes around the content string of a stream's plain text events: `prefix`, up to and with the
+    string's opening quote, and `suffix`, after its closing quote.
+
+    A server repeats one event, byte for byte, but for the text: `{"id":...,"choices":[{"index":0,"delta":
+    {"content":"TEXT"},...}]}`. An event that is `prefix` + one JSON string literal + `suffix` decodes to the
+    event the shape was learned from with only the content changed (JSON reads left to right: the same bytes
+    before the literal leave the decoder in the same place, a literal's end is its own closing quote, and the
+    same bytes after it read the same way), so its one chunk is the text's, with no decoding of the rest; the
+    shape was proven on two other literals when it was learned (`_shape_of`). Decoding the whole event was a
+    sixth of the server's CPU per streamed reply (scripts/bench_serve.py)."""
+
+    prefix: str
+    suffix: str
+
+    def text(self, data: str) -> str | None:
+        """The content `data` carries if it has this shape, else None."""
+        if not (data.startswith(self.prefix) and data.endswith(self.suffix)):
+            return None
+        try:
+            value, end = _scanstring(data, len(self.prefix), True)
+        except ValueError:
+            return None
+        return value if end == len(data) - len(self.suffix) else None
+
+
+def _plain_text(obj: Any) -> bool:
+    """Whether `_OpenAIDecoder._object` reads nothing from `obj` but its content string (a text chunk, if the
+    string is not empty): no error, no usage, one choice 0 with no finish and a delta of content (and role)."""
+    if type(obj) is not dict or "error" in obj or obj.get("object") == "error" or obj.get("type") == "error":
+        return False
+    choices = obj.get("choices")
+    if obj.get("usage") is not None or type(choices) is not list or len(choices) != 1:
+        return False
+    choice = choices[0]
+    if type(choice) is not dict or not choice.keys() <= {"index", "delta", "finish_reason", "logprobs"}:
+        return False
+    delta = choice.get("delta")
+    return (choice.get("index", 0) == 0 and not choice.get("finish_reason") and type(delta) is dict
+            and delta.keys() <= {"content", "role"} and type(delta.get("content")) is str)
+
+
+def _with_content(obj: dict[str, Any], content: str) -> dict[str, Any]:
+    """`obj` (one that `_plain_text` accepts) with another content string."""
+    choice = obj["choices"][0]
+    return {**obj, "choices": [{**choice, "delta": {**choice["delta"], "content": content}}]}
+
+
+def _shape_of(data: str, obj: Any) -> _ContentShape | None:
+    """The shape of the plain text event `data` (which decoded to `obj`), if its content string can be found
+    and proven to be the one that changes: the same bytes with two other strings there decode to `obj` with
+    just its content changed to each."""
+    if not _plain_text(obj):
+        return None
+    content = obj["choices"][0]["delta"]["content"]
+    at = data.find(_CONTENT)
+    for _ in range(4):  # a few places at most: a hostile server's event is not searched at length
+        if at < 0:
+            return None
+        start = at + len(_CONTENT)
+        try:
+            value, end = _scanstring(data, start, True)
+        except ValueError:
+            value, end = None, -1
+        if value == content:
+            shape = _ContentShape(data[:start], data[end:])
+            if all(_decodes_to(shape, literal, _with_content(obj, text)) for literal, text in _PROOFS):
+                return shape
+        at = data.find(_CONTENT, at + 1)
+    return None
+
+
+#: The literals a shape is proven with, and their strings (two that differ: one alone might equal the content).
+_PROOFS = (('"\\u00e9\\"x"', '\u00e9"x'), ('"y\\n"', "y\n"))
+
+
+def _decodes_to(shape: _ContentShape, literal: str, expected: Any) -> bool:
+    data = shape.prefix + literal[1:] + shape.suffix  # the prefix holds the opening quote
+    try:
+        value, end = _raw_decode(data)
+    except (ValueError, RecursionError):
+        return False
+    return end == len(data) and bool(value == expected) and shape.text(data) == expected["choices"][0]["delta"][
+        "content"]
+
 
 class _OpenAIDecoder(Decoder):
     """Chunks from `chat.completion.chunk` or `text_completion` events; the usage chunk follows the finish."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: The shape of this stream's plain text events, once learned from one of them.
+        self.shape: _ContentShape | None = None
+        self._learning = _LEARNING
 
     def feed(self, item: SSEEvent) -> list[LLMChunk]:
         # Lists, not generators, here and in `_object`: this runs once per token (scripts/bench_serve.py).
@@ -34,10 +135,68 @@ class _OpenAIDecoder(Decoder):
         return chunks
 
     def feed_all(self, items: list[SSEEvent], out: list[LLMChunk]) -> None:
-        """`feed` for the events of one read, with their JSON decoded in one pass where they are plain objects
-        (nearly always): one scan of `[a,b,...]` reuses the keys it has met and spares a call chain per event,
-        about a fifth of a streamed token's cost in the server (scripts/bench_serve.py). Anything else, and any
-        doubt, takes `feed`, event by event, so every event is read exactly as `feed` reads it."""
+        """`feed` for the events of one read. An event of the stream's plain text shape (`_ContentShape`, learned
+        from one of the first such events) gives its text from its content string alone, a run of them one text
+        chunk (the chunks are `feed`'s once adjacent text chunks are joined, as `_coalesced` joins them); the
+        others are decoded in batches (`_batch`)."""
+        shape = self.shape
+        start, count = 0, len(items)
+        while start < count:
+            if shape is not None:
+                texts: list[str] = []
+                while start < count:
+                    item = items[start]
+                    text = shape.text(item.data) if item.event != "error" else None
+                    if text is None:
+                        break
+                    texts.append(text)
+                    start += 1
+                joined = "".join(texts)
+                if joined:
+                    # A run of text events is one chunk: the caller joins adjacent text chunks anyway
+                    # (`_coalesced`), and a chunk per event cost as much as reading the event.
+                    out.append(TextChunk(joined))
+                if start == count:
+                    return
+            if self._learning > 0:
+                # Read alone, so the events after it may take its shape (a reply often comes in one read).
+                self._learning -= 1
+                self._learn(items[start], out)
+                if self.done:
+                    return
+                shape = self.shape
+                start += 1
+                continue
+            end = start + 1
+            while end < count and (shape is None or items[end].event == "error"
+                                   or shape.text(items[end].data) is None):
+                end += 1
+            self._batch(items[start:end], out)
+            if self.done:
+                return
+            start = end
+
+    def _learn(self, item: SSEEvent, out: list[LLMChunk]) -> None:
+        """`feed` for `item`, then its shape learnt from the object it decoded to, if it is plain text."""
+        data = item.data
+        if item.event == "error" or data[:1] != "{":
+            self._batch([item], out)
+            return
+        try:
+            obj, end = _raw_decode(data)
+        except (ValueError, RecursionError):
+            end = -1
+        if end != len(data):
+            self._batch([item], out)  # `feed` judges it (whitespace after it, two objects, an error)
+            return
+        self._object(obj, out)  # what `feed` does with an event that is one JSON object
+        self.shape = _shape_of(data, obj) or self.shape
+
+    def _batch(self, items: list[SSEEvent], out: list[LLMChunk]) -> None:
+        """`feed` for `items`, with their JSON decoded in one pass where they are plain objects (nearly always):
+        one scan of `[a,b,...]` reuses the keys it has met and spares a call chain per event, about a fifth of a
+        streamed token's cost in the server (scripts/bench_serve.py). Anything else, and any doubt, takes `feed`,
+        event by event, so every event is read exactly as `feed` reads it."""
         plain = 0
         for item in items:
             if item.event == "error" or item.data[:1] != "{":

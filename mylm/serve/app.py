@@ -34,7 +34,14 @@ from . import chat, messages, models, ollama, responses
 from .bridge import Backlog, produced
 from .core import Core
 from .guard import Guard, Guarding, client_key, key_matches
-from .http import EventStream, json_response, read_body, settled_unless_disconnected, unless_disconnected
+from .http import (
+    EventStream,
+    json_response,
+    read_body,
+    settled_unless_disconnected,
+    unless_disconnected,
+    watching,
+)
 from .stored import ResponseStore, StoredResponses
 from .wire import CallOut, ChatMessage, Finished, Out, load_json, said, text
 
@@ -243,8 +250,22 @@ class Server:
         # wait for headers while the model reads a long prompt or thinks (clients give up after a few minutes of
         # silence); from then on keep-alives hold the stream open and a failure is the API's error event.
         head = asyncio.ensure_future(items.__anext__())
-        settled = await settled_unless_disconnected(request, head, self.config.status_wait)
+        # The task that watches for the client going away while the headers wait goes on watching the stream.
+        watcher = watching(request)
+        try:
+            return await self._stream(api, request, parsed, body, items, head, watcher, backlog, observer)
+        except BaseException:
+            watcher.cancel()
+            raise
+
+    async def _stream(self, api: ModuleType, request: Request, parsed: Any, body: dict[str, Any],
+                      items: AsyncGenerator[Out, None], head: asyncio.Future[Out], watcher: asyncio.Future[None],
+                      backlog: Backlog, observer: RequestObserver | None) -> Response:
+        """The streamed answer, once its first item has come (or `status_wait` has passed); `watcher` is handed
+        to the stream, and cancelled by the caller if this fails."""
+        settled = await settled_unless_disconnected(request, head, self.config.status_wait, watcher)
         if settled is None:  # the client went away
+            watcher.cancel()
             head.cancel()
             await asyncio.gather(head, return_exceptions=True)
             await items.aclose()
@@ -254,6 +275,7 @@ class Server:
             try:
                 first = head.result()
             except StopAsyncIteration:
+                watcher.cancel()
                 await items.aclose()
                 return Response(status_code=499)
             except asyncio.CancelledError:
@@ -270,7 +292,7 @@ class Server:
         eager = api is ollama
         headers = {"Content-Type": ollama.MEDIA_TYPE} if eager else None
         return EventStream(events, headers, more=backlog, closed=closed, keepalive=keepalive,
-                           interval=self.config.keepalive, eager=eager)
+                           interval=self.config.keepalive, eager=eager, watcher=watcher)
 
     async def _items(self, core: Core, parsed: Any, backlog: Backlog | None = None,
                      observer: RequestObserver | None = None) -> AsyncGenerator[Out, None]:

@@ -11,7 +11,7 @@ from ..agent.step import ToolDefinition
 from ..core.errors import RequestError
 from ..core.types import Usage
 from ..llm import Sampling
-from .http import dumps, sse
+from .http import dumps, sse, string_literal
 from .wire import (
     MAX_REPEAT_PENALTY,
     MAX_TOP_K,
@@ -225,12 +225,20 @@ async def events(request: ChatRequest, items: AsyncIterator[Out], body: dict[str
     def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
         return b"%s%s,\"logprobs\":null,\"finish_reason\":%s}]}\n\n" % (opening, dumps(delta), dumps(finish))
 
+    # The content chunk, nearly every chunk: `chunk({"content": text})` written as the encoder writes it (the
+    # key, then the string by the encoder's own string function), without building and walking a dict.
+    content_opening = opening + b'{"content":'
+    content_closing = b'},"logprobs":null,"finish_reason":null}]}\n\n'
+
+    def content(text: str) -> bytes:
+        return b"%s%s%s" % (content_opening, string_literal(text).encode("utf-8"), content_closing)
+
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
     yield chunk({"role": "assistant", "content": ""})
     calls = 0
     async for item in items:
         if isinstance(item, TextOut):
-            yield chunk({"content": item.text})
+            yield content(item.text)
         elif isinstance(item, ReasoningOut):
             yield chunk({"reasoning_content": item.text})
         elif isinstance(item, CallOut):

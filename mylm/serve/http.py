@@ -18,9 +18,17 @@ from ..core.errors import RequestError
 T = TypeVar("T")
 
 
+#: `json.dumps(..., ensure_ascii=False, separators=(",", ":"))` made once: `json.dumps` with any argument of its
+#: own builds a new encoder per call, and every streamed chunk is encoded (the encoder keeps no state between
+#: calls, so one serves every thread).
+_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+#: The C function the encoder writes every string with (its keys' too) when `ensure_ascii` is off.
+string_literal: Callable[[str], str] = json.encoder.encode_basestring
+
+
 def dumps(document: Any) -> bytes:
     """Compact UTF-8 JSON (non-ASCII kept as is: every client decodes UTF-8)."""
-    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return _ENCODE(document).encode("utf-8")
 
 
 def json_response(document: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -84,17 +92,28 @@ async def until_disconnect(receive: Receive) -> None:
             return
 
 
-async def settled_unless_disconnected(request: Request, task: asyncio.Future[Any], within: float) -> bool | None:
+def watching(request: Request) -> asyncio.Future[None]:
+    """A task done once the client of `request` has gone away (its body has been read)."""
+    return asyncio.ensure_future(until_disconnect(request.receive))
+
+
+async def settled_unless_disconnected(request: Request, task: asyncio.Future[Any], within: float,
+                                      watcher: asyncio.Future[None] | None = None) -> bool | None:
     """Wait up to `within` seconds for `task` (never cancelling it): whether it is done, or None if the client
-    goes away first. (`unless_disconnected` with `_settled` inside, in one wait: a task and a wait fewer.)"""
-    watcher = asyncio.ensure_future(until_disconnect(request.receive))
+    goes away first. (`unless_disconnected` with `_settled` inside, in one wait: a task and a wait fewer.) The
+    client is watched by `watcher` if given (`watching`: left running, for the stream to watch with next), else
+    by a task of this call's own."""
+    own = watcher is None
+    if watcher is None:
+        watcher = watching(request)
     try:
         await asyncio.wait({task, watcher}, timeout=within, return_when=asyncio.FIRST_COMPLETED)
         if task.done():
             return True
         return None if watcher.done() else False
     finally:
-        watcher.cancel()
+        if own:
+            watcher.cancel()
 
 
 async def unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
@@ -123,13 +142,14 @@ class EventStream(Response):
     def __init__(self, events: AsyncIterator[bytes], headers: dict[str, str] | None = None, *,
                  more: Sized = (), closed: Callable[[], None] | None = None,
                  keepalive: bytes | Callable[[], bytes] = b"",
-                 interval: float = 0.0, eager: bool = False) -> None:
+                 interval: float = 0.0, eager: bool = False, watcher: asyncio.Future[None] | None = None) -> None:
         """`more` is non-empty while more events are ready to be taken at once: they are gathered into one write
         (the client gets them no later: nothing is awaited meanwhile). `closed` is called once the answer is
         over, however it ended. `keepalive` is written whenever nothing else was for `interval` seconds (after
         the first event: an API's own ping may not come before its opening event; from the start if `eager`,
         for an API whose stream has no opening event); a callable is called for each one, at the moment it is
-        written (an event numbered in its stream)."""
+        written (an event numbered in its stream). `watcher` (from `watching`) is the task already watching for
+        the client going away, if there is one: one task a request, not one before the headers and one after."""
         # No body and so no Content-Length: the answer is chunked, its length unknown until it ends.
         self.status_code = 200
         self.background = None
@@ -141,10 +161,11 @@ class EventStream(Response):
         self.keepalive = keepalive
         self.interval = interval
         self.eager = eager
+        self.watcher = watcher
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         stream = asyncio.ensure_future(self._stream(send))
-        watcher = asyncio.ensure_future(until_disconnect(receive))
+        watcher = self.watcher if self.watcher is not None else asyncio.ensure_future(until_disconnect(receive))
         try:
             await asyncio.wait({stream, watcher}, return_when=asyncio.FIRST_COMPLETED)
         finally:

@@ -8,6 +8,7 @@ requests in flight finish, then cancel what is left after `drain` seconds).
 from __future__ import annotations
 
 import contextlib
+import gc
 import ipaddress
 import signal
 import socket
@@ -81,6 +82,10 @@ def run(app: Any, sock: socket.socket, *, drain: float = DRAIN_SECONDS, ready: C
     """Serve until SIGINT/SIGTERM, then drain (blocks; in the main thread it handles the signals). `ready` is
     called once a signal would stop the server (the CLI prints its banner then)."""
     server = server_for(app, sock, drain=drain)
+    # Everything made so far (the modules, the application, the grammar) lives as long as the process: frozen out
+    # of the collector's reach, a full collection no longer walks its ~50,000 objects again and again; those
+    # walks were a tenth of the server's CPU under load (scripts/bench_serve.py, docs/serve.md).
+    gc.freeze()
     with _stopped_by_signals(server):
         if ready is not None:
             ready()

@@ -9,6 +9,9 @@ import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from mylm.prompts import PromptLoader
 from mylm.serve import chat
 from mylm.serve.bridge import Workers, produced
@@ -166,3 +169,32 @@ def test_chat_chunks_made_from_a_template_are_the_bytes_encoding_each_chunk_give
         assert list(document) == ["id", "object", "created", "model", "choices"]
         assert list(document["choices"][0]) == ["index", "delta", "logprobs", "finish_reason"]
     assert json.loads(events[-2][6:])["choices"][0]["finish_reason"] == "tool_calls"
+
+
+@settings(max_examples=300, deadline=None)
+@given(texts=st.lists(st.text(), min_size=1, max_size=4), model=st.text(min_size=1, max_size=10))
+def test_content_chunks_written_directly_are_the_bytes_encoding_each_chunk_gives(texts: list[str], model: str) -> None:
+    """`chat.events` writes a content chunk without building it (`content`): for any text, the bytes must be those
+    of encoding the whole chunk, and `http.dumps` those of `json.dumps` with its arguments."""
+    import json
+
+    from mylm.serve.http import dumps
+    from mylm.serve.wire import TextOut
+
+    request = chat.parse({"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": True})
+
+    async def items() -> AsyncIterator[Any]:
+        for text in texts:
+            yield TextOut(text)
+
+    async def collect() -> list[bytes]:
+        return [event async for event in chat.events(request, items(), {})]
+
+    events = asyncio.run(collect())
+    head = json.loads(events[0][6:])
+    for text, event in zip(texts, events[1:]):
+        document = {**{k: head[k] for k in ("id", "object", "created", "model")},
+                    "choices": [{"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": None}]}
+        whole = json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()
+        assert event == b"data: " + whole + b"\n\n"
+        assert dumps(document) == whole
