@@ -77,6 +77,8 @@ _CALL_ENDS = frozenset(close for _, close in dialects.CALL_TAGS.values())
 _QUESTION_CHARS = 600
 #: Working cut at the cap is corrected naming the first of this many listed tools the model says does the task.
 _FITTING_TRIED = 3
+#: Answers to questions asked apart kept per step (`ModelStep.probed`); past this, forgotten all at once.
+_PROBES_KEPT = 512
 
 T = TypeVar("T")
 #: A step of the loop: yields events as they happen, returns its outcome.
@@ -243,6 +245,11 @@ class ModelStep:
         self.opens_reasoning: bool | None = None
         #: Characters per token, calibrated by the prompt token counts the endpoint reports.
         self.estimator = TokenEstimator()
+        #: The answers to questions asked apart (`_probe`), by the exact request: greedy (temperature 0), the same
+        #: question gets the same answer, so a client sending the same conversation again (a retry, a new session
+        #: with the same first question, scripts/bench_serve.py's requests) is not made to wait for a second model
+        #: call. Shared by the copies `mylm serve` makes of one prototype step (`copy.copy` keeps the dict).
+        self.probed: dict[tuple[str, bool, tuple[Message, ...]], str] = {}
 
     def templates(self) -> list[str]:
         """Every template a conversation with this step can render (check them before the first request)."""
@@ -344,15 +351,23 @@ class ModelStep:
     def _probe(self, messages: tuple[Message, ...], constraint: Constraint | None, deadline: float | None,
                cancel: CancelToken | None, meter: Meter, purpose: str = "fit") -> str | None:
         """The model's short answer to a question asked apart (`fit`), or None where the endpoint refused it."""
+        key = (purpose, constraint is not None, messages)
+        known = self.probed.get(key)
+        if known is not None:
+            return known
         request = LLMRequest(messages, (), FIT_TOKENS, deadline, cancel, constraint, sampling=Sampling(temperature=0),
                              purpose=purpose)
         meter.calls += 1
         try:
             # Its usage is left out of the meter's: a client reads prompt tokens as how full its context is.
-            return "".join(chunk.text for chunk in self.llm.stream(request) if isinstance(chunk, TextChunk))
+            answer = "".join(chunk.text for chunk in self.llm.stream(request) if isinstance(chunk, TextChunk))
         except HTTPStatusError as error:  # an endpoint that refuses the probe has not said no
             logger.warning("A question asked apart failed (%s); the calls go out", error)
             return None
+        if len(self.probed) >= _PROBES_KEPT:
+            self.probed.clear()
+        self.probed[key] = answer
+        return answer
 
     def _fit(self, outcome: StepOutcome, question: str, corrections: Corrections, deadline: float | None,
              cancel: CancelToken | None, meter: Meter) -> StepOutcome:
