@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 TEMPLATES = (
     "format_error.j2", "truncated.j2", "unusable_reply.j2", "repeated_mistake.j2", "invalid_arguments.j2",
     "tool_choice_refused.j2", "repeated_call.j2", "unknown_tool.j2", "degenerate.j2", "echoed.j2", "capped.j2",
-    "made_up.j2", "unfit.j2", "unlooked.j2", "unwritten.j2",
+    "made_up.j2", "unfit.j2", "unlooked.j2", "unwritten.j2", "unread_overwrite.j2",
 )
 
 #: A reply at least this long that shares this much (or 60% of itself) with the corrections just sent echoes them.
@@ -260,6 +260,15 @@ class Corrections:
         self.unwritten_sent = True
         return self._told(self.prompts.render("unwritten.j2", tool=tool, path=neutralise(path),
                                               parameter=parameter))
+
+    def unread_overwrite(self, tool: str, path: str, reader: str = "", *, unasked: bool = False) -> str:
+        """The observation for a call of `tool` that would write `path` where nothing asked for it (`mylm serve`'s
+        `checks.overwrites`): a file the conversation shows is there and no call has read, or (`unasked`) any file,
+        the task being a question that asks for nothing to be changed; `reader`: the client's tool that reads
+        files."""
+        task = self.task if len(self.task) <= 300 else self.task[:300].rstrip() + " [...]"
+        return self._told(self.prompts.render("unread_overwrite.j2", tool=tool, path=neutralise(path), reader=reader,
+                                              task=defuse_correction(" ".join(task.split())), unasked=unasked))
 
     def _told(self, message: str) -> str:
         """`message` in the step's dialect, remembered as said: a reply that only copies it is no answer (the

@@ -22,6 +22,12 @@
   something** (`opened`): asked which file defines parse_release, five of six framework agents in front of the
   1.5B listed the files and answered `release.py` (which only imports it) without reading it. The retry must read
   the file it named.
+- **A write nothing asked for** (`overwrites`): a file the conversation shows is there and no call has read
+  (asked which file defines parse_release, smolagents' 1.5B wrote a made-up `def parse_release` into release.py,
+  the user's own file, five times over; writing it would replace what it holds, unseen, and Claude Code's own
+  Write tool refuses a file it has not read), or any file, where the task is a question asking for nothing to be
+  made or changed (the llm CLI's 1.5B read release.py, then wrote a new parse_release.py and answered its name).
+  The call is sent back once; made again, it goes out.
 - **An answer copied from what the client wrote around the question** (`copied`): its system prompt, or a block it
   wrapped into a user message (`<system-reminder>`, `<environment_context>`). Claude Code in front of the 1.5B got
   its own reminder back as the answer. The agent's echo check knows only mylm's corrections; these are the client's.
@@ -39,7 +45,16 @@ from typing import Any
 from ..agent.corrections import Corrections
 from ..agent.step import ModelStep, StepOutcome
 from ..agent.turn import call_key
-from ..agent.unread import asks_which_file, lister, named_files, names_file, quoted_lines, unread, unseen_file
+from ..agent.unread import (
+    asks_which_file,
+    lister,
+    named_files,
+    names_file,
+    path_property,
+    quoted_lines,
+    unread,
+    unseen_file,
+)
 from ..agent.unwritten import unwritten, write_target, writes_file
 from ..core.types import ToolCall
 from .wire import ChatRequest
@@ -236,3 +251,53 @@ def opened(outcome: StepOutcome, answer: str, request: ChatRequest, step: ModelS
         outcome, problem=f"answered {found.path} without opening it", kind="tool_choice",
         correction=corrections.unlooked(found.tool, found.path, parameter=found.parameter, value=found.value,
                                         seen=True, others=True), kept=False), found.tool
+
+
+#: A question: it opens with a question word, or ends with a question mark.
+_QUESTION = re.compile(r"^\s*(?:which|what|where|who|whom|whose|when|why|how|is|are|was|were|does|do|did|can|could|"
+                       r"should|would|will|has|have)\b|\?\s*(?:$|[A-Z])", re.IGNORECASE)
+#: Words that ask for something to be made or changed (a question holding one may well want a file written:
+#: "Can you add a test?").
+_CHANGE_WORDS = re.compile(
+    r"\b(?:write|writes|create|save|edit|fix|change|update|add|implement|refactor|rename|delete|remove|make|"
+    r"generate|put|append|modify|replace|patch|move|copy|convert|format|build|install|set\s+up|store|record|"
+    r"insert|rewrite|overwrite|translate|apply|port|migrate|clean)\b", re.IGNORECASE)
+
+
+def asks_no_change(task: str) -> bool:
+    """Whether `task` is a question that asks for nothing to be made or changed ("Which file defines
+    parse_release?"): no call of it needs to write a file."""
+    return bool(_QUESTION.search(task)) and not _CHANGE_WORDS.search(task)
+
+
+def overwrites(outcome: StepOutcome, request: ChatRequest, corrections: Corrections) -> StepOutcome:
+    """`outcome` (calls), or, where one of its calls would write a file nothing asked for, the turn sent back with
+    the `unread_overwrite` correction: a file that a tool's result of the conversation names (a listing: it is
+    there) and no call has named (nothing read it), or any file, where the task is a question that asks for
+    nothing to be changed (`asks_no_change`). A file the task itself names is left to the model: "Fix app.py" may
+    be rewritten whole."""
+    tools = {tool.name: tool for tool in request.tools}
+    shown = "\n".join(message.content for message in request.messages if message.role == "tool")
+    mentioned = "\n".join(json.dumps(dict(call.arguments), ensure_ascii=False)
+                          for message in request.messages for call in message.calls)
+    task, _ = task_and_calls(request)
+    for call in outcome.calls:
+        tool = tools.get(call.name)
+        parameter = path_property(tool) if tool is not None and writes_file(tool) else None
+        target = call.arguments.get(parameter) if parameter else None
+        if not isinstance(target, str) or not target.strip():
+            continue
+        name = target.strip().removeprefix("./")
+        if names_file(task, name):
+            continue
+        unread_file = names_file(shown, name) and not names_file(mentioned, name)
+        unasked = not unread_file and asks_no_change(task)
+        if not (unread_file or unasked):
+            continue
+        found = unread(name, list(request.tools))
+        problem = f"{call.name} on {name}, which the question never asked for" if unasked else (
+            f"{call.name} would overwrite {name}, never read")
+        return dataclasses.replace(
+            outcome, problem=problem, kind="call", calls=(),
+            correction=corrections.unread_overwrite(call.name, name, found.tool if found else "", unasked=unasked))
+    return outcome

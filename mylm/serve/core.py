@@ -52,7 +52,7 @@ from ..prompts import PromptLoader
 from ..protocol import dialects
 from ..protocol.defuse import defuse_special_tokens, neutralise
 from ..protocol.dialects import format_call
-from .checks import CLIENT_BLOCK, again, copied, copy_sent_back, looked, made_up, opened, written
+from .checks import CLIENT_BLOCK, again, copied, copy_sent_back, looked, made_up, opened, overwrites, written
 from .native import (
     NOT_RUN,
     Forwarding,
@@ -314,7 +314,7 @@ class Core:
         question = open_question(request)
         if question:  # what an echo correction restates: the user's words, not the reminders around them
             corrections.task = question
-        repeat_sent = copy_sent = write_sent = False
+        repeat_sent = copy_sent = write_sent = overwrite_sent = False
         limit = self.settings.max_corrections
         attempt = -1
         while attempt < limit:
@@ -357,9 +357,13 @@ class Core:
                     # Told to read it, the 1.5B at a client's default temperature (0.8) answered again without
                     # reading, three times in four: the retry's grammar admits only a call of that tool.
                     step = self.step(dataclasses.replace(request, tool_choice=forced))
-            elif outcome.usable and outcome.calls and not repeat_sent:
-                outcome = again(outcome, request, corrections)
-                repeat_sent = not outcome.usable
+            elif outcome.usable and outcome.calls:
+                if not repeat_sent:
+                    outcome = again(outcome, request, corrections)
+                    repeat_sent = not outcome.usable
+                if outcome.usable and not overwrite_sent:
+                    outcome = overwrites(outcome, request, corrections)
+                    overwrite_sent = not outcome.usable
             correction = outcome.correction
             if outcome.usable:  # its calls checked by the step (`check_calls`), one unless parallel
                 cut = outcome.turn.finish is FinishReason.MAX_TOKENS

@@ -1,0 +1,101 @@
+"""A call that would write a file the conversation shows is there (a listing named it) and no call has read is
+sent back once (`overwrites` in `mylm/serve/checks.py`). Asked which file of the project defines parse_release,
+smolagents' Qwen2.5-Coder-1.5B wrote a made-up `def parse_release` into release.py, the user's own file, five
+times over."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import openai
+import pytest
+
+from mylm.serve.checks import asks_no_change
+from tests.providers.servers import OpenAIServer
+from tests.serve.support import call, serving
+
+TOOLS: list[Any] = [
+    {"type": "function", "function": {"name": "list_files", "description": "List the files.",
+                                      "parameters": {"type": "object", "properties": {}}}},
+    {"type": "function", "function": {"name": "read_file", "description": "Read a file.", "parameters": {
+        "type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}},
+    {"type": "function", "function": {"name": "write_file", "description": "Write a file.", "parameters": {
+        "type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+        "required": ["path", "content"]}}}]
+QUESTION = "Which file of this project defines the function parse_release?"
+
+
+def _listed(question: str = QUESTION) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": question},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+                "name": "list_files", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "notes.txt\nrelease.py\ntasks.py"}]
+
+
+def _served(messages: list[dict[str, Any]], *replies: str) -> tuple[Any, list[dict[str, Any]]]:
+    with OpenAIServer(list(replies)) as upstream, serving(upstream.base_url) as url, \
+            openai.OpenAI(base_url=url + "/v1", api_key="unused") as api:
+        reply = api.chat.completions.create(model="m", tools=TOOLS, messages=messages)  # type: ignore[arg-type]
+    sent = [r.body for r in upstream.requests if isinstance(r.body, dict) and r.body.get("messages")]
+    return reply.choices[0].message, sent
+
+
+def test_a_listed_file_never_read_is_not_overwritten_unasked() -> None:
+    write = call("write_file", json.dumps({"path": "release.py", "content": "def parse_release(path):\n    pass\n"}))
+    message, sent = _served(_listed(), write, call("read_file", '{"path": "tasks.py"}'))
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in message.tool_calls] == [  # type: ignore[union-attr]
+        ("read_file", {"path": "tasks.py"})]
+    told = sent[1]["messages"][-1]["content"]
+    assert "release.py is already in the project and has not been read" in told
+    assert "call read_file on release.py first" in told and "parse_release" in told  # the task restated
+
+
+@pytest.mark.parametrize("messages", [
+    # Read first: the model knows what it replaces.
+    _listed("Add a docstring to the file that imports parse_release.") + [{"role": "assistant", "content": None, "tool_calls": [{"id": "c2", "type": "function",
+                  "function": {"name": "read_file", "arguments": '{"path": "release.py"}'}}]},
+                 {"role": "tool", "tool_call_id": "c2", "content": "from tasks import parse_release"}],
+    # A file the task names may be rewritten whole; a new file replaces nothing.
+    _listed("Rewrite release.py so that it prints hello."),
+])
+def test_a_write_after_a_read_or_asked_for_goes_out(messages: list[dict[str, Any]]) -> None:
+    write = call("write_file", json.dumps({"path": "release.py", "content": "print('hello')\n"}))
+    message, sent = _served(messages, write)
+    assert [c.function.name for c in message.tool_calls] == ["write_file"] and len(sent) == 1  # type: ignore[union-attr]
+
+
+def test_a_new_file_asked_for_or_a_second_try_goes_out() -> None:
+    new = call("write_file", json.dumps({"path": "answer.txt", "content": "tasks.py"}))
+    message, sent = _served(_listed("Put the name of the file that defines parse_release into answer.txt."), new)
+    assert [c.function.name for c in message.tool_calls] == ["write_file"] and len(sent) == 1  # type: ignore[union-attr]
+    again = call("write_file", json.dumps({"path": "release.py", "content": "x"}))
+    message, sent = _served(_listed(), again, again)
+    assert [c.function.name for c in message.tool_calls] == ["write_file"] and len(sent) == 2  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("task", "question"), [
+    (QUESTION, True),
+    ("What is the release code name written in notes.txt?", True),
+    ("How many Python files are in this directory?", True),
+    ("Can you add a test for parse_release?", False),
+    ("Write the release code name from notes.txt into release.txt.", False),
+    ("Fix the failing test.", False),
+    ("The build fails on CI.", False),
+])
+def test_a_question_that_asks_for_nothing_to_change(task: str, question: bool) -> None:
+    assert asks_no_change(task) is question
+
+
+def test_a_new_file_written_for_a_question_is_sent_back_once() -> None:
+    # The llm CLI's 1.5B, asked which file defines parse_release, read release.py, then wrote a new
+    # parse_release.py (a copy of it) and answered that name.
+    messages = _listed() + [
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c2", "type": "function", "function": {
+            "name": "read_file", "arguments": '{"path": "release.py"}'}}]},
+        {"role": "tool", "tool_call_id": "c2", "content": "from tasks import parse_release"}]
+    write = call("write_file", json.dumps({"path": "parse_release.py", "content": "from tasks import parse_release"}))
+    message, sent = _served(messages, write, "release.py")
+    assert message.content == "release.py" and not message.tool_calls
+    told = sent[1]["messages"][-1]["content"]
+    assert "the task is a question and asks for no file to be written or changed" in told
