@@ -4,6 +4,8 @@ logic, the template-opens-reasoning checks, `neutralise` and the config; a draft
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mylm.config import load_settings
 from mylm.core.errors import ConfigError
@@ -86,6 +88,20 @@ def test_config_reasoning_markers_extend_the_table(tmp_path: pytest.TempPathFact
     config.write_text('reasoning_markers = ["<reflect>"]\n')
     with pytest.raises(ConfigError, match="reasoning_markers"):
         load_settings(path=config, environ={}, cwd=tmp_path)  # type: ignore[arg-type]
+
+
+@settings(max_examples=200, deadline=None)
+@given(pieces=st.lists(st.one_of(st.sampled_from([m for d in REASONING_DIALECTS for m in (*d.opens, *d.closes)]),
+                                 st.sampled_from(["Four.", "<tool_code>", "</tool_code>", "\n", " "]),
+                                 st.text(max_size=6)), max_size=8),
+       split=st.booleans())
+def test_template_opens_reasoning_with_the_built_in_table_kept_is_as_with_a_copy(pieces: list[str],
+                                                                                 split: bool) -> None:
+    # The built-in table's markers are kept once; a table equal to it, but another tuple, builds them each time.
+    parsed = parse_completion("".join(pieces))
+    copy = tuple([*REASONING_DIALECTS])  # noqa: C409 - a new tuple, equal to the table
+    assert copy is not REASONING_DIALECTS
+    assert template_opens_reasoning(parsed, split) == template_opens_reasoning(parsed, split, copy)
 
 
 @pytest.mark.parametrize(("opener", "closer"), PAIRS, ids=[d.name for d in REASONING_DIALECTS])

@@ -25,6 +25,7 @@ from .bounded import (
     _shared_bytecode,
     contained,
 )
+from .fast import RENDERERS
 
 _PROMPTS_PACKAGE = "mylm._prompts"
 _TEMPLATE_SUFFIXES = (".j2",)
@@ -214,7 +215,8 @@ class PromptLoader:
         try:
             if template is None:
                 template = self._env.get_template(name)
-            text: str = _render_within(template, variables, self.render_seconds)
+            fast = self._fast(template, variables)
+            text: str = fast if fast is not None else _render_within(template, variables, self.render_seconds)
         except TemplateNotFound as error:
             where = ", ".join(str(p) for _, p in self.search_path)
             raise TemplateError(f"template {error.name!r} not found (looked in {where})") from None
@@ -241,6 +243,18 @@ class PromptLoader:
         if len(text) > MAX_RENDERED_CHARS:
             raise TemplateError(f"{self._where(name)}: rendered to {len(text):,} characters, over the limit")
         return text
+
+    def _fast(self, template: Any, variables: Mapping[str, Any]) -> str | None:
+        """What `template` renders `variables` to, by the renderer kept for its exact source text (`fast`), or
+        None: no renderer for that text, values it does not cover, or an exception, which rendering the template
+        raises again, reported with its file and line."""
+        renderer = RENDERERS.get(getattr(template, "mylm_source", None) or "")
+        if renderer is None:
+            return None
+        try:
+            return renderer(self._env.filters, variables)
+        except Exception:  # noqa: BLE001 - the template's own render raises it, reported as every render's is
+            return None
 
     def _depends_on_variables_alone(self, name: str, template: Any) -> bool:
         pure = self._pure.get(template)

@@ -167,12 +167,24 @@ def _contained_loader() -> type[FileSystemLoader]:
     Built on first use, like the sandbox, so importing this module does not import jinja2.
     """
     import posixpath
+    import threading
 
     from jinja2 import FileSystemLoader
     from jinja2.loaders import split_template_path
 
+    #: The source `get_source` last read in this thread, for `load` to hand on (loads run in any thread).
+    read = threading.local()
+
     class ContainedLoader(FileSystemLoader):
-        """A `FileSystemLoader` that reads a template only if it resolves inside its search directory."""
+        """A `FileSystemLoader` that reads a template only if it resolves inside its search directory. Each
+        template it loads carries the source text it was compiled from (`mylm_source`), which `fast` renderers
+        are keyed on: read in the same call as the compiled code, it cannot be a newer or older text."""
+
+        def load(self, environment: Any, name: str, globals: Any = None) -> Any:
+            read.source = None
+            template: Any = super().load(environment, name, globals)
+            template.mylm_source = read.source
+            return template
 
         def get_source(self, environment: Any, template: str) -> tuple[str, str, Callable[[], bool]]:
             pieces = split_template_path(template)
@@ -187,6 +199,7 @@ def _contained_loader() -> type[FileSystemLoader]:
                 return super().get_source(environment, template)  # raises TemplateNotFound, listing the path
             with open(real, encoding=self.encoding) as handle:
                 contents = handle.read()
+            read.source = contents
             mtime = os.path.getmtime(real)
 
             def uptodate() -> bool:

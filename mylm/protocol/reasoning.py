@@ -89,6 +89,11 @@ def prompt_opens_reasoning(prompt: str, dialects: tuple[ReasoningDialect, ...] =
     return tail.endswith(reasoning_opens(dialects))
 
 
+#: The built-in table's lone closers and openers (what `lone_closes()` and `reasoning_opens()` return for it).
+_DEFAULT_LONE = lone_closes()
+_DEFAULT_OPENS = reasoning_opens()
+
+
 def template_opens_reasoning(parsed: ParsedTurn, split_reasoning: bool,
                              dialects: tuple[ReasoningDialect, ...] = REASONING_DIALECTS) -> bool | None:
     """What one reply shows about whether the chat template opens reasoning for the model (None: nothing).
@@ -97,8 +102,11 @@ def template_opens_reasoning(parsed: ParsedTurn, split_reasoning: bool,
     apart: it does not. A whole, usable reply without any marker: it does not.
     """
     text = parsed.text.lower()
-    close = min((i for i in (text.find(m) for m in lone_closes(dialects)) if i >= 0), default=-1)
-    opened = min((i for i in (text.find(m) for m in reasoning_opens(dialects)) if i >= 0), default=-1)
+    default = dialects is REASONING_DIALECTS  # the common case: the built-in table's markers, built once
+    lone = _DEFAULT_LONE if default else lone_closes(dialects)
+    opens = _DEFAULT_OPENS if default else reasoning_opens(dialects)
+    close = min((i for i in (text.find(m) for m in lone) if i >= 0), default=-1)
+    opened = min((i for i in (text.find(m) for m in opens) if i >= 0), default=-1)
     if close >= 0 and (opened < 0 or close < opened):
         return True
     if opened >= 0 or split_reasoning:
