@@ -56,8 +56,9 @@ _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEX
 class _Reading:
     """One way of reading the pattern: which file names and which lines of a text it matches."""
 
-    #: How the observation names this reading ("" for the text as written).
-    label: str
+    #: The verb the observation uses for what this reading found: files "contain" the text as written, and
+    #: "match" a regular expression or a wildcard.
+    verb: str
     #: Whether a file's name (and its path from the search's root) matches.
     name: Callable[[str, str], bool]
     #: The (line number, line) pairs of a text that match.
@@ -127,10 +128,10 @@ def _search(ws: Workspace, rel: str, guard: Secrets | None, reading: _Reading, g
     # Models look files up by name with it too ("py" for the Python files: Qwen2.5-Coder-1.5B answered 0 from "no
     # text file contains 'py'"): the names that hold the text are part of the answer, and come first (after "no
     # text file contains 'py'" the 1.5B answered "No Python files" with the four names listed below it).
-    names = _names(named, pattern, "match" if reading.label else "contain") + _names(globbed, pattern, "match")
+    names = _names(named, pattern, reading.verb) + _names(globbed, pattern, "match")
     more = f" (stopped after {MAX_FILES:,} files)" if truncated else ""
     if not found:
-        return "\n".join([*names, f"No line of a text file in {where} {_verb(reading)} {pattern!r}{more}."])
+        return "\n".join([*names, f"No line of a text file in {where} {_singular(reading.verb)} {pattern!r}{more}."])
     folded = " (case ignored)" if reading.fold and pattern.lower() != pattern.upper() else ""
     header = f"[{counted(found, 'match', 'matches')} for {pattern!r} in {counted(files_matched, 'file')}{folded}]"
     lines = [header, *matches]
@@ -141,8 +142,9 @@ def _search(ws: Workspace, rel: str, guard: Secrets | None, reading: _Reading, g
     return "\n".join([*names, *lines])
 
 
-def _verb(reading: _Reading) -> str:
-    return "matches" if reading.label else "contains"
+def _singular(verb: str) -> str:
+    """`contain` -> `contains`, `match` -> `matches`."""
+    return verb + ("es" if verb.endswith("ch") else "s")
 
 
 def _names(named: list[str], pattern: str, verb: str) -> list[str]:
@@ -151,11 +153,7 @@ def _names(named: list[str], pattern: str, verb: str) -> list[str]:
         return []
     shown = named[:MAX_MATCHES]
     more = f" (the first {len(shown)} shown)" if len(named) > len(shown) else ""
-    one = len(named) == 1
-    if verb == "contain":
-        said = "contains" if one else "contain"
-    else:  # a glob's or a regular expression's names: "match"
-        said = "matches" if one else "match"
+    said = _singular(verb) if len(named) == 1 else verb
     return [f"[{counted(len(named), 'file name')} {said} {pattern!r}{more}]", *shown]
 
 
@@ -173,7 +171,7 @@ def _literal(pattern: str) -> _Reading:
         return [(number, line.strip()) for number, (line, folded) in
                 enumerate(zip(text.splitlines(), haystack.splitlines()), 1) if needle in folded]
 
-    return _Reading("", name, lines, fold)
+    return _Reading("contain", name, lines, fold)
 
 
 #: The syntax that makes a pattern a regular expression rather than plain text.
@@ -209,7 +207,7 @@ def _regex(pattern: str) -> _Reading | None:
                 hits.append((number, line.strip()))
         return hits
 
-    return _Reading(" the regular expression", name, lines, fold)
+    return _Reading("match", name, lines, fold)
 
 
 def _glob(pattern: str) -> _Reading | None:
@@ -228,7 +226,7 @@ def _glob(pattern: str) -> _Reading | None:
         subject = subject.lower() if fold else subject
         return any(c.match(subject) for c in compiled)
 
-    return _Reading(" the file-name pattern", name, lambda _text: [], fold)
+    return _Reading("match", name, lambda _text: [], fold)
 
 
 def _files(ws: Workspace, rel: str, hidden: Secrets | None) -> Iterator[tuple[str, int]]:
