@@ -351,6 +351,8 @@ SAMPLES: dict[str, tuple[dict[str, Any], ...]] = {
                     {"tool": "read_file", "path": "notes.txt", "seen": False, "others": True}),
     "unwritten.j2": ({"tool": "write_file", "path": "release.txt", "parameter": "path"},
                      {"tool": "exec_command", "path": "release.txt", "parameter": ""}),
+    "output_schema.j2": ({"schema": '{"type":"object","properties":{"name":{"type":"string"}}}'},
+                         {"schema": '{"type":"object"}', "problems": "the reply holds no JSON value"}),
     "unread_overwrite.j2": ({"tool": "write_file", "path": "release.py", "reader": "read_file",
                              "task": "Which file defines parse_release?"},
                             {"tool": "Write", "path": "release.py", "reader": "", "task": ""},

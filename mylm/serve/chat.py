@@ -71,9 +71,10 @@ def parse(body: dict[str, Any]) -> ChatRequest:
     options = body.get("stream_options")
     if options is not None:
         obj(options, "stream_options")
-    fmt = body.get("response_format")
-    if fmt is not None and obj(fmt, "response_format").get("type") not in (None, "text"):
-        raise RequestError("response_format: only text is supported by this server", param="response_format")
+    output_schema = response_schema(body.get("response_format"))
+    if output_schema is not None and tools and _choice(body.get("tool_choice")) != "none":
+        raise RequestError("response_format with tools is not supported by this server: send the tools, or the "
+                           "format, in a request of its own", param="response_format")
     return ChatRequest(
         model=model,
         messages=checked_results(tuple(_message(m, f"messages[{i}]") for i, m in enumerate(messages))),
@@ -85,7 +86,30 @@ def parse(body: dict[str, Any]) -> ChatRequest:
         stop=stops(body.get("stop"), "stop"),
         stream=flag(body.get("stream"), "stream", False),
         sampling=chosen,
+        output_schema=output_schema,
     )
+
+
+def response_schema(value: Any) -> dict[str, Any] | None:
+    """The JSON Schema `response_format` asks the answer to follow (`json_object`: any object), or None for text.
+    The OpenAI SDK's `chat.completions.parse(response_format=Model)` sends `json_schema` with the model's schema."""
+    if value is None:
+        return None
+    fmt = obj(value, "response_format")
+    kind = fmt.get("type")
+    if kind in (None, "text"):
+        return None
+    if kind == "json_object":
+        return {"type": "object"}
+    if kind != "json_schema":
+        raise RequestError(f"response_format.type must be text, json_object or json_schema, not {kind!r}",
+                           param="response_format.type")
+    spec = obj(fmt.get("json_schema"), "response_format.json_schema")
+    schema = spec.get("schema", {})
+    if not isinstance(schema, dict):
+        raise RequestError("response_format.json_schema.schema must be an object (a JSON Schema)",
+                           param="response_format.json_schema.schema")
+    return schema
 
 
 def sampling(body: dict[str, Any], where: str = "") -> Sampling:

@@ -16,9 +16,10 @@ import dataclasses
 import hashlib
 import json
 import logging
+import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -38,6 +39,7 @@ from ..core.types import (
 from ..llm import (
     LLM,
     ConstrainMode,
+    Constraint,
     FinishChunk,
     LLMRequest,
     NativeTools,
@@ -249,6 +251,9 @@ class Core:
                                      wire_choice(request.tool_choice), request.parallel)
                 yield from self._plain(request, self.render(request), deadline, cancel, native, observe)
             return
+        if request.output_schema is not None:  # `response_format` (the parser refused it beside callable tools)
+            yield from self._structured(request, deadline, cancel, observe)
+            return
         if not self.emulated(request):
             yield from self._plain(request, self.render(request), deadline, cancel, observe=observe)
             return
@@ -267,15 +272,56 @@ class Core:
             return self.window.fit((), max_tokens, json.dumps([*native.messages, *native.tools], default=str))
         return self.window.fit(messages, max_tokens)
 
+    def _structured(self, request: ChatRequest, deadline: float, cancel: CancelToken,
+                    observe: Observe | None = None) -> Iterator[Out]:
+        """`response_format`: the answer as one JSON value `request.output_schema` allows, sampled under a grammar
+        compiled from it where the upstream takes one, else checked and corrected (`--max-corrections` times);
+        its reasoning passed on, its text held until it is known good. Out of corrections, the last reply's text
+        goes out as it is."""
+        schema = dict(request.output_schema or {})
+        shown = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
+        told = self.prompts.render("output_schema.j2", schema=shown)
+        messages = list(self.render(request))
+        if messages and messages[0].role == "system":
+            messages[0] = Message("system", f"{messages[0].content}\n\n{told}")
+        else:
+            messages.insert(0, Message("system", told))
+        constraint = _schema_constraint(schema)
+        text, finished = "", Finished("stop", None)
+        for attempt in range(self.settings.max_corrections + 1):
+            pieces: list[str] = []
+            for item in self._plain(request, tuple(messages), deadline, cancel, observe=observe,
+                                    constraint=constraint):
+                if isinstance(item, TextOut):
+                    pieces.append(item.text)
+                elif isinstance(item, Finished):
+                    finished = item
+                else:
+                    yield item
+            text = "".join(pieces)
+            value, problems = _json_answer(text, schema)
+            if not problems:
+                yield TextOut(json.dumps(value, ensure_ascii=False))
+                yield finished
+                return
+            logger.info("Reply not JSON following the schema (attempt %d): %s", attempt + 1, problems)
+            messages += [Message("assistant", text or "(empty)"),
+                         Message("user", self.prompts.render("output_schema.j2", schema=shown, problems=problems))]
+        if text:
+            yield TextOut(text)
+        yield finished
+
     def _plain(self, request: ChatRequest, messages: tuple[Message, ...], deadline: float,
-               cancel: CancelToken, native: NativeTools | None = None, observe: Observe | None = None) -> Iterator[Out]:
-        """No tools: the conversation proxied as plain chat, its text and reasoning passed straight on."""
+               cancel: CancelToken, native: NativeTools | None = None, observe: Observe | None = None,
+               constraint: Constraint | None = None) -> Iterator[Out]:
+        """No tools: the conversation proxied as plain chat, its text and reasoning passed straight on (sampled
+        under `constraint` where the upstream takes a grammar)."""
         wanted = request.max_tokens or self.settings.max_tokens
         fitted = self._fitted(messages, wanted, native)
         # No cap asked for and none needed: the upstream's own default, as before.
         max_tokens = request.max_tokens if fitted == wanted else fitted
         upstream = LLMRequest(messages, stop=request.stop, max_tokens=max_tokens, deadline=deadline,
-                              cancel=cancel, native=native, sampling=request.sampling)
+                              cancel=cancel, constraint=constraint, native=native, sampling=request.sampling)
         finish: FinishChunk | None = None
         started, first = time.monotonic(), None
         stream = iter(self.llm.stream(upstream))
@@ -475,6 +521,41 @@ class Core:
 
 #: What checking arguments against a schema that is not one raises.
 _SCHEMA_ERRORS = (TypeError, ValueError, AttributeError, KeyError)
+
+
+def _schema_constraint(schema: Mapping[str, Any]) -> Constraint | None:
+    """The grammar of the JSON values `schema` allows, or None where it cannot be compiled (the reply is then
+    only checked)."""
+    from ..constrain.gbnf import Rules
+    from ..constrain.jsonschema import SchemaCompiler
+
+    rules = Rules()
+    try:
+        root = SchemaCompiler(rules).value(schema, "answer")
+    except Exception as error:  # noqa: BLE001 - any schema the compiler cannot take: checked, not constrained
+        logger.warning("No grammar for this response_format (%s: %s)", type(error).__name__, error)
+        return None
+    return Constraint(rules.text(root)) if root is not None else None
+
+
+def _json_answer(text: str, schema: Mapping[str, Any]) -> tuple[Any, str]:
+    """The JSON value `text` holds (alone, or in a code fence, or after prose) and what is wrong with it against
+    `schema` ("" when nothing is)."""
+    from ..tools.validation import validate
+
+    body = text.strip()
+    fenced = re.search(r"```(?:json)?\s*\n(.*?)```", body, re.DOTALL)
+    if fenced:
+        body = fenced.group(1).strip()
+    starts = [i for i in (body.find("{"), body.find("[")) if i >= 0]
+    if not starts:
+        return None, "the reply holds no JSON value"
+    try:
+        value, _ = json.JSONDecoder().raw_decode(body, min(starts))
+    except (ValueError, RecursionError) as error:
+        return None, f"it is not valid JSON ({error})"
+    checked, problems = validate(dict(schema), value)
+    return checked, "; ".join(problems)
 
 
 def _unchecked(error: Exception) -> RequestError:

@@ -96,10 +96,15 @@ def parse(body: dict[str, Any], stored: ResponseStore | None = None) -> ChatRequ
         if not items:
             raise RequestError("input must not be empty", param="input")
         conversation.extend(_items(items))
+    output_schema = _format_schema(body.get("text"))
+    if output_schema is not None and tools and _choice(body.get("tool_choice")) != "none":
+        raise RequestError("text.format with tools is not supported by this server: send the tools, or the format, "
+                           "in a request of its own", param="text.format")
     return ChatRequest(
         model=model,
         messages=checked_results(tuple(conversation)),
         tools=tools,
+        output_schema=output_schema,
         tool_choice=checked_choice(_choice(body.get("tool_choice")), tools, "tool_choice"),
         parallel=flag(body.get("parallel_tool_calls"), "parallel_tool_calls", True),
         max_tokens=count(body.get("max_output_tokens"), "max_output_tokens"),
@@ -372,3 +377,26 @@ async def events(request: ChatRequest, items: AsyncIterator[Out], body: dict[str
             final = {**_response(request, body, rid, status), "output": output, "incomplete_details": incomplete,
                      "usage": _usage(item.usage)}
             yield event("response.completed" if status == "completed" else "response.incomplete", response=final)
+
+
+def _format_schema(value: Any) -> dict[str, Any] | None:
+    """The JSON Schema `text.format` asks the answer to follow (`json_object`: any object), or None for text. The
+    Responses API puts the schema in the format itself (`{"type": "json_schema", "name": ..., "schema": ...}`), as
+    the OpenAI SDK's `responses.parse(text_format=Model)` sends it."""
+    if value is None:
+        return None
+    fmt = obj(value, "text").get("format")
+    if fmt is None:
+        return None
+    kind = obj(fmt, "text.format").get("type")
+    if kind in (None, "text"):
+        return None
+    if kind == "json_object":
+        return {"type": "object"}
+    if kind != "json_schema":
+        raise RequestError(f"text.format.type must be text, json_object or json_schema, not {kind!r}",
+                           param="text.format.type")
+    schema = fmt.get("schema", {})
+    if not isinstance(schema, dict):
+        raise RequestError("text.format.schema must be an object (a JSON Schema)", param="text.format.schema")
+    return schema

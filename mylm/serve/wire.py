@@ -75,6 +75,8 @@ class ChatRequest:
     #: later `previous_response_id` (`stored.py`).
     response_id: str | None = None
     keep: bool = False
+    #: `response_format`'s JSON Schema (`json_object`: any object): the answer must be one JSON value it allows.
+    output_schema: Mapping[str, Any] | None = None
     #: When the request arrived (`time.monotonic()`): Ollama's answers report how long it took.
     received: float = field(default_factory=time.monotonic, compare=False)
 
