@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..agent.context import TokenEstimator
+from ..agent.corrections import ECHOED
 from ..agent.step import Meter, ModelStep, StepConfig, StepOutcome
 from ..core.cancel import CancelToken
 from ..core.errors import RequestError
@@ -361,6 +362,7 @@ class Core:
         if question:  # what an echo correction restates: the user's words, not the reminders around them
             corrections.task = question
         repeat_sent = copy_sent = write_sent = overwrite_sent = False
+        said: StepOutcome | None = None  # the last unusable reply that was not an echo of a correction
         limit = self.settings.max_corrections
         attempt = -1
         while attempt < limit:
@@ -425,6 +427,8 @@ class Core:
                 yield Finished("tool_calls", usage, "")
                 return
             logger.info("Unusable reply (attempt %d): %s", attempt + 1, outcome.problem or correction)
+            if outcome.problem != ECHOED:
+                said = outcome
             if attempt == limit:
                 break
             if observe is not None:
@@ -432,12 +436,16 @@ class Core:
             # A made-up answer is left out (`kept`): kept, the model copied it after the look.
             messages += [*([outcome.reply] if outcome.reply.content and outcome.kept else []),
                          Message("user", correction or "")]
-        # Out of corrections: the text the reply had, never a half call.
+        # Out of corrections: the text the reply had, never a half call, and never mylm's own correction that the
+        # model copied back (OpenCode's 1.5B, told its working ran to the limit, answered that message three times,
+        # and OpenCode printed it): the last reply of the model's own words, else nothing.
         assert outcome is not None
-        parsed = outcome.turn.parsed
-        cut = outcome.turn.finish is FinishReason.MAX_TOKENS
-        yield from answered(parsed.thought, parsed.final_answer, "length" if cut else "stop",
-                            meter.usage if counted[0] else None, counted)
+        if outcome.problem == ECHOED:
+            outcome = said
+        last = outcome.turn.parsed if outcome is not None else None
+        cut = outcome is not None and outcome.turn.finish is FinishReason.MAX_TOKENS
+        yield from answered(last.thought if last else "", last.final_answer if last else None,
+                            "length" if cut else "stop", meter.usage if counted[0] else None, counted)
 
 
     def _native(self, request: ChatRequest, deadline: float, cancel: CancelToken,
