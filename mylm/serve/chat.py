@@ -93,22 +93,25 @@ def parse(body: dict[str, Any]) -> ChatRequest:
 def response_schema(value: Any) -> dict[str, Any] | None:
     """The JSON Schema `response_format` asks the answer to follow (`json_object`: any object), or None for text.
     The OpenAI SDK's `chat.completions.parse(response_format=Model)` sends `json_schema` with the model's schema."""
-    if value is None:
-        return None
-    fmt = obj(value, "response_format")
+    return None if value is None else format_schema(obj(value, "response_format"), "response_format", nested=True)
+
+
+def format_schema(fmt: dict[str, Any], param: str, *, nested: bool) -> dict[str, Any] | None:
+    """The JSON Schema an answer format asks for (`json_object`: any object), or None for text; `param` names the
+    format in errors. Chat Completions nests the schema (`json_schema.schema`), the Responses API does not
+    (`text.format.schema`)."""
     kind = fmt.get("type")
     if kind in (None, "text"):
         return None
     if kind == "json_object":
         return {"type": "object"}
     if kind != "json_schema":
-        raise RequestError(f"response_format.type must be text, json_object or json_schema, not {kind!r}",
-                           param="response_format.type")
-    spec = obj(fmt.get("json_schema"), "response_format.json_schema")
-    schema = spec.get("schema", {})
+        raise RequestError(f"{param}.type must be text, json_object or json_schema, not {kind!r}",
+                           param=f"{param}.type")
+    where = f"{param}.json_schema" if nested else param
+    schema = (obj(fmt.get("json_schema"), where) if nested else fmt).get("schema", {})
     if not isinstance(schema, dict):
-        raise RequestError("response_format.json_schema.schema must be an object (a JSON Schema)",
-                           param="response_format.json_schema.schema")
+        raise RequestError(f"{where}.schema must be an object (a JSON Schema)", param=f"{where}.schema")
     return schema
 
 

@@ -16,7 +16,7 @@ from ..core.errors import RequestError
 from ..core.types import Usage
 from ..llm import Sampling
 from . import chat
-from .chat import content_text
+from .chat import content_text, format_schema
 from .http import sse
 from .stored import ResponseStore
 from .wire import (
@@ -380,23 +380,8 @@ async def events(request: ChatRequest, items: AsyncIterator[Out], body: dict[str
 
 
 def _format_schema(value: Any) -> dict[str, Any] | None:
-    """The JSON Schema `text.format` asks the answer to follow (`json_object`: any object), or None for text. The
-    Responses API puts the schema in the format itself (`{"type": "json_schema", "name": ..., "schema": ...}`), as
-    the OpenAI SDK's `responses.parse(text_format=Model)` sends it."""
-    if value is None:
-        return None
-    fmt = obj(value, "text").get("format")
-    if fmt is None:
-        return None
-    kind = obj(fmt, "text.format").get("type")
-    if kind in (None, "text"):
-        return None
-    if kind == "json_object":
-        return {"type": "object"}
-    if kind != "json_schema":
-        raise RequestError(f"text.format.type must be text, json_object or json_schema, not {kind!r}",
-                           param="text.format.type")
-    schema = fmt.get("schema", {})
-    if not isinstance(schema, dict):
-        raise RequestError("text.format.schema must be an object (a JSON Schema)", param="text.format.schema")
-    return schema
+    """The JSON Schema `text.format` asks the answer to follow, or None for text: the Responses API puts the
+    schema in the format itself (`{"type": "json_schema", "name": ..., "schema": ...}`), as the OpenAI SDK's
+    `responses.parse(text_format=Model)` sends it."""
+    fmt = None if value is None else obj(value, "text").get("format")
+    return None if fmt is None else format_schema(obj(fmt, "text.format"), "text.format", nested=False)
