@@ -393,7 +393,14 @@ class LeanSession:
         reused = conn.idle_since is not None
         conn.idle_since = None
         guard.attach(conn.sock)
-        limit = guard.timeout(read_timeout)
+        try:
+            # Inside the try: a deadline or cancel that came while connecting raises here, and the connection
+            # must still be closed (left to the garbage collector, it is a leaked socket).
+            limit = guard.timeout(read_timeout)
+        except BaseException:
+            conn.close()
+            guard.detach()
+            raise
         try:
             conn.sock.settimeout(limit)
             conn.sock.sendall(head + call.body if call.body else head)

@@ -270,6 +270,26 @@ def test_a_cancel_stops_a_read_in_progress(serving: Callable[..., ScriptedServer
     answer.close()
 
 
+def test_a_cancel_that_comes_while_connecting_closes_the_new_connection(
+        serving: Callable[..., ScriptedServer], monkeypatch: pytest.MonkeyPatch) -> None:
+    # The deadline or a cancel can land between the connect and the request going out; the socket must be
+    # closed there, not left to the garbage collector (a ResourceWarning, and a descriptor held till then).
+    server = serving([sized(b"never sent")])
+    cancel = CancelToken()
+    made: list[socket.socket] = []
+    connect = socket.create_connection
+
+    def connect_then_cancel(*args: Any, **kwargs: Any) -> socket.socket:
+        made.append(connect(*args, **kwargs))
+        cancel.cancel()
+        return made[-1]
+
+    monkeypatch.setattr(socket, "create_connection", connect_then_cancel)
+    with pytest.raises(CancelledError):
+        call(LeanSession(), server.url, CallGuard(None, cancel, PLACE))
+    assert len(made) == 1 and made[0].fileno() == -1
+
+
 def test_a_compressed_body_is_decoded(serving: Callable[..., ScriptedServer]) -> None:
     server = serving([sized(gzip.compress(b"data: zipped\n\n"), extra=b"Content-Encoding: gzip\r\n")])
     assert whole(LeanSession(), server.url) == (200, b"data: zipped\n\n")
