@@ -72,9 +72,6 @@ def parse(body: dict[str, Any]) -> ChatRequest:
     if options is not None:
         obj(options, "stream_options")
     output_schema = response_schema(body.get("response_format"))
-    if output_schema is not None and tools and _choice(body.get("tool_choice")) != "none":
-        raise RequestError("response_format with tools is not supported by this server: send the tools, or the "
-                           "format, in a request of its own", param="response_format")
     return ChatRequest(
         model=model,
         messages=checked_results(tuple(_message(m, f"messages[{i}]") for i, m in enumerate(messages))),

@@ -185,11 +185,15 @@ class Core:
         if step is None:
             system = (Message("system", instructions),) if instructions else ()
             return alternating((*system, *turns))
-        key = (_tools_key(request), request.tool_choice, request.parallel, step.config.constrain, instructions)
+        schema = _shown_schema(request.output_schema)
+        key = (_tools_key(request), request.tool_choice, request.parallel, step.config.constrain, instructions,
+               schema)
         with self._lock:
             system_prompt = self._systems.get(key)
         if system_prompt is None:
             system_prompt = step.system_prompt(instructions=instructions)
+            if schema:  # the answer's format beside the tools (the OpenAI Agents SDK's `output_type`)
+                system_prompt += "\n\n" + self.prompts.render("output_schema.j2", schema=schema, tools=True)
             with self._lock:
                 if len(self._systems) > 256:
                     self._systems.clear()
@@ -244,6 +248,10 @@ class Core:
         deadline = time.monotonic() + self.settings.timeout
         request = read_transcripts(request)  # a client's calls kept as text (smolagents), as calls
         if self.settings.tools == "native" and (request.tools or any(m.calls for m in request.messages)):
+            if request.output_schema is not None and self.emulated(request):
+                raise RequestError("an answer format (response_format, text.format) beside callable tools needs "
+                                   "`mylm serve --tools emulate`: send the tools, or the format, in a request of "
+                                   "its own")
             if self.emulated(request):
                 yield from self._native(request, deadline, cancel, observe)
             else:
@@ -252,10 +260,10 @@ class Core:
                                      wire_choice(request.tool_choice), request.parallel)
                 yield from self._plain(request, self.render(request), deadline, cancel, native, observe)
             return
-        if request.output_schema is not None:  # `response_format` (the parser refused it beside callable tools)
-            yield from self._structured(request, deadline, cancel, observe)
-            return
         if not self.emulated(request):
+            if request.output_schema is not None:  # `response_format`, no tool to call
+                yield from self._structured(request, deadline, cancel, observe)
+                return
             yield from self._plain(request, self.render(request), deadline, cancel, observe=observe)
             return
         step = self.step(request)
@@ -280,7 +288,7 @@ class Core:
         its reasoning passed on, its text held until it is known good. Out of corrections, the last reply's text
         goes out as it is."""
         schema = dict(request.output_schema or {})
-        shown = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
+        shown = _shown_schema(schema)
         told = self.prompts.render("output_schema.j2", schema=shown)
         messages = list(self.render(request))
         if messages and messages[0].role == "system":
@@ -380,6 +388,7 @@ class Core:
                 self.stopless = True  # the step learnt that this upstream's stops cut the model's reasoning
             usage = meter.usage if counted[0] else None
             parsed = outcome.turn.parsed
+            formatted: str | None = None
             # Each sent back once a request: an answer before the file the question names was read, a call the
             # conversation already holds with the same result (`checks.py`).
             answer = outcome.usable and not outcome.calls
@@ -398,6 +407,8 @@ class Core:
                 if forced is None and not corrections.unlooked_sent:
                     outcome, forced = opened(outcome, parsed.final_answer or parsed.thought, request, step,
                                              corrections)
+                if forced is None and outcome.usable and request.output_schema is not None:
+                    outcome, formatted = self._formatted(outcome, request.output_schema)
                 if forced is not None:
                     # Not counted against --max-corrections: the look (or the write) is owed whatever went before
                     # it (Codex: an unknown tool, then an echo, then an answer without reading, none left).
@@ -416,6 +427,9 @@ class Core:
             if outcome.usable:  # its calls checked by the step (`check_calls`), one unless parallel
                 cut = outcome.turn.finish is FinishReason.MAX_TOKENS
                 if not outcome.calls:
+                    if formatted is not None:  # the answer format's JSON value, and only it
+                        yield from answered("", formatted, "length" if cut else "stop", usage, counted)
+                        return
                     yield from answered(parsed.thought, parsed.final_answer, "length" if cut else "stop", usage,
                                         counted)
                     return
@@ -447,6 +461,17 @@ class Core:
         yield from answered(last.thought if last else "", last.final_answer if last else None,
                             "length" if cut else "stop", meter.usage if counted[0] else None, counted)
 
+
+    def _formatted(self, outcome: StepOutcome, schema: Mapping[str, Any]) -> tuple[StepOutcome, str | None]:
+        """An answer beside tools under an answer format: the JSON value it holds (compact, as the format's
+        answer alone goes out), or the turn sent back with what is wrong with it."""
+        parsed = outcome.turn.parsed
+        value, problems = _json_answer(parsed.final_answer or parsed.thought, schema)
+        if not problems:
+            return outcome, json.dumps(value, ensure_ascii=False)
+        told = self.prompts.render("output_schema.j2", schema=_shown_schema(schema), problems=problems, tools=True)
+        return dataclasses.replace(outcome, problem=f"the answer does not follow the answer format: {problems}",
+                                   kind="format", correction=told), None
 
     def _native(self, request: ChatRequest, deadline: float, cancel: CancelToken,
                 observe: Observe | None = None) -> Iterator[Out]:
@@ -544,6 +569,11 @@ def _schema_constraint(schema: Mapping[str, Any]) -> Constraint | None:
         logger.warning("No grammar for this response_format (%s: %s)", type(error).__name__, error)
         return None
     return Constraint(rules.text(root)) if root is not None else None
+
+
+def _shown_schema(schema: Mapping[str, Any] | None) -> str:
+    """An answer format's schema as the prompt shows it (compact JSON; "" for none)."""
+    return "" if schema is None else json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
 
 
 def _json_answer(text: str, schema: Mapping[str, Any]) -> tuple[Any, str]:

@@ -97,9 +97,6 @@ def parse(body: dict[str, Any], stored: ResponseStore | None = None) -> ChatRequ
             raise RequestError("input must not be empty", param="input")
         conversation.extend(_items(items))
     output_schema = _format_schema(body.get("text"))
-    if output_schema is not None and tools and _choice(body.get("tool_choice")) != "none":
-        raise RequestError("text.format with tools is not supported by this server: send the tools, or the format, "
-                           "in a request of its own", param="text.format")
     return ChatRequest(
         model=model,
         messages=checked_results(tuple(conversation)),
