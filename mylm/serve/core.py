@@ -450,6 +450,9 @@ class Core:
             # A made-up answer is left out (`kept`): kept, the model copied it after the look.
             messages += [*([outcome.reply] if outcome.reply.content and outcome.kept else []),
                          Message("user", correction or "")]
+            # Every correction sent is mylm's words, whatever it was about: a reply that only copies one back (the
+            # echo correction itself included, which a small model copied word for word) is not an answer.
+            corrections.said += (correction or "") + "\n"
         # Out of corrections: the text the reply had, never a half call, and never mylm's own correction that the
         # model copied back (OpenCode's 1.5B, told its working ran to the limit, answered that message three times,
         # and OpenCode printed it): the last reply of the model's own words, else nothing.

@@ -79,3 +79,21 @@ def test_served_a_second_copy_goes_out_as_the_answer() -> None:
             {"role": "user", "content": REMINDER + QUESTION}])
     assert len(upstream.requests) == 2
     assert "currentDate" in "".join(block.text for block in reply.content if block.type == "text")
+
+
+def test_served_a_copy_of_the_echo_correction_itself_is_not_the_answer() -> None:
+    # Sent back for copying the reminder, the model copied mylm's echo correction instead: that is mylm's words
+    # too, so it is sent back again, and the model's own answer after it goes out.
+    with OpenAIServer([COPY, "Python."]) as probe, serving(probe.base_url) as url, \
+            anthropic.Anthropic(base_url=url, api_key="unused") as api:
+        api.messages.create(model="m", max_tokens=256, tools=TOOLS, messages=[
+            {"role": "user", "content": REMINDER + QUESTION}])
+    sent = probe.requests[-1].body["messages"][-1]["content"]  # type: ignore[index]
+    echo = sent[sent.index("Your reply repeated the instructions and reminders"):]  # the correction alone
+    answer = "Mostly Python, with a little shell."
+    with OpenAIServer([COPY, echo, answer]) as upstream, serving(upstream.base_url) as url, \
+            anthropic.Anthropic(base_url=url, api_key="unused") as api:
+        reply = api.messages.create(model="m", max_tokens=256, tools=TOOLS, messages=[
+            {"role": "user", "content": REMINDER + QUESTION}])
+    assert [block.text for block in reply.content if block.type == "text"] == [answer]
+    assert len(upstream.requests) == 3
