@@ -11,6 +11,7 @@ from ..agent.step import ToolDefinition
 from ..core.errors import RequestError
 from ..core.types import Usage
 from ..llm import Sampling
+from .chat import format_schema
 from .http import sse
 from .wire import (
     MAX_TOP_K,
@@ -131,7 +132,18 @@ def parse(body: dict[str, Any]) -> ChatRequest:
         stop=stops(body.get("stop_sequences"), "stop_sequences"),
         stream=flag(body.get("stream"), "stream", False),
         sampling=sampling,
+        output_schema=_output_schema(body),
     )
+
+
+def _output_schema(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The JSON Schema the answer must follow: `output_config.format` (what the Anthropic SDK's
+    `messages.parse(output_format=Model)` sends), or the beta's top-level `output_format`; None for text."""
+    config = body.get("output_config")
+    if config is not None and obj(config, "output_config").get("format") is not None:
+        return format_schema(obj(config["format"], "output_config.format"), "output_config.format", nested=False)
+    beta = body.get("output_format")
+    return None if beta is None else format_schema(obj(beta, "output_format"), "output_format", nested=False)
 
 
 def _tool(value: Any, param: str) -> ToolDefinition:

@@ -7,7 +7,8 @@ newline-delimited JSON (`application/x-ndjson`), one object per line, the last w
 text; a tool result is a `tool` message naming the tool (`tool_name`) rather than a call id, matched here to the
 call it answers. An error is `{"error": "..."}` with the HTTP status, or that object as a line once a stream has
 begun (Ollama's libraries raise on either). `keep_alive` is accepted and ignored (the upstream keeps its model
-loaded as it likes); `format` (structured outputs) is refused, as `response_format` is on the OpenAI route.
+loaded as it likes); `format` (JSON mode, structured outputs) is served as `response_format` is on the OpenAI
+route.
 """
 
 from __future__ import annotations
@@ -93,9 +94,7 @@ def parse(body: dict[str, Any]) -> ChatRequest:
     """The request, checked: a `RequestError` names the first field that is wrong."""
     model = text(body.get("model"), "model", allow_empty=False)
     listed = array(body.get("messages"), "messages")
-    fmt = body.get("format")
-    if fmt not in (None, ""):
-        raise RequestError("format: structured outputs are not supported by this server", param="format")
+    output_schema = _format(body.get("format"))
     options = obj(body.get("options") or {}, "options")
     tools = checked_tools([function_tool(t, f"tools[{i}]") for i, t in enumerate(array(body.get("tools") or [],
                                                                                          "tools"))], "tools")
@@ -111,7 +110,20 @@ def parse(body: dict[str, Any]) -> ChatRequest:
         # The Modelfile parameters the upstreams share (others, such as `num_ctx` or `mirostat`, are the
         # engine's own and are ignored).
         sampling=sampling(options, "options."),
+        output_schema=output_schema,
     )
+
+
+def _format(fmt: Any) -> dict[str, Any] | None:
+    """Ollama's `format`: `"json"` (JSON mode: any JSON value), a JSON Schema (structured outputs, what its
+    libraries send for `format=Model.model_json_schema()`), or nothing (text)."""
+    if fmt in (None, ""):
+        return None
+    if fmt == "json":
+        return {}
+    if isinstance(fmt, dict):
+        return fmt
+    raise RequestError(f'format must be "json" or a JSON Schema object, not {fmt!r}'[:200], param="format")
 
 
 def _conversation(listed: list[Any]) -> tuple[ChatMessage, ...]:

@@ -115,11 +115,25 @@ def test_options_are_forwarded(upstream: OpenAIServer, served: str) -> None:
     assert sent["repeat_penalty"] == 1.1 and sent["min_p"] == 0.05 and "\nUser:" in sent["stop"]
 
 
+def test_format_json_mode_and_a_schema_are_served(upstream: OpenAIServer, served: str) -> None:
+    # JSON mode takes the JSON out of the prose around it; a schema is checked, and a reply that breaks it is
+    # sent back once with what was wrong.
+    schema = {"type": "object", "properties": {"city": {"type": "string"}, "celsius": {"type": "integer"}},
+              "required": ["city", "celsius"]}
+    upstream.script(['Here: {"ok": true}', '{"city": "Paris"}', '{"city": "Paris", "celsius": 21}'])
+    api = client(served)
+    assert json.loads(api.chat(model="m", messages=QUESTION, format="json", stream=False).message.content or "") \
+        == {"ok": True}
+    streamed = "".join(part.message.content or "" for part in api.chat(model="m", messages=QUESTION,
+                                                                          format=schema, stream=True))
+    assert json.loads(streamed) == {"city": "Paris", "celsius": 21}
+    assert "celsius" in upstream.requests[-1].body["messages"][-1]["content"]
+
+
 def test_errors_come_in_ollamas_shape(upstream: OpenAIServer, served: str) -> None:
     api = client(served)
-    with pytest.raises(ollama.ResponseError) as refused:
-        api.chat(model="m", messages=QUESTION, format="json", stream=False)
-    assert refused.value.status_code == 400 and "format" in refused.value.error
+    status, _, body = post(served, "/api/chat", {"model": "m", "messages": QUESTION, "format": "yaml"})
+    assert status == 400 and "format must be" in json.loads(body)["error"]  # the library refuses it itself
     with pytest.raises(ollama.ResponseError) as bad:
         api.chat(model="m", messages=[{"role": "tool", "content": "x"}], stream=True).__next__()
     assert bad.value.status_code == 400 and "no unanswered tool call" in bad.value.error

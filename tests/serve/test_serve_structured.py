@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 from pydantic import BaseModel
@@ -197,3 +198,27 @@ def test_the_agents_sdk_with_an_output_type_and_tools_gets_its_typed_answer(resp
         answer = asyncio.run(run(url))
     assert looked == ["Paris"]
     assert answer == Forecast(city="Paris", summary="sunny, 21 C")
+
+
+def test_the_anthropic_sdk_parses_its_output_format_with_tools_or_without() -> None:
+    """`messages.parse(output_format=Model)` sends `output_config.format`; it was ignored, and the SDK then failed
+    to parse a prose answer."""
+    tools: list[Any] = [{"name": "get_weather", "description": "The weather in a city.",
+                         "input_schema": WEATHER["function"]["parameters"]}]  # type: ignore[index]
+    replies = ['The answer: {"name": "Paris", "population": 2100000}',
+               call("get_weather", '{"city": "Paris"}'), 'Sunny there.', '{"city": "Paris", "summary": "sunny"}']
+    with OpenAIServer(replies) as upstream, serving(upstream.base_url) as url, \
+            anthropic.Anthropic(base_url=url, api_key="unused") as api:
+        plain = api.messages.parse(model="m", max_tokens=256, output_format=City, messages=[
+            {"role": "user", "content": "The capital of France, and how many live there?"}])
+        assert plain.parsed_output == City(name="Paris", population=2100000)
+        messages: list[Any] = [{"role": "user", "content": "Paris, as a forecast?"}]
+        first = api.messages.parse(model="m", max_tokens=256, tools=tools, output_format=Forecast, messages=messages)
+        (use,) = [block for block in first.content if block.type == "tool_use"]
+        messages += [{"role": "assistant", "content": [block.model_dump() for block in first.content]},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "sunny"}]}]
+        second = api.messages.parse(model="m", max_tokens=256, tools=tools, output_format=Forecast,
+                                    messages=messages)
+    assert second.parsed_output == Forecast(city="Paris", summary="sunny")
+    told = _bodies(upstream)[-1]["messages"][-1]["content"]
+    assert "not a JSON value that follows the schema" in told  # "Sunny there." was sent back
