@@ -7,7 +7,9 @@ really ran can pass it):
 - `read` (the default): the code name in notes.txt; passes when the answer holds it;
 - `find`: which file defines a function named in the question (the files' names do not give it away); passes when
   the answer names that file;
-- `write`: write the code name into a new file, release.txt; passes when that file holds it.
+- `write`: write the code name into a new file, release.txt; passes when that file holds it;
+- `edit`: change one word of greet.py; passes when the file has the new word, not the old, and the rest kept;
+- `count`: how many Python files the project has; passes when the answer is 3 and no other number.
 
 The clients:
 
@@ -20,7 +22,7 @@ The clients:
   (scripts/clients/vercel.mjs).
 
     python scripts/drive_clients.py --npm DIR --python VENV_PYTHON [--only NAME ...] [--log FILE] \
-        [--task read|find|write] -- --base-url http://127.0.0.1:8080/v1 -m qwen2.5-coder-1.5b  # serve's upstream
+        [--task read|find|write|edit|count] -- --base-url http://127.0.0.1:8080/v1 -m qwen2.5-coder-1.5b  # serve's upstream
 
 `--npm DIR` is a directory whose node_modules holds @openai/codex, @anthropic-ai/claude-code, opencode-ai, ai,
 @ai-sdk/openai-compatible and zod; `--python` an interpreter with the frameworks installed. A client that is not
@@ -47,6 +49,10 @@ TASKS = {
     "read": "What is the release code name written in notes.txt? Answer with the code name only.",
     "find": "Which file of this project defines the function parse_release? Answer with the file name only.",
     "write": "Write the release code name from notes.txt into a new file named release.txt, and nothing else.",
+    # A change to a file that exists: read it, then write it back with one word changed and the rest kept.
+    "edit": "In greet.py, change the greeting from Hello to Hi. Keep everything else as it is.",
+    # A question about the project as a whole: list it, then count (3 .py files; notes.txt is not one).
+    "count": "How many Python files does this project have? Answer with the number only.",
 }
 #: The file of `workspace` that defines parse_release (`find`); its name does not say so.
 DEFINES = "tasks.py"
@@ -84,6 +90,12 @@ def passed_task(task: str, root: Path, answer: str, code_name: str) -> bool:
     if task == "write":
         written = root / "release.txt"
         return written.is_file() and code_name in written.read_text(encoding="utf-8", errors="replace")
+    if task == "edit":
+        edited = (root / "greet.py").read_text(encoding="utf-8", errors="replace")
+        return "def greet(name)" in edited and "Hi, {name}!" in edited and "Hello" not in edited
+    if task == "count":
+        return re.search(r"\b(3|three)\b", answer, re.IGNORECASE) is not None and not re.search(r"\b[0-24-9]\b",
+                                                                                              answer)
     return code_name.lower() in answer.lower()
 
 
