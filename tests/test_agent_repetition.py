@@ -186,3 +186,25 @@ def test_a_sentence_a_file_may_hold_a_few_dozen_times_is_still_data(copies: int)
     llm = ScriptedLLM([reply, "Saved."], chunk_size=7)
     result = Agent(llm, [save]).run("Save the file.")
     assert result.final_text == "Saved." and not [e for e in result.events if isinstance(e, ErrorEvent)]
+
+
+@pytest.mark.parametrize("unit", ["```python\n", "I hope this helps!\n", "---\n---\n* * *\n"])
+def test_an_answer_written_whole_before_a_line_began_to_repeat_is_the_answer(unit: str) -> None:
+    # Through the Agents SDK the 1.5B reported its edit and closed the file's code block, then wrote "```python"
+    # line after line; corrected, it wrote the same loop three times, and its client printed the loop.
+    answer = ("The greeting in greet.py has been changed from \"Hello\" to \"Hi\". The updated file content is as "
+              "follows:\n```python\ndef greet(name):\n    return f'Hi, {name}!'\n```\n")
+    scripted = ScriptedLLM([answer + unit * 200, "never asked"], chunk_size=5, stops="ignore")
+    result = Agent(scripted, [add]).run("In greet.py, change the greeting from Hello to Hi.")
+    assert result.stop_reason is StopReason.FINAL_ANSWER and result.error is None
+    assert result.final_text.startswith("The greeting in greet.py has been changed")
+    assert result.final_text.count(unit.strip()) <= 1 and "return f'Hi, {name}!'\n```" in result.final_text
+    assert not result.final_text.endswith("```python")  # the block opened on the loop's first line is left out
+    assert scripted.closed_early == 1 and scripted.remaining == 1
+
+
+def test_a_short_plan_before_a_loop_is_still_corrected() -> None:
+    scripted = ScriptedLLM(["I will add them.\n" + "```\n" * 200, "3"], chunk_size=5, stops="ignore")
+    result = Agent(scripted, [add]).run("What is 1 + 2?")
+    assert result.final_text == "3"
+    assert "kept repeating itself" in scripted.requests[1].messages[-1].content

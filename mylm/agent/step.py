@@ -149,15 +149,37 @@ def said_once(turn: ModelTurn) -> ModelTurn | None:
     """An answer that fell into saying one paragraph again and again, as the answer said once (its first copy,
     ended at a sentence), or None. Corrected instead, the model writes the same loop again (Qwen2.5-Coder-1.5B at
     temperature 0 did, three times, and the run ended with an error); a short unit (`2000000...`) or a call is
-    not an answer to keep."""
+    not an answer to keep. So is an answer written whole before a line began to repeat: through the Agents SDK the
+    1.5B reported its edit, closed the file's code block, then wrote ```` ```python ```` line after line, and was
+    corrected into the same loop three times (the answer is kept up to the loop's first line, an opened code block
+    with nothing in it left out)."""
     loop, parsed = turn.loop, turn.parsed
-    if loop is None or not loop.inline or loop.period < LONG_UNIT or parsed.tool_calls:
+    if loop is None or parsed.tool_calls:
         return None
-    said = loop.first_copy(parsed.final_answer or parsed.thought or "").strip()
+    text = parsed.final_answer or parsed.thought or ""
+    if loop.inline:
+        if loop.period < LONG_UNIT:
+            return None
+        said = loop.first_copy(text).strip()
+    else:
+        before = loop.before(text)
+        # A line or two of plan before the loop is not an answer: that reply is corrected as before.
+        if len(before.strip()) < LONG_UNIT or not any(c.isalpha() for c in before):
+            return None
+        said = _without_empty_fence(loop.first_copy(text)).strip()
     if not said:
         return None
     return replace(turn, parsed=replace(parsed, final_answer=said, thought=said, text=said),
                    finish=FinishReason.END_TURN, degenerate="")
+
+
+def _without_empty_fence(text: str) -> str:
+    """`text` without a Markdown code fence opened on its last line (a block that holds nothing)."""
+    lines = text.rstrip().split("\n")
+    fences = [i for i, line in enumerate(lines) if line.lstrip().startswith(("```", "~~~"))]
+    if len(fences) % 2 == 1 and fences[-1] == len(lines) - 1:
+        lines.pop()
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)

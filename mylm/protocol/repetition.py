@@ -109,10 +109,22 @@ class Repetition:
             kept = _periodic_start(text.rstrip(), self.period)
             ends = [m.end() for m in _SENTENCE_END.finditer(kept, max(0, len(kept) - self.period))]
             return kept[:ends[-1]].rstrip() if ends else kept
+        return "\n".join(_periodic_start(self._whole_lines(text), self.period))
+
+    def before(self, text: str) -> str:
+        """`text` (a reply cut for this repetition of lines) before the repeated block's first copy: what the
+        model wrote before it began to loop ("" for a counter or a loop inside a line)."""
+        if self.counted or self.inline:
+            return ""
+        kept = _periodic_start(self._whole_lines(text), self.period)
+        return "\n".join(kept[: max(0, len(kept) - self.period)])
+
+    @staticmethod
+    def _whole_lines(text: str) -> list[str]:
         lines = text.split("\n")
         if lines and not text.endswith("\n"):
             lines.pop()  # the line being written when the reply was cut
-        return "\n".join(_periodic_start(lines, self.period))
+        return lines
 
 
 @dataclass(frozen=True)

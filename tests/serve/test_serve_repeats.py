@@ -115,3 +115,18 @@ def test_served_a_file_written_again_is_sent_back_saying_so() -> None:
     assert reply.choices[0].message.content == "Done: release.txt holds the code name."
     sent = [r.body for r in upstream.requests if isinstance(r.body, dict) and r.body.get("messages")]
     assert "write_file already did this, with these same arguments" in sent[1]["messages"][-1]["content"]
+
+
+def test_an_answer_written_before_a_line_loop_goes_out_without_the_loop() -> None:
+    # The Agents SDK printed the 1.5B's report of its edit followed by 48 lines of "```python": the loop was
+    # corrected three times, the same each time, and out of corrections the looping text went out.
+    answer = ("The greeting in greet.py has been changed from \"Hello\" to \"Hi\". The updated file content is as "
+              "follows:\n```python\ndef greet(name):\n    return f'Hi, {name}!'\n```\n")
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    with OpenAIServer([answer + "```python\n" * 80]) as upstream, serving(upstream.base_url) as url, \
+            openai.OpenAI(base_url=url + "/v1", api_key="unused") as api:
+        reply = api.chat.completions.create(model="m", tools=[weather], messages=[  # type: ignore[list-item]
+            {"role": "user", "content": "In greet.py, change the greeting from Hello to Hi."}])
+    text = reply.choices[0].message.content or ""
+    assert text.startswith("The greeting in greet.py") and text.endswith("return f'Hi, {name}!'\n```")
+    assert len([r for r in upstream.requests if isinstance(r.body, dict) and r.body.get("messages")]) == 1
