@@ -456,10 +456,16 @@ class Core:
         # Out of corrections: the text the reply had, never a half call, and never mylm's own correction that the
         # model copied back (OpenCode's 1.5B, told its working ran to the limit, answered that message three times,
         # and OpenCode printed it): the last reply of the model's own words, else nothing.
+        # A reply cut for looping goes out said once, not with its hundred copies (the Agents SDK printed 48 lines of
+        # "```python").
         assert outcome is not None
         if outcome.problem == ECHOED:
             outcome = said
         last = outcome.turn.parsed if outcome is not None else None
+        loop = outcome.turn.loop if outcome is not None and outcome.turn.degenerate else None
+        if last is not None and loop is not None:
+            once = loop.first_copy(last.final_answer or last.thought)
+            last = dataclasses.replace(last, thought=once, final_answer=once if last.final_answer else None)
         cut = outcome is not None and outcome.turn.finish is FinishReason.MAX_TOKENS
         yield from answered(last.thought if last else "", last.final_answer if last else None,
                             "length" if cut else "stop", meter.usage if counted[0] else None, counted)
