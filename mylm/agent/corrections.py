@@ -253,13 +253,13 @@ class Corrections:
                                               others=others, block="\0" if block else ""))
         return text.replace("\0", block, 1)
 
-    def unwritten(self, tool: str, path: str, parameter: str = "") -> str:
-        """The user message for an answer to a task that asks for `path` to be written, while nothing has
-        written it (the agent's `_written`, the server's `checks.written`): `tool` writes files through its
-        `parameter`, or is a client's shell (`parameter` empty)."""
+    def unwritten(self, tool: str, path: str, parameter: str = "", *, change: bool = False) -> str:
+        """The user message for an answer to a task that asks for `path` to be written (`change`: changed), while
+        nothing has written it (the agent's `_written`, the server's `checks.written`): `tool` writes files
+        through its `parameter`, or is a client's shell (`parameter` empty)."""
         self.unwritten_sent = True
         return self._told(self.prompts.render("unwritten.j2", tool=tool, path=neutralise(path),
-                                              parameter=parameter))
+                                              parameter=parameter, change=change))
 
     def unread_overwrite(self, tool: str, path: str, reader: str = "", *, unasked: bool = False) -> str:
         """The observation for a call of `tool` that would write `path` where nothing asked for it (`mylm serve`'s

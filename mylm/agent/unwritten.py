@@ -10,6 +10,11 @@ for writing (`write`, `create`, `save`, `append`, never one for images or the we
 shell tool. The check is loose on purpose: any call of a tool named for writing or editing counts as the write
 (the words of a task can point at the wrong name: "Create a Node.js server in server.js"), and so does any other
 call whose arguments name the file (a shell command or a patch holding it as a word).
+
+A task may also ask for a file that is there to be changed ("In greet.py, change the greeting to Hi"): a sentence
+opening with a changing verb (`change`, `edit`, `fix`, `rename`, ...) names it, after the verb or in an opening "In
+FILE,". Through pydantic-ai the 1.5B read greet.py and answered its greeting unchanged. Such a file is not a
+`write_target`: it must be read before it is changed, so the check that the named file was read still covers it.
 """
 
 from __future__ import annotations
@@ -21,12 +26,28 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.types import ToolCall
-from .unread import _FILE_NAME, _MEDIA, _shell_parameter, _Tool, named_files, names_file, path_property
+from .unread import (
+    _FILE_NAME,
+    _MEDIA,
+    _READS,
+    _SHOWS,
+    _shell_parameter,
+    _Tool,
+    named_files,
+    names_file,
+    path_property,
+)
 
 #: A writing verb opening a sentence or a request ("Write ...", "Please save ...", "Can you create ...").
 _ASKS = re.compile(r"(?:^|[.!?;\n]\s*)(?:(?:please|now|then|also|and)\s+|(?:can|could|would|will)\s+you\s+)*"
                    r"(write|save|create|make|put|store|dump|output|generate|append|record|copy|add)\b",
                    re.IGNORECASE)
+#: A changing verb opening a sentence, after an optional "In FILE," naming the file it changes ("In greet.py,
+#: change the greeting to Hi", "Please fix the typo in notes.txt").
+_CHANGE_ASKS = re.compile(r"(?:^|[.!?;\n]\s*)(?:in\s+(\S+?),?\s+)?"
+                          r"(?:(?:please|now|then|also|and)\s+|(?:can|could|would|will)\s+you\s+)*"
+                          r"(change|edit|modify|update|fix|rename|replace|rewrite|refactor|remove|delete|insert|"
+                          r"correct|convert)\b", re.IGNORECASE)
 #: The words before a file's name that make it the one written, and those that make it where the text comes from.
 _INTO = frozenset({"into", "to", "named", "called", "as"})
 _FROM = frozenset({"from", "of", "in", "inside", "using"})
@@ -44,6 +65,8 @@ class Unwritten:
     path: str
     tool: str
     parameter: str
+    #: The task asks for a file that exists to be changed ("In greet.py, change ..."), not written anew.
+    change: bool = False
 
 
 def write_target(task: str) -> str | None:
@@ -67,8 +90,29 @@ def write_target(task: str) -> str | None:
     return None
 
 
-def _writer(tools: Sequence[_Tool]) -> tuple[str, str] | None:
-    """The client's tool that writes a file and its path parameter ("" for a shell tool), or None."""
+def change_target(task: str) -> str | None:
+    """The file `task` asks to be changed (an edit of a file that is there), or None: the file a changing verb's
+    sentence names, after the verb or in an opening "In FILE,"."""
+    for asked in _CHANGE_ASKS.finditer(task):
+        sentence = re.split(r"[.!?](?:\s|$)|\n", task[asked.end():], maxsplit=1)[0]
+        opening = [asked.group(1).rstrip(",.")] if asked.group(1) else []
+        for name in [*(found.group(1).rstrip(".") for found in _FILE_NAME.finditer(sentence)), *opening]:
+            if name in named_files(name):  # not a web address or a product (`example.com`, `ASP.NET`)
+                return name
+    return None
+
+
+#: Words in a tool's name that say it edits a file in place.
+_EDITS = re.compile(r"edit|patch|replace|str_replace|modify", re.IGNORECASE)
+
+
+def _writer(tools: Sequence[_Tool], change: bool = False) -> tuple[str, str] | None:
+    """The client's tool that writes a file and its path parameter ("" for a shell tool), or None; for a `change`,
+    one that edits a file in place first (Claude Code's Edit, OpenCode's edit), where the client has one."""
+    if change:
+        for tool in tools:
+            if _EDITS.search(tool.name) and not _MEDIA.search(tool.name) and (path := path_property(tool)):
+                return tool.name, path
     for tool in tools:
         if _WRITES.search(tool.name) and not _MEDIA.search(tool.name) and (path := path_property(tool)):
             return tool.name, path
@@ -91,13 +135,18 @@ def unwritten(task: str, tools: Sequence[_Tool],
     """The file `task` asks to be written and the tool to write it, where none of `calls` (the tools' names and
     arguments of the calls made since the task was given) may have written it (`wrote`); None when one may have,
     or there is no such file or tool."""
-    path = write_target(task)
+    path, change = write_target(task), False
+    if path is None:
+        path, change = change_target(task), True
     if path is None:
         return None
-    writer = _writer(tools)
-    if writer is None or any(wrote(name, arguments, path) for name, arguments in calls):
+    writer = _writer(tools, change)
+    # A file to change is read first: a reader's call naming it changed nothing.
+    made = [(name, arguments) for name, arguments in calls
+            if not (change and (_READS.search(name) or _SHOWS.search(name)) and not _CHANGES.search(name))]
+    if writer is None or any(wrote(name, arguments, path) for name, arguments in made):
         return None
-    return Unwritten(path, *writer)
+    return Unwritten(path, *writer, change=change)
 
 
 #: A client's tool that takes the answer as a call (smolagents' `final_answer`, pydantic-ai's `final_result`).

@@ -202,8 +202,9 @@ def written(outcome: StepOutcome, request: ChatRequest, step: ModelStep,
     if found is None:
         return outcome, None
     return dataclasses.replace(
-        outcome, problem=f"answered without writing {found.path}", kind="tool_choice",
-        correction=corrections.unwritten(found.tool, found.path, found.parameter), kept=False), found.tool
+        outcome, problem=f"answered without {'changing' if found.change else 'writing'} {found.path}", kind="tool_choice",
+        correction=corrections.unwritten(found.tool, found.path, found.parameter, change=found.change),
+        kept=False), found.tool
 
 
 def made_up(outcome: StepOutcome, answer: str, request: ChatRequest, step: ModelStep,

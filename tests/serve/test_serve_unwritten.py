@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from mylm.agent.step import ToolDefinition
-from mylm.agent.unwritten import Unwritten, unwritten, write_target
+from mylm.agent.unwritten import Unwritten, change_target, unwritten, write_target
 from mylm.serve.checks import task_and_calls
 from mylm.serve.wire import CallIn, ChatMessage, ChatRequest
 from tests.providers.servers import OpenAIServer
@@ -130,3 +130,57 @@ def test_a_file_to_create_is_written_not_read_first() -> None:
     assert [c.function.name for c in reply.choices[0].message.tool_calls or []] == ["write_file"]  # type: ignore[union-attr]
     corrected = json.dumps(_sent(upstream)[1]["messages"][-1])
     assert "hello.py to be written" in corrected and "Nothing has been read" not in corrected
+
+
+EDIT = "In greet.py, change the greeting from Hello to Hi. Keep everything else as it is."
+
+
+@pytest.mark.parametrize("task, path", [
+    (EDIT, "greet.py"),
+    ("Change the greeting in greet.py to Hi.", "greet.py"),
+    ("Please fix the typo in README.md", "README.md"),
+    ("Rename the function greet to welcome in app/greet.py.", "app/greet.py"),
+    ("Remove the last line from notes.txt", "notes.txt"),
+    ("Can you update config.json so the port is 8080?", "config.json"),
+    # Questions, and changes that name no file, ask for no file to be changed.
+    ("What would change if greet.py returned None?", None),
+    ("Fix the bug.", None),
+    ("Update me on example.com", None),
+])
+def test_the_file_a_task_asks_to_be_changed(task: str, path: str | None) -> None:
+    assert change_target(task) == path
+    assert write_target(task) is None  # it must be read before it is changed: not a file to create
+
+
+def test_a_change_is_made_with_the_clients_editor_where_it_has_one() -> None:
+    assert unwritten(EDIT, (READ, WRITE), [("read_file", {"path": "greet.py"})]) == Unwritten(
+        "greet.py", "write_file", "path", change=True)
+    assert unwritten(EDIT, (CLAUDE_WRITE, CLAUDE_EDIT), []) == Unwritten("greet.py", "Edit", "file_path", change=True)
+    assert unwritten(EDIT, (READ, WRITE), [("write_file", {"path": "greet.py", "content": "x"})]) is None
+
+
+def test_an_edit_answered_after_reading_without_changing_is_sent_back() -> None:
+    # Through pydantic-ai the 1.5B read greet.py, then answered its greeting unchanged: nothing was edited.
+    read: list[Any] = [
+        {"role": "user", "content": EDIT},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+            "name": "read_file", "arguments": '{"path": "greet.py"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": 'def greet(name):\n    return f"Hello, {name}!"\n'}]
+    write = call("write_file", '{"path": "greet.py", "content": "def greet(name):\\n    return f\\"Hi, {name}!\\"\\n"}')
+    with OpenAIServer(['"Hello, {name}!"', write]) as upstream, serving(upstream.base_url) as url, \
+            openai.OpenAI(base_url=url + "/v1", api_key="unused") as api:
+        reply = api.chat.completions.create(model="m", tools=_tools(LIST, READ, WRITE), messages=read)
+    calls = reply.choices[0].message.tool_calls or []
+    assert [c.function.name for c in calls] == ["write_file"]  # type: ignore[union-attr]
+    told = _sent(upstream)[1]["messages"][-1]["content"]
+    assert "greet.py to be changed" in told and "the rest of the file kept" in told
+
+
+def test_an_edit_answered_before_reading_is_sent_to_read_first() -> None:
+    read = call("read_file", '{"path": "greet.py"}')
+    with OpenAIServer(['"Hi, {name}!"', read]) as upstream, serving(upstream.base_url) as url, \
+            openai.OpenAI(base_url=url + "/v1", api_key="unused") as api:
+        reply = api.chat.completions.create(model="m", tools=_tools(LIST, READ, WRITE),
+                                            messages=[{"role": "user", "content": EDIT}])
+    assert [c.function.name for c in reply.choices[0].message.tool_calls or []] == ["read_file"]  # type: ignore[union-attr]
+    assert "to be changed" not in json.dumps(_sent(upstream)[1]["messages"][-1])
