@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from ..agent.step import ToolDefinition
@@ -30,6 +30,7 @@ from .wire import (
     checked_results,
     checked_tools,
     count,
+    estimated_usage,
     flag,
     integer,
     number,
@@ -202,9 +203,12 @@ def _message(value: Any, param: str) -> ChatMessage:
     return ChatMessage("assistant", content, calls=tuple(calls))
 
 
-def _usage(usage: Usage | None) -> dict[str, int] | None:
+def _usage(usage: Usage | None, request: ChatRequest, items: Sequence[Out]) -> dict[str, int]:
+    """The usage as OpenAI reports it; estimated when the upstream counted nothing (llama-cpp-python's stream, or
+    a stream closed once its call was complete), never a made-up 0. Not null: smolagents reads
+    `usage.prompt_tokens` of every answer, and a null failed its run."""
     if usage is None:
-        return None  # the upstream counted nothing (llama-cpp-python's stream): unknown, not 0
+        usage = estimated_usage(request, items)
     return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
             "total_tokens": usage.total_tokens}
 
@@ -232,7 +236,7 @@ def answer(request: ChatRequest, items: list[Out], body: dict[str, Any]) -> dict
         "created": int(time.time()),
         "model": request.model,
         "choices": [{"index": 0, "message": message, "finish_reason": finish.reason, "logprobs": None}],
-        "usage": _usage(finish.usage),
+        "usage": _usage(finish.usage, request, items),
     }
 
 
@@ -260,7 +264,10 @@ async def events(request: ChatRequest, items: AsyncIterator[Out], body: dict[str
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
     yield chunk({"role": "assistant", "content": ""})
     calls = 0
+    seen: list[Out] = []  # for the usage estimate, when it is asked for
     async for item in items:
+        if include_usage:
+            seen.append(item)
         if isinstance(item, TextOut):
             yield content(item.text)
         elif isinstance(item, ReasoningOut):
@@ -274,5 +281,5 @@ async def events(request: ChatRequest, items: AsyncIterator[Out], body: dict[str
         elif isinstance(item, Finished):
             yield chunk({}, item.reason)
             if include_usage:
-                yield sse({**head, "choices": [], "usage": _usage(item.usage)})
+                yield sse({**head, "choices": [], "usage": _usage(item.usage, request, seen)})
     yield sse("[DONE]")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from ..agent.step import ToolDefinition
@@ -34,6 +34,7 @@ from .wire import (
     checked_results,
     checked_tools,
     count,
+    estimated_usage,
     flag,
     number,
     obj,
@@ -215,9 +216,10 @@ def _namespaces(body: dict[str, Any]) -> frozenset[str]:
                      and isinstance(t.get("name"), str))
 
 
-def _usage(usage: Usage | None) -> dict[str, Any] | None:
+def _usage(usage: Usage | None, request: ChatRequest, items: Sequence[Out]) -> dict[str, Any]:
+    """The usage as the Responses API reports it; estimated when the upstream counted nothing (see `chat._usage`)."""
     if usage is None:
-        return None  # the upstream counted nothing: unknown, not 0
+        usage = estimated_usage(request, items)
     return {"input_tokens": usage.prompt_tokens, "input_tokens_details": {"cached_tokens": 0},
             "output_tokens": usage.completion_tokens, "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": usage.total_tokens}
@@ -275,7 +277,7 @@ def answer(request: ChatRequest, items: list[Out], body: dict[str, Any]) -> dict
     finish = next((i for i in items if isinstance(i, Finished)), Finished("stop"))
     status, incomplete = _ending(finish)
     return {**_response(request, body, rid, status), "output": output, "incomplete_details": incomplete,
-            "usage": _usage(finish.usage)}
+            "usage": _usage(finish.usage, request, items)}
 
 
 class Numbering:
@@ -334,7 +336,9 @@ async def events(request: ChatRequest, items: AsyncIterator[Out], body: dict[str
                       text=whole),
                 event("response.output_item.done", output_index=index, item=item)]
 
+    seen: list[Out] = []  # for the usage estimate
     async for item in items:
+        seen.append(item)
         if isinstance(item, (TextOut, ReasoningOut)):
             kind = "message" if isinstance(item, TextOut) else "reasoning"
             if current is None or current[0] != kind:
@@ -372,7 +376,7 @@ async def events(request: ChatRequest, items: AsyncIterator[Out], body: dict[str
                 yield done
             status, incomplete = _ending(item)
             final = {**_response(request, body, rid, status), "output": output, "incomplete_details": incomplete,
-                     "usage": _usage(item.usage)}
+                     "usage": _usage(item.usage, request, seen)}
             yield event("response.completed" if status == "completed" else "response.incomplete", response=final)
 
 

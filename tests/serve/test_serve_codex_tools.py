@@ -75,15 +75,24 @@ def uncounted() -> Iterator[tuple[OpenAIServer, str]]:
         yield upstream, url
 
 
-def test_usage_nobody_counted_is_unknown_not_zero(uncounted: tuple[OpenAIServer, str]) -> None:
+def test_openai_usage_nobody_counted_is_estimated_never_null_or_zero(uncounted: tuple[OpenAIServer, str]) -> None:
+    # smolagents reads `usage.prompt_tokens` of every answer: a null usage failed its run ("'NoneType' object has
+    # no attribute 'prompt_tokens'") when the 1.5B's stream was closed once its call was complete.
     upstream, url = uncounted
-    upstream.script(["It is sunny.", "It is sunny.", "It is sunny."])
+    answer = "It is sunny in Paris today, 21 degrees."  # 39 characters: 10 tokens at 4 a token
+    upstream.script([answer] * 4)
+    question = [{"role": "user", "content": "What is the weather like in Paris today, please?"}]  # 48: 12
     api = openai_client(url)
-    assert api.chat.completions.create(model="m", messages=[{"role": "user", "content": "Weather?"}]).usage is None
+    whole = api.chat.completions.create(model="m", messages=question).usage  # type: ignore[arg-type]
     chunks = list(api.chat.completions.create(model="m", stream=True, stream_options={"include_usage": True},
-                                              messages=[{"role": "user", "content": "Weather?"}]))
-    assert chunks[-1].choices == [] and chunks[-1].usage is None
-    assert api.responses.create(model="m", input="Weather?", store=False).usage is None
+                                              messages=question))  # type: ignore[arg-type]
+    assert chunks[-1].choices == []
+    for usage in (whole, chunks[-1].usage):
+        assert usage is not None and (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (12, 10, 22)
+    for response in (api.responses.create(model="m", input=question, store=False),  # type: ignore[arg-type]
+                     [e for e in api.responses.create(model="m", input=question, store=False,  # type: ignore[arg-type]
+                                                      stream=True) if e.type == "response.completed"][0].response):
+        assert response.usage is not None and (response.usage.input_tokens, response.usage.output_tokens) == (12, 10)
 
 
 def test_anthropic_usage_nobody_counted_is_estimated(uncounted: tuple[OpenAIServer, str]) -> None:
