@@ -194,13 +194,24 @@ def test_an_answer_written_whole_before_a_line_began_to_repeat_is_the_answer(uni
     # line after line; corrected, it wrote the same loop three times, and its client printed the loop.
     answer = ("The greeting in greet.py has been changed from \"Hello\" to \"Hi\". The updated file content is as "
               "follows:\n```python\ndef greet(name):\n    return f'Hi, {name}!'\n```\n")
-    scripted = ScriptedLLM([answer + unit * 200, "never asked"], chunk_size=5, stops="ignore")
+    # Corrected once (the prose before a loop may be a plan), the same loop again is the answer said once.
+    scripted = ScriptedLLM([answer + unit * 200] * 2 + ["never asked"], chunk_size=5, stops="ignore")
     result = Agent(scripted, [add]).run("In greet.py, change the greeting from Hello to Hi.")
     assert result.stop_reason is StopReason.FINAL_ANSWER and result.error is None
     assert result.final_text.startswith("The greeting in greet.py has been changed")
     assert result.final_text.count(unit.strip()) <= 1 and "return f'Hi, {name}!'\n```" in result.final_text
     assert not result.final_text.endswith("```python")  # the block opened on the loop's first line is left out
-    assert scripted.closed_early == 1 and scripted.remaining == 1
+    assert scripted.closed_early == 2 and scripted.remaining == 1
+    assert "kept repeating itself" in scripted.requests[1].messages[-1].content
+
+
+def test_a_plan_before_a_loop_is_corrected_and_the_call_after_it_runs() -> None:
+    plan = ("I need to add the two numbers. I will call the add tool with a=1 and b=2 and then report the sum "
+            "back to you once it has run.\n")
+    call = format_tool_call(ToolCall("add", {"a": 1, "b": 2}))
+    scripted = ScriptedLLM([plan + "```\n" * 200, call, "3"], chunk_size=5, stops="ignore")
+    result = Agent(scripted, [add]).run("What is 1 + 2?")
+    assert result.final_text == "3" and scripted.remaining == 0
 
 
 def test_a_short_plan_before_a_loop_is_still_corrected() -> None:

@@ -86,6 +86,9 @@ class Corrections:
         #: The user's request, restated by the `echoed` correction (the agent sets it; else the first user
         #: message of the conversation judged).
         self.task = ""
+        #: The loop the last `degenerate` correction was about: the same loop again after it is the model's way
+        #: of answering (`step.said_once`).
+        self.looped = ""
         #: Whether `capped` was sent: a second reply stopped at the prose cap is taken as it is.
         self.capped_sent = False
         #: Whether `made_up` was sent: a second call with values from nowhere is taken as it is.
@@ -167,6 +170,7 @@ class Corrections:
 
     def degenerate(self, problem: str) -> str:
         """The user message answering a turn cut short because it kept repeating itself (`problem`: what)."""
+        self.looped = problem
         return self.prompts.render("degenerate.j2", message=neutralise(problem))
 
     def tool_required(self, tool: str | None) -> str:

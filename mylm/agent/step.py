@@ -145,14 +145,15 @@ class Meter:
     partial: str = ""
 
 
-def said_once(turn: ModelTurn) -> ModelTurn | None:
+def said_once(turn: ModelTurn, looped: str = "") -> ModelTurn | None:
     """An answer that fell into saying one paragraph again and again, as the answer said once (its first copy,
     ended at a sentence), or None. Corrected instead, the model writes the same loop again (Qwen2.5-Coder-1.5B at
     temperature 0 did, three times, and the run ended with an error); a short unit (`2000000...`) or a call is
-    not an answer to keep. So is an answer written whole before a line began to repeat: through the Agents SDK the
-    1.5B reported its edit, closed the file's code block, then wrote ```` ```python ```` line after line, and was
-    corrected into the same loop three times (the answer is kept up to the loop's first line, an opened code block
-    with nothing in it left out)."""
+    not an answer to keep. So is an answer written whole before a line began to repeat, once the same loop comes
+    again after its correction (`looped`: the loop corrected last): through the Agents SDK the 1.5B reported its
+    edit, closed the file's code block, then wrote ```` ```python ```` line after line, and was corrected into the
+    same loop three times (the answer is kept up to the loop's first line, an opened code block with nothing in it
+    left out). The first such loop is corrected: the prose before it may be a plan, not an answer."""
     loop, parsed = turn.loop, turn.parsed
     if loop is None or parsed.tool_calls:
         return None
@@ -162,6 +163,8 @@ def said_once(turn: ModelTurn) -> ModelTurn | None:
             return None
         said = loop.first_copy(text).strip()
     else:
+        if looped != turn.degenerate:
+            return None
         before = loop.before(text)
         # A line or two of plan before the loop is not an answer: that reply is corrected as before.
         if len(before.strip()) < LONG_UNIT or not any(c.isalpha() for c in before):
@@ -433,7 +436,7 @@ class ModelStep:
         messages (where the values of calls come from). `fitting`: asked only when the correction
         for working cut at the cap is due, the tool the model says does the task (named in it), if any."""
         if turn.degenerate:  # cut short while looping: whatever it parsed to is not what the model meant
-            once = said_once(turn)
+            once = said_once(turn, corrections.looped)
             if once is not None:
                 return StepOutcome(once)
             return StepOutcome(turn, turn.degenerate, corrections.degenerate(turn.degenerate), "format")

@@ -123,13 +123,13 @@ def test_an_answer_written_before_a_line_loop_goes_out_without_the_loop() -> Non
     answer = ("The greeting in greet.py has been changed from \"Hello\" to \"Hi\". The updated file content is as "
               "follows:\n```python\ndef greet(name):\n    return f'Hi, {name}!'\n```\n")
     weather = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
-    with OpenAIServer([answer + "```python\n" * 80]) as upstream, serving(upstream.base_url) as url, \
+    with OpenAIServer([answer + "```python\n" * 80] * 2) as upstream, serving(upstream.base_url) as url, \
             openai.OpenAI(base_url=url + "/v1", api_key="unused") as api:
         reply = api.chat.completions.create(model="m", tools=[weather], messages=[  # type: ignore[list-item]
             {"role": "user", "content": "In greet.py, change the greeting from Hello to Hi."}])
     text = reply.choices[0].message.content or ""
     assert text.startswith("The greeting in greet.py") and text.endswith("return f'Hi, {name}!'\n```")
-    assert len([r for r in upstream.requests if isinstance(r.body, dict) and r.body.get("messages")]) == 1
+    assert len([r for r in upstream.requests if isinstance(r.body, dict) and r.body.get("messages")]) == 2
 
 
 def test_out_of_corrections_a_looping_reply_goes_out_said_once() -> None:
