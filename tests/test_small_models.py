@@ -954,14 +954,35 @@ def test_an_answer_with_the_file_the_task_asks_for_unwritten_is_sent_back_once(t
     assert not any(m.role == "assistant" and m.content == "tundra-d367" for m in llm.requests[2].messages)
 
 
-def test_a_file_that_exists_is_taken_as_written_and_the_check_is_made_once(tmp_path: Path) -> None:
+def test_a_file_that_was_there_must_have_changed_and_the_check_is_made_once(tmp_path: Path) -> None:
+    (tmp_path / "README.md").write_text("# x\n")
+    llm = ScriptedLLM([format_tool_call(ToolCall("list_dir", {"path": "."})), "Added.", "Added."])
+    assert Agent(llm, tools(tmp_path), workspace=tmp_path).run("Add a line to README.md saying hi.").final_text == (
+        "Added.") and len(llm.requests) == 3
+    assert "README.md to be changed" in llm.requests[2].messages[-1].content
+    # Changed by any means (here by hand, as a shell command would), it is taken as done.
     (tmp_path / "README.md").write_text("# x\n")
     llm = ScriptedLLM([format_tool_call(ToolCall("list_dir", {"path": "."})), "Added."])
-    assert Agent(llm, tools(tmp_path), workspace=tmp_path).run("Add a line to README.md saying hi.").final_text == (
-        "Added.") and len(llm.requests) == 2
+    agent = Agent(llm, tools(tmp_path), workspace=tmp_path)
+    stream = agent.stream("Add a line to README.md saying hi.")
+    (tmp_path / "README.md").write_text("# x\nhi\n")
+    assert stream.consume().final_text == "Added." and len(llm.requests) == 2
     llm = ScriptedLLM(["print('hi')", "print('hi')"])
     result = Agent(llm, tools(tmp_path), workspace=tmp_path).run("Create hello.py that prints hi.")
     assert len(llm.requests) == 2 and result.final_text == "print('hi')"
+
+
+def test_an_edit_answered_with_the_file_unchanged_is_sent_back_once(tmp_path: Path) -> None:
+    # Through pydantic-ai the 1.5B read greet.py, then answered its greeting unchanged.
+    (tmp_path / "greet.py").write_text('def greet(name):\n    return f"Hello, {name}!"\n')
+    read = format_tool_call(ToolCall("read_file", {"path": "greet.py"}))
+    edit = format_tool_call(ToolCall("edit_file", {"path": "greet.py", "old": "Hello", "new": "Hi"}))
+    llm = ScriptedLLM([read, '"Hello, {name}!"', edit, "Done."])
+    result = Agent(llm, tools(tmp_path), workspace=tmp_path).run(
+        "In greet.py, change the greeting from Hello to Hi.")
+    correction = llm.requests[2].messages[-1].content
+    assert "greet.py to be changed" in correction and "edit_file" in correction
+    assert "Hi, {name}" in (tmp_path / "greet.py").read_text() and result.final_text == "Done."
 
 
 def test_the_look_asked_for_a_named_path_comes_with_the_call_to_copy(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
@@ -45,7 +46,7 @@ from .streams import AgentStream
 from .tool_runner import ToolRunner
 from .turn import ModelTurn
 from .unread import asks_which_file, named_files, names_file, quoted_lines
-from .unwritten import write_target
+from .unwritten import change_target, write_target
 
 if TYPE_CHECKING:
     from ..tools.base import Tool
@@ -143,6 +144,7 @@ class Agent:
         now = clock()
         run = RunState(history, token, now + self.timeout, clock, self.step.corrections(), prompt or "", started=now)
         run.corrections.task = prompt or ""
+        run.changing = self._before_change(run.corrections.task)
         if prompt is not None:
             run.add(Message("user", prompt))
         return AgentStream(self._recorded(run), token)
@@ -300,12 +302,12 @@ class Agent:
         """`outcome` (an answer), or, once a run, the turn sent back with the `unwritten` correction where the
         task asks for a file of the workspace to be written (`unwritten.write_target`) and the file system shows
         no such file: the 1.5B, asked to write a code name into release.txt, answered the code name. A file that
-        exists is taken as written (or as one the task edits), whoever wrote it."""
+        was there when the run began must have changed since (`_changed`), whoever changed it."""
         if run.corrections.unwritten_sent or "write_file" not in self.tools:
             return outcome
         path = write_target(run.corrections.task)
-        if path is None:
-            return outcome
+        if path is None or run.changing is not None:  # a file that was there: was it changed?
+            return self._changed(run, outcome)
         root = self.workspace.resolve()
         target = (root / path).resolve()
         if not target.is_relative_to(root) or target.exists():
@@ -313,6 +315,33 @@ class Agent:
         shown = target.relative_to(root).as_posix()
         return replace(outcome, problem=f"answered without writing {shown}", kind="tool_choice", kept=False,
                        correction=run.corrections.unwritten("write_file", shown, "path"))
+
+    def _before_change(self, task: str) -> tuple[str, str] | None:
+        """The file of the workspace `task` asks to be changed ("In greet.py, change ...", or "Add a line to
+        README.md" where README.md is there) and what it holds now, or None (no such task or file, or no tool to
+        change it with)."""
+        if "write_file" not in self.tools:
+            return None
+        path = write_target(task) or change_target(task)
+        if path is None:
+            return None
+        root = self.workspace.resolve()
+        target = (root / path).resolve()
+        digest = _digest(target) if target.is_relative_to(root) else None
+        return None if digest is None else (target.relative_to(root).as_posix(), digest)
+
+    def _changed(self, run: RunState, outcome: StepOutcome) -> StepOutcome:
+        """`outcome` (an answer), or, once a run, the turn sent back with the `unwritten` correction for a change
+        where the file the task asks to be changed holds what it held when the run began: through pydantic-ai the
+        1.5B read greet.py and answered its greeting unchanged (the same check as `mylm serve`'s)."""
+        if run.changing is None:
+            return outcome
+        shown, before = run.changing
+        if _digest((self.workspace.resolve() / shown).resolve()) != before:
+            return outcome
+        tool = "edit_file" if "edit_file" in self.tools else "write_file"
+        return replace(outcome, problem=f"answered without changing {shown}", kind="tool_choice", kept=False,
+                       correction=run.corrections.unwritten(tool, shown, "path", change=True))
 
     def _answer(self, turn: ModelTurn) -> Steps[tuple[str, StopReason]]:
         """End the run with the turn's answer; one that ran into the token limit is kept, but never passed off
@@ -451,3 +480,20 @@ class Agent:
         answer = answer or FALLBACK_ANSWER
         run.add(Message("assistant", answer))
         return answer
+
+
+#: The largest file whose content is compared for `_changed` (a larger one is compared by its size and time).
+_DIGEST_BYTES = 8 << 20
+
+
+def _digest(path: Path) -> str | None:
+    """What `path` holds, as a digest (None: not a regular file, or unreadable)."""
+    try:
+        info = path.stat()
+        if not path.is_file():
+            return None
+        if info.st_size > _DIGEST_BYTES:
+            return f"{info.st_size}:{info.st_mtime_ns}"
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None

@@ -45,6 +45,9 @@ class RunState:
     started: float = 0.0
     model_seconds: float = 0.0
     model_turns: int = 0
+    #: The file of the workspace the task asks to be changed (`unwritten.change_target`), as shown, and what it
+    #: held when the run began (a digest): an answer while it still holds that is sent back once.
+    changing: tuple[str, str] | None = None
 
     def pace(self, seconds: float, turns_left: int, *, floor: float, cap: float) -> None:
         """Count a model turn that took `seconds`; move the deadline so the `turns_left` turns fit at the
