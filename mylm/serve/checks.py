@@ -70,6 +70,11 @@ _PIECE = 40
 #: Words of a task that ask about the user's own project, whose files only a tool can show.
 _ABOUT_PROJECT = re.compile(r"\b(?:files?|project|repo(?:sitory)?|director(?:y|ies)|folders?|codebase|workspace|"
                             r"modules?|here)\b", re.IGNORECASE)
+#: A question about what the user's own project holds ("How many Python files does this project have?", "What
+#: is in this directory?"): nothing but a look can answer it.
+_PROJECT_QUESTION = re.compile(
+    r"\b(?:this|the|my|our|current)\s+(?:project|repo(?:sitory)?|director(?:y|ies)|folders?|codebase|workspace)\b",
+    re.IGNORECASE)
 #: A block a client wraps around the user's words: a tag joining words with `-` or `_` (`<system-reminder>`,
 #: `<environment_context>`, `<user_instructions>`), which markup a user writes in a question (`<b>`) does not.
 CLIENT_BLOCK = re.compile(r"<([a-z][a-z0-9]*(?:[-_][a-z0-9]+)+)(?:\s[^>]*)?>.*?</\1>", re.DOTALL)
@@ -210,8 +215,9 @@ def written(outcome: StepOutcome, request: ChatRequest, step: ModelStep,
 def made_up(outcome: StepOutcome, answer: str, request: ChatRequest, step: ModelStep,
             corrections: Corrections) -> tuple[StepOutcome, str | None]:
     """`outcome` (an answer, before any call of the conversation), or, where it names a file that nothing in the
-    conversation shows and the client offers a tool that lists files, the turn sent back with the `unlooked`
-    correction for the working directory, and the tool the retry must call."""
+    conversation shows, or answers a question about what the project holds, and the client offers a tool that
+    lists files, the turn sent back with the `unlooked` correction for the working directory, and the tool the
+    retry must call."""
     if step.config.tool_choice != "auto" or any(message.calls for message in request.messages):
         return outcome, None
     task, _ = task_and_calls(request)
@@ -219,11 +225,15 @@ def made_up(outcome: StepOutcome, answer: str, request: ChatRequest, step: Model
         return outcome, None
     seen = "\n".join(message.content for message in request.messages)
     name = unseen_file(answer, seen)
-    found = lister(step.listed) if name is not None else None
+    # Or any answer to a question about what the project holds: through pydantic-ai the 1.5B answered "How many
+    # Python files does this project have?" with "2", no tool run.
+    asked = name is None and "?" in task and _PROJECT_QUESTION.search(task) is not None
+    found = lister(step.listed) if name is not None or asked else None
     if found is None:
         return outcome, None
+    what = f"answered {name}, which nothing has shown," if name is not None else "answered a question about the project"
     return dataclasses.replace(
-        outcome, problem=f"answered {name}, which nothing has shown, before any tool ran", kind="tool_choice",
+        outcome, problem=f"{what} before any tool ran", kind="tool_choice",
         correction=corrections.unlooked(found.tool, ".", parameter=found.parameter or "path",
                                         value=found.value or None), kept=False), found.tool
 

@@ -62,6 +62,27 @@ def test_a_made_up_file_before_any_call_is_sent_back_to_list_the_project() -> No
     assert "parse_release.py" not in json.dumps(corrected)  # the made-up answer is left out
 
 
+@pytest.mark.parametrize("question", [
+    "How many Python files does this project have? Answer with the number only.",
+    "What is in the current directory?",
+])
+def test_an_answer_about_what_the_project_holds_before_any_call_is_sent_back_to_list_it(question: str) -> None:
+    # Through pydantic-ai the 1.5B answered "How many Python files does this project have?" with "2", no tool run.
+    with OpenAIServer(["2", call("list_files", "{}")]) as upstream, \
+            serving(upstream.base_url) as url, openai.OpenAI(base_url=url + "/v1", api_key="unused") as api:
+        reply = api.chat.completions.create(model="m", tools=_tools(LIST, READ),
+                                            messages=[{"role": "user", "content": question}])
+    assert [c.function.name for c in reply.choices[0].message.tool_calls or []] == ["list_files"]  # type: ignore[union-attr]
+
+
+def test_a_task_about_the_project_that_asks_no_question_is_answered() -> None:
+    with OpenAIServer(["Code sleeps in the dark,\nmodules hum a quiet tune,\ntests pass before dawn."]) as upstream, \
+            serving(upstream.base_url) as url, openai.OpenAI(base_url=url + "/v1", api_key="unused") as api:
+        reply = api.chat.completions.create(model="m", tools=_tools(LIST, READ), messages=[
+            {"role": "user", "content": "Write a haiku about this project."}])
+    assert (reply.choices[0].message.content or "").startswith("Code sleeps") and len(upstream.requests) == 1
+
+
 @pytest.mark.parametrize("messages", [
     # A question that is not about the project may name a file to create.
     [{"role": "user", "content": "How do I configure eslint? Answer in one line."}],
