@@ -55,7 +55,7 @@ from ..agent.unread import (
     unread,
     unseen_file,
 )
-from ..agent.unwritten import unwritten, write_target, writes_file
+from ..agent.unwritten import change_target, unwritten, write_target, writes_file
 from ..core.types import ToolCall
 from .wire import ChatRequest
 
@@ -75,6 +75,9 @@ _ABOUT_PROJECT = re.compile(r"\b(?:files?|project|repo(?:sitory)?|director(?:y|i
 _PROJECT_QUESTION = re.compile(
     r"\b(?:this|the|my|our|current)\s+(?:project|repo(?:sitory)?|director(?:y|ies)|folders?|codebase|workspace)\b",
     re.IGNORECASE)
+#: A tool named for writing a whole file, and one named for changing part of one.
+_REPLACES = re.compile(r"write|create|save|put(?![a-z])", re.IGNORECASE)
+_EDITS = re.compile(r"edit|patch|replace|modify|append|insert", re.IGNORECASE)
 #: A block a client wraps around the user's words: a tag joining words with `-` or `_` (`<system-reminder>`,
 #: `<environment_context>`, `<user_instructions>`), which markup a user writes in a question (`<b>`) does not.
 CLIENT_BLOCK = re.compile(r"<([a-z][a-z0-9]*(?:[-_][a-z0-9]+)+)(?:\s[^>]*)?>.*?</\1>", re.DOTALL)
@@ -285,8 +288,8 @@ def overwrites(outcome: StepOutcome, request: ChatRequest, corrections: Correcti
     """`outcome` (calls), or, where one of its calls would write a file nothing asked for, the turn sent back with
     the `unread_overwrite` correction: a file that a tool's result of the conversation names (a listing: it is
     there) and no call has named (nothing read it), or any file, where the task is a question that asks for
-    nothing to be changed (`asks_no_change`). A file the task itself names is left to the model: "Fix app.py" may
-    be rewritten whole."""
+    nothing to be changed (`asks_no_change`). A file the task itself names is left to the model ("Create app.py"),
+    except one it asks to change that a tool would replace whole unread ("Fix app.py" is read first)."""
     tools = {tool.name: tool for tool in request.tools}
     shown = "\n".join(message.content for message in request.messages if message.role == "tool")
     mentioned = "\n".join(json.dumps(dict(call.arguments), ensure_ascii=False)
@@ -299,9 +302,15 @@ def overwrites(outcome: StepOutcome, request: ChatRequest, corrections: Correcti
         if not isinstance(target, str) or not target.strip():
             continue
         name = target.strip().removeprefix("./")
-        if names_file(task, name):
+        read = names_file(mentioned, name)
+        # A file the task names is the model's to write, but one the task asks to change is read before a tool
+        # replaces it whole: through the llm CLI the 1.5B, asked to change greet.py's greeting, wrote greet.py
+        # unread, with the greeting alone.
+        blind = not read and change_target(task) == name and _REPLACES.search(call.name) and not _EDITS.search(
+            call.name)
+        if names_file(task, name) and not blind:
             continue
-        unread_file = names_file(shown, name) and not names_file(mentioned, name)
+        unread_file = (names_file(shown, name) or names_file(task, name)) and not read
         unasked = not unread_file and asks_no_change(task)
         if not (unread_file or unasked):
             continue

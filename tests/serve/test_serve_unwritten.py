@@ -184,3 +184,32 @@ def test_an_edit_answered_before_reading_is_sent_to_read_first() -> None:
                                             messages=[{"role": "user", "content": EDIT}])
     assert [c.function.name for c in reply.choices[0].message.tool_calls or []] == ["read_file"]  # type: ignore[union-attr]
     assert "to be changed" not in json.dumps(_sent(upstream)[1]["messages"][-1])
+
+
+def test_a_file_to_change_is_read_before_a_tool_replaces_it_whole() -> None:
+    # Through the llm CLI the 1.5B, asked to change greet.py's greeting, wrote greet.py unread with "Hi" alone.
+    blind = call("write_file", '{"path": "greet.py", "content": "Hi"}')
+    read = call("read_file", '{"path": "greet.py"}')
+    with OpenAIServer([blind, read]) as upstream, serving(upstream.base_url) as url, \
+            openai.OpenAI(base_url=url + "/v1", api_key="unused") as api:
+        reply = api.chat.completions.create(model="m", tools=_tools(READ, WRITE),
+                                            messages=[{"role": "user", "content": EDIT}])
+    assert [c.function.name for c in reply.choices[0].message.tool_calls or []] == ["read_file"]  # type: ignore[union-attr]
+    told = _sent(upstream)[1]["messages"][-1]["content"]
+    assert "greet.py is already in the project and has not been read" in told and "call read_file on greet.py" in told
+
+
+@pytest.mark.parametrize("tools, reply", [
+    ((READ, WRITE), call("write_file", '{"path": "greet.py", "content": "x"}')),   # read already (below)
+    ((READ, CLAUDE_EDIT), call("Edit", '{"file_path": "greet.py", "old_string": "Hello", "new_string": "Hi"}')),
+])
+def test_an_edit_in_place_or_a_write_after_the_read_goes_out(tools: tuple[ToolDefinition, ...], reply: str) -> None:
+    messages: list[Any] = [{"role": "user", "content": EDIT}]
+    if tools[1] is WRITE:
+        messages += [{"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
+                      "function": {"name": "read_file", "arguments": '{"path": "greet.py"}'}}]},
+                     {"role": "tool", "tool_call_id": "c1", "content": "def greet(name): ..."}]
+    with OpenAIServer([reply]) as upstream, serving(upstream.base_url) as url, \
+            openai.OpenAI(base_url=url + "/v1", api_key="unused") as api:
+        out = api.chat.completions.create(model="m", tools=_tools(*tools), messages=messages)
+    assert len(out.choices[0].message.tool_calls or []) == 1 and len(_sent(upstream)) == 1
