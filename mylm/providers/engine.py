@@ -327,17 +327,27 @@ class HTTPProvider(ABC):
         # End-of-turn markers of the chat format are cut here: the agent knows only its own stops.
         cutter = StopCutter(self.chat_format.stops) if self.chat_format else None
         cap, size = self.endpoint.max_response_chars, 0
+        # A decoder that reads a read's SSE text itself (the OpenAI decoder's runs of plain text events), else
+        # lines, then events, then `feed_all`.
+        text_fed = getattr(decoder, "feed_text", None) if sse is not None else None
         ended = False
         while not ended:
             data = next(body, None)
             ended = data is None
-            batch = lines.close() if data is None else lines.feed(data)
-            items: list[Any] = sse.feed(batch) if sse is not None else list(iter_ndjson(batch))
-            if ended and sse is not None:
-                items += sse.close()
             chunks: list[LLMChunk] = []
             try:
-                decoder.feed_all(items, chunks)
+                if text_fed is not None and sse is not None:
+                    text = lines.close_text() if data is None else lines.feed_text(data)
+                    if text is not None:
+                        text_fed(text, sse, chunks)
+                    if ended and not decoder.done:
+                        decoder.feed_all(sse.close(), chunks)
+                else:
+                    batch = lines.close() if data is None else lines.feed(data)
+                    items: list[Any] = sse.feed(batch) if sse is not None else list(iter_ndjson(batch))
+                    if ended and sse is not None:
+                        items += sse.close()
+                    decoder.feed_all(items, chunks)
             except BaseException:
                 yield from _coalesced(chunks)  # what came before a mid-stream error is still the answer's
                 raise

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..core.errors import StreamError
 from .transport import MAX_LINE_BYTES
 
 
-@dataclass(frozen=True)
-class SSEEvent:
-    """One server-sent event: its name (`message` unless named) and its data lines joined by newlines."""
+class SSEEvent(NamedTuple):
+    """One server-sent event: its name (`message` unless named) and its data lines joined by newlines.
+
+    A tuple, not a frozen dataclass: a fast server's reply is hundreds of events, and a frozen dataclass's
+    `__init__` (two `object.__setattr__` calls) cost a third of framing them (scripts/bench_serve.py)."""
 
     event: str
     data: str
@@ -34,16 +35,24 @@ class LineSplitter:
 
     def feed(self, chunk: bytes) -> list[str]:
         """The lines completed by `chunk` (call `check()` after handling them)."""
+        text = self.feed_text(chunk)
+        return [] if text is None else lines_of(text)
+
+    def feed_text(self, chunk: bytes) -> str | None:
+        """`feed`'s lines as one text, joined by their line breaks (the `\r` of CRLF ends not removed: `lines_of`
+        splits it as `feed` does); None when `chunk` completed no line."""
         self.check()
         data = self._rest + chunk if self._rest else bytes(chunk)
         end = data.rfind(b"\n")
         if end < 0:
             self._rest = data
             self._overflow = len(data) > self.limit
-            return []
+            return None
         self._rest = data[end + 1 :]
         self._overflow = len(self._rest) > self.limit
-        return _split(data[:end])
+        # A line break is never part of a multi-byte character, so decoding many lines at once equals decoding
+        # each line on its own.
+        return data[:end].decode("utf-8", errors="replace")
 
     def check(self) -> None:
         """Raise if the line being gathered is already longer than the limit."""
@@ -55,15 +64,18 @@ class LineSplitter:
 
     def close(self) -> list[str]:
         """The last line, when the stream did not end with a line break."""
+        text = self.close_text()
+        return [] if text is None else lines_of(text)
+
+    def close_text(self) -> str | None:
+        """`close`'s last line (None: there is none)."""
         self.check()
         rest, self._rest = self._rest, b""
-        return _split(rest) if rest else []
+        return rest.decode("utf-8", errors="replace") if rest else None
 
 
-def _split(data: bytes) -> list[str]:
-    # A line break is never part of a multi-byte character, so decoding many lines at once equals decoding
-    # each line on its own.
-    text = data.decode("utf-8", errors="replace")
+def lines_of(text: str) -> list[str]:
+    """The lines of a text `LineSplitter.feed_text` gave (LF or CRLF ends)."""
     lines = text.split("\n")
     if "\r" in text:
         lines = [line.removesuffix("\r") for line in lines]
@@ -89,19 +101,27 @@ class SSEReader:
         self._name = ""
         self._data: list[str] = []
 
+    @property
+    def clean(self) -> bool:
+        """Whether no event is under way (the last line fed was blank, or none was): the next line begins one."""
+        return not self._data and not self._name
+
     def feed(self, lines: Iterable[str]) -> list[SSEEvent]:
         """The events completed by `lines`."""
         events: list[SSEEvent] = []
+        event = events.append
         name, data = self._name, self._data
+        make = _new_event
         for line in lines:
             if not line:
                 if data:
-                    events.append(SSEEvent(name or "message", "\n".join(data)))
+                    # One data line (nearly every event) is its own data: no join.
+                    event(make(SSEEvent, (name or "message", data[0] if len(data) == 1 else "\n".join(data))))
                     data = []
                 name = ""
                 continue
-            if line.startswith("data:"):  # nearly every line: the fast path
-                data.append(line[6:] if line.startswith("data: ") else line[5:])
+            if line[:5] == "data:":  # nearly every line: the fast path
+                data.append(line[6:] if line[5:6] == " " else line[5:])
                 continue
             if line[0] == ":":
                 continue
@@ -119,6 +139,10 @@ class SSEReader:
         """The last event, from servers (Gemini) that end the stream without a final blank line."""
         data, self._data = self._data, []
         return [SSEEvent(self._name or "message", "\n".join(data))] if data else []
+
+
+#: `SSEEvent(name, data)` without the Python frame of a named tuple's `__new__` (a fifth of framing an event).
+_new_event = tuple.__new__
 
 
 def iter_sse(lines: Iterable[str]) -> Iterator[SSEEvent]:

@@ -268,22 +268,88 @@ class LocalConnections:
             self._open.pop(address, None)
 
 
-def guarded_protocol(guarding: Guarding, refused: Refusal, connections: Connections | None = None) -> type:
-    """uvicorn's h11 protocol with the head and body deadlines and the per-client connection limit (a class:
-    uvicorn makes one per connection); its connection counts are shared by every connection of this class, and
-    by other processes too when `connections` counts across them (`mylm serve --workers N`)."""
+#: The most bytes of a request line and headers: a client cannot make the server buffer more (beyond the one read
+#: that carries them, as h11's own bound).
+MAX_HEAD_BYTES = 64 * 1024
+
+
+def guarded_protocol(guarding: Guarding, refused: Refusal, connections: Connections | None = None, *,
+                     http: str = "h11", max_head: int = MAX_HEAD_BYTES) -> type:
+    """uvicorn's HTTP protocol (`http`: "h11", or "httptools" where it is installed) with the head and body
+    deadlines and the per-client connection limit (a class: uvicorn makes one per connection); its connection
+    counts are shared by every connection of this class, and by other processes too when `connections` counts
+    across them (`mylm serve --workers N`). The h11 protocol bounds the request head itself (uvicorn's
+    `h11_max_incomplete_event_size`); on httptools, which gathers a header of any length, the class bounds it to
+    `max_head` bytes (`_HeadBound`)."""
+    counts: Connections = connections if connections is not None else LocalConnections()
+    base = _guarded(guarding, refused, counts)
+    if http == "httptools":
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+        class GuardedHttpTools(_head_bound(refused, max_head), base, HttpToolsProtocol):  # type: ignore[misc,valid-type]
+            _in_body = False
+            _head_timer: Any
+            _body_timer: Any
+
+            def data_received(self, data: bytes) -> None:
+                super().data_received(data)
+                if self._in_body and self._body_timer is None and not self.transport.is_closing():
+                    # The head has arrived and the body has not: from now on the body's deadline counts.
+                    self._body_timer = self.loop.call_later(guarding.body_timeout, self._body_late)
+
+            def on_headers_complete(self) -> None:
+                super().on_headers_complete()
+                self._disarm()  # the head has arrived
+                self._in_body = True
+
+            def on_message_complete(self) -> None:
+                self._in_body = False
+                if self._body_timer is not None:
+                    self._body_timer.cancel()
+                    self._body_timer = None
+                super().on_message_complete()
+
+            def _awaiting_body(self) -> bool:
+                return self._in_body
+
+        return GuardedHttpTools
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
-    counts: Connections = connections if connections is not None else LocalConnections()
+    class GuardedProtocol(base, H11Protocol):  # type: ignore[misc,valid-type]
+        _head_timer: Any
+        _body_timer: Any
 
-    class GuardedProtocol(H11Protocol):
+        def handle_events(self) -> None:
+            super().handle_events()
+            if self._head_timer is not None and self.cycle is not None and not self.cycle.response_complete:
+                # The head has arrived: from now on the body's deadline counts.
+                self._head_timer.cancel()
+                self._head_timer = None
+                if self.conn.their_state is h11.SEND_BODY and self._body_timer is None:
+                    self._body_timer = self.loop.call_later(guarding.body_timeout, self._body_late)
+
+        def _awaiting_body(self) -> bool:
+            return bool(self.conn.their_state is h11.SEND_BODY)
+
+    return GuardedProtocol
+
+
+def _guarded(guarding: Guarding, refused: Refusal, counts: Connections) -> type:
+    """What both protocols' guarded classes share: the connection limit and the two deadlines (a mixin put
+    before uvicorn's protocol class, which provides `loop`, `transport`, `client` and `cycle`)."""
+
+    class Guarded:
         _head_timer: Any = None
         _body_timer: Any = None
         _counted: str | None = None
+        loop: Any
+        transport: Any
+        client: Any
+        cycle: Any
 
         def connection_made(self, transport: Any) -> None:
-            super().connection_made(transport)
+            super().connection_made(transport)  # type: ignore[misc]
             address = str(self.client[0]) if self.client else "?"
             if not counts.take(address, guarding.max_connections):
                 logger.warning("Refused a connection from %s: it holds %d already", address,
@@ -301,20 +367,11 @@ def guarded_protocol(guarding: Guarding, refused: Refusal, connections: Connecti
             if self._counted is not None:
                 counts.give(self._counted)
                 self._counted = None
-            super().connection_lost(exc)
-
-        def handle_events(self) -> None:
-            super().handle_events()
-            if self._head_timer is not None and self.cycle is not None and not self.cycle.response_complete:
-                # The head has arrived: from now on the body's deadline counts.
-                self._head_timer.cancel()
-                self._head_timer = None
-                if self.conn.their_state is h11.SEND_BODY and self._body_timer is None:
-                    self._body_timer = self.loop.call_later(guarding.body_timeout, self._body_late)
+            super().connection_lost(exc)  # type: ignore[misc]
 
         def on_response_complete(self) -> None:
             self._disarm()
-            super().on_response_complete()
+            super().on_response_complete()  # type: ignore[misc]
             if not self.transport.is_closing():
                 self._arm_head()  # the next request's head has its own deadline
 
@@ -339,7 +396,7 @@ def guarded_protocol(guarding: Guarding, refused: Refusal, connections: Connecti
 
         def _body_late(self) -> None:
             self._body_timer = None
-            if self.transport.is_closing() or self.conn.their_state is not h11.SEND_BODY:
+            if self.transport.is_closing() or not self._awaiting_body():
                 return
             # The application answers a late body itself where it reads with a deadline (`mylm serve`: a 408 in
             # the API's shape); this is the floor for one that does not.
@@ -347,4 +404,50 @@ def guarded_protocol(guarding: Guarding, refused: Refusal, connections: Connecti
                            guarding.body_timeout)
             self.transport.close()
 
-    return GuardedProtocol
+        def _awaiting_body(self) -> bool:
+            raise NotImplementedError
+
+    return Guarded
+
+
+def _head_bound(refused: Refusal, max_head: int) -> type:
+    """A mixin bounding each request head to `max_head` bytes for uvicorn's httptools protocol.
+
+    httptools gathers a header name or value of any length before it calls back, so the bound is on the bytes
+    fed to it: while a head is being read, no more than what is left of `max_head` is fed at once, and a head
+    that has not ended within them is refused (431) and the connection closed. A head begins where the previous
+    message ended; the bytes of a pipelined next head that came in the same read as the end of the previous
+    message are not counted (at most one read more, as with h11, which holds a whole read before it looks)."""
+
+    class HeadBound:
+        #: Bytes the head being read may still take; None while a body is read.
+        _head_left: int | None = max_head
+        transport: Any
+
+        def data_received(self, data: bytes) -> None:
+            left = self._head_left
+            if left is not None and len(data) > left:
+                super().data_received(data[:left])  # type: ignore[misc]
+                if self._head_left is not None and not self.transport.is_closing():
+                    logger.warning("Refused a request head over %d bytes", max_head)
+                    self.transport.write(raw_answer(431, "Request Header Fields Too Large", refused(
+                        "/", 431, f"the request head is longer than {max_head} bytes",
+                        "request_too_large")))
+                    self.transport.close()
+                    return
+                if not self.transport.is_closing():
+                    self.data_received(data[left:])
+                return
+            if left is not None:
+                self._head_left = left - len(data)
+            super().data_received(data)  # type: ignore[misc]
+
+        def on_headers_complete(self) -> None:
+            self._head_left = None
+            super().on_headers_complete()  # type: ignore[misc]
+
+        def on_message_complete(self) -> None:
+            self._head_left = max_head
+            super().on_message_complete()  # type: ignore[misc]
+
+    return HeadBound

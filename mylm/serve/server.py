@@ -1,7 +1,7 @@
 """Running the application on uvicorn: the listening socket, the loopback rule, and a draining shutdown.
 
-uvicorn is the ASGI server llama-cpp-python's own server and FastAPI run on: HTTP/1.1 with keep-alive, an
-h11 parser with bounded header sizes, and a graceful shutdown on SIGINT/SIGTERM (stop accepting, let the
+uvicorn is the ASGI server llama-cpp-python's own server and FastAPI run on: HTTP/1.1 with keep-alive, the
+httptools parser where it is installed (else h11), a bounded request head either way, and a graceful shutdown on SIGINT/SIGTERM (stop accepting, let the
 requests in flight finish, then cancel what is left after `drain` seconds).
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib.util
 import ipaddress
 import signal
 import socket
@@ -16,10 +17,10 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from .guard import MAX_HEAD_BYTES
+
 #: Seconds Ctrl-C lets the requests in flight finish before they are cancelled.
 DRAIN_SECONDS = 30.0
-#: The most bytes of a request line and headers (h11's limit): a client cannot make the server buffer more.
-MAX_HEAD_BYTES = 64 * 1024
 
 
 def is_loopback(host: str) -> bool:
@@ -47,16 +48,25 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def server_for(app: Any, sock: socket.socket, *, drain: float = DRAIN_SECONDS) -> Any:
-    """A uvicorn server for `app` on `sock`; an app behind a `guard.Guard` gets its deadlines and connection
-    limits in the HTTP protocol too."""
+def http_parser() -> str:
+    """The HTTP/1.1 parser uvicorn runs on: httptools where it is installed (the `serve` extra), else h11."""
+    return "httptools" if importlib.util.find_spec("httptools") is not None else "h11"
+
+
+def server_for(app: Any, sock: socket.socket, *, drain: float = DRAIN_SECONDS, http: str | None = None) -> Any:
+    """A uvicorn server for `app` on `sock`; an app behind a `guard.Guard` gets its deadlines, connection limits
+    and the head bound (MAX_HEAD_BYTES) in the HTTP protocol too. `http`: "httptools" or "h11" (default: the
+    best installed, `http_parser`)."""
     import uvicorn
 
     from .guard import Guard, guarded_protocol
 
-    # h11, not httptools: h11 bounds the request head (MAX_HEAD_BYTES), httptools buffers a header of any
-    # length, and it measured no faster here.
-    protocol: Any = guarded_protocol(app.guarding, app.refused, app.connections) if isinstance(app, Guard) else "h11"
+    # httptools where installed: its C parser and its direct response writes cost the server about a tenth less
+    # CPU per streamed reply than h11's pure-Python state machine (scripts/bench_serve.py, docs/serve.md). It
+    # gathers a header of any length, so the guarded class bounds the head itself (`guard._head_bound`).
+    http = http or http_parser()
+    protocol: Any = (guarded_protocol(app.guarding, app.refused, app.connections, http=http)
+                     if isinstance(app, Guard) else http)
 
     config = uvicorn.Config(
         app,
@@ -116,9 +126,10 @@ def _stopped_by_signals(server: Any) -> Iterator[None]:
 class Background:
     """The server in a thread of its own (tests, embedding): `with Background(app) as url: ...`."""
 
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, *, drain: float = 5.0) -> None:
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, *, drain: float = 5.0,
+                 http: str | None = None) -> None:
         self.sock = listen(host, port)
-        self.server = server_for(app, self.sock, drain=drain)
+        self.server = server_for(app, self.sock, drain=drain, http=http)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True,
                                        name="mylm-serve")
 

@@ -63,9 +63,10 @@ def call(name: str, arguments: str, thought: str = "") -> str:
 
 @contextlib.contextmanager
 def serving(upstream_url: str, *, provider: str = "openai", model: str = "test-model", client_key: str | None = None,
-            constrain: str = "off", max_corrections: int = 2, tools: str = "emulate",
+            constrain: str = "off", max_corrections: int = 2, tools: str = "emulate", http: str | None = None,
             **config: Any) -> Iterator[str]:
-    """`mylm serve` in a thread on an ephemeral loopback port in front of `upstream_url`; yields its root URL."""
+    """`mylm serve` in a thread on an ephemeral loopback port in front of `upstream_url`; yields its root URL.
+    `http`: the HTTP parser ("httptools" or "h11"; default: the one `mylm serve` runs on)."""
     endpoint = Endpoint(provider=provider, base_url=upstream_url, model=model, api_key="upstream-secret-key",
                         max_tokens=512)
     loader = PromptLoader.default()
@@ -74,5 +75,5 @@ def serving(upstream_url: str, *, provider: str = "openai", model: str = "test-m
                              tools=tools))  # type: ignore[arg-type]
     app = create_app(core, ServeConfig(model=model, client_key=client_key, **config),
                      redact=lambda s: s.replace("upstream-secret-key", "[REDACTED]"))
-    with Background(app) as url:
+    with Background(app, http=http) as url:
         yield url

@@ -30,10 +30,12 @@ def upstream() -> Iterator[OpenAIServer]:
         yield server
 
 
-@pytest.fixture(scope="module")
-def served(upstream: OpenAIServer) -> Iterator[str]:
+@pytest.fixture(scope="module", params=["httptools", "h11"])
+def served(upstream: OpenAIServer, request: pytest.FixtureRequest) -> Iterator[str]:
+    """The server on each HTTP parser it can run on: the deadlines and the connection limit live in the protocol,
+    which is a different class on each (`guard.guarded_protocol`)."""
     with serving(upstream.base_url, allowed_hosts=("mylm.lan",), allowed_origins=("https://chat.example.com",),
-                 head_timeout=0.5, max_connections_per_client=6) as url:
+                 head_timeout=0.5, max_connections_per_client=6, http=request.param) as url:
         yield url
 
 
