@@ -314,7 +314,7 @@ def _cmdline(pid: str) -> str:
         return ""
 
 
-# A spare init's rehearsal, outside any launcher: it spawns (a child whose exec of the empty path fails) and
+# A spare init's rehearsal, outside any launcher: it spawns (a child whose exec of the root directory fails) and
 # must leave no child, no pending wake-up and nothing of its own behind for the command.
 REHEARSAL = r"""
 import errno, os, sys
@@ -345,13 +345,14 @@ print("spawn failed with", *failed)
 
 
 def test_a_spare_init_rehearses_a_spawn_of_nothing_and_leaves_nothing_behind(tmp_path: Path) -> None:
-    """The rehearsal makes a real child (so that a command's spawn finds its pages written already), whose exec
-    of the empty path fails: libc collects it, and the wake-up its end caused is drained before a command."""
+    """The rehearsal goes through a command's spawn and makes a real child (so that a command's start finds its
+    pages written already), whose exec of the root directory fails: libc collects it, and the wake-up its end
+    caused is drained before a command."""
     done = subprocess.run(
         [sys.executable, "-I", "-S", "-c", REHEARSAL, str(Path(launcher_main_path()).parent)],
         capture_output=True, text=True, timeout=60, check=True, cwd=tmp_path,
     )
-    assert done.stdout.splitlines() == ["no child left", "nothing to wake for", "spawn failed with ENOENT"], done
+    assert done.stdout.splitlines() == ["no child left", "nothing to wake for", "spawn failed with EACCES"], done
 
 
 def launcher_main_path() -> str:
