@@ -48,9 +48,16 @@ LANDLOCK_RESTRICT_SELF = 446
 CLOSE_RANGE, CLOSE_RANGE_CLOEXEC = 436, 4
 #: The reply socket, stdin, stdout, stderr, then optionally the command's ruleset and a long request's body.
 FDS_PER_REQUEST = 6
-#: A request as mylm sends one, for an init to rehearse with (see `Init._rehearse`).
-_SAMPLE_REQUEST = (b'{"argv": ["/bin/bash", "-c", "true"], "env": {"PATH": "/usr/bin", "HOME": "/"}, "cwd": "/", '
-                   b'"ruleset": 4, "cwd_id": [1, 2]}')
+#: A request as mylm sends one, for an init to rehearse with (see `Init._rehearse`): of a real one's size (a
+#: read-only command's environment holds ~50 variables, git's forced settings among them), so that taking it
+#: in and spawning with it write the pages a real one will. Made once, in the launcher, before any fork.
+_SAMPLE_REQUEST = json.dumps({
+    "argv": ["/bin/bash", "-c", "echo " + "x" * 60],
+    "env": {f"MYLM_SAMPLE_VARIABLE_{i}": "x" * 40 for i in range(56)},
+    "cwd": "/", "ruleset": 4, "cwd_id": [1, 2],
+}).encode()
+#: The signals a command starts with at their default disposition (the init handles some of them).
+_DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGCHLD, signal.SIGTERM, signal.SIGQUIT)
 #: Inits kept forked ahead: two, so that the one for the next command was forked a whole step earlier, not
 #: during the few milliseconds between a command and the next (an agent over a fast model).
 SPARES = 2
@@ -160,7 +167,9 @@ def main() -> int:
              "masked": masked}
     control.send(b"R" + json.dumps(facts).encode())
     try:
-        serve(control, ruleset, own)
+        # A launcher without a TMPDIR root serves read-only commands, each run in a layer of the launcher's own
+        # ruleset (mylm sends none of its own): its spare inits take that layer while they wait.
+        serve(control, ruleset, own, ahead=config.get("tmproot") is None)
     finally:
         if config.get("tmproot"):
             shutil.rmtree(config["tmproot"], ignore_errors=True)
@@ -172,19 +181,20 @@ def main() -> int:
     return 0
 
 
-def serve(control: socket.socket, ruleset: int, own: tuple[int, int] | None) -> None:
+def serve(control: socket.socket, ruleset: int, own: tuple[int, int] | None, *, ahead: bool = False) -> None:
     """Keep mylm supplied with inits forked ahead of time ("S" and the socket each waits on: mylm sends a
     command straight to one), so that neither the fork (with its namespaces, ~1 ms) nor a hop through this
     process is on a command's path. A spare is replaced when one handed out ends, that is once its command is
     over and mylm has let it go: the fork then overlaps mylm's next request to the model, not the command it
     was waiting for. A request sent here instead (two commands at once, or mylm out of spares)
-    gets an init forked on the spot."""
+    gets an init forked on the spot. With `ahead`, each init in a namespace of its own takes the command's
+    layer of `ruleset` while it waits (see `wait_and_run`)."""
     # Our children (the inits) end with their commands: their exit wakes the loop to reap them and, when it
     # was a spare handed out, to fork another.
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    spares = {supply(control, ruleset, own) for _ in range(SPARES)} - {0}
+    spares = {supply(control, ruleset, own, ahead) for _ in range(SPARES)} - {0}
     while True:
         try:
             ready, _, _ = select.select([control.fileno(), wake_r], [], [])
@@ -195,7 +205,7 @@ def serve(control: socket.socket, ruleset: int, own: tuple[int, int] | None) -> 
             ended = reap_children()
             if ended:  # (a fork that failed is tried again at the next init's end)
                 spares -= ended
-                spares |= {supply(control, ruleset, own) for _ in range(SPARES - len(spares))} - {0}
+                spares |= {supply(control, ruleset, own, ahead) for _ in range(SPARES - len(spares))} - {0}
         if control.fileno() not in ready:
             continue
         try:
@@ -209,7 +219,7 @@ def serve(control: socket.socket, ruleset: int, own: tuple[int, int] | None) -> 
         try:
             for fd in fds:
                 os.set_inheritable(fd, False)
-            init, _ = fork_init(control, ruleset, own)
+            init, _ = fork_init(control, ruleset, own, ahead)
             socket.send_fds(init, [message], fds)
             init.close()
         except OSError as error:  # the reply socket, closed with the fds below, tells mylm it did not start
@@ -223,10 +233,10 @@ def serve(control: socket.socket, ruleset: int, own: tuple[int, int] | None) -> 
                 os.close(fd)
 
 
-def supply(control: socket.socket, ruleset: int, own: tuple[int, int] | None) -> int:
+def supply(control: socket.socket, ruleset: int, own: tuple[int, int] | None, ahead: bool) -> int:
     """Fork an init and hand mylm the socket it waits on; its pid (0 if it could not be forked)."""
     try:
-        init, pid = fork_init(control, ruleset, own)
+        init, pid = fork_init(control, ruleset, own, ahead)
     except OSError:
         return 0  # no spare this time: requests come here and get an init forked on the spot
     try:
@@ -237,9 +247,10 @@ def supply(control: socket.socket, ruleset: int, own: tuple[int, int] | None) ->
     return pid
 
 
-def fork_init(control: socket.socket, ruleset: int, own: tuple[int, int] | None) -> tuple[socket.socket, int]:
+def fork_init(control: socket.socket, ruleset: int, own: tuple[int, int] | None, ahead: bool = False
+              ) -> tuple[socket.socket, int]:
     """Fork an init (into fresh PID and IPC namespaces when `own`), waiting on the socket returned for its
-    command; and its pid."""
+    command; and its pid. `ahead`: see `wait_and_run`."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     if own is not None:
         check(libc.unshare(CLONE_NEWPID | CLONE_NEWIPC), "unshare")
@@ -266,14 +277,28 @@ def fork_init(control: socket.socket, ruleset: int, own: tuple[int, int] | None)
         os.closerange(low, 1 << 16)
         control.detach()
         ours.detach()
-        code = wait_and_run(theirs, ruleset, own is not None)
+        code = wait_and_run(theirs, ruleset, own is not None, ahead=ahead)
     finally:
         os._exit(code)
 
 
-def wait_and_run(waiting: socket.socket, ruleset: int, namespace: bool) -> int:
-    """In a spare init: wait for a request (none: the launcher ended), then run it."""
+def wait_and_run(waiting: socket.socket, ruleset: int, namespace: bool, *, ahead: bool = False) -> int:
+    """In a spare init: wait for a request (none: the launcher ended), then run it.
+
+    With `ahead` (mylm sends its commands no ruleset: each runs in a layer of the launcher's own) and a
+    namespace, the init takes that layer now, while it waits, instead of between the request and the start
+    (the kernel copies the ruleset's rules into the new domain: ~0.07 ms). The command's domain is made of
+    the same layers either way, the launcher's and one more of its ruleset, and, as before, the init shares
+    it (see `spawn_command`); until the request the init runs nothing. A request that brings a ruleset of its
+    own all the same gets it as one more layer, which can only narrow what the command may do."""
     init = Init(namespace)
+    layered = False
+    if ahead and namespace:
+        try:
+            restrict_self(ruleset)
+            layered = True
+        except OSError:
+            pass  # the command's path tries again, and reports the failure there
     try:
         message, fds, _, _ = socket.recv_fds(waiting, 65536, FDS_PER_REQUEST)
     except OSError:
@@ -287,7 +312,11 @@ def wait_and_run(waiting: socket.socket, ruleset: int, namespace: bool) -> int:
     if request.get("body") is not None:  # too long for one message: the rest is in a memfd
         with os.fdopen(os.dup(fds[request["body"]]), "rb") as f:
             request.update(json.loads(f.read()))
-    layer = ruleset if request.get("ruleset") is None else fds[request["ruleset"]]
+    layer: int | None = ruleset
+    if request.get("ruleset") is not None:
+        layer = fds[request["ruleset"]]
+    elif layered:
+        layer = None  # taken already
     init.start(fds[0], fds[1:4], layer, request)
     return init.run(fds[1:])
 
@@ -325,24 +354,31 @@ class Init:
             message, fds, _, _ = socket.recv_fds(ours, 65536, FDS_PER_REQUEST)
             for fd in fds:
                 os.set_inheritable(fd, False)
-            json.loads(message)
+            request = json.loads(message)
             with socket.socket(fileno=fds[0]) as reply:  # a copy of `ours`, made as `start` makes the reply's
                 theirs.send(b"X%d" % os.waitstatus_to_exitcode(0))
                 reply.recv(16)
-            os.chdir("/")
-            os.stat(".")
             with contextlib.suppress(OSError):
                 restrict_self(-1)  # no ruleset: refused (EBADF) before anything is restricted
-            close_on_exec()  # as before every command: this init's descriptors are never a command's
-            with contextlib.suppress(ChildProcessError):  # none yet: the init has not started its command
+            # The command's own path to its spawn (`spawn_command`: the directory entered and checked, every
+            # descriptor marked close-on-exec, the spawn), with no layer taken and a spawn of nothing: a child
+            # is made, as for a command, and its exec of the root directory fails (EACCES: not a file, always);
+            # libc collects it. Most of the pages that path writes (the arguments and environment converted, libc's side of
+            # the spawn, the interpreter's caches) are then this init's own before a command comes, which takes
+            # ~0.1 ms off its start.
+            root = os.stat("/")
+            nothing = {**request, "argv": ["/", *request["argv"][1:]], "cwd": "/", "cwd_id": [root.st_dev, root.st_ino]}
+            with contextlib.suppress(OSError):
+                spawn_command([self.wake_r] * 3, None, nothing)
+            with contextlib.suppress(ChildProcessError):  # none left: libc collected the one above
                 os.waitpid(-1, os.WNOHANG)
             drain(self.wake_r)
         finally:
             ours.close()
             theirs.close()
 
-    def start(self, reply: int, stdio: list[int], layer: int, request: dict[str, Any]) -> None:
-        """Start the command."""
+    def start(self, reply: int, stdio: list[int], layer: int | None, request: dict[str, Any]) -> None:
+        """Start the command in one more Landlock layer of `layer` (None: the init has taken it already)."""
         self._reply = socket.socket(fileno=reply)
         namespace = self.namespace
         if namespace:
@@ -353,6 +389,7 @@ class Init:
                 self.reported = True
                 self.send(b"X127")
             return
+        assert layer is not None  # without a namespace the init never shares the command's domain
         self.shell = os.fork()
         if self.shell == 0:
             exec_command(stdio, layer, request)
@@ -444,25 +481,30 @@ class Init:
                 return
 
 
-def spawn_command(stdio: list[int], layer: int, request: dict[str, Any]) -> int:
+def spawn_command(stdio: list[int], layer: int | None, request: dict[str, Any]) -> int:
     """As pid 1 of the command's namespace: take the command's own Landlock layer here, then start it with
     posix_spawn (vfork: no second copy of this interpreter per command). Sharing the command's domain costs
     nothing there: no signal from inside its namespace reaches its init unless the init handles it (only
-    SIGCHLD is handled, and it only wakes the reaping), and without CAP_SYS_PTRACE nothing traces it."""
+    SIGCHLD is handled, and it only wakes the reaping), and without CAP_SYS_PTRACE nothing traces it. `layer`
+    None: the init took the command's layer while it waited (see `wait_and_run`)."""
     enter(request)
-    restrict_self(layer)
+    if layer is not None:
+        restrict_self(layer)
     close_on_exec()
     argv = request["argv"]
     try:
-        return os.posix_spawn(
-            argv[0], argv, request["env"],
-            file_actions=[(os.POSIX_SPAWN_DUP2, fd, i) for i, fd in enumerate(stdio)],
-            setsid=True, setsigmask=(),
-            setsigdef=(signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGCHLD, signal.SIGTERM,
-                       signal.SIGQUIT),
-        )
+        return spawn(argv[0], argv, request["env"], stdio)
     finally:
         os.chdir("/")  # the init holds no directory of the command's
+
+
+def spawn(path: str, argv: list[str], env: dict[str, str], stdio: list[int]) -> int:
+    """posix_spawn `path` in a session of its own with `stdio` as its 0-2 and default signal dispositions."""
+    return os.posix_spawn(
+        path, argv, env,
+        file_actions=[(os.POSIX_SPAWN_DUP2, fd, i) for i, fd in enumerate(stdio)],
+        setsid=True, setsigmask=(), setsigdef=_DEFAULT_SIGNALS,
+    )
 
 
 def enter(request: dict[str, Any]) -> None:

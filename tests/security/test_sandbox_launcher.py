@@ -312,3 +312,50 @@ def _cmdline(pid: str) -> str:
             return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
     except OSError:
         return ""
+
+
+# A spare init's rehearsal, outside any launcher: it spawns (a child whose exec of the root directory fails) and
+# must leave no child, no pending wake-up and nothing of its own behind for the command.
+REHEARSAL = r"""
+import errno, os, sys
+sys.path.insert(0, sys.argv[1])
+import launcher_main
+failed = []
+real = launcher_main.spawn
+def spawn(*args):
+    try:
+        return real(*args)
+    except OSError as error:
+        failed.append(errno.errorcode[error.errno])
+        raise
+launcher_main.spawn = spawn
+init = launcher_main.Init(namespace=False)
+try:
+    os.waitpid(-1, os.WNOHANG)
+    print("a child is left")
+except ChildProcessError:
+    print("no child left")
+try:
+    os.read(init.wake_r, 64)
+    print("a wake-up is pending")
+except BlockingIOError:
+    print("nothing to wake for")
+print("spawn failed with", *failed)
+"""
+
+
+def test_a_spare_init_rehearses_a_spawn_of_nothing_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    """The rehearsal goes through a command's spawn and makes a real child (so that a command's start finds its
+    pages written already), whose exec of the root directory fails: libc collects it, and the wake-up its end
+    caused is drained before a command."""
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", REHEARSAL, str(Path(launcher_main_path()).parent)],
+        capture_output=True, text=True, timeout=60, check=True, cwd=tmp_path,
+    )
+    assert done.stdout.splitlines() == ["no child left", "nothing to wake for", "spawn failed with EACCES"], done
+
+
+def launcher_main_path() -> str:
+    from mylm.sandbox import launcher
+
+    return launcher._PROGRAM

@@ -188,11 +188,13 @@ def test_sandbox_unix_socket_setting_is_described() -> None:
     assert "UNIX sockets on" in opened.describe() and "UNIX sockets on" in opened.access("workspace-write", "/w")
 
 
-def test_sandbox_landlock_cannot_signal_or_inspect_mylm(isolated_user_state: Path) -> None:
+@pytest.mark.parametrize("grant", ["workspace-write", "read-only"])
+def test_sandbox_landlock_cannot_signal_or_inspect_mylm(grant: Grant, isolated_user_state: Path) -> None:
     """mylm is not the command's parent (its launcher's init is): by its pid, as found in /proc, it can be
-    neither signalled nor inspected; the init the command can see cannot be killed or inspected either."""
+    neither signalled nor inspected; the init the command can see cannot be killed or inspected either. A
+    read-only command's init took the command's layer before the command came: the same holds for it."""
     mylm = os.getpid()
-    result = run(landlock_sandbox(), "workspace-write",
+    result = run(landlock_sandbox(), grant,
                  f"kill -0 {mylm} && echo SIGNALLED; kill -KILL $PPID; kill -STOP $PPID; "
                  f"ls -l /proc/{mylm}/cwd /proc/{mylm}/fd/ /proc/$PPID/root /proc/$PPID/fd/ 2>&1 | grep -c -- '->'",
                  isolated_user_state)
