@@ -75,6 +75,9 @@ _ABOUT_PROJECT = re.compile(r"\b(?:files?|project|repo(?:sitory)?|director(?:y|i
 _PROJECT_QUESTION = re.compile(
     r"\b(?:this|the|my|our|current)\s+(?:project|repo(?:sitory)?|director(?:y|ies)|folders?|codebase|workspace)\b",
     re.IGNORECASE)
+#: A task that asks for a file to be written whole again ("Rewrite release.py so that it prints hello"): nothing
+#: of it needs reading first.
+_WHOLE = re.compile(r"\b(?:re|over)-?writ(?:e|ing)\b", re.IGNORECASE)
 #: A tool named for writing a whole file, and one named for changing part of one.
 _REPLACES = re.compile(r"write|create|save|put(?![a-z])", re.IGNORECASE)
 _EDITS = re.compile(r"edit|patch|replace|modify|append|insert", re.IGNORECASE)
@@ -307,7 +310,7 @@ def overwrites(outcome: StepOutcome, request: ChatRequest, corrections: Correcti
         # replaces it whole: through the llm CLI the 1.5B, asked to change greet.py's greeting, wrote greet.py
         # unread, with the greeting alone.
         blind = not read and change_target(task) == name and _REPLACES.search(call.name) and not _EDITS.search(
-            call.name)
+            call.name) and not _WHOLE.search(task)
         if names_file(task, name) and not blind:
             continue
         unread_file = (names_file(shown, name) or names_file(task, name)) and not read
@@ -321,3 +324,34 @@ def overwrites(outcome: StepOutcome, request: ChatRequest, corrections: Correcti
             outcome, problem=problem, kind="call", calls=(),
             correction=corrections.unread_overwrite(call.name, name, found.tool if found else "", unasked=unasked))
     return outcome
+
+
+#: The optional arguments of a reading tool that read only part of a file (OpenCode's `offset` and `limit`, and
+#: the names other clients give them).
+_PAGING = re.compile(r"offset|limit|(?:start|end|first|last)(?:_line)?|lines?|line_count|max_lines|head|tail|count|"
+                     r"length|max_bytes|bytes", re.IGNORECASE)
+#: Words of a task that ask for part of a file ("the first line", "lines 10 to 20", "the end of the log").
+_PART = re.compile(r"\b(?:lines?|first|last|top|bottom|head|tail|beginning|end|part|section|page|offset|limit|"
+                   r"bytes?|chars?|characters?)\b", re.IGNORECASE)
+_READER = re.compile(r"read|cat(?![a-z])|view|open", re.IGNORECASE)
+
+
+def whole_reads(outcome: StepOutcome, request: ChatRequest) -> StepOutcome:
+    """`outcome` (calls), with a reading tool's optional paging arguments left out where the task asks for no part
+    of a file: the client then reads the file whole, by its own defaults. Through OpenCode the 1.5B read notes.txt
+    with `offset: 1, limit: 1`, saw its first line ("Release notes, draft.") and answered "Release"; the code name
+    was on the second. Values nobody asked for, not the model's reading of the task."""
+    task, _ = task_and_calls(request)
+    if _PART.search(task):
+        return outcome
+    tools = {tool.name: tool for tool in request.tools}
+    calls: list[ToolCall] = []
+    for call in outcome.calls:
+        tool = tools.get(call.name)
+        if tool is not None and _READER.search(call.name) and not writes_file(tool):
+            required = set(dict(tool.parameters).get("required") or ())
+            kept = {k: v for k, v in call.arguments.items() if k in required or not _PAGING.fullmatch(k)}
+            if len(kept) < len(call.arguments):
+                call = dataclasses.replace(call, arguments=kept)
+        calls.append(call)
+    return dataclasses.replace(outcome, calls=tuple(calls))

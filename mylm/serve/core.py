@@ -55,7 +55,18 @@ from ..prompts import PromptLoader
 from ..protocol import dialects
 from ..protocol.defuse import defuse_special_tokens, neutralise
 from ..protocol.dialects import format_call
-from .checks import CLIENT_BLOCK, again, copied, copy_sent_back, looked, made_up, opened, overwrites, written
+from .checks import (
+    CLIENT_BLOCK,
+    again,
+    copied,
+    copy_sent_back,
+    looked,
+    made_up,
+    opened,
+    overwrites,
+    whole_reads,
+    written,
+)
 from .native import (
     NOT_RUN,
     Forwarding,
@@ -417,6 +428,7 @@ class Core:
                     # reading, three times in four: the retry's grammar admits only a call of that tool.
                     step = self.step(dataclasses.replace(request, tool_choice=forced))
             elif outcome.usable and outcome.calls:
+                outcome = whole_reads(outcome, request)
                 if not repeat_sent:
                     outcome = again(outcome, request, corrections)
                     repeat_sent = not outcome.usable
