@@ -106,6 +106,16 @@ def change_target(task: str) -> str | None:
 _EDITS = re.compile(r"edit|patch|replace|str_replace|modify", re.IGNORECASE)
 
 
+def replaces_whole(name: str) -> bool:
+    """Whether a tool called `name` writes a file whole (`write_file`, `Write`), not part of one (`Edit`,
+    `str_replace`, `append_file`)."""
+    return bool(_WRITES.search(name)) and not _EDITS.search(name) and not _PART.search(name)
+
+
+#: Words in a tool's name that say it adds to a file rather than replacing it.
+_PART = re.compile(r"append|insert", re.IGNORECASE)
+
+
 def _writer(tools: Sequence[_Tool], change: bool = False) -> tuple[str, str] | None:
     """The client's tool that writes a file and its path parameter ("" for a shell tool), or None; for a `change`,
     one that edits a file in place first (Claude Code's Edit, OpenCode's edit), where the client has one."""

@@ -46,6 +46,8 @@ from ..agent.corrections import Corrections
 from ..agent.step import ModelStep, StepOutcome
 from ..agent.turn import call_key
 from ..agent.unread import (
+    _READS,
+    _SHOWS,
     asks_which_file,
     lister,
     named_files,
@@ -55,7 +57,7 @@ from ..agent.unread import (
     unread,
     unseen_file,
 )
-from ..agent.unwritten import change_target, unwritten, write_target, writes_file
+from ..agent.unwritten import change_target, replaces_whole, unwritten, write_target, writes_file
 from ..core.types import ToolCall
 from .wire import ChatRequest
 
@@ -78,9 +80,6 @@ _PROJECT_QUESTION = re.compile(
 #: A task that asks for a file to be written whole again ("Rewrite release.py so that it prints hello"): nothing
 #: of it needs reading first.
 _WHOLE = re.compile(r"\b(?:re|over)-?writ(?:e|ing)\b", re.IGNORECASE)
-#: A tool named for writing a whole file, and one named for changing part of one.
-_REPLACES = re.compile(r"write|create|save|put(?![a-z])", re.IGNORECASE)
-_EDITS = re.compile(r"edit|patch|replace|modify|append|insert", re.IGNORECASE)
 #: A block a client wraps around the user's words: a tag joining words with `-` or `_` (`<system-reminder>`,
 #: `<environment_context>`, `<user_instructions>`), which markup a user writes in a question (`<b>`) does not.
 CLIENT_BLOCK = re.compile(r"<([a-z][a-z0-9]*(?:[-_][a-z0-9]+)+)(?:\s[^>]*)?>.*?</\1>", re.DOTALL)
@@ -309,8 +308,7 @@ def overwrites(outcome: StepOutcome, request: ChatRequest, corrections: Correcti
         # A file the task names is the model's to write, but one the task asks to change is read before a tool
         # replaces it whole: through the llm CLI the 1.5B, asked to change greet.py's greeting, wrote greet.py
         # unread, with the greeting alone.
-        blind = not read and change_target(task) == name and _REPLACES.search(call.name) and not _EDITS.search(
-            call.name) and not _WHOLE.search(task)
+        blind = not read and change_target(task) == name and replaces_whole(call.name) and not _WHOLE.search(task)
         if names_file(task, name) and not blind:
             continue
         unread_file = (names_file(shown, name) or names_file(task, name)) and not read
@@ -333,7 +331,6 @@ _PAGING = re.compile(r"offset|limit|(?:start|end|first|last)(?:_line)?|lines?|li
 #: Words of a task that ask for part of a file ("the first line", "lines 10 to 20", "the end of the log").
 _PART = re.compile(r"\b(?:lines?|first|last|top|bottom|head|tail|beginning|end|part|section|page|offset|limit|"
                    r"bytes?|chars?|characters?)\b", re.IGNORECASE)
-_READER = re.compile(r"read|cat(?![a-z])|view|open", re.IGNORECASE)
 
 
 def whole_reads(outcome: StepOutcome, request: ChatRequest) -> StepOutcome:
@@ -348,7 +345,7 @@ def whole_reads(outcome: StepOutcome, request: ChatRequest) -> StepOutcome:
     calls: list[ToolCall] = []
     for call in outcome.calls:
         tool = tools.get(call.name)
-        if tool is not None and _READER.search(call.name) and not writes_file(tool):
+        if tool is not None and (_READS.search(call.name) or _SHOWS.search(call.name)) and not writes_file(tool):
             required = set(dict(tool.parameters).get("required") or ())
             kept = {k: v for k, v in call.arguments.items() if k in required or not _PAGING.fullmatch(k)}
             if len(kept) < len(call.arguments):
