@@ -14,7 +14,8 @@ really ran can pass it):
 The clients:
 
 - the CLIs, with their own tools: Codex (`codex exec`, Responses), Claude Code (`claude -p`, Messages), OpenCode
-  (`opencode run`, Chat Completions), each with its configuration and state in a temporary HOME; the `llm` CLI
+  (`opencode run`, Chat Completions), Qwen Code (`qwen PROMPT`, Chat Completions), each with its configuration and
+  state in a temporary HOME; the `llm` CLI
   (`llm --functions`, Chat Completions) with the file tools of scripts/clients/llm_tools.py;
 - the frameworks, with three file tools (list, read, write) written the way their documentation shows
   (scripts/clients/frameworks.py): LangChain `create_agent`, the OpenAI Agents SDK with each model class,
@@ -24,8 +25,8 @@ The clients:
     python scripts/drive_clients.py --npm DIR --python VENV_PYTHON [--only NAME ...] [--log FILE] \
         [--task read|find|write|edit|count] -- --base-url http://127.0.0.1:8080/v1 -m qwen2.5-coder-1.5b  # serve's upstream
 
-`--npm DIR` is a directory whose node_modules holds @openai/codex, @anthropic-ai/claude-code, opencode-ai, ai,
-@ai-sdk/openai-compatible and zod; `--python` an interpreter with the frameworks installed. A client that is not
+`--npm DIR` is a directory whose node_modules holds @openai/codex, @anthropic-ai/claude-code, opencode-ai,
+@qwen-code/qwen-code, ai, @ai-sdk/openai-compatible and zod; `--python` an interpreter with the frameworks installed. A client that is not
 installed is reported as such. Prints a line per client and writes every transcript to `--log` (JSON lines).
 """
 
@@ -56,7 +57,7 @@ TASKS = {
 }
 #: The file of `workspace` that defines parse_release (`find`); its name does not say so.
 DEFINES = "tasks.py"
-CLIENTS = ("codex", "claude-code", "opencode", "llm", "langchain", "agents-chat", "agents-responses", "pydantic-ai",
+CLIENTS = ("codex", "claude-code", "opencode", "qwen-code", "llm", "langchain", "agents-chat", "agents-responses", "pydantic-ai",
            "llamaindex", "smolagents", "vercel-ai")
 #: Seconds one client may take for the whole task.
 CLIENT_TIMEOUT = 1500
@@ -135,6 +136,16 @@ def command(client: str, task: str, base_url: str, project: Path, home: Path, np
                 isolated_env(home, PWD=str(project), OPENCODE_DISABLE_AUTOUPDATE="1",
                              OPENCODE_DISABLE_MODELS_FETCH="1", OPENCODE_DISABLE_SHARE="1",
                              OPENCODE_DISABLE_LSP_DOWNLOAD="1"))
+    if client == "qwen-code":
+        # Qwen Code (a Gemini CLI fork) speaks Chat Completions to a provider declared in its settings.json; its
+        # non-interactive mode asks no approval for reading, and refuses edits and commands by default.
+        settings = {"modelProviders": {"openai": [{"id": "local", "name": "local model via mylm", "baseUrl": base_url,
+                                                    "envKey": "MYLM_SERVE_KEY"}]},
+                    "security": {"auth": {"selectedType": "openai"}}, "model": {"name": "local"},
+                    "privacy": {"usageStatisticsEnabled": False}, "general": {"disableAutoUpdate": True}}
+        (home / ".qwen").mkdir(parents=True)
+        (home / ".qwen" / "settings.json").write_text(json.dumps(settings, indent=2), encoding="utf-8")
+        return ([str(bin_dir / "qwen"), task], isolated_env(home, MYLM_SERVE_KEY="unused"))
     if client == "llm":
         # Simon Willison's llm: an OpenAI-compatible model is declared in its extra-openai-models.yaml.
         user_dir = home / "llm"

@@ -305,6 +305,17 @@ def overwrites(outcome: StepOutcome, request: ChatRequest, corrections: Correcti
             continue
         name = target.strip().removeprefix("./")
         read = names_file(mentioned, name)
+        # A file the task asks to change, written at a path the client just said is not there: through the Agents
+        # SDK (Responses) the 1.5B, asked to change greet.py's greeting, read a made-up src/greet.py, was told no
+        # such file, and wrote a new one; greet.py was never changed.
+        changed = change_target(task)
+        if (changed is not None and name != changed.removeprefix("./") and not names_file(task, name)
+                and replaces_whole(call.name) and _missing(request, name)):
+            found = unread(changed, list(request.tools))
+            return dataclasses.replace(
+                outcome, problem=f"{call.name} on {name}, which is not there, for a task that changes {changed}",
+                kind="call", calls=(), correction=corrections.unread_overwrite(
+                    call.name, name, found.tool if found else "", elsewhere=changed))
         # A file the task names is the model's to write, but one the task asks to change is read before a tool
         # replaces it whole: through the llm CLI the 1.5B, asked to change greet.py's greeting, wrote greet.py
         # unread, with the greeting alone.
@@ -322,6 +333,33 @@ def overwrites(outcome: StepOutcome, request: ChatRequest, corrections: Correcti
             outcome, problem=problem, kind="call", calls=(),
             correction=corrections.unread_overwrite(call.name, name, found.tool if found else "", unasked=unasked))
     return outcome
+
+
+#: What a client's tool answers for a file that is not there ("error: no file named 'src/greet.py'", "ENOENT",
+#: "File does not exist", "No such file or directory").
+_NOT_THERE = re.compile(r"no\s+such\s+file|\bnot\s+found\b|does\s*(?:not|n't)\s+exist|\bno\s+file\b|"
+                        r"(?:can\s*not|can't|could\s*(?:not|n't))\s+(?:find|open|read)|\bENOENT\b|"
+                        r"FileNotFound|\bnot\s+a\s+file\b|\bmissing\s+file\b", re.IGNORECASE)
+#: A tool's result longer than this is content, not the one line of an error.
+_ERROR_CHARS = 400
+
+
+def _missing(request: ChatRequest, path: str) -> bool:
+    """Whether the conversation shows `path` is not there: a call naming it was answered with an error saying so,
+    and no other result shows it (a listing naming it, a read of it that worked)."""
+    named = {call.id for message in request.messages for call in message.calls
+             if names_file(json.dumps(dict(call.arguments), ensure_ascii=False), path)}
+    failed = False
+    for message in request.messages:
+        if message.role != "tool" or not names_file(message.content, path) and message.call_id not in named:
+            continue
+        text = message.content.strip()
+        if message.call_id in named and len(text) <= _ERROR_CHARS and (
+                _NOT_THERE.search(text) or message.is_error and names_file(text, path)):
+            failed = True
+        else:
+            return False
+    return failed
 
 
 #: The optional arguments of a reading tool that read only part of a file (OpenCode's `offset` and `limit`, and

@@ -99,3 +99,56 @@ def test_a_new_file_written_for_a_question_is_sent_back_once() -> None:
     assert message.content == "release.py" and not message.tool_calls
     told = sent[1]["messages"][-1]["content"]
     assert "the task is a question and asks for no file to be written or changed" in told
+
+
+EDIT = "In greet.py, change the greeting from Hello to Hi. Keep everything else as it is."
+
+
+def _missed(path: str, result: str, task: str = EDIT) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": task},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+                "name": "read_file", "arguments": json.dumps({"path": path})}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": result}]
+
+
+@pytest.mark.parametrize(("path", "result"), [
+    # The Agents SDK's (Responses) 1.5B read a made-up src/greet.py, was told so, and wrote a new one.
+    ("src/greet.py", "error: no file named 'src/greet.py' in the project"),
+    ("app/greet.py", "ENOENT: no such file or directory, open '/home/u/project/app/greet.py'"),
+    ("lib/greet.py", "<tool_use_error>File does not exist.</tool_use_error>"),
+    ("greeting.py", "Error: could not read greeting.py"),
+])
+def test_a_file_to_change_written_where_the_client_said_nothing_is_is_sent_back(path: str, result: str) -> None:
+    write = call("write_file", json.dumps({"path": path, "content": 'def greet(name):\n    return f"Hi, {name}!"\n'}))
+    message, sent = _served(_missed(path, result), write, call("read_file", '{"path": "greet.py"}'))
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in message.tool_calls] == [  # type: ignore[union-attr]
+        ("read_file", {"path": "greet.py"})]
+    told = sent[1]["messages"][-1]["content"]
+    assert f"{path} is not there" in told and "Call read_file on greet.py" in told
+    assert "change greet.py itself" in told
+
+
+@pytest.mark.parametrize(("messages", "path"), [
+    # The read worked: the file is there, and the model knows what it replaces.
+    (_missed("src/greet.py", 'def greet(name):\n    return f"Hello, {name}!"\n'), "src/greet.py"),
+    # A listing shows it, whatever a read said before.
+    (_missed("src/greet.py", "error: no file named 'src/greet.py'") + [
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c2", "type": "function", "function": {
+            "name": "list_files", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c2", "content": "src/greet.py\nnotes.txt"}], "src/greet.py"),
+    # A task that asks to change nothing, or asks for that very file.
+    (_missed("src/greet.py", "error: no file named 'src/greet.py'", "Write a greeting function."), "src/greet.py"),
+    (_missed("src/greet.py", "error: no file named 'src/greet.py'",
+             "In greet.py, change Hello to Hi, and copy it to src/greet.py."), "src/greet.py"),
+])
+def test_a_write_the_conversation_does_not_show_is_missing_goes_out(messages: list[dict[str, Any]],
+                                                                     path: str) -> None:
+    write = call("write_file", json.dumps({"path": path, "content": "x = 1\n"}))
+    message, sent = _served(messages, write)
+    assert [c.function.name for c in message.tool_calls] == ["write_file"] and len(sent) == 1  # type: ignore[union-attr]
+
+
+def test_the_missing_file_written_again_goes_out() -> None:
+    write = call("write_file", json.dumps({"path": "src/greet.py", "content": "x = 1\n"}))
+    message, sent = _served(_missed("src/greet.py", "error: no file named 'src/greet.py' in the project"), write, write)
+    assert [c.function.name for c in message.tool_calls] == ["write_file"] and len(sent) == 2  # type: ignore[union-attr]
