@@ -266,15 +266,17 @@ class Corrections:
                                               parameter=parameter, change=change))
 
     def unread_overwrite(self, tool: str, path: str, reader: str = "", *, unasked: bool = False,
-                         elsewhere: str = "") -> str:
+                         elsewhere: str = "", lost: tuple[int, int, int] | None = None) -> str:
         """The observation for a call of `tool` that would write `path` where nothing asked for it (`mylm serve`'s
         `checks.overwrites`): a file the conversation shows is there and no call has read, or (`unasked`) any file,
         the task being a question that asks for nothing to be changed, or (`elsewhere`: the file the task asks to
-        change) a file the client said is not there; `reader`: the client's tool that reads files."""
+        change) a file the client said is not there, or (`lost`: the file's lines kept, its lines, the lines
+        written) a file read and written whole with most of it lost; `reader`: the client's tool that reads
+        files."""
         task = self.task if len(self.task) <= 300 else self.task[:300].rstrip() + " [...]"
         return self._told(self.prompts.render("unread_overwrite.j2", tool=tool, path=neutralise(path), reader=reader,
                                               task=defuse_correction(" ".join(task.split())), unasked=unasked,
-                                              elsewhere=neutralise(elsewhere)))
+                                              elsewhere=neutralise(elsewhere), lost=lost))
 
     def _told(self, message: str) -> str:
         """`message` in the step's dialect, remembered as said: a reply that only copies it is no answer (the

@@ -319,7 +319,15 @@ def overwrites(outcome: StepOutcome, request: ChatRequest, corrections: Correcti
         # A file the task names is the model's to write, but one the task asks to change is read before a tool
         # replaces it whole: through the llm CLI the 1.5B, asked to change greet.py's greeting, wrote greet.py
         # unread, with the greeting alone.
-        blind = not read and change_target(task) == name and replaces_whole(call.name) and not _WHOLE.search(task)
+        blind = not read and changed == name and replaces_whole(call.name) and not _WHOLE.search(task)
+        # A file the task asks to change or add to, read, then written whole with most of it gone.
+        aimed = any(t is not None and (name == t.removeprefix("./") or name.endswith("/" + t.removeprefix("./")))
+                    for t in (changed, write_target(task)))
+        lost = _lost(request, call, parameter or "", name) if read and aimed and not _WHOLE.search(task) else None
+        if lost is not None:
+            return dataclasses.replace(
+                outcome, problem=f"{call.name} would turn {name}'s {lost[1]} lines into {lost[2]}, keeping {lost[0]}",
+                kind="call", calls=(), correction=corrections.unread_overwrite(call.name, name, lost=lost))
         if names_file(task, name) and not blind:
             continue
         unread_file = (names_file(shown, name) or names_file(task, name)) and not read
@@ -360,6 +368,48 @@ def _missing(request: ChatRequest, path: str) -> bool:
         else:
             return False
     return failed
+
+
+#: The number a reading tool puts before each line of a file (Claude Code's `     1→`, OpenCode's `00001| `,
+#: `cat -n`'s tab).
+_NUMBERED = re.compile(r"^\s*\d+(?:→|\|\s?|:\s|\t)")
+
+
+def _file_lines(shown: str) -> list[str]:
+    """The lines of a file as a reading tool's result shows it, spaces stripped, blank lines left out: only the
+    numbered lines where most are numbered (the tool's wrapping, `<file>` or "(End of file)", left out)."""
+    lines = [line for line in shown.splitlines() if line.strip()]
+    numbered = [line for line in lines if _NUMBERED.match(line)]
+    if len(numbered) * 2 >= len(lines) > 0:
+        lines = [_NUMBERED.sub("", line, count=1) for line in numbered]
+    return [line.strip() for line in lines if line.strip()]
+
+
+def _lost(request: ChatRequest, call: ToolCall, parameter: str, name: str) -> tuple[int, int, int] | None:
+    """Where the whole-file write `call` of `name` (a file the task asks to change or add to, shown by a read)
+    would lose most of it: (the file's lines it keeps, the file's lines, the lines written), else None. Through the
+    llm CLI the 1.5B, asked to change one word of greet.py, wrote greet.py as "Hi" alone."""
+    if not replaces_whole(call.name):
+        return None
+    content = max((value for key, value in call.arguments.items() if key != parameter and isinstance(value, str)),
+                  key=len, default=None)
+    if content is None:
+        return None
+    readers = {c.id for message in request.messages for c in message.calls
+               if (_READS.search(c.name) or _SHOWS.search(c.name)) and not replaces_whole(c.name)
+               and names_file(json.dumps(dict(c.arguments), ensure_ascii=False), name)}
+    shown = next((m.content for m in reversed(request.messages) if m.role == "tool" and m.call_id in readers
+                  and not m.is_error), None)
+    if shown is None or (len(shown.strip()) <= _ERROR_CHARS and _NOT_THERE.search(shown)):
+        return None
+    lines = _file_lines(shown)
+    written = {line.strip() for line in content.splitlines() if line.strip()}
+    kept = sum(line in written for line in lines)
+    # Fewer than half of its lines kept, and fewer lines written than it had: a change of one line of two, or of
+    # two lines of three, keeps enough; a change written alone does not.
+    if len(lines) >= 2 and kept * 2 < len(lines) and len(written) < len(lines):
+        return kept, len(lines), len(written)
+    return None
 
 
 #: The optional arguments of a reading tool that read only part of a file (OpenCode's `offset` and `limit`, and

@@ -102,6 +102,7 @@ def test_a_new_file_written_for_a_question_is_sent_back_once() -> None:
 
 
 EDIT = "In greet.py, change the greeting from Hello to Hi. Keep everything else as it is."
+GREET = 'def greet(name):\n    return f"Hello, {name}!"\n'
 
 
 def _missed(path: str, result: str, task: str = EDIT) -> list[dict[str, Any]]:
@@ -143,7 +144,7 @@ def test_a_file_to_change_written_where_the_client_said_nothing_is_is_sent_back(
 ])
 def test_a_write_the_conversation_does_not_show_is_missing_goes_out(messages: list[dict[str, Any]],
                                                                      path: str) -> None:
-    write = call("write_file", json.dumps({"path": path, "content": "x = 1\n"}))
+    write = call("write_file", json.dumps({"path": path, "content": GREET.replace("Hello", "Hi")}))
     message, sent = _served(messages, write)
     assert [c.function.name for c in message.tool_calls] == ["write_file"] and len(sent) == 1  # type: ignore[union-attr]
 
@@ -152,3 +153,50 @@ def test_the_missing_file_written_again_goes_out() -> None:
     write = call("write_file", json.dumps({"path": "src/greet.py", "content": "x = 1\n"}))
     message, sent = _served(_missed("src/greet.py", "error: no file named 'src/greet.py' in the project"), write, write)
     assert [c.function.name for c in message.tool_calls] == ["write_file"] and len(sent) == 2  # type: ignore[union-attr]
+
+
+
+def _read(result: str, path: str = "greet.py", task: str = EDIT) -> list[dict[str, Any]]:
+    return _missed(path, result, task)
+
+
+@pytest.mark.parametrize(("shown", "path", "task"), [
+    # The llm CLI's 1.5B wrote greet.py as "Hi" alone; here after reading it.
+    (GREET, "greet.py", EDIT),
+    # Claude Code's Read numbers each line; OpenCode's wraps the numbered lines.
+    ('     1→def greet(name):\n     2→    return f"Hello, {name}!"\n', "/home/u/project/greet.py", EDIT),
+    ('<file>\n00001| def greet(name):\n00002|     return f"Hello, {name}!"\n\n(End of file - total 2 lines)\n</file>',
+     "greet.py", EDIT),
+    # A file the task asks to add to, written as the new line alone.
+    ("# Project\n\nSetup: run make.\nTests: run make test.\n", "README.md", "Add a line 'Shipped.' to README.md."),
+])
+def test_a_file_read_then_written_whole_with_most_of_it_lost_is_sent_back(shown: str, path: str, task: str) -> None:
+    lost = call("write_file", json.dumps({"path": path, "content": "Hi"}))
+    whole = call("write_file", json.dumps({"path": path, "content": GREET.replace("Hello", "Hi")}))
+    message, sent = _served(_read(shown, path, task), lost, whole)
+    assert [json.loads(c.function.arguments)["content"] for c in message.tool_calls] == [  # type: ignore[union-attr]
+        GREET.replace("Hello", "Hi")]
+    told = sent[1]["messages"][-1]["content"]
+    assert f"replaces the whole of {path}" in told and "keeping 0 of them" in told
+    assert "every line it had, with the change made" in told
+
+
+@pytest.mark.parametrize(("shown", "content", "task"), [
+    # The change itself: one line of two, two of three.
+    (GREET, GREET.replace("Hello", "Hi"), EDIT),
+    ("a = 1\nb = 2\nc = 3\n", "a = 10\nb = 20\nc = 3\n", "In greet.py, change a to 10 and b to 20."),
+    # A rewrite asked for, and a file written after a read that failed.
+    (GREET, "Hi", "Rewrite greet.py so that it holds Hi."),
+    ("error: no file named 'greet.py' in the project", "Hi", EDIT),
+])
+def test_a_change_that_keeps_the_file_goes_out(shown: str, content: str, task: str) -> None:
+    message, sent = _served(_read(shown, "greet.py", task),
+                            call("write_file", json.dumps({"path": "greet.py", "content": content})))
+    assert [c.function.name for c in message.tool_calls] == ["write_file"] and len(sent) == 1  # type: ignore[union-attr]
+
+
+def test_the_lossy_write_made_again_goes_out() -> None:
+    lost = call("write_file", json.dumps({"path": "greet.py", "content": "Hi"}))
+    message, sent = _served(_read(GREET), lost, lost)
+    assert [json.loads(c.function.arguments)["content"] for c in message.tool_calls] == ["Hi"]  # type: ignore[union-attr]
+    assert len(sent) == 2
