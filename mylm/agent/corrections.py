@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 TEMPLATES = (
     "format_error.j2", "truncated.j2", "unusable_reply.j2", "repeated_mistake.j2", "invalid_arguments.j2",
     "tool_choice_refused.j2", "repeated_call.j2", "unknown_tool.j2", "degenerate.j2", "echoed.j2", "capped.j2",
-    "made_up.j2", "unfit.j2", "unlooked.j2", "unwritten.j2", "unread_overwrite.j2",
+    "made_up.j2", "unfit.j2", "unlooked.j2", "unwritten.j2", "unread_overwrite.j2", "repeated_answer.j2",
 )
 
 #: A reply at least this long that shares this much (or 60% of itself) with the corrections just sent echoes them.
@@ -302,6 +302,12 @@ class Corrections:
         task = self.task if len(self.task) <= 300 else self.task[:300].rstrip() + " [...]"
         return self.prompts.render("repeated_call.j2", tool=tool, output=neutralise(output), previous=previous,
                                    task=defuse_correction(" ".join(task.split())), wrote=wrote)
+
+    def stuck(self, tool: str, times: int) -> str:
+        """The user message for a model that made the same call `times` times with the same result, corrected
+        once already (`mylm serve`): no more tools, its answer from the results it has (as the agent's loop asks
+        a model stuck repeating a call)."""
+        return self._told(self.prompts.render("repeated_answer.j2", tool=tool, times=times))
 
     def escalated(
         self, message: str, tool: ParametersTool | None = None, given: Mapping[str, Any] | None = None, *,

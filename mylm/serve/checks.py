@@ -94,6 +94,8 @@ class Repeat:
     output: str
     previous: bool
     wrote: bool = False
+    #: How many times the conversation holds the call.
+    times: int = 0
 
 
 def repeated(request: ChatRequest, name: str, arguments: Mapping[str, Any]) -> Repeat | None:
@@ -111,10 +113,10 @@ def repeated(request: ChatRequest, name: str, arguments: Mapping[str, Any]) -> R
     # it back, and wrote the same again until the client's chain limit failed the run with the file done.
     tool = next((t for t in request.tools if t.name == name), None)
     if tool is not None and writes_file(tool) and outputs and outputs[-1] is not None:
-        return Repeat(name, outputs[-1], previous=last == key, wrote=True)
+        return Repeat(name, outputs[-1], previous=last == key, wrote=True, times=len(outputs))
     if len(outputs) < TIMES or outputs[-1] is None or outputs[-1] != outputs[-2]:
         return None
-    return Repeat(name, outputs[-1], previous=last == key)
+    return Repeat(name, outputs[-1], previous=last == key, times=len(outputs))
 
 
 def looked(outcome: StepOutcome, request: ChatRequest, step: ModelStep,

@@ -64,6 +64,7 @@ from .checks import (
     made_up,
     opened,
     overwrites,
+    repeated,
     whole_reads,
     written,
 )
@@ -380,7 +381,7 @@ class Core:
         question = open_question(request)
         if question:  # what an echo correction restates: the user's words, not the reminders around them
             corrections.task = question
-        repeat_sent = copy_sent = write_sent = overwrite_sent = False
+        repeat_sent = copy_sent = write_sent = overwrite_sent = answer_only = False
         said: StepOutcome | None = None  # the last unusable reply that was not an echo of a correction
         limit = self.settings.max_corrections
         attempt = -1
@@ -391,7 +392,8 @@ class Core:
                 # Calls checked as `mylm eval` scores them: values from nowhere, a plan's made-up next steps.
                 outcome = yield from relay(step.turn(messages, deadline=deadline, cancel=cancel,
                                                       corrections=corrections, meter=meter, check_calls=True,
-                                                      question=question), counted, observe=observe)
+                                                      question=question, answer_only=answer_only),
+                                           counted, observe=observe)
             except _SCHEMA_ERRORS as error:
                 raise _unchecked(error) from None
             self.opens_reasoning = step.opens_reasoning
@@ -432,6 +434,17 @@ class Core:
                 if not repeat_sent:
                     outcome = again(outcome, request, corrections)
                     repeat_sent = not outcome.usable
+                elif not answer_only and (stuck := repeated(request, outcome.calls[0].name,
+                                                            outcome.calls[0].arguments)) is not None:
+                    # Made again after its correction: stuck, as the agent's loop judges a model that repeats a
+                    # call, and asked the same way for its answer, no tools. Codex's 1.5B read notes.txt, then fed
+                    # its text to write_stdin for a process that never was, and made that call until the client
+                    # gave up; going out again, it gets the same error again.
+                    outcome = dataclasses.replace(
+                        outcome, problem=f"{stuck.tool} made again after its correction", kind="call",
+                        correction=corrections.stuck(stuck.tool, stuck.times + 1))
+                    answer_only = True
+                    limit += 1  # the answer is owed, whatever corrections went before
                 if outcome.usable and not overwrite_sent:
                     outcome = overwrites(outcome, request, corrections)
                     overwrite_sent = not outcome.usable

@@ -1,6 +1,7 @@
 """A call the client's conversation already holds, made again with the same result, is sent back once
-(`mylm/serve/checks.py`). Codex in front of the 1.5B sent `write_stdin {session_id: 1}` back eight times, each
-answered "Unknown process id 1", until its turn limit."""
+(`mylm/serve/checks.py`); made again after that, the model is asked for its answer, no tools. Codex in front of the
+1.5B sent `write_stdin {session_id: 1}` back eight times, each answered "Unknown process id 1", until its turn
+limit."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def _history(*results: str, name: str = "write_stdin", arguments: dict[str, Any]
 def test_a_call_made_twice_with_the_same_result_is_a_repeat() -> None:
     failed = "write_stdin failed: Unknown process id 1"
     request = ChatRequest("m", tuple(_history(failed, failed)))
-    assert repeated(request, "write_stdin", dict(WRITE_STDIN)) == Repeat("write_stdin", failed, previous=True)
+    assert repeated(request, "write_stdin", dict(WRITE_STDIN)) == Repeat("write_stdin", failed, previous=True,
+                                                                         times=2)
     # Arguments are compared as JSON values, whatever their order.
     assert repeated(request, "write_stdin", {"chars": "echo hi", "session_id": 1}) is not None
 
@@ -59,13 +61,18 @@ def test_served_the_repeat_is_sent_back_once_with_the_result_and_the_task() -> N
     with OpenAIServer([same, other]) as upstream, serving(upstream.base_url) as url, \
             openai.OpenAI(base_url=url + "/v1", api_key="unused") as api:
         reply = api.chat.completions.create(model="m", tools=TOOLS, messages=history)
-        # Made a third time after the correction, the call goes out: the client decides.
-        upstream.script([same, same])
+        # Made again after the correction, the model is stuck: asked for its answer, no tools, as the agent's
+        # loop asks it (Codex's 1.5B fed notes.txt's text to write_stdin until the client gave up).
+        upstream.script([same, same, "The shell is gone: there is no session 1 to say hi in."])
         insisted = api.chat.completions.create(model="m", tools=TOOLS, messages=history)
     assert [c.function.name for c in reply.choices[0].message.tool_calls or []] == ["exec_command"]  # type: ignore[union-attr]
-    assert [c.function.name for c in insisted.choices[0].message.tool_calls or []] == ["write_stdin"]  # type: ignore[union-attr]
+    assert not insisted.choices[0].message.tool_calls
+    assert insisted.choices[0].message.content == "The shell is gone: there is no session 1 to say hi in."
     sent = json.dumps(upstream.requests[1].body["messages"][-1], ensure_ascii=False)  # type: ignore[index]
     assert "same result" in sent and "Unknown process id 1" in sent and "Say hi in the running shell." in sent
+    asked = [r.body for r in upstream.requests if isinstance(r.body, dict) and r.body.get("messages")][-1]
+    told = asked["messages"][-1]["content"]
+    assert "You have called write_stdin 3 times with the same arguments" in told and "no more tools" in told
 
 
 WRITE_FILE = ToolDefinition("write_file", "Write a file.", {"type": "object", "properties": {
@@ -88,7 +95,7 @@ def test_a_file_written_again_with_the_same_arguments_is_a_repeat_at_once() -> N
     # limit of 5 failed the run, the file long done.
     request = ChatRequest("m", tuple(_written_then_read()), tools=(WRITE_FILE, READ_FILE))
     assert repeated(request, "write_file", dict(WRITTEN)) == Repeat(
-        "write_file", "wrote 31 characters to release.txt", previous=False, wrote=True)
+        "write_file", "wrote 31 characters to release.txt", previous=False, wrote=True, times=1)
     assert repeated(request, "write_file", {**WRITTEN, "content": "other"}) is None
     # Read again, a file is not a write: two like results first, as for any call.
     assert repeated(request, "read_file", {"path": "release.txt"}) is None
