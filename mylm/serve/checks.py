@@ -114,9 +114,21 @@ def repeated(request: ChatRequest, name: str, arguments: Mapping[str, Any]) -> R
     tool = next((t for t in request.tools if t.name == name), None)
     if tool is not None and writes_file(tool) and outputs and outputs[-1] is not None:
         return Repeat(name, outputs[-1], previous=last == key, wrote=True, times=len(outputs))
-    if len(outputs) < TIMES or outputs[-1] is None or outputs[-1] != outputs[-2]:
+    if len(outputs) < TIMES or outputs[-1] is None or outputs[-2] is None or _volatile(outputs[-1]) != _volatile(
+            outputs[-2]):
         return None
     return Repeat(name, outputs[-1], previous=last == key, times=len(outputs))
+
+
+#: What a tool's result holds that differs from one run to the next with nothing changed: an ID of hex digits
+#: (Codex's "Chunk ID: 78f568"; a bare hash, such as a new commit's, is a change) and a decimal (its "Wall time:
+#: 0.0012 seconds", pytest's "in 0.12s"). Whole numbers count ("1 failed" is not "0 failed").
+_VOLATILE = re.compile(r"(?<=\bid)(\W{1,3})[0-9a-f]{4,}\b|\b\d+\.\d+\b", re.IGNORECASE)
+
+
+def _volatile(result: str) -> str:
+    """`result` with what changes from run to run unchanged masked: two results equal so are the same result."""
+    return _VOLATILE.sub(lambda found: (found.group(1) or "") + "#", result)
 
 
 def looked(outcome: StepOutcome, request: ChatRequest, step: ModelStep,

@@ -41,6 +41,26 @@ def test_a_call_made_twice_with_the_same_result_is_a_repeat() -> None:
     assert repeated(request, "write_stdin", {"chars": "echo hi", "session_id": 1}) is not None
 
 
+def test_what_changes_from_run_to_run_is_not_a_different_result() -> None:
+    # Codex's exec_command heads each result with a fresh chunk id and the wall time: its 1.5B ran
+    # `cat -- notes.txt` and fed the text to write_stdin, over and over, each cat a "new" result.
+    def ran(chunk: str, seconds: str) -> str:
+        return (f"Chunk ID: {chunk}\nWall time: {seconds} seconds\nProcess exited with code 0\nOutput:\n"
+                "The release code name is cobalt-601e.\n")
+    cat = {"cmd": "cat -- notes.txt"}
+    request = ChatRequest("m", tuple(_history(ran("78f568", "0.0000"), ran("e770ca", "0.0012"), name="exec_command",
+                                              arguments=cat)))
+    assert repeated(request, "exec_command", cat) is not None
+    # The code name itself (a word with hex digits, not all of them) and whole numbers still tell results apart.
+    other = ChatRequest("m", tuple(_history(ran("78f568", "0.0000"), ran("e770ca", "0.0012").replace("601e", "602e"),
+                                            name="exec_command", arguments=cat)))
+    assert repeated(other, "exec_command", cat) is None
+    exited = ChatRequest("m", tuple(_history("3 passed, 1 failed in 0.12s", "4 passed, 0 failed in 0.10s")))
+    assert repeated(exited, "write_stdin", dict(WRITE_STDIN)) is None
+    head = ChatRequest("m", tuple(_history("4f2a9c1e", "9b0d3e77")))  # `git rev-parse HEAD` after a commit
+    assert repeated(head, "write_stdin", dict(WRITE_STDIN)) is None
+
+
 def test_once_a_changed_result_or_other_arguments_it_is_not() -> None:
     assert repeated(ChatRequest("m", tuple(_history("x"))), "write_stdin", dict(WRITE_STDIN)) is None
     # Run again after something changed (the tests after an edit): a different result each time.
