@@ -100,10 +100,13 @@ class Corrections:
         #: Whether `unwritten` was sent: a second answer with the file still unwritten is taken as it is.
         self.unwritten_sent = False
 
-    def echoes(self, answer: str) -> bool:
+    def echoes(self, answer: str, quoted: str = "") -> bool:
         """Whether `answer` is mostly a copy of the call corrections just sent (`said`), not the model's own
         answer: Qwen2.5-Coder-1.5B answered a task, and a BFCL question, with the unknown-tool correction word for
-        word. An answer quoting a tool's output is the answer; this compares mylm's own words only."""
+        word. An answer quoting a tool's output is the answer; this compares mylm's own words only: a copy of
+        what a correction quotes from the conversation (`quoted`: its tools' results, one shown again) is not an
+        echo. Through OpenCode the 1.5B, shown notes.txt again by the
+        repeat correction, answered its line with the code name, and that answer was sent back twice as an echo."""
         if not self.said:
             return False
         reply, said = (" ".join(text.split()).casefold() for text in (answer, self.said))
@@ -111,7 +114,9 @@ class Corrections:
             return False
         match = difflib.SequenceMatcher(None, reply, said, autojunk=False).find_longest_match(
             0, len(reply), 0, len(said))
-        return match.size >= max(ECHO_CHARS, 0.6 * len(reply))
+        if match.size < max(ECHO_CHARS, 0.6 * len(reply)):
+            return False
+        return reply[match.a:match.a + match.size] not in " ".join(quoted.split()).casefold()
 
     def take_example(self) -> str:
         """The block to copy that goes with the correction just made ("" if none), once."""

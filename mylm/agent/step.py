@@ -324,13 +324,16 @@ class ModelStep:
         answer_only: bool = False,
         check_calls: bool = False,
         question: str = "",
+        quoted: str = "",
     ) -> Steps[StepOutcome]:
         """One turn over `messages` (the system message first); redone once without stop strings if a server
         stop cut the model's reasoning. `deadline` is a `time.monotonic()` value; `answer_only` asks for an
         answer under the answer grammar, and such a turn is not judged. `check_calls` (for a caller that runs
         the calls elsewhere, such as a server's client) also rejects a turn whose calls cannot run. `question`:
         the user's question that no tool has answered yet; the first tool the model calls for it is checked
-        against it in a request of its own (`fit`), once a conversation, when the model may choose."""
+        against it in a request of its own (`fit`), once a conversation, when the model may choose. `quoted`: the
+        words of a caller's conversation that its corrections may show again (a server's client's tools'
+        results): an answer copying them is no echo of a correction."""
         meter = meter if meter is not None else Meter()
         constraint = self.answer_constraint if answer_only else self.constraint
         turn = yield from self._complete(messages, deadline, cancel, constraint, meter)
@@ -350,7 +353,7 @@ class ModelStep:
         said = heard(messages)
         open_question = bool(question.strip()) and self.config.tool_choice == "auto"
         fitting = (lambda: self._fitting(question, deadline, cancel, meter)) if open_question else None
-        outcome = self.judge(turn, corrections, check_calls=check_calls, said=said, fitting=fitting)
+        outcome = self.judge(turn, corrections, check_calls=check_calls, said=said, fitting=fitting, quoted=quoted)
         if open_question and outcome.calls:
             if not corrections.unfit_sent:
                 outcome = self._fit(outcome, question, corrections, deadline, cancel, meter)
@@ -431,9 +434,10 @@ class ModelStep:
         return True
 
     def judge(self, turn: ModelTurn, corrections: Corrections, *, check_calls: bool = False,
-              said: str = "", fitting: Callable[[], ToolSchema | None] | None = None) -> StepOutcome:
+              said: str = "", fitting: Callable[[], ToolSchema | None] | None = None,
+              quoted: str = "") -> StepOutcome:
         """Whether `turn` can be used; if not, why and what to tell the model. `said`: the conversation's user
-        messages (where the values of calls come from). `fitting`: asked only when the correction
+        messages (where the values of calls come from); `quoted`: see `turn`. `fitting`: asked only when the correction
         for working cut at the cap is due, the tool the model says does the task (named in it), if any."""
         if turn.degenerate:  # cut short while looping: whatever it parsed to is not what the model meant
             once = said_once(turn, corrections.looped)
@@ -453,7 +457,8 @@ class ModelStep:
             cap, fits = thought_cap(self.config.max_tokens), fitting() if fitting else None
             return StepOutcome(turn, f"the reply's working ran to the {cap}-character limit",
                                corrections.capped(cap, *((fits.name, fits.description) if fits else ())), "format")
-        if not turn.parsed.tool_calls and corrections.echoes(turn.parsed.final_answer or turn.parsed.thought):
+        if not turn.parsed.tool_calls and corrections.echoes(turn.parsed.final_answer or turn.parsed.thought,
+                                                             quoted):
             # Not an answer: the model copied what it was just told (a small model's habit).
             return StepOutcome(turn, ECHOED, corrections.echoed(corrections.task), "format")
         choice = self.config.tool_choice

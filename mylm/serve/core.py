@@ -382,6 +382,9 @@ class Core:
         if question:  # what an echo correction restates: the user's words, not the reminders around them
             corrections.task = question
         repeat_sent = copy_sent = write_sent = overwrite_sent = answer_only = False
+        # The client's tools' results, which a correction may show again: an answer quoting one is no echo of
+        # mylm's words (one copying the task still is).
+        quoted = "\n".join(m.content for m in request.messages if m.role == "tool")
         said: StepOutcome | None = None  # the last unusable reply that was not an echo of a correction
         limit = self.settings.max_corrections
         attempt = -1
@@ -392,7 +395,8 @@ class Core:
                 # Calls checked as `mylm eval` scores them: values from nowhere, a plan's made-up next steps.
                 outcome = yield from relay(step.turn(messages, deadline=deadline, cancel=cancel,
                                                       corrections=corrections, meter=meter, check_calls=True,
-                                                      question=question, answer_only=answer_only),
+                                                      question=question, answer_only=answer_only,
+                                                      quoted=quoted),
                                            counted, observe=observe)
             except _SCHEMA_ERRORS as error:
                 raise _unchecked(error) from None

@@ -167,3 +167,25 @@ def test_out_of_corrections_a_looping_reply_goes_out_said_once() -> None:
         reply = api.chat.completions.create(model="m", tools=[weather], messages=[  # type: ignore[list-item]
             {"role": "user", "content": "What is up?"}])
     assert (reply.choices[0].message.content or "").count("```") <= 1
+
+
+def test_an_answer_quoting_the_result_the_repeat_correction_showed_again_goes_out() -> None:
+    # OpenCode's 1.5B read notes.txt twice; made a third time, the read was sent back with the file shown again,
+    # and its answer, that file's line, was taken for an echo of the correction twice and went out empty.
+    shown = "1: Release notes, draft.\n2: The release code name is juniper-f38c.\n3: Ship it on Friday.\n"
+    read = {"filePath": "/home/u/project/notes.txt"}
+    history: list[dict[str, Any]] = [{"role": "user", "content": "What is the release code name written in "
+                                                                  "notes.txt? Answer with the code name only."}]
+    for index in range(2):
+        history += [{"role": "assistant", "content": None, "tool_calls": [{"id": f"c{index}", "type": "function",
+                     "function": {"name": "read", "arguments": json.dumps(read)}}]},
+                    {"role": "tool", "tool_call_id": f"c{index}", "content": shown}]
+    tools: list[Any] = [{"type": "function", "function": {"name": "read", "description": "Read a file.",
+                         "parameters": {"type": "object", "properties": {"filePath": {"type": "string"}},
+                                        "required": ["filePath"]}}}]
+    answer = "The release code name is juniper-f38c."
+    with OpenAIServer([call("read", json.dumps(read)), answer]) as upstream, serving(upstream.base_url) as url, \
+            openai.OpenAI(base_url=url + "/v1", api_key="unused") as api:
+        reply = api.chat.completions.create(model="m", tools=tools, messages=history)  # type: ignore[arg-type]
+    assert reply.choices[0].message.content == answer and not reply.choices[0].message.tool_calls
+    assert len(upstream.requests) == 2
