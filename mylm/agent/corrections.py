@@ -105,8 +105,8 @@ class Corrections:
         answer: Qwen2.5-Coder-1.5B answered a task, and a BFCL question, with the unknown-tool correction word for
         word. An answer quoting a tool's output is the answer; this compares mylm's own words only: a copy of
         what a correction quotes from the conversation (`quoted`: its tools' results, one shown again) is not an
-        echo. Through OpenCode the 1.5B, shown notes.txt again by the
-        repeat correction, answered its line with the code name, and that answer was sent back twice as an echo."""
+        echo. Through OpenCode the 1.5B, shown notes.txt again by the repeat correction, answered its line with the
+        code name, and that answer was sent back twice as an echo."""
         if not self.said:
             return False
         reply, said = (" ".join(text.split()).casefold() for text in (answer, self.said))
