@@ -58,6 +58,35 @@ class StatusFailure(Exception):
         self.failure = failure
 
 
+class RawJSON(str):
+    """JSON text already encoded as `compact_json` would encode its value, put into a body as it is."""
+
+
+def compact_json(body: dict[str, Any]) -> str:
+    """`body` as compact JSON (`ensure_ascii=False`), the very text `json.dumps` makes of it, but each `RawJSON`
+    value put in as it is, not encoded again (a request's conversation, most of its body, is kept encoded)."""
+    if not any(type(value) is RawJSON for value in body.values()):
+        return dumps_compact(body)
+    parts: list[str] = []
+    plain: dict[str, Any] = {}
+    for key, value in body.items():
+        if type(value) is RawJSON:
+            if plain:
+                parts.append(dumps_compact(plain)[1:-1])
+                plain = {}
+            parts.append(f"{dumps_compact(key)}:{value}")
+        else:
+            plain[key] = value
+    if plain:
+        parts.append(dumps_compact(plain)[1:-1])
+    return "{" + ",".join(parts) + "}"
+
+
+def dumps_compact(value: Any) -> str:
+    """`value` as compact JSON text, non-ASCII characters as they are (what `json_call` sends)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
 class HTTPProvider(ABC):
     """A model endpoint over HTTP. Subclasses build the request and decode the stream; the rest is shared."""
 
@@ -214,8 +243,8 @@ class HTTPProvider(ABC):
         return request.max_tokens or self.endpoint.max_tokens
 
     def json_call(self, url: str, body: dict[str, Any], headers: dict[str, str]) -> HTTPCall:
-        """A POST of `body` as compact UTF-8 JSON."""
-        data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        """A POST of `body` as compact UTF-8 JSON (a `RawJSON` value is put in as the JSON text it is)."""
+        data = compact_json(body).encode("utf-8")
         return HTTPCall("POST", url, {"Content-Type": "application/json", **headers}, data)
 
     # ------------------------------------------------------------------------------------------ the engine

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..core.types import Message
 from ..llm import Constraint, LLMChunk, LLMRequest, TextChunk, ToolCallChunk
 from .base import model_rejects_stop, refused_sampling, strip_route, without_refused
 from .decoder import Decoder, text_chunks, usage_of
-from .engine import HTTPProvider, bearer
+from .engine import HTTPProvider, RawJSON, bearer, dumps_compact
 from .failures import Failure
 from .framing import SSEEvent, SSEReader, _raw_decode, lines_of, sse_json
 from .servertokens import Prompted, ServerTokenizer, prompted, refused_tokens
@@ -377,6 +378,8 @@ class OpenAIChat(HTTPProvider):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        #: The last call's messages and each one's JSON (`_messages_json`).
+        self._kept_messages: tuple[tuple[Message, ...], list[str]] = ((), [])
         if model_rejects_stop(self.endpoint.model):
             self.quirks.add("no_stop")
         # OpenAI itself wants the newer field name; compatible servers mostly know only `max_tokens`.
@@ -396,13 +399,27 @@ class OpenAIChat(HTTPProvider):
         """The body fields that differ between chat and completions."""
         native = request.native
         if native is None:
-            return {"messages": [m.to_dict() for m in request.messages]}
+            return {"messages": self._messages_json(request.messages)}
         body: dict[str, Any] = {"messages": [dict(m) for m in native.messages]}
         if native.tools:
             body.update(tools=[dict(t) for t in native.tools], tool_choice=native.tool_choice)
             if native.parallel is not None:
                 body["parallel_tool_calls"] = native.parallel
         return body
+
+    def _messages_json(self, messages: tuple[Message, ...]) -> RawJSON:
+        """The messages as the JSON array `json.dumps` makes of their dicts. Each call's conversation is the last
+        one's and a turn or two more, so the last call's messages are kept with their JSON (a message is a frozen
+        value: an equal one encodes the same) and only the ones after them are encoded."""
+        messages = tuple(messages)  # kept: a list the caller changed later would not match its JSON
+        kept, encoded = self._kept_messages
+        count = len(kept)
+        if count <= len(messages) and messages[:count] == kept:
+            parts = [*encoded, *(dumps_compact(m.to_dict()) for m in messages[count:])]
+        else:
+            parts = [dumps_compact(m.to_dict()) for m in messages]
+        self._kept_messages = (messages, parts)  # one assignment: a call on another thread sees either pair
+        return RawJSON("[" + ",".join(parts) + "]")
 
     def build_call(self, request: LLMRequest) -> HTTPCall:
         body: dict[str, Any] = {}
