@@ -63,6 +63,7 @@ def test_a_list_changed_after_the_call_is_not_read_as_kept() -> None:
     assert chat.build_call(request).body == expected(chat, request)
 
 
+@settings(deadline=None)
 @given(st.dictionaries(st.text(max_size=5), st.one_of(st.none(), st.integers(), TEXT, st.lists(st.integers())),
                        max_size=5), st.integers(min_value=0, max_value=5))
 def test_raw_json_is_spliced_where_its_key_is(body: dict[str, Any], where: int) -> None:
