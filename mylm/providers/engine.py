@@ -82,9 +82,14 @@ def compact_json(body: dict[str, Any]) -> str:
     return "{" + ",".join(parts) + "}"
 
 
+#: `json.dumps(value, ensure_ascii=False, separators=(",", ":"))`'s encoder, made once: `json.dumps` makes one
+#: per call when given arguments (~3 µs, more than encoding a short message).
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def dumps_compact(value: Any) -> str:
     """`value` as compact JSON text, non-ASCII characters as they are (what `json_call` sends)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return _COMPACT.encode(value)
 
 
 class HTTPProvider(ABC):
