@@ -13,11 +13,12 @@ for the run.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shlex
 import unicodedata
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -119,16 +120,17 @@ def classify(
         if ctx.deny:
             return CommandVerdict("forbidden", f"{size}, too long to check against the user's deny rules")
         return CommandVerdict("dangerous", size)
-    try:
-        script = parse(command)
-    except ShellSyntaxError as error:
-        return CommandVerdict("forbidden", f"the command does not parse ({error}); fix its quoting")
+    # The readings of the text alone (the lexer's, the programs it runs, the bash parser's) are kept per command
+    # text (`_lexed`, `_programs`, `_read_plain`); what depends on the user's rules, mylm's config and the file
+    # system is judged afresh below, every time.
+    script = _lexed(command, parse)
+    if isinstance(script, str):
+        return CommandVerdict("forbidden", f"the command does not parse ({script}); fix its quoting")
     if not script.commands:
         return CommandVerdict("forbidden", "the command is empty")
-    try:
-        every = list(all_commands(script, depth=0))
-    except ShellSyntaxError as error:
-        return CommandVerdict("forbidden", f"a nested command does not parse ({error})")
+    every = _programs(command, parse)
+    if isinstance(every, str):
+        return CommandVerdict("forbidden", f"a nested command does not parse ({every})")
     for argv in every:
         for rule in ctx.deny:
             if tuple(w.text for w in argv[: len(rule)]) == rule:
@@ -137,7 +139,7 @@ def classify(
     danger = dangerous_reason(command, script, every, config_dir=ctx.config_dir)
     if danger:
         return CommandVerdict("dangerous", danger)
-    line = _plain(command, script)
+    line = _read_plain(command, parse, parse_plain)
     problem = line if isinstance(line, str) else _not_read_only(script, line, ctx)
     if problem:
         return CommandVerdict("unknown", problem)
@@ -148,10 +150,49 @@ def classify(
     return CommandVerdict("safe", "a read-only command")
 
 
-def _plain(command: str, script: Script) -> PlainLine | str:
+#: How many command texts' readings are kept (`_lexed`, `_programs`, `_read_plain`): a model repeats commands
+#: (`ls`, `git status`, its test run), and reading one anew cost ~0.03-0.06 ms, the bash parser most of it.
+_KEPT_READINGS = 128
+
+
+# Each is a function of the command's text and the parser functions given (passed, so that a parser replaced,
+# as a test does, is never answered from another's reading): the same text read by the same parser reads the
+# same. Only text-only readings are kept; none of them looks at the rules, the config or the file system. The
+# readings are shared between calls, so nothing may change them (nothing does: they are only read).
+@functools.lru_cache(maxsize=_KEPT_READINGS)
+def _lexed(command: str, lexer: Callable[[str], Script]) -> Script | str:
+    """The policy's lexer's reading of `command`, or why it does not parse."""
+    try:
+        return lexer(command)
+    except ShellSyntaxError as error:
+        return str(error)
+
+
+@functools.lru_cache(maxsize=_KEPT_READINGS)
+def _programs(command: str, lexer: Callable[[str], Script]) -> list[list[Word]] | str:
+    """Every program `command` runs (`all_commands` of its reading, which parses), or why a nested one does
+    not parse. Only for a command `_lexed` read."""
+    script = _lexed(command, lexer)
+    assert not isinstance(script, str)
+    try:
+        return list(all_commands(script, depth=0))
+    except ShellSyntaxError as error:
+        return str(error)
+
+
+@functools.lru_cache(maxsize=_KEPT_READINGS)
+def _read_plain(command: str, lexer: Callable[[str], Script], plain: Callable[[str], PlainLine]
+                ) -> PlainLine | str:
+    """`_plain` of `command` as `lexer` and `plain` read it. Only for a command `_lexed` read."""
+    script = _lexed(command, lexer)
+    assert not isinstance(script, str)
+    return _plain(command, script, plain)
+
+
+def _plain(command: str, script: Script, plain: Callable[[str], PlainLine]) -> PlainLine | str:
     """The line as the bash parser reads it, cross-checked with the lexer, or why it is not plain syntax."""
     try:
-        line = parse_plain(command)
+        line = plain(command)
     except NotPlain as error:
         return str(error)
     disagreement = agrees(line, script)

@@ -58,6 +58,40 @@ class StatusFailure(Exception):
         self.failure = failure
 
 
+class RawJSON(str):
+    """JSON text already encoded as `compact_json` would encode its value, put into a body as it is."""
+
+
+def compact_json(body: dict[str, Any]) -> str:
+    """`body` as compact JSON (`ensure_ascii=False`), the very text `json.dumps` makes of it, but each `RawJSON`
+    value put in as it is, not encoded again (a request's conversation, most of its body, is kept encoded)."""
+    if not any(type(value) is RawJSON for value in body.values()):
+        return dumps_compact(body)
+    parts: list[str] = []
+    plain: dict[str, Any] = {}
+    for key, value in body.items():
+        if type(value) is RawJSON:
+            if plain:
+                parts.append(dumps_compact(plain)[1:-1])
+                plain = {}
+            parts.append(f"{dumps_compact(key)}:{value}")
+        else:
+            plain[key] = value
+    if plain:
+        parts.append(dumps_compact(plain)[1:-1])
+    return "{" + ",".join(parts) + "}"
+
+
+#: `json.dumps(value, ensure_ascii=False, separators=(",", ":"))`'s encoder, made once: `json.dumps` makes one
+#: per call when given arguments (~3 µs, more than encoding a short message).
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+def dumps_compact(value: Any) -> str:
+    """`value` as compact JSON text, non-ASCII characters as they are (what `json_call` sends)."""
+    return _COMPACT.encode(value)
+
+
 class HTTPProvider(ABC):
     """A model endpoint over HTTP. Subclasses build the request and decode the stream; the rest is shared."""
 
@@ -214,8 +248,8 @@ class HTTPProvider(ABC):
         return request.max_tokens or self.endpoint.max_tokens
 
     def json_call(self, url: str, body: dict[str, Any], headers: dict[str, str]) -> HTTPCall:
-        """A POST of `body` as compact UTF-8 JSON."""
-        data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        """A POST of `body` as compact UTF-8 JSON (a `RawJSON` value is put in as the JSON text it is)."""
+        data = compact_json(body).encode("utf-8")
         return HTTPCall("POST", url, {"Content-Type": "application/json", **headers}, data)
 
     # ------------------------------------------------------------------------------------------ the engine
@@ -330,27 +364,48 @@ class HTTPProvider(ABC):
         # A decoder that reads a read's SSE text itself (the OpenAI decoder's runs of plain text events), else
         # lines, then events, then `feed_all`.
         text_fed = getattr(decoder, "feed_text", None) if sse is not None else None
+        # A decoder that can stop after the text events a read begins with (`feed_text(..., lead=True)`, which
+        # says how much of the text it read) passes them on before it reads the rest: a consumer that stops
+        # there (the agent, once the call it reads is complete) spares the finish, usage and [DONE] events'
+        # decoding, a third of a short reply's. Not with a chat format's stops: one cut there ends the stream
+        # at once, and the events after it must have been read (their usage) as before.
+        lead = text_fed is not None and cutter is None and getattr(decoder, "reads_lead", False)
         ended = False
         while not ended:
             data = next(body, None)
             ended = data is None
-            chunks: list[LLMChunk] = []
-            try:
-                if text_fed is not None and sse is not None:
-                    text = lines.close_text() if data is None else lines.feed_text(data)
-                    if text is not None:
-                        text_fed(text, sse, chunks)
-                    if ended and not decoder.done:
-                        decoder.feed_all(sse.close(), chunks)
-                else:
-                    batch = lines.close() if data is None else lines.feed(data)
-                    items: list[Any] = sse.feed(batch) if sse is not None else list(iter_ndjson(batch))
-                    if ended and sse is not None:
-                        items += sse.close()
-                    decoder.feed_all(items, chunks)
-            except BaseException:
-                yield from _coalesced(chunks)  # what came before a mid-stream error is still the answer's
-                raise
+            rest: str | None = None  # the read's text not read yet (`lead`)
+            while True:
+                chunks: list[LLMChunk] = []
+                try:
+                    if text_fed is not None and sse is not None:
+                        text = rest if rest is not None else lines.close_text() if data is None else \
+                            lines.feed_text(data)
+                        rest = None
+                        if text is not None and lead and not ended:
+                            used = text_fed(text, sse, chunks, lead=True)
+                            rest = text[used:] or None
+                        elif text is not None:
+                            text_fed(text, sse, chunks)
+                        if ended and not decoder.done:
+                            decoder.feed_all(sse.close(), chunks)
+                    else:
+                        batch = lines.close() if data is None else lines.feed(data)
+                        items: list[Any] = sse.feed(batch) if sse is not None else list(iter_ndjson(batch))
+                        if ended and sse is not None:
+                            items += sse.close()
+                        decoder.feed_all(items, chunks)
+                except BaseException:
+                    yield from _coalesced(chunks)  # what came before a mid-stream error is still the answer's
+                    raise
+                if rest is None:
+                    break
+                for chunk in _coalesced(chunks):  # the text events: no cutter here (`lead`)
+                    if isinstance(chunk, (TextChunk, ReasoningChunk)):
+                        size += len(chunk.text)
+                        if size > cap:
+                            raise _too_long(self.place, cap)
+                    yield chunk
             for chunk in _coalesced(chunks):
                 if isinstance(chunk, (TextChunk, ReasoningChunk)):
                     size += len(chunk.text)

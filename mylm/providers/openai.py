@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..core.types import Message
 from ..llm import Constraint, LLMChunk, LLMRequest, TextChunk, ToolCallChunk
 from .base import model_rejects_stop, refused_sampling, strip_route, without_refused
 from .decoder import Decoder, text_chunks, usage_of
-from .engine import HTTPProvider, bearer
+from .engine import HTTPProvider, RawJSON, bearer, dumps_compact
 from .failures import Failure
 from .framing import SSEEvent, SSEReader, _raw_decode, lines_of, sse_json
 from .servertokens import Prompted, ServerTokenizer, prompted, refused_tokens
@@ -115,6 +116,9 @@ def _decodes_to(shape: _ContentShape, literal: str, expected: Any) -> bool:
 class _OpenAIDecoder(Decoder):
     """Chunks from `chat.completion.chunk` or `text_completion` events; the usage chunk follows the finish."""
 
+    #: `feed_text` can stop after a read's leading run of text events (`lead`).
+    reads_lead = True
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         #: The shape of this stream's plain text events, once learned from one of them.
@@ -183,27 +187,33 @@ class _OpenAIDecoder(Decoder):
                 return
             start = end
 
-    def feed_text(self, text: str, reader: SSEReader, out: list[LLMChunk]) -> None:
+    def feed_text(self, text: str, reader: SSEReader, out: list[LLMChunk], *, lead: bool = False) -> int:
         """`feed_all` for the events of the lines `text` holds (a read's, `LineSplitter.feed_text`), read by
         `reader`. Once the stream's shape is known, a run of its plain text events (`data: ` and the event on one
         line, then a blank line, from where no event is under way) is read straight from the text: each content
         string by json's C scanner in place, with no line split, no event made and no event matched apart (an
         event cost about 1 µs that way, a third of it now; scripts/bench_serve.py). The run is what `feed_all`
         reads from those events (`_ContentShape.text`: the same prefix, one string literal, the same suffix, the
-        line's end); everything else, and a text with CR line ends, goes through `reader` and `feed_all`."""
+        line's end); everything else, and a text with CR line ends, goes through `reader` and `feed_all`.
+
+        Returns how much of `text` was read: all of it, unless `lead`, which stops after a run that did not end
+        the text (at the start of the event after it, where no event is under way); the rest is read by feeding
+        it again (`HTTPProvider._decode` passes the run's text on first)."""
         pos, count = 0, len(text)
         if not count:  # one blank line (it may end an event under way)
             self.feed_all(reader.feed([""]), out)
-            return
+            return 0
         # A blank line the loop passes over at the text's end (after a run, or after lines up to a blank line)
         # would change nothing: no event is under way there.
         plain = "\r" not in text
         while pos < count:
             shape = self.shape
             if shape is not None and plain and reader.clean:
-                pos = self._run(text, pos, shape, out)
+                start, pos = pos, self._run(text, pos, shape, out)
                 if pos >= count:
-                    return
+                    return count
+                if lead and pos > start:
+                    return pos
             # Lines up to the next place a run may begin (the line after a blank one), or every line left.
             if shape is None:
                 found = text.find("\n\n", pos) if self._learning > 0 else -1
@@ -212,8 +222,9 @@ class _OpenAIDecoder(Decoder):
             stop = count if found < 0 else found + 2
             self.feed_all(reader.feed(lines_of(text[pos:stop - 1] if found >= 0 else text[pos:])), out)
             if self.done:
-                return
+                return count
             pos = stop
+        return count
 
     @staticmethod
     def _run(text: str, pos: int, shape: _ContentShape, out: list[LLMChunk]) -> int:
@@ -377,6 +388,8 @@ class OpenAIChat(HTTPProvider):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        #: The last call's messages and each one's JSON (`_messages_json`).
+        self._kept_messages: tuple[tuple[Message, ...], list[str]] = ((), [])
         if model_rejects_stop(self.endpoint.model):
             self.quirks.add("no_stop")
         # OpenAI itself wants the newer field name; compatible servers mostly know only `max_tokens`.
@@ -396,13 +409,27 @@ class OpenAIChat(HTTPProvider):
         """The body fields that differ between chat and completions."""
         native = request.native
         if native is None:
-            return {"messages": [m.to_dict() for m in request.messages]}
+            return {"messages": self._messages_json(request.messages)}
         body: dict[str, Any] = {"messages": [dict(m) for m in native.messages]}
         if native.tools:
             body.update(tools=[dict(t) for t in native.tools], tool_choice=native.tool_choice)
             if native.parallel is not None:
                 body["parallel_tool_calls"] = native.parallel
         return body
+
+    def _messages_json(self, messages: tuple[Message, ...]) -> RawJSON:
+        """The messages as the JSON array `json.dumps` makes of their dicts. Each call's conversation is the last
+        one's and a turn or two more, so the last call's messages are kept with their JSON (a message is a frozen
+        value: an equal one encodes the same) and only the ones after them are encoded."""
+        messages = tuple(messages)  # kept: a list the caller changed later would not match its JSON
+        kept, encoded = self._kept_messages
+        count = len(kept)
+        if count <= len(messages) and messages[:count] == kept:
+            parts = [*encoded, *(dumps_compact(m.to_dict()) for m in messages[count:])]
+        else:
+            parts = [dumps_compact(m.to_dict()) for m in messages]
+        self._kept_messages = (messages, parts)  # one assignment: a call on another thread sees either pair
+        return RawJSON("[" + ",".join(parts) + "]")
 
     def build_call(self, request: LLMRequest) -> HTTPCall:
         body: dict[str, Any] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -130,17 +131,26 @@ class Launcher:
 
     def _send(self, body: bytes, fds: list[int]) -> None:
         """To an init waiting for it when there is one, else to the launcher. Under the lock. (The launcher
-        forks another spare when this one's init ends, after the command.)"""
-        self._collect()
-        while self._spares:
-            spare = self._spares.pop(0)  # the one forked first: settled for longest
-            try:
-                socket.send_fds(spare, [body], fds)
-            except OSError:
-                continue  # that init is gone (killed): the next one, or the launcher
-            finally:
-                spare.close()
-            return
+        forks another spare when this one's init ends, after the command.)
+
+        The inits the launcher sent since are taken in after the command is sent when one was already at hand
+        (the command is then under way in the init, and mylm only waits for it), else before. Those at hand came
+        first, so the one forked first is still the one used."""
+        for collected in (False, True):
+            if collected:
+                self._collect()
+            while self._spares:
+                spare = self._spares.pop(0)  # the one forked first: settled for longest
+                try:
+                    socket.send_fds(spare, [body], fds)
+                except OSError:
+                    continue  # that init is gone (killed): the next one, or the launcher
+                finally:
+                    spare.close()
+                if not collected:
+                    with contextlib.suppress(OSError):  # the launcher ended: the next command finds out
+                        self._collect()
+                return
         socket.send_fds(self._control, [body], fds)
 
     def _collect(self) -> None:

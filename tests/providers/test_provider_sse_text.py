@@ -33,12 +33,34 @@ def by_events(reads: list[bytes]) -> tuple[Any, ...]:
 
 def by_text(reads: list[bytes]) -> tuple[Any, ...]:
     """As `HTTPProvider._decode` reads the OpenAI decoder: `feed_text` on each read's text."""
+    return _by_reads(reads, lambda fed, text, reader, out: fed.feed_text(text, reader, out))
+
+
+def by_lead(reads: list[bytes]) -> tuple[Any, ...]:
+    """As `HTTPProvider._decode` reads the OpenAI decoder: `feed_text(..., lead=True)` on each read's text, fed
+    again from where it stopped until it has read all of it (the chunks of each part passed on before the next)."""
+
+    def feed(fed: Any, text: str, reader: SSEReader, out: list[Any]) -> None:
+        if text == "":
+            fed.feed_text(text, reader, out, lead=True)  # one blank line
+        while text:
+            before = len(out)
+            used = fed.feed_text(text, reader, out, lead=True)
+            assert 0 < used <= len(text)
+            if used < len(text):
+                assert len(out) > before  # it stops only after a run it read
+            text = text[used:]
+
+    return _by_reads(reads, feed)
+
+
+def _by_reads(reads: list[bytes], feed: Any) -> tuple[Any, ...]:
     lines, reader, fed, out, failed = LineSplitter(), SSEReader(), decoder(), [], None
     try:
         for data in [*reads, None]:
             text = lines.close_text() if data is None else lines.feed_text(data)
             if text is not None:
-                fed.feed_text(text, reader, out)
+                feed(fed, text, reader, out)
             if data is None and not fed.done:
                 fed.feed_all(reader.close(), out)
             if fed.done:
@@ -86,6 +108,7 @@ def test_reading_runs_from_the_text_gives_what_reading_events_gives(wire: bytes,
     points = sorted({min(c, len(wire)) for c in cuts})
     reads = [wire[a:b] for a, b in zip([0, *points], [*points, len(wire)]) if b > a]
     assert by_text(reads) == by_events(reads)
+    assert by_lead(reads) == by_events(reads)
 
 
 def test_a_servers_stream_is_read_as_runs() -> None:
@@ -102,3 +125,12 @@ def test_a_servers_stream_is_read_as_runs() -> None:
     assert fed.shape is not None and fed.done and fed.reason == "stop"
     assert [c.text for c in out] == ["He", 'llo "w"é']  # the first event learnt alone, then one run
     assert by_text([wire.encode()]) == by_events([wire.encode()])
+    # With `lead`, the read stops after the run, at the finish event, which the next feed reads.
+    fed, out, lines, reader = decoder(), [], LineSplitter(), SSEReader()
+    text = lines.feed_text(wire.encode())
+    assert text is not None
+    used = fed.feed_text(text, reader, out, lead=True)
+    assert text[used:].startswith('data: {"id"') and '"finish_reason":"stop"' in text[used:].splitlines()[0]
+    assert [c.text for c in out] == ["He", 'llo "w"é'] and not fed.done and fed.reason is None
+    assert fed.feed_text(text[used:], reader, out, lead=True) == len(text) - used
+    assert fed.done and fed.reason == "stop"
