@@ -294,11 +294,10 @@ def wait_and_run(waiting: socket.socket, ruleset: int, namespace: bool, *, ahead
     init = Init(namespace)
     layered = False
     if ahead and namespace:
-        try:
+        # Refused, the command's path tries again, and reports the failure there.
+        with contextlib.suppress(OSError):
             restrict_self(ruleset)
             layered = True
-        except OSError:
-            pass  # the command's path tries again, and reports the failure there
     try:
         message, fds, _, _ = socket.recv_fds(waiting, 65536, FDS_PER_REQUEST)
     except OSError:

@@ -366,11 +366,18 @@ _NOT_THERE = re.compile(r"no\s+such\s+file|\bnot\s+found\b|does\s*(?:not|n't)\s+
 _ERROR_CHARS = 400
 
 
+def _naming(request: ChatRequest, path: str, *, reading: bool = False) -> set[str]:
+    """The ids of the conversation's calls whose arguments name `path` (`reading`: of a tool named for reading
+    or showing a file, not for writing one)."""
+    return {call.id for message in request.messages for call in message.calls
+            if (not reading or (_READS.search(call.name) or _SHOWS.search(call.name)) and not replaces_whole(call.name))
+            and names_file(json.dumps(dict(call.arguments), ensure_ascii=False), path)}
+
+
 def _missing(request: ChatRequest, path: str) -> bool:
     """Whether the conversation shows `path` is not there: a call naming it was answered with an error saying so,
     and no other result shows it (a listing naming it, a read of it that worked)."""
-    named = {call.id for message in request.messages for call in message.calls
-             if names_file(json.dumps(dict(call.arguments), ensure_ascii=False), path)}
+    named = _naming(request, path)
     failed = False
     for message in request.messages:
         if message.role != "tool" or not names_file(message.content, path) and message.call_id not in named:
@@ -409,9 +416,7 @@ def _lost(request: ChatRequest, call: ToolCall, parameter: str, name: str) -> tu
                   key=len, default=None)
     if content is None:
         return None
-    readers = {c.id for message in request.messages for c in message.calls
-               if (_READS.search(c.name) or _SHOWS.search(c.name)) and not replaces_whole(c.name)
-               and names_file(json.dumps(dict(c.arguments), ensure_ascii=False), name)}
+    readers = _naming(request, name, reading=True)
     shown = next((m.content for m in reversed(request.messages) if m.role == "tool" and m.call_id in readers
                   and not m.is_error), None)
     if shown is None or (len(shown.strip()) <= _ERROR_CHARS and _NOT_THERE.search(shown)):

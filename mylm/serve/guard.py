@@ -405,6 +405,8 @@ def _guarded(guarding: Guarding, refused: Refusal, counts: Connections) -> type:
             self.transport.close()
 
         def _awaiting_body(self) -> bool:
+            """Whether the request's head has come and its body has not: each protocol's class answers it from
+            its own parser's state (h11's, httptools' callbacks); this mixin alone has no parser to ask."""
             raise NotImplementedError
 
     return Guarded

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import _thread
+import contextlib
 import contextvars
 import functools
 import os
@@ -67,10 +68,9 @@ _workers = _Workers()
 
 def _let_go(lock: _thread.LockType) -> None:
     """Release `lock` unless it is already released."""
-    try:
+    # Released already: the tool finished and the run was cancelled, and either wakes the waiter.
+    with contextlib.suppress(RuntimeError):
         lock.release()
-    except RuntimeError:
-        pass  # released already (the tool finished and the run was cancelled: either wakes the waiter)
 
 
 @functools.lru_cache(maxsize=1)
