@@ -6,14 +6,15 @@ from __future__ import annotations
 import math
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..core.types import ErrorEvent, StopReason, ToolResultEvent
+from ..core.errors import RepeatedCallError
+from ..core.types import ErrorEvent, RunResult, StopReason, ToolResultEvent
 from ..llm import LLM, ConstrainMode, FinishChunk
 from .recording import RecordingLLM
 from .suite import Task
@@ -152,7 +153,7 @@ def run_task(
             max_tokens=max_tokens, constrain=constrain, workspace=root, permission=permit, tool_dialect=tool_dialect,
         )
         result = agent.run(task.prompt)
-        reason = task.check(result.final_text, root, run_check) if result.error is None else str(result.error)
+        reason = _scored(result, lambda answer: task.check(answer, root, run_check))
     callable_tools = {t.name: t for t in agent.tools}
     judged = [judge_turn(t.text, t.finish, callable_tools) for t in recorder.turns]
     prompt_tokens = sum(t.finish.usage.prompt_tokens for t in recorder.turns if t.finish and t.finish.usage)
@@ -191,6 +192,18 @@ def run_task(
         in_text=calls_in_text(result.final_text, set(callable_tools)),
         bad_calls=bad,
     )
+
+
+def _scored(result: RunResult, check: Callable[[str], str | None]) -> str | None:
+    """Why a run failed its task (None: it passed). A run stuck on one call was asked for its answer without tools,
+    as one at the iteration limit is, and is scored by that answer (the user sees it); what stopped it is kept in
+    the reason when the answer is wrong too."""
+    if result.error is not None and not isinstance(result.error, RepeatedCallError):
+        return str(result.error)
+    reason = check(result.final_text)
+    if reason is not None and result.error is not None:
+        return f"{result.error}; {reason}"
+    return reason
 
 
 def run_task_native(

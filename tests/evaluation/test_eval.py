@@ -14,13 +14,13 @@ import pytest
 
 from mylm.config import load_settings
 from mylm.core.errors import ConfigError
+from mylm.core.types import ToolCall
 from mylm.evaluation import judge_turn, load_suite, run_task, totals
 from mylm.evaluation.runner import workspace_for
 from mylm.evaluation.suite import default_suite_path, normalise
 from mylm.llm import FinishChunk
 from mylm.protocol.parser import format_tool_call
 from mylm.testing import ScriptedLLM
-from mylm.core.types import ToolCall
 from tests.cli.cli_support import invoke
 from tests.providers.servers import Completion, OpenAIServer
 from tests.test_config import write_config
@@ -261,3 +261,19 @@ def test_an_agent_ending_the_run_is_a_failed_task_not_an_endpoint_error() -> Non
     history = item.detail["history"]
     assert history[0] == {"role": "user", "content": task.prompt}
     assert "The code word" in history[2]["content"] and history[-1]["role"] == "assistant"
+
+
+def test_a_run_stuck_on_a_call_is_scored_by_the_answer_it_then_gives() -> None:
+    from mylm.evaluation.modes import Limits
+    from mylm.evaluation.score import Session, run_agent_task
+    from mylm.prompts import PromptLoader
+
+    task = next(t for t in load_suite(default_suite_path()) if t.name == "read-secret")
+    # What Qwen2.5-Coder-0.5B did: read secret.txt three times, then, asked for its answer with no tools, gave the
+    # right word. The user saw that answer, as one given at the iteration limit; the run still says it was stuck.
+    same = format_tool_call(ToolCall("read_file", {"path": "secret.txt"}))
+    replies = [same] * 3 + ["<final_answer>PELICAN</final_answer>"]
+    with Session(ScriptedLLM(replies), PromptLoader.default(), Limits(max_tokens=200, timeout=60)) as session:
+        item = run_agent_task(session, task, "protocol", max_iterations=6)
+    assert (item.passed, item.error, item.reason) == (True, None, "")
+    assert item.detail["stop_reason"] == "repeated_call" and item.detail["answer"] == "PELICAN"
