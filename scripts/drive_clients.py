@@ -14,7 +14,8 @@ really ran can pass it):
 The clients:
 
 - the CLIs, with their own tools: Codex (`codex exec`, Responses), Claude Code (`claude -p`, Messages), OpenCode
-  (`opencode run`, Chat Completions), Qwen Code (`qwen PROMPT`, Chat Completions), each with its configuration and
+  (`opencode run`, Chat Completions), Qwen Code (`qwen PROMPT`, Chat Completions), Continue (`cn -p`, Chat
+  Completions), each with its configuration and
   state in a temporary HOME; the `llm` CLI
   (`llm --functions`, Chat Completions) with the file tools of scripts/clients/llm_tools.py;
 - the frameworks, with three file tools (list, read, write) written the way their documentation shows
@@ -26,7 +27,7 @@ The clients:
         [--task read|find|write|edit|count] -- --base-url http://127.0.0.1:8080/v1 -m qwen2.5-coder-1.5b  # serve's upstream
 
 `--npm DIR` is a directory whose node_modules holds @openai/codex, @anthropic-ai/claude-code, opencode-ai,
-@qwen-code/qwen-code, ai, @ai-sdk/openai-compatible and zod; `--python` an interpreter with the frameworks installed. A client that is not
+@qwen-code/qwen-code, @continuedev/cli, ai, @ai-sdk/openai-compatible and zod; `--python` an interpreter with the frameworks installed. A client that is not
 installed is reported as such. Prints a line per client and writes every transcript to `--log` (JSON lines).
 """
 
@@ -57,7 +58,7 @@ TASKS = {
 }
 #: The file of `workspace` that defines parse_release (`find`); its name does not say so.
 DEFINES = "tasks.py"
-CLIENTS = ("codex", "claude-code", "opencode", "qwen-code", "llm", "langchain", "agents-chat", "agents-responses", "pydantic-ai",
+CLIENTS = ("codex", "claude-code", "opencode", "qwen-code", "continue", "llm", "langchain", "agents-chat", "agents-responses", "pydantic-ai",
            "llamaindex", "smolagents", "vercel-ai")
 #: Seconds one client may take for the whole task.
 CLIENT_TIMEOUT = 1500
@@ -108,6 +109,17 @@ def isolated_env(home: Path, **extra: str) -> dict[str, str]:
             "XDG_STATE_HOME": str(home / ".local/state"), **extra}
 
 
+def continue_config(base_url: str, home: Path) -> Path:
+    """A Continue config.yaml in `home` declaring one model behind `base_url` (OpenAI's API, with tool use), the
+    file `cn --config` reads."""
+    config = home / "continue-config.yaml"
+    config.write_text(
+        "name: mylm serve\nversion: 0.0.1\nschema: v1\nmodels:\n  - name: local\n    provider: openai\n"
+        f"    model: local\n    apiBase: {base_url}\n    apiKey: unused\n    roles: [chat, edit, apply]\n"
+        "    capabilities: [tool_use]\n", encoding="utf-8")
+    return config
+
+
 def command(client: str, task: str, base_url: str, project: Path, home: Path, npm: Path,
             python: str) -> tuple[list[str], dict[str, str]] | str:
     """The command line and environment that run one client, or why it cannot run here."""
@@ -146,6 +158,11 @@ def command(client: str, task: str, base_url: str, project: Path, home: Path, np
         (home / ".qwen").mkdir(parents=True)
         (home / ".qwen" / "settings.json").write_text(json.dumps(settings, indent=2), encoding="utf-8")
         return ([str(bin_dir / "qwen"), task], isolated_env(home, MYLM_SERVE_KEY="unused"))
+    if client == "continue":
+        # Continue's CLI in headless mode (`cn -p`), with the model of its own config.yaml; `--auto` lets its file
+        # tools write, as it asks first otherwise (and cannot ask without a terminal).
+        return ([str(bin_dir / "cn"), "-p", task, "--config", str(continue_config(base_url, home)), "--auto"],
+                isolated_env(home, CONTINUE_GLOBAL_DIR=str(home / ".continue"), CONTINUE_CLI_ENABLE_TELEMETRY="0"))
     if client == "llm":
         # Simon Willison's llm: an OpenAI-compatible model is declared in its extra-openai-models.yaml.
         user_dir = home / "llm"

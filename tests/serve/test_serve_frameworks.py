@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from scripts.clients.frameworks import DRIVERS
+from scripts.drive_clients import command
 from tests.providers.servers import Completion, OpenAIServer, RecordedRequest, Reply
 from tests.serve.support import call, serving
 
@@ -204,3 +205,73 @@ def test_the_llm_cli_runs_its_functions_and_answers(task: str, calls: list[str],
     else:
         assert (project / "release.txt").read_text() == code_name and "release.txt" in done.stdout
     assert _observed(model, code_name)
+
+
+def _offered(system: str) -> dict[str, list[str]]:
+    """The tools mylm's prompt shows the model, by name, each with its schema's properties (required first)."""
+    offered = {}
+    for name, parameters in re.findall(r"<tool>\s*<name>([^<]+)</name>.*?<parameters>(.*?)</parameters>", system,
+                                       re.DOTALL):
+        schema = json.loads(parameters)
+        required = list(schema.get("required", []))
+        offered[name] = required + [p for p in schema.get("properties", {}) if p not in required]
+    return offered
+
+
+def tool_answer(body: dict[str, Any]) -> str:
+    """`answer`'s model for a client whose file tools are named and shaped its own way (Continue's `Read` with
+    `filepath`): it finds the read and write tools among those it is shown, by name, and fills their parameters."""
+    messages = body.get("messages") or []
+    offered = _offered(_text(messages[0].get("content"))) if messages else {}
+    read = next(n for n in offered if n.lower() in ("read", "read_file"))
+    write = next(n for n in offered if n.lower() in ("write", "write_file"))
+    last = _text(messages[-1].get("content")) if messages else ""
+    writing = "release.txt" in _text(messages[1].get("content")) if len(messages) > 1 else False
+    seen = re.search(r"code name is (\S+?)\.", last) if "<observation>" in last else None
+    if writing and "<observation>" in last and not seen:
+        return "The code name is in release.txt now."
+    if seen and writing:
+        path, content = offered[write][:2]
+        return call(write, json.dumps({path: "release.txt", content: seen.group(1)}), "Writing it now.")
+    if seen:
+        return f"The code name is {seen.group(1)}."
+    return call(read, json.dumps({offered[read][0]: "notes.txt"}), "I will read the notes first.")
+
+
+class ToolReadingModel(OpenAIServer):
+    """`ReadingModel` for `tool_answer`."""
+
+    def _record(self, request: RecordedRequest) -> Reply | None:
+        with self._lock:
+            if self.is_generation(request.method, request.path):
+                self._script = [Completion(tool_answer(request.body or {}))]
+            return super()._record(request)
+
+
+@pytest.mark.parametrize("task", [TASK, WRITE])
+def test_the_continue_cli_runs_its_own_tools_and_answers(task: str, tmp_path: Path) -> None:
+    """Continue's CLI (`cn -p`, headless) with a model declared in its config.yaml (`provider: openai`, an
+    `apiBase`, `capabilities: [tool_use]`), as scripts/drive_clients.py runs it, from the Node packages .ci/run
+    installs into MYLM_TEST_NPM."""
+    cn = NPM / "node_modules" / ".bin" / "cn"
+    _require("node with the @continuedev/cli package (MYLM_TEST_NPM)", shutil.which("node") is not None
+             and cn.exists(), REQUIRED_NPM)
+    project, home = tmp_path / "project", tmp_path / "cn-home"  # the tests' isolation has made tmp_path/home
+    project.mkdir()
+    home.mkdir()
+    code_name = _workspace(project)
+    with ToolReadingModel() as model, serving(model.base_url) as url:
+        how = command("continue", task, url + "/v1", project, home, NPM, sys.executable)
+        assert not isinstance(how, str), how
+        argv, env = how
+        done = subprocess.run(argv, cwd=project, env=env, capture_output=True, text=True, timeout=180, check=False,
+                              stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
+    if task == TASK:
+        assert code_name in done.stdout
+    else:
+        assert (project / "release.txt").read_text().strip() == code_name and "release.txt" in done.stdout
+    assert _observed(model, code_name)
+    # Continue's own tools reached the model in mylm's protocol, by their own names.
+    sent = json.dumps([r.body for r in model.requests if isinstance(r.body, dict)])
+    assert "<name>Read</name>" in sent and "<name>Write</name>" in sent
