@@ -194,6 +194,50 @@ def smolagents(base_url: str, workspace: Workspace, task: str) -> str:
     return str(agent.run(task))
 
 
+def autogen(base_url: str, workspace: Workspace, task: str) -> str:
+    """AutoGen AgentChat's `AssistantAgent` on `OpenAIChatCompletionClient`, streamed: a model it does not know
+    needs its `model_info`, one tool round a run by default (raised, for a task of two calls), and the tool's
+    result is answered by the model (`reflect_on_tool_use`), not returned as the answer."""
+    from autogen_agentchat.agents import AssistantAgent
+    from autogen_ext.models.openai import OpenAIChatCompletionClient
+
+    async def run() -> str:
+        client = OpenAIChatCompletionClient(
+            model="local", base_url=base_url, api_key="unused", timeout=TIMEOUT,
+            model_info={"vision": False, "function_calling": True, "json_output": False, "family": "unknown",
+                        "structured_output": False})
+        agent = AssistantAgent("files", model_client=client, tools=workspace.tools(), system_message=INSTRUCTIONS,
+                               reflect_on_tool_use=True, max_tool_iterations=5, model_client_stream=True)
+        try:
+            return str((await agent.run(task=task)).messages[-1].content)
+        finally:
+            await client.close()
+
+    return asyncio.run(run())
+
+
+def strands(base_url: str, workspace: Workspace, task: str) -> str:
+    """Strands Agents' `Agent` on its `OpenAIModel` (Chat Completions, streamed)."""
+    from strands import Agent, tool
+    from strands.models.openai import OpenAIModel
+
+    model = OpenAIModel(client_args={"api_key": "unused", "base_url": base_url, "timeout": TIMEOUT}, model_id="local")
+    # callback_handler None: its default prints the reply as it streams, where the driver prints only the answer.
+    agent = Agent(model=model, tools=[tool(f) for f in workspace.tools()], system_prompt=INSTRUCTIONS,
+                  callback_handler=None)
+    return str(agent(task)).strip()
+
+
+def agno(base_url: str, workspace: Workspace, task: str) -> str:
+    """Agno's `Agent` on `OpenAILike` (Chat Completions)."""
+    from agno.agent import Agent
+    from agno.models.openai.like import OpenAILike
+
+    model = OpenAILike(id="local", api_key="unused", base_url=base_url, timeout=TIMEOUT)
+    agent = Agent(model=model, tools=workspace.tools(), instructions=INSTRUCTIONS, telemetry=False)
+    return str(agent.run(task).content)
+
+
 #: The drivers by the name docs/serve.md and scripts/drive_clients.py use.
 DRIVERS: dict[str, Callable[[str, Workspace, str], str]] = {
     "langchain": langchain,
@@ -202,6 +246,9 @@ DRIVERS: dict[str, Callable[[str, Workspace, str], str]] = {
     "pydantic-ai": pydantic_ai,
     "llamaindex": llamaindex,
     "smolagents": smolagents,
+    "autogen": autogen,
+    "strands": strands,
+    "agno": agno,
 }
 
 

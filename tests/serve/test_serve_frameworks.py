@@ -1,7 +1,8 @@
 """The agent frameworks of docs/serve.md run their own tool loops through `mylm serve`, with the drivers
 scripts/drive_clients.py runs against a real model (scripts/clients/): LangChain `create_agent`, the OpenAI Agents
 SDK with each model class, pydantic-ai's `run_stream`, LlamaIndex's `FunctionAgent`, smolagents'
-`ToolCallingAgent` and the Vercel AI SDK.
+`ToolCallingAgent`, AutoGen's `AssistantAgent`, Strands Agents, Agno's `Agent`, the Vercel AI SDK and Continue's
+CLI.
 
 Real: each framework and its defaults, the file tools really reading a temporary workspace, `mylm serve` and its
 prompt, parser and wire code. Scripted: only the model, a loopback OpenAI server streaming in small delayed
@@ -33,10 +34,13 @@ pytestmark = pytest.mark.slow
 
 #: The module each driver needs.
 NEEDS = {"langchain": "langchain.agents", "agents-chat": "agents", "agents-responses": "agents",
-         "pydantic-ai": "pydantic_ai", "llamaindex": "llama_index.llms.openai_like", "smolagents": "smolagents"}
+         "pydantic-ai": "pydantic_ai", "llamaindex": "llama_index.llms.openai_like", "smolagents": "smolagents",
+         "autogen": "autogen_ext.models.openai", "strands": "strands.models.openai", "agno": "agno.models.openai.like"}
 #: Drivers run by another interpreter where their framework cannot share one with the others: LlamaIndex's OpenAI
-#: integration requires openai<3, the Agents SDK openai>=3 (.ci/run gives LlamaIndex a venv of its own).
-INTERPRETERS = {"llamaindex": "MYLM_TEST_LLAMAINDEX_PYTHON"}
+#: integration requires openai<3, the Agents SDK openai>=3, and so does Strands' (.ci/run gives LlamaIndex a venv of
+#: its own, and Strands, AutoGen and Agno another).
+INTERPRETERS = {"llamaindex": "MYLM_TEST_LLAMAINDEX_PYTHON", "autogen": "MYLM_TEST_AGENTS_PYTHON",
+                "strands": "MYLM_TEST_AGENTS_PYTHON", "agno": "MYLM_TEST_AGENTS_PYTHON"}
 ROOT = Path(__file__).resolve().parents[2]
 # Read at import: the tests' isolation clears MYLM_ variables before each test runs.
 PYTHONS = {name: os.environ.get(variable, "") for name, variable in INTERPRETERS.items()}
