@@ -227,7 +227,7 @@ class Server:
         if preload is not None and (loaded := preload(body)) is not None:
             self.core_for(text(body.get("model"), "model", allow_empty=False))
             return json_response(loaded)  # Ollama's "load the model" request: the upstream loads its own
-        parsed = api.parse(body, self.stored) if api is responses else api.parse(body)
+        parsed = api.parse(body, self.stored) if api in (responses, messages) else api.parse(body)
         core = self.core_for(parsed.model)
         if observer is not None:
             observer.request(api=api.__name__.rsplit(".", 1)[-1], model=parsed.model, stream=parsed.stream,
@@ -306,7 +306,10 @@ class Server:
                     if observer is not None or keep:
                         seen.append(item)
                     yield item
-                if keep:
+                if keep and parsed.thread:
+                    self.stored.keep_thread(parsed.response_id, parsed.messages, messages.as_sent(seen),
+                                            parsed.tools)
+                elif keep:
                     self.stored.put(parsed.response_id, parsed.messages, seen)
             finally:
                 self.active -= 1

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ..agent.step import ToolDefinition
@@ -13,6 +14,7 @@ from ..core.types import Usage
 from ..llm import Sampling
 from .chat import format_schema
 from .http import sse
+from .stored import ResponseStore, Thread
 from .wire import (
     MAX_TOP_K,
     CallIn,
@@ -90,9 +92,12 @@ class Blocks:
 
 
 def error_body(error: RequestError) -> dict[str, Any]:
-    """Anthropic's error shape."""
+    """Anthropic's error shape (with `details.error_code` for a thread's errors, which its SDK acts on)."""
     kind = _KINDS.get(error.status, "api_error" if error.status >= 500 else "invalid_request_error")
-    return {"type": "error", "error": {"type": kind, "message": error.message}}
+    body: dict[str, Any] = {"type": kind, "message": error.message}
+    if error.code is not None and error.code.startswith("thread_"):
+        body["details"] = {"error_code": error.code}
+    return {"type": "error", "error": body}
 
 
 def stream_error(error: RequestError) -> bytes:
@@ -100,14 +105,17 @@ def stream_error(error: RequestError) -> bytes:
     return sse(error_body(error), "error")
 
 
-def parse(body: dict[str, Any]) -> ChatRequest:
-    """The request, checked: a `RequestError` names the first field that is wrong."""
+def parse(body: dict[str, Any], stored: ResponseStore | None = None) -> ChatRequest:
+    """The request, checked: a `RequestError` names the first field that is wrong. A `thread` keeps the
+    conversation in `stored` under the reply's id; continued, the thread's system prompt, tools and messages go
+    before the new messages."""
+    thread = _thread(body.get("thread"), body, stored)
     model = text(body.get("model"), "model", allow_empty=False)
     max_tokens = count(body.get("max_tokens"), "max_tokens")
     if max_tokens is None:
         raise RequestError("max_tokens: Field required", param="max_tokens")
     listed = array(body.get("messages"), "messages")
-    if not listed:
+    if not listed and (thread is None or not thread.messages):
         raise RequestError("messages: at least one message is required", param="messages")
     # Anthropic's sampling fields and ranges (no seed, no penalties).
     sampling = Sampling(temperature=number(body.get("temperature"), "temperature", 0, 1),
@@ -118,11 +126,18 @@ def parse(body: dict[str, Any]) -> ChatRequest:
     choice, parallel = _choice(body.get("tool_choice"))
     conversation: list[ChatMessage] = []
     system = body.get("system")
-    if system is not None:
+    if thread is not None:  # a `continue`: what the thread holds comes first
+        conversation.extend(thread.messages)
+        tools = thread.tools
+    elif system is not None:
         conversation.append(ChatMessage("system", _blocks_text(system, "system")))
     for i, message in enumerate(listed):
         conversation.extend(_message(message, f"messages.{i}"))
+    threaded = body.get("thread") is not None
     return ChatRequest(
+        response_id=f"msg_{uuid.uuid4().hex}" if threaded else None,
+        keep=threaded,
+        thread=threaded,
         model=model,
         messages=checked_results(tuple(conversation)),
         tools=tools,
@@ -134,6 +149,32 @@ def parse(body: dict[str, Any]) -> ChatRequest:
         sampling=sampling,
         output_schema=_output_schema(body),
     )
+
+
+def _thread(value: Any, body: dict[str, Any], stored: ResponseStore | None) -> Thread | None:
+    """What a `thread` continues (None: no thread, or a new one). Anthropic's server-held conversation (the
+    Anthropic SDK's tool runner asks for one): `{"type": "create"}` keeps this request's conversation under the
+    reply's id; `{"type": "continue", "previous_message_id": ...}` sends only the new messages, the system prompt
+    and tools being the thread's. An id this server does not hold (it keeps the last few, in memory) is answered
+    `thread_not_found`, on which the SDK sends the whole conversation again under a new thread."""
+    if value is None:
+        return None
+    thread = obj(value, "thread")
+    kind = text(thread.get("type"), "thread.type", allow_empty=False)
+    if kind == "create":
+        return None
+    if kind != "continue":
+        raise RequestError(f"thread.type must be 'create' or 'continue', not {kind[:40]!r}", param="thread.type")
+    previous = text(thread.get("previous_message_id"), "thread.previous_message_id", allow_empty=False)
+    repeated = [name for name in ("system", "tools") if body.get(name) is not None]
+    if repeated:
+        raise RequestError(f"{repeated[0]}: a thread's continue takes it from the thread; leave it out",
+                           param=repeated[0], code="thread_unsupported_request")
+    found = stored.thread(previous) if stored is not None else None
+    if found is None:
+        raise RequestError(f"thread.previous_message_id: no thread holds the message '{previous[:80]}' here",
+                           status=404, param="thread.previous_message_id", code="thread_not_found")
+    return found
 
 
 def _output_schema(body: dict[str, Any]) -> dict[str, Any] | None:
@@ -243,7 +284,7 @@ def _usage(usage: Usage | None, request: ChatRequest | None = None, items: list[
 
 
 def _start(request: ChatRequest) -> dict[str, Any]:
-    return {"id": f"msg_{uuid.uuid4().hex}", "type": "message", "role": "assistant", "model": request.model,
+    return {"id": request.response_id or f"msg_{uuid.uuid4().hex}", "type": "message", "role": "assistant", "model": request.model,
             "content": [], "stop_reason": None, "stop_sequence": None}
 
 
@@ -251,6 +292,12 @@ def _tool_id(call: CallOut) -> str:
     # Reversible (`native.upstream_id`), so `--tools native` hands an upstream back the ids it issued; an id
     # without the prefix (an upstream's own, passed through) is kept as it is.
     return "toolu_" + call.id.removeprefix("call_") if call.id.startswith("call_") else call.id
+
+
+def as_sent(items: Sequence[Out]) -> list[Out]:
+    """`items` with each call under the id the client was given (`toolu_...`), as a thread keeps them: the
+    client's results name that id."""
+    return [replace(i, id=_tool_id(i)) if isinstance(i, CallOut) else i for i in items]
 
 
 def answer(request: ChatRequest, items: list[Out], body: dict[str, Any]) -> dict[str, Any]:

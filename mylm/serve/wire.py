@@ -75,6 +75,8 @@ class ChatRequest:
     #: later `previous_response_id` (`stored.py`).
     response_id: str | None = None
     keep: bool = False
+    #: Kept as an Anthropic thread (`stored.Thread`: its system prompt and tools too) rather than a response.
+    thread: bool = False
     #: `response_format`'s JSON Schema (`json_object`: any object): the answer must be one JSON value it allows.
     output_schema: Mapping[str, Any] | None = None
     #: When the request arrived (`time.monotonic()`): Ollama's answers report how long it took.

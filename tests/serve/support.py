@@ -64,9 +64,10 @@ def call(name: str, arguments: str, thought: str = "") -> str:
 @contextlib.contextmanager
 def serving(upstream_url: str, *, provider: str = "openai", model: str = "test-model", client_key: str | None = None,
             constrain: str = "off", max_corrections: int = 2, tools: str = "emulate", http: str | None = None,
-            **config: Any) -> Iterator[str]:
+            stored: Any = None, **config: Any) -> Iterator[str]:
     """`mylm serve` in a thread on an ephemeral loopback port in front of `upstream_url`; yields its root URL.
-    `http`: the HTTP parser ("httptools" or "h11"; default: the one `mylm serve` runs on)."""
+    `http`: the HTTP parser ("httptools" or "h11"; default: the one `mylm serve` runs on); `stored`: where the
+    answers and threads are kept (default: the server's own memory)."""
     endpoint = Endpoint(provider=provider, base_url=upstream_url, model=model, api_key="upstream-secret-key",
                         max_tokens=512)
     loader = PromptLoader.default()
@@ -74,6 +75,6 @@ def serving(upstream_url: str, *, provider: str = "openai", model: str = "test-m
                 CoreSettings(constrain=constrain, max_corrections=max_corrections, timeout=30,
                              tools=tools))  # type: ignore[arg-type]
     app = create_app(core, ServeConfig(model=model, client_key=client_key, **config),
-                     redact=lambda s: s.replace("upstream-secret-key", "[REDACTED]"))
+                     redact=lambda s: s.replace("upstream-secret-key", "[REDACTED]"), stored=stored)
     with Background(app, http=http) as url:
         yield url
