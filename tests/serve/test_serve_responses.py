@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import openai
+import pytest
 
 from tests.providers.servers import Completion, OpenAIServer
 from tests.serve.support import call, tracked
@@ -57,3 +58,29 @@ def test_streamed_events_and_a_second_turn_with_the_output(upstream: OpenAIServe
     answer = api.responses.create(model="m", input=second, tools=[WEATHER])
     assert answer.output_text == "Sunny."
     assert "<observation>\nsunny\n</observation>" in upstream.requests[1].body["messages"][-1]["content"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_sdks_responses_tool_runner_runs_its_function_and_answers(
+    upstream: OpenAIServer, served: str, stream: bool
+) -> None:
+    """The OpenAI SDK's own agent loop on the Responses API (`openai.lib.responses_tool_runner`), a registered
+    function really called with the arguments the model wrote."""
+    from openai.lib.responses_tool_runner import RegisteredFunction, ResponsesToolRunner
+
+    seen: list[dict[str, Any]] = []
+
+    def get_weather(arguments: dict[str, Any]) -> str:
+        seen.append(arguments)
+        return f"{arguments['city']}: sunny, 21 C"
+
+    tool = {"type": "function", "name": "get_weather", "description": "The current weather in a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+                           "additionalProperties": False}, "strict": True}
+    upstream.script([call("get_weather", '{"city": "Paris"}'), "It is sunny in Paris, 21 C."])
+    runner = ResponsesToolRunner(functions=[RegisteredFunction(tool, get_weather)])  # type: ignore[arg-type]
+    answer = runner.run(client(served), {"model": "m", "input": "How warm is it in Paris?"}, stream=stream,
+                        max_steps=4)
+    assert seen == [{"city": "Paris"}] and answer.output_text == "It is sunny in Paris, 21 C."
+    sent = [r.body for r in upstream.requests if upstream.is_generation(r.method, r.path)][-1]["messages"]
+    assert "<name>get_weather</name>" in sent[0]["content"] and "21 C" in sent[-1]["content"]
