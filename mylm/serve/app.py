@@ -32,7 +32,7 @@ from ..core.errors import (
 from ..telemetry.observer import RequestObserver, RequestTracing
 from . import chat, messages, models, ollama, responses
 from .bridge import Backlog, produced
-from .core import Core
+from .core import Core, prompt_tokens
 from .guard import Guard, Guarding, client_key, key_matches
 from .http import (
     EventStream,
@@ -176,6 +176,21 @@ class Server:
         except RequestError as error:
             return self._error(ollama, error)
         return json_response(ollama.show(name, size))
+
+    async def count_tokens(self, request: Request) -> Response:
+        """Anthropic's `POST /v1/messages/count_tokens`: the prompt's tokens as the upstream is sent them."""
+        refused = self._refused(request, messages)
+        if refused is not None:
+            return refused
+        try:
+            body = load_json(await read_body(request, self.config.max_body, self.config.body_timeout))
+            parsed = messages.parse_count(body)
+            core = self.core_for(parsed.model)
+            # Rendering, and counting with the upstream's tokenizer, may ask the upstream: not on the event loop.
+            tokens, _ = await asyncio.to_thread(prompt_tokens, core, parsed)
+        except RequestError as error:
+            return self._error(messages, error)
+        return json_response({"input_tokens": tokens})
 
     async def not_found(self, request: Request) -> Response:
         return self._error(api_of(request.url.path), RequestError(
@@ -487,6 +502,7 @@ def create_app(core: Core, config: ServeConfig, redact: Callable[[str], str] = l
         Route("/v1/models", server.list_models, methods=["GET"]),
         Route("/v1/models/{name:path}", server.one_model, methods=["GET"]),
         *(Route(path, handler, methods=["POST"]) for path, handler in generation.items()),
+        Route("/v1/messages/count_tokens", server.count_tokens, methods=["POST"]),
         Route("/api/tags", server.ollama_tags, methods=["GET"]),
         Route("/api/version", server.ollama_version, methods=["GET"]),
         Route("/api/show", server.ollama_show, methods=["POST"]),

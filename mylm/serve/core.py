@@ -80,7 +80,7 @@ from .native import (
 from .native import rescued as rescued_json
 from .transcripts import read_transcripts
 from .turns import Observe, answered, relay, thought_of
-from .window import ContextWindow
+from .window import ContextWindow, count
 from .wire import (
     CallOut,
     ChatMessage,
@@ -664,3 +664,14 @@ def _tools_key(request: ChatRequest) -> str:
 def stable_id(prefix: str, *parts: str) -> str:
     """An id derived from `parts` (the same request gives the same id)."""
     return prefix + hashlib.sha256("\x00".join(parts).encode("utf-8", "replace")).hexdigest()[:24]
+
+
+def prompt_tokens(core: Core, request: ChatRequest) -> tuple[int, bool]:
+    """The tokens the prompt of `request` takes upstream (Anthropic's `count_tokens`), and whether they were
+    counted (by the upstream's tokenizer) or estimated: the messages as `core` renders them, mylm's system prompt
+    with the tools included, or with `--tools native` the conversation and tool schemas it forwards."""
+    request = read_transcripts(request)
+    if core.settings.tools == "native" and (request.tools or any(m.calls for m in request.messages)):
+        return count(core.window, (), json.dumps([*wire_messages(request), *wire_tools(request.tools)], default=str))
+    step = core.step(request) if core.emulated(request) else None
+    return count(core.window, core.render(request, step))

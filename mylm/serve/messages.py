@@ -151,6 +151,15 @@ def parse(body: dict[str, Any], stored: ResponseStore | None = None) -> ChatRequ
     )
 
 
+def parse_count(body: dict[str, Any]) -> ChatRequest:
+    """A `/v1/messages/count_tokens` request: a Messages request without `max_tokens` (nor `stream`, nor a
+    thread), checked as one."""
+    if body.get("thread") is not None:
+        raise RequestError("thread: count_tokens counts a whole conversation; send it without a thread",
+                           param="thread")
+    return parse({**body, "max_tokens": 1, "stream": False})
+
+
 def _thread(value: Any, body: dict[str, Any], stored: ResponseStore | None) -> Thread | None:
     """What a `thread` continues (None: no thread, or a new one). Anthropic's server-held conversation (the
     Anthropic SDK's tool runner asks for one): `{"type": "create"}` keeps this request's conversation under the

@@ -182,6 +182,19 @@ class ContextWindow:
         return len(tokens) + MESSAGE_OVERHEAD * len(messages)
 
 
+def count(window: ContextWindow | None, messages: Sequence[Message], extra: str = "") -> tuple[int, bool]:
+    """The tokens of a prompt of `messages` (and `extra` text) and whether they were counted: by the upstream's
+    tokenizer where it has one (llama.cpp's `/tokenize`, found when `window` is measured), else estimated at 4
+    characters a token (`window` None: nothing is known of the upstream)."""
+    if window is not None:
+        window.size()
+        counted = window._count(messages, extra)
+        if counted is not None:
+            return counted, True
+    estimator = window.estimator if window is not None else TokenEstimator()
+    return estimator.estimate(messages) + int(len(extra) / estimator.chars_per_token), False
+
+
 def _auth(key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"} if key else {}
 

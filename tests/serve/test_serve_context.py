@@ -184,3 +184,28 @@ def test_langchain_reads_it_as_a_context_overflow() -> None:
         with pytest.raises(ContextOverflowError):
             model.invoke(LONG)
         assert generations(upstream) == []
+
+
+def test_count_tokens_counts_the_prompt_the_upstream_is_sent() -> None:
+    """Anthropic's `count_tokens` (the SDK's `messages.count_tokens`): the tokens of what goes upstream, mylm's
+    system prompt with the tools in it included, counted by llama.cpp's tokenizer where the upstream has one;
+    nothing is generated."""
+    asked: dict[str, Any] = {"model": "test-model", "messages": [{"role": "user", "content": "Weather in Paris?"}]}
+    weather = {"name": "get_weather", "description": "The weather in a city.",
+               "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
+    with LlamaServer(8192) as upstream, fronting(upstream) as url:
+        api = anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0)
+        bare = api.messages.count_tokens(**asked).input_tokens
+        with_tools = api.messages.count_tokens(**asked, tools=[weather], system="Be brief.").input_tokens
+        sent = [r for r in upstream.requests if r.path == "/tokenize"]
+        with pytest.raises(anthropic.BadRequestError) as raised:
+            api.messages.count_tokens(model="test-model", messages=[])
+    assert 0 < bare < with_tools and not generations(upstream)
+    counted = sent[-1].body["content"]
+    assert "get_weather" in counted and "Be brief." in counted and "Weather in Paris?" in counted
+    assert with_tools >= len(counted) // CHARS_PER_TOKEN  # the tokenizer's count (plus each message's overhead)
+    assert "messages" in raised.value.message
+    # An upstream without a tokenizer: estimated, never zero.
+    with OpenAIServer() as plain, fronting(plain) as url:
+        estimated = anthropic.Anthropic(base_url=url, api_key="unused").messages.count_tokens(**asked).input_tokens
+    assert estimated > 0 and not generations(plain)
