@@ -177,20 +177,28 @@ class Server:
             return self._error(ollama, error)
         return json_response(ollama.show(name, size))
 
-    async def count_tokens(self, request: Request) -> Response:
-        """Anthropic's `POST /v1/messages/count_tokens`: the prompt's tokens as the upstream is sent them."""
-        refused = self._refused(request, messages)
-        if refused is not None:
-            return refused
-        try:
-            body = load_json(await read_body(request, self.config.max_body, self.config.body_timeout))
-            parsed = messages.parse_count(body)
-            core = self.core_for(parsed.model)
-            # Rendering, and counting with the upstream's tokenizer, may ask the upstream: not on the event loop.
-            tokens, _ = await asyncio.to_thread(prompt_tokens, core, parsed)
-        except RequestError as error:
-            return self._error(messages, error)
-        return json_response({"input_tokens": tokens})
+    def token_count(self, api: ModuleType) -> Callable[[Request], Any]:
+        """The handler of a route that counts a request's prompt tokens as the upstream is sent them, without
+        answering it: Anthropic's `POST /v1/messages/count_tokens`, OpenAI's `POST /v1/responses/input_tokens`."""
+
+        async def handle(request: Request) -> Response:
+            refused = self._refused(request, api)
+            if refused is not None:
+                return refused
+            try:
+                body = load_json(await read_body(request, self.config.max_body, self.config.body_timeout))
+                parsed = (messages.parse_count(body) if api is messages
+                          else responses.parse_count(body, self.stored, self.names[0]))
+                core = self.core_for(parsed.model)
+                # Rendering, and counting with the upstream's tokenizer, may ask the upstream: not on the loop.
+                tokens, _ = await asyncio.to_thread(prompt_tokens, core, parsed)
+            except RequestError as error:
+                return self._error(api, error)
+            if api is messages:
+                return json_response({"input_tokens": tokens})
+            return json_response({"object": "response.input_tokens", "input_tokens": tokens})
+
+        return handle
 
     async def not_found(self, request: Request) -> Response:
         return self._error(api_of(request.url.path), RequestError(
@@ -502,7 +510,8 @@ def create_app(core: Core, config: ServeConfig, redact: Callable[[str], str] = l
         Route("/v1/models", server.list_models, methods=["GET"]),
         Route("/v1/models/{name:path}", server.one_model, methods=["GET"]),
         *(Route(path, handler, methods=["POST"]) for path, handler in generation.items()),
-        Route("/v1/messages/count_tokens", server.count_tokens, methods=["POST"]),
+        Route("/v1/messages/count_tokens", server.token_count(messages), methods=["POST"]),
+        Route("/v1/responses/input_tokens", server.token_count(responses), methods=["POST"]),
         Route("/api/tags", server.ollama_tags, methods=["GET"]),
         Route("/api/version", server.ollama_version, methods=["GET"]),
         Route("/api/show", server.ollama_show, methods=["POST"]),

@@ -66,6 +66,12 @@ def stream_error(error: RequestError) -> bytes:
                "error")
 
 
+def parse_count(body: dict[str, Any], stored: ResponseStore | None, model: str) -> ChatRequest:
+    """A `/v1/responses/input_tokens` request: a Responses request counted, not answered (`model` when it names
+    none, as the API allows), checked as one."""
+    return parse({**body, "model": body.get("model") or model, "stream": False, "store": False}, stored)
+
+
 def parse(body: dict[str, Any], stored: ResponseStore | None = None) -> ChatRequest:
     """The request, checked: a `RequestError` names the first field that is wrong. A `previous_response_id`
     puts the conversation that response ended (from `stored`) before the new input."""

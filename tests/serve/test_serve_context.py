@@ -209,3 +209,22 @@ def test_count_tokens_counts_the_prompt_the_upstream_is_sent() -> None:
     with OpenAIServer() as plain, fronting(plain) as url:
         estimated = anthropic.Anthropic(base_url=url, api_key="unused").messages.count_tokens(**asked).input_tokens
     assert estimated > 0 and not generations(plain)
+
+
+def test_responses_input_tokens_counts_the_prompt_the_upstream_is_sent() -> None:
+    """OpenAI's `responses.input_tokens.count` the same way (its `model` may be left out)."""
+    with LlamaServer(8192) as upstream, fronting(upstream) as url:
+        api = openai_client(url)
+        bare = api.responses.input_tokens.count(input="Weather in Paris?")
+        with_tools = api.responses.input_tokens.count(model="test-model", input="Weather in Paris?",
+                                                      instructions="Be brief.", tools=[RESPONSES_WEATHER])
+        with pytest.raises(openai.BadRequestError) as raised:
+            api.responses.input_tokens.count(input=[{"type": "nonsense"}])  # type: ignore[list-item]
+    assert bare.object == "response.input_tokens" and 0 < bare.input_tokens < with_tools.input_tokens
+    counted = [r for r in upstream.requests if r.path == "/tokenize"][-1].body["content"]
+    assert "get_weather" in counted and "Be brief." in counted and not generations(upstream)
+    assert raised.value.status_code == 400
+
+
+RESPONSES_WEATHER: Any = {"type": "function", "name": "get_weather", "description": "The weather in a city.",
+                          "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
