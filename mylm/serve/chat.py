@@ -113,11 +113,19 @@ def format_schema(fmt: dict[str, Any], param: str, *, nested: bool) -> dict[str,
     return schema
 
 
+#: The fields `sampling` reads, and what it gives for a request with none of them.
+_SAMPLING_FIELDS = frozenset(("temperature", "top_p", "top_k", "seed", "presence_penalty", "frequency_penalty",
+                              "min_p", "repeat_penalty", "repetition_penalty"))
+_NO_SAMPLING = Sampling()
+
+
 def sampling(body: dict[str, Any], where: str = "") -> Sampling:
     """The sampling fields, in OpenAI's ranges; `top_k`, `min_p` and `repeat_penalty` are not OpenAI's but
     llama.cpp's, vLLM's and LM Studio's extensions, which clients send to such servers (the OpenAI SDK's
     `extra_body`); vLLM spells the last `repetition_penalty`, read here as the same field. Ollama's `options`
     carry the same names (`where` is their place in the request, for error messages)."""
+    if not _SAMPLING_FIELDS.intersection(body):
+        return _NO_SAMPLING  # most requests set none of them: one shared (frozen) value
     repeat = body.get("repeat_penalty")
     name = "repeat_penalty"
     if repeat is None:

@@ -347,3 +347,46 @@ def test_a_requests_sampling_and_stops_reach_its_step_and_no_other() -> None:
     assert warm.config.max_tokens == plain.config.max_tokens == core.settings.max_tokens
     capped = core.step(_request([WEATHER], max_tokens=7))
     assert capped.config.max_tokens == 7 and capped.constraint is not None
+
+
+@settings(max_examples=500, deadline=None)
+@given(value=st.one_of(st.text(), st.text(alphabet="abcXYZ019_-.:/ é\u00b2\u0660\ud800", max_size=140)))
+def test_fast_checks_of_names_and_text_accept_and_clean_what_the_general_ones_do(value: str) -> None:
+    """`wire.text` skips the surrogate cleaning for ASCII text and `wire.tool_name` checks a name with one regex:
+    for any string, the same value or the same refusal as cleaning everything and checking each character."""
+    from mylm.core.decoding import clean_text
+    from mylm.core.errors import RequestError
+    from mylm.serve.wire import MAX_NAME, text, tool_name
+
+    assert text(value, "p") == clean_text(value)[0]
+    cleaned = clean_text(value)[0]
+    expected = bool(cleaned) and len(cleaned) <= MAX_NAME and cleaned.isascii() and all(
+        c.isalnum() or c in "_-.:" for c in cleaned)
+    try:
+        assert tool_name(value, "p") == cleaned and expected
+    except RequestError:
+        assert not expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(fields=st.dictionaries(st.sampled_from(["temperature", "top_p", "top_k", "seed", "min_p", "presence_penalty",
+                                               "frequency_penalty", "repeat_penalty", "repetition_penalty",
+                                               "model", "stream"]),
+                              st.one_of(st.none(), st.floats(0, 1), st.integers(0, 5)), max_size=4))
+def test_a_request_without_sampling_fields_gets_the_same_sampling_as_one_read_field_by_field(
+        fields: dict[str, Any]) -> None:
+    from mylm.core.errors import RequestError
+    from mylm.llm import Sampling
+
+    try:
+        found = chat.sampling(fields)
+    except RequestError:  # a value out of its range: refused by the field-by-field reading
+        assert set(fields) - {"model", "stream"}
+        return
+    if not set(fields) - {"model", "stream"}:
+        assert found == Sampling()
+    else:  # read field by field: a field set to null reads as not set
+        assert found == Sampling(**{("repeat_penalty" if k == "repetition_penalty" else k): None if v is None
+                                    else float(v) if k not in ("top_k", "seed") else v
+                                    for k, v in fields.items() if k not in ("model", "stream")
+                                    and not (k == "repetition_penalty" and fields.get("repeat_penalty") is not None)})
