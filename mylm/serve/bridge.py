@@ -74,13 +74,19 @@ WORKERS = Workers()
 
 class Backlog:
     """Whether a reply has items waiting that the event loop can take without waiting: its answer's events may
-    then go out in one write (fewer writes cost less CPU per request, and a client reads nothing later)."""
+    then go out in one write (fewer writes cost less CPU per request, and a client reads nothing later). Once the
+    reply has ended this stays true: what is left of the answer (its last events) is made without waiting, and
+    goes out in the write that ends the stream."""
 
     def __init__(self) -> None:
         self.items: Sized = ()
 
     def __len__(self) -> int:
         return len(self.items)
+
+
+#: A backlog's items once its reply has ended (see `Backlog`).
+_ENDED: Sized = (None,)
 
 
 async def produced(produce: Callable[[CancelToken], Iterator[T]], *, workers: Workers = WORKERS,
@@ -129,6 +135,8 @@ async def produced(produce: Callable[[CancelToken], Iterator[T]], *, workers: Wo
             while items:
                 item = items.popleft()
                 if isinstance(item, _End):
+                    if backlog is not None:
+                        backlog.items = _ENDED
                     if item.error is not None:
                         raise item.error
                     return

@@ -113,11 +113,19 @@ def format_schema(fmt: dict[str, Any], param: str, *, nested: bool) -> dict[str,
     return schema
 
 
+#: The fields `sampling` reads, and what it gives for a request with none of them.
+_SAMPLING_FIELDS = frozenset(("temperature", "top_p", "top_k", "seed", "presence_penalty", "frequency_penalty",
+                              "min_p", "repeat_penalty", "repetition_penalty"))
+_NO_SAMPLING = Sampling()
+
+
 def sampling(body: dict[str, Any], where: str = "") -> Sampling:
     """The sampling fields, in OpenAI's ranges; `top_k`, `min_p` and `repeat_penalty` are not OpenAI's but
     llama.cpp's, vLLM's and LM Studio's extensions, which clients send to such servers (the OpenAI SDK's
     `extra_body`); vLLM spells the last `repetition_penalty`, read here as the same field. Ollama's `options`
     carry the same names (`where` is their place in the request, for error messages)."""
+    if not _SAMPLING_FIELDS.intersection(body):
+        return _NO_SAMPLING  # most requests set none of them: one shared (frozen) value
     repeat = body.get("repeat_penalty")
     name = "repeat_penalty"
     if repeat is None:
@@ -240,6 +248,13 @@ def answer(request: ChatRequest, items: list[Out], body: dict[str, Any]) -> dict
     }
 
 
+#: The ends of the opening chunk (the role) and of the finishing chunks, after a stream's fixed opening: the bytes
+#: `chunk` would encode, made once.
+_ROLE_CLOSING = b'{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n'
+_FINISH_CLOSINGS = {reason: b'{},"logprobs":null,"finish_reason":%s}]}\n\n' % dumps(reason)
+                    for reason in ("stop", "length", "tool_calls")}
+
+
 async def events(request: ChatRequest, items: AsyncIterator[Out], body: dict[str, Any]) -> AsyncIterator[bytes]:
     """The answer as OpenAI streams it: a role chunk, content and `reasoning_content` deltas, each call as a
     header chunk (id, name) then its arguments, a chunk with `finish_reason`, the usage chunk if asked, [DONE]."""
@@ -261,8 +276,10 @@ async def events(request: ChatRequest, items: AsyncIterator[Out], body: dict[str
     def content(text: str) -> bytes:
         return b"%s%s%s" % (content_opening, string_literal(text).encode("utf-8"), content_closing)
 
+    reasoning_opening = opening + b'{"reasoning_content":'
+
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-    yield chunk({"role": "assistant", "content": ""})
+    yield opening + _ROLE_CLOSING
     calls = 0
     seen: list[Out] = []  # for the usage estimate, when it is asked for
     async for item in items:
@@ -271,7 +288,7 @@ async def events(request: ChatRequest, items: AsyncIterator[Out], body: dict[str
         if isinstance(item, TextOut):
             yield content(item.text)
         elif isinstance(item, ReasoningOut):
-            yield chunk({"reasoning_content": item.text})
+            yield b"%s%s%s" % (reasoning_opening, string_literal(item.text).encode("utf-8"), content_closing)
         elif isinstance(item, CallOut):
             header = _call(calls, item)
             header["function"] = {"name": item.name, "arguments": ""}
@@ -279,7 +296,8 @@ async def events(request: ChatRequest, items: AsyncIterator[Out], body: dict[str
             yield chunk({"tool_calls": [{"index": calls, "function": {"arguments": item.arguments}}]})
             calls += 1
         elif isinstance(item, Finished):
-            yield chunk({}, item.reason)
+            closing = _FINISH_CLOSINGS.get(item.reason)
+            yield opening + closing if closing is not None else chunk({}, item.reason)
             if include_usage:
                 yield sse({**head, "choices": [], "usage": _usage(item.usage, request, seen)})
     yield sse("[DONE]")

@@ -45,7 +45,6 @@ from ..llm import (
     LLMRequest,
     NativeTools,
     ReasoningChunk,
-    Sampling,
     TextChunk,
     alternating,
     native_refused,
@@ -139,7 +138,7 @@ class Core:
         #: Rendered system prompts by tools, choice and instructions: the same request renders the same bytes.
         self._systems: dict[tuple[Any, ...], str] = {}
         #: Model steps by tools and config, each copied per request (see `step`).
-        self._steps: dict[tuple[str, StepConfig], ModelStep] = {}
+        self._steps: dict[tuple[Any, ...], ModelStep] = {}
         self._lock = threading.Lock()
         if settings.tools == "native" and not supports_native_tools(llm):
             raise native_refused(str(getattr(llm, "name", None) or type(llm).__name__))
@@ -148,22 +147,26 @@ class Core:
 
     # ------------------------------------------------------------------------------------------ rendering
 
-    def step(self, request: ChatRequest) -> ModelStep:
-        """The model step for `request`'s tools and choices, with what earlier replies taught about the upstream."""
+    def step(self, request: ChatRequest, tools_key: str | None = None) -> ModelStep:
+        """The model step for `request`'s tools and choices, with what earlier replies taught about the upstream
+        (`tools_key`: `_tools_key(request)`, if the caller has it already)."""
         tools = request.tools
-        config = StepConfig(
-            max_tokens=request.max_tokens or self.settings.max_tokens, multiple_calls=request.parallel,
-            constrain=self.settings.constrain, tool_choice=request.tool_choice,
-            stop_strings=self.settings.stop_strings and not self.stopless, sampling=request.sampling,
-            tool_dialect=self.dialect,
-        )
+        max_tokens = request.max_tokens or self.settings.max_tokens
+        stop_strings = self.settings.stop_strings and not self.stopless
         # Compiling the grammar and reading the schemas is a pure function of the tools and the config: done
         # once, and each request gets a copy for what it learns (stops, reasoning, token estimate).
-        # Sampling is not part of what is compiled: requests differing only in it share one prototype.
-        key = (_tools_key(request), dataclasses.replace(config, sampling=Sampling()))
+        # Sampling is not part of what is compiled: requests differing only in it share one prototype. The key is
+        # the config's own fields (building the config and a copy of it without sampling, per request, cost more
+        # than the rest of this lookup).
+        key = (tools_key if tools_key is not None else _tools_key(request), max_tokens, request.parallel,
+               self.settings.constrain, request.tool_choice, stop_strings, self.dialect)
         with self._lock:
             prototype = self._steps.get(key)
         if prototype is None:
+            config = StepConfig(
+                max_tokens=max_tokens, multiple_calls=request.parallel, constrain=self.settings.constrain,
+                tool_choice=request.tool_choice, stop_strings=stop_strings, tool_dialect=self.dialect,
+            )
             try:
                 prototype = ModelStep(self.llm, tools, config, prompts=self.prompts)
             except Exception as error:  # noqa: BLE001 - any schema the grammar compiler cannot take
@@ -179,14 +182,19 @@ class Core:
                     self._steps.clear()
                 self._steps[key] = prototype
         step = copy.copy(prototype)
-        step.config = dataclasses.replace(prototype.config, sampling=request.sampling)
+        # The prototype's config has the default sampling: shared as it is (frozen) when the request asks for none.
+        if request.sampling != prototype.config.sampling:
+            step.config = dataclasses.replace(prototype.config, sampling=request.sampling)
         step.estimator = TokenEstimator()
         step.opens_reasoning = self.opens_reasoning
-        step.stops = (*step.stops, *(s for s in request.stop if s not in step.stops))
+        if request.stop:
+            step.stops = (*step.stops, *(s for s in request.stop if s not in step.stops))
         return step
 
-    def render(self, request: ChatRequest, step: ModelStep | None = None) -> tuple[Message, ...]:
-        """The messages sent upstream for `request` (with tools, through its `step`'s system prompt)."""
+    def render(self, request: ChatRequest, step: ModelStep | None = None,
+               tools_key: str | None = None) -> tuple[Message, ...]:
+        """The messages sent upstream for `request` (with tools, through its `step`'s system prompt; `tools_key`:
+        `_tools_key(request)`, if the caller has it already)."""
         # The client's own words (system, user, its assistant turns) are its principal's, kept as written; only
         # chat-template special tokens in them are broken, so no message can forge a turn of the upstream's
         # template. Tool results and tool descriptions are data and are fully neutralised (`_observation`,
@@ -198,8 +206,8 @@ class Core:
             system = (Message("system", instructions),) if instructions else ()
             return alternating((*system, *turns))
         schema = _shown_schema(request.output_schema)
-        key = (_tools_key(request), request.tool_choice, request.parallel, step.config.constrain, instructions,
-               schema)
+        key = (tools_key if tools_key is not None else _tools_key(request), request.tool_choice, request.parallel,
+               step.config.constrain, instructions, schema)
         with self._lock:
             system_prompt = self._systems.get(key)
         if system_prompt is None:
@@ -278,9 +286,12 @@ class Core:
                 return
             yield from self._plain(request, self.render(request), deadline, cancel, observe=observe)
             return
-        step = self.step(request)
-        messages = self.render(request, step)
-        step.config = dataclasses.replace(step.config, max_tokens=self._fitted(messages, step.config.max_tokens))
+        tools_key = _tools_key(request)
+        step = self.step(request, tools_key)
+        messages = self.render(request, step, tools_key)
+        fitted = self._fitted(messages, step.config.max_tokens)
+        if fitted != step.config.max_tokens:
+            step.config = dataclasses.replace(step.config, max_tokens=fitted)
         yield from self._emulate(request, step, list(messages), deadline, cancel, observe)
 
     def _fitted(self, messages: tuple[Message, ...], max_tokens: int, native: NativeTools | None = None) -> int:
@@ -373,7 +384,16 @@ class Core:
 
     def _emulate(self, request: ChatRequest, step: ModelStep, messages: list[Message], deadline: float,
                  cancel: CancelToken, observe: Observe | None = None) -> Iterator[Out]:
-        seed = stable_id("", *(f"{m.role}\x01{m.content}" for m in messages))
+        sent = tuple(messages)
+        seeds: list[str] = []
+
+        def seed() -> str:
+            """The conversation's id, which call ids derive from (hashed once a call is made: an answer needs
+            none)."""
+            if not seeds:
+                seeds.append(stable_id("", *(f"{m.role}\x01{m.content}" for m in sent)))
+            return seeds[0]
+
         corrections = step.corrections()
         meter = Meter()
         counted = [False, False]
@@ -465,7 +485,7 @@ class Core:
                 yield from thought_of(parsed.thought, counted)
                 for index, call in enumerate(outcome.calls):
                     # Stable: the same conversation gives the same ids, so a retried request is answered alike.
-                    call_id = stable_id("call_", seed, str(attempt), str(index))
+                    call_id = stable_id("call_", seed(), str(attempt), str(index))
                     yield CallOut(call_id, call.name, json.dumps(call.arguments, ensure_ascii=False))
                 yield Finished("tool_calls", usage, "")
                 return

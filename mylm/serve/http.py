@@ -107,13 +107,36 @@ async def settled_unless_disconnected(request: Request, task: asyncio.Future[Any
     if watcher is None:
         watcher = watching(request)
     try:
-        await asyncio.wait({task, watcher}, timeout=within, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done() and not watcher.done():
+            await first_done(task, watcher, within)
         if task.done():
             return True
         return None if watcher.done() else False
     finally:
         if own:
             watcher.cancel()
+
+
+async def first_done(one: asyncio.Future[Any], other: asyncio.Future[Any], timeout: float) -> None:
+    """Return once `one` or `other` is done, or `timeout` seconds have passed (neither is cancelled): what
+    `asyncio.wait(..., return_when=FIRST_COMPLETED)` does for two, without its sets, its counter and its copies
+    of the done and pending futures."""
+    loop = asyncio.get_running_loop()
+    woken = loop.create_future()
+
+    def wake(_: object = None) -> None:
+        if not woken.done():
+            woken.set_result(None)
+
+    one.add_done_callback(wake)
+    other.add_done_callback(wake)
+    timer = loop.call_later(timeout, wake)
+    try:
+        await woken
+    finally:
+        timer.cancel()
+        one.remove_done_callback(wake)
+        other.remove_done_callback(wake)
 
 
 async def unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
@@ -164,14 +187,32 @@ class EventStream(Response):
         self.watcher = watcher
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        stream = asyncio.ensure_future(self._stream(send))
+        # The events are written in this task; the client going away cancels it (only while it writes them: a
+        # cancel requested later is never made), and that cancel ends the answer as the client's leaving does.
+        # A task of their own and a wait on it and the watcher cost each request more than the rest of this.
         watcher = self.watcher if self.watcher is not None else asyncio.ensure_future(until_disconnect(receive))
+        current = asyncio.current_task()
+        writing = [True]
+        left = [False]
+
+        def gone(_: object) -> None:
+            if writing[0] and current is not None:
+                left[0] = True
+                current.cancel()
+
+        watcher.add_done_callback(gone)
         try:
-            await asyncio.wait({stream, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            await self._stream(send)
+        except asyncio.CancelledError:
+            if not left[0]:
+                raise  # cancelled from outside (the server shutting down): not this answer's to swallow
+            uncancel = getattr(current, "uncancel", None)  # 3.11: the task's count of cancels asked for
+            if uncancel is not None:
+                uncancel()
         finally:
-            for task in (stream, watcher):
-                task.cancel()
-            await asyncio.gather(stream, watcher, return_exceptions=True)
+            writing[0] = False
+            watcher.remove_done_callback(gone)
+            watcher.cancel()  # it ends at its next step; nothing waits for it
             close: Callable[[], Awaitable[None]] | None = getattr(self.events, "aclose", None)
             try:
                 if close is not None:

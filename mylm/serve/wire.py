@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -187,7 +188,8 @@ def text(value: Any, param: str, *, required: bool = True, allow_empty: bool = T
         raise RequestError(f"{param} must be a string, not {type_name(value)}", param=param)
     if not allow_empty and not value:
         raise RequestError(f"{param} must not be empty", param=param)
-    return clean_text(value)[0]
+    # ASCII text holds no surrogate: nothing to clean (the check is a C scan, the cleaning's search a regex one).
+    return value if value.isascii() else clean_text(value)[0]
 
 
 def obj(value: Any, param: str) -> dict[str, Any]:
@@ -259,10 +261,14 @@ def stops(value: Any, param: str, limit: int = 16) -> tuple[str, ...]:
     return found
 
 
+#: What a tool's name may be made of: ASCII letters and digits (what `str.isalnum` takes of ASCII), `_-.:`.
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_.:-]+")
+
+
 def tool_name(value: Any, param: str) -> str:
     """A tool's name: a non-empty string of letters, digits, `_`, `-`, `.` or `:` (what the protocol can carry)."""
     name = text(value, param, allow_empty=False)
-    if len(name) > MAX_NAME or not all(c.isalnum() or c in "_-.:" for c in name) or not name.isascii():
+    if len(name) > MAX_NAME or not _TOOL_NAME.fullmatch(name):
         raise RequestError(
             f"{param} must be 1-{MAX_NAME} ASCII letters, digits, '_', '-', '.' or ':', not {name[:80]!r}",
             param=param,

@@ -198,3 +198,195 @@ def test_content_chunks_written_directly_are_the_bytes_encoding_each_chunk_gives
         whole = json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()
         assert event == b"data: " + whole + b"\n\n"
         assert dumps(document) == whole
+
+
+@settings(max_examples=300, deadline=None)
+@given(said=st.lists(st.tuples(st.booleans(), st.text()), max_size=4),
+       reason=st.sampled_from(["stop", "length", "tool_calls"]), model=st.text(min_size=1, max_size=10))
+def test_every_chunk_made_from_kept_bytes_is_the_bytes_encoding_it_gives(said: list[tuple[bool, str]], reason: str,
+                                                                        model: str) -> None:
+    """The role chunk, reasoning chunks and the finishing chunk are written from bytes made once (`chat.events`):
+    for any text and reason, the bytes of encoding each whole chunk, in its order."""
+    import json
+
+    from mylm.serve.wire import Finished, ReasoningOut, TextOut
+
+    request = chat.parse({"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": True})
+
+    async def items() -> AsyncIterator[Any]:
+        for reasoning, text in said:
+            yield ReasoningOut(text) if reasoning else TextOut(text)
+        yield Finished(reason)  # type: ignore[arg-type]
+
+    async def collect() -> list[bytes]:
+        return [event async for event in chat.events(request, items(), {})]
+
+    events = asyncio.run(collect())
+    head = {k: v for k, v in json.loads(events[0][6:]).items() if k != "choices"}
+    deltas = [{"role": "assistant", "content": ""},
+              *({"reasoning_content" if reasoning else "content": text} for reasoning, text in said), {}]
+    finishes = [None] * (len(deltas) - 1) + [reason]
+    assert len(events) == len(deltas) + 1 and events[-1] == b"data: [DONE]\n\n"
+    for event, delta, finish in zip(events, deltas, finishes):
+        document = {**head, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+        assert event == b"data: " + json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+
+
+def test_the_events_after_the_reply_ends_go_out_in_the_write_that_ends_the_stream() -> None:
+    """Once the worker's reply has ended, what is left of the answer is made without waiting: it is not written
+    on its own before the empty write that ends the chunked body (one write fewer per request)."""
+    from mylm.serve.bridge import Backlog
+
+    backlog = Backlog()
+
+    async def source() -> AsyncIterator[bytes]:
+        async for item in produced(lambda cancel: iter([b"a", b"b"]), backlog=backlog):
+            yield item
+        yield b"[DONE]"  # made after the end, as an API's closing event is
+
+    messages: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.Event().wait()
+        return {}
+
+    async def send(message: dict[str, Any]) -> None:
+        messages.append(message)
+
+    asyncio.run(EventStream(source(), more=backlog)({"type": "http"}, receive, send))
+    bodies = [(m["body"], m["more_body"]) for m in messages if m["type"] == "http.response.body"]
+    assert b"".join(body for body, _ in bodies) == b"ab[DONE]"
+    assert bodies[-1][0].endswith(b"[DONE]") and bodies[-1][1] is False
+    assert all(body for body, _ in bodies), "an empty write ended the stream"
+
+
+def test_a_client_leaving_mid_stream_ends_it_in_its_own_task_without_leaving_the_task_cancelled() -> None:
+    """The events are written in the request's task (no task of their own): the client leaving cancels that task
+    while it writes, the stream ends as a disconnect ends it (its events closed), and the task goes on uncancelled;
+    a cancel from elsewhere (the server shutting down) still propagates."""
+    closed: list[str] = []
+
+    async def endless() -> AsyncIterator[bytes]:
+        try:
+            while True:
+                yield b"x"
+                await asyncio.sleep(0.001)
+        finally:
+            closed.append("events")
+
+    async def send(message: dict[str, Any]) -> None:
+        pass
+
+    async def client_leaves() -> tuple[bool, int]:
+        leave = asyncio.Event()
+
+        async def receive() -> dict[str, Any]:
+            await leave.wait()
+            return {"type": "http.disconnect"}
+
+        asyncio.get_running_loop().call_later(0.05, leave.set)
+        await EventStream(endless(), closed=lambda: closed.append("closed"))({"type": "http"}, receive, send)
+        task = asyncio.current_task()
+        assert task is not None
+        await asyncio.sleep(0)  # a cancel left pending would be raised here
+        return True, task.cancelling() if hasattr(task, "cancelling") else 0
+
+    assert asyncio.run(client_leaves()) == (True, 0)
+    assert closed == ["events", "closed"]
+
+    async def cancelled_from_outside() -> None:
+        async def receive() -> dict[str, Any]:
+            await asyncio.Event().wait()
+            return {}
+
+        stream = asyncio.ensure_future(EventStream(endless())({"type": "http"}, receive, send))
+        await asyncio.sleep(0.02)
+        stream.cancel()
+        try:
+            await stream
+        except asyncio.CancelledError:
+            return
+        raise AssertionError("a cancel from outside was swallowed")
+
+    closed.clear()
+    asyncio.run(cancelled_from_outside())
+    assert closed == ["events"]
+
+
+def test_first_done_returns_on_either_future_or_the_timeout_and_leaves_no_callback() -> None:
+    from mylm.serve.http import first_done
+
+    async def check() -> None:
+        loop = asyncio.get_running_loop()
+        one, other = loop.create_future(), loop.create_future()
+        loop.call_later(0.01, other.set_result, 1)
+        await first_done(one, other, 30)
+        assert other.done() and not one.done()
+        late = loop.create_future()
+        started = loop.time()
+        await first_done(one, late, 0.02)
+        assert loop.time() - started >= 0.01 and not one.done() and not late.done()
+        # Neither future keeps a callback of the waits (a future that outlives many waits must not gather them).
+        assert not one._callbacks and not late._callbacks  # type: ignore[attr-defined]
+
+    asyncio.run(check())
+
+
+def test_a_requests_sampling_and_stops_reach_its_step_and_no_other() -> None:
+    """The step's prototype is kept per tools and config without sampling: a request's sampling and stop strings
+    are its own copy's; a request asking for none shares the prototype's (frozen) config."""
+    loader = PromptLoader.default()
+    core = Core(ScriptedLLM([]), loader, CoreSettings(constrain="grammar"))
+    plain = core.step(_request([WEATHER]))
+    warm = core.step(_request([WEATHER], temperature=0.3, top_k=5, stop=["END"]))
+    again = core.step(_request([WEATHER]))
+    assert warm.constraint is plain.constraint
+    assert warm.config.sampling.temperature == 0.3 and warm.config.sampling.top_k == 5 and "END" in warm.stops
+    assert plain.config.sampling == again.config.sampling and plain.config.sampling.temperature is None
+    assert "END" not in plain.stops and "END" not in again.stops
+    assert warm.config.max_tokens == plain.config.max_tokens == core.settings.max_tokens
+    capped = core.step(_request([WEATHER], max_tokens=7))
+    assert capped.config.max_tokens == 7 and capped.constraint is not None
+
+
+@settings(max_examples=500, deadline=None)
+@given(value=st.one_of(st.text(), st.text(alphabet="abcXYZ019_-.:/ é\u00b2\u0660\ud800", max_size=140)))
+def test_fast_checks_of_names_and_text_accept_and_clean_what_the_general_ones_do(value: str) -> None:
+    """`wire.text` skips the surrogate cleaning for ASCII text and `wire.tool_name` checks a name with one regex:
+    for any string, the same value or the same refusal as cleaning everything and checking each character."""
+    from mylm.core.decoding import clean_text
+    from mylm.core.errors import RequestError
+    from mylm.serve.wire import MAX_NAME, text, tool_name
+
+    assert text(value, "p") == clean_text(value)[0]
+    cleaned = clean_text(value)[0]
+    expected = bool(cleaned) and len(cleaned) <= MAX_NAME and cleaned.isascii() and all(
+        c.isalnum() or c in "_-.:" for c in cleaned)
+    try:
+        assert tool_name(value, "p") == cleaned and expected
+    except RequestError:
+        assert not expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(fields=st.dictionaries(st.sampled_from(["temperature", "top_p", "top_k", "seed", "min_p", "presence_penalty",
+                                               "frequency_penalty", "repeat_penalty", "repetition_penalty",
+                                               "model", "stream"]),
+                              st.one_of(st.none(), st.floats(0, 1), st.integers(0, 5)), max_size=4))
+def test_a_request_without_sampling_fields_gets_the_same_sampling_as_one_read_field_by_field(
+        fields: dict[str, Any]) -> None:
+    from mylm.core.errors import RequestError
+    from mylm.llm import Sampling
+
+    try:
+        found = chat.sampling(fields)
+    except RequestError:  # a value out of its range: refused by the field-by-field reading
+        assert set(fields) - {"model", "stream"}
+        return
+    if not set(fields) - {"model", "stream"}:
+        assert found == Sampling()
+    else:  # read field by field: a field set to null reads as not set
+        assert found == Sampling(**{("repeat_penalty" if k == "repetition_penalty" else k): None if v is None
+                                    else float(v) if k not in ("top_k", "seed") else v
+                                    for k, v in fields.items() if k not in ("model", "stream")
+                                    and not (k == "repetition_penalty" and fields.get("repeat_penalty") is not None)})
