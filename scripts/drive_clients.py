@@ -59,7 +59,8 @@ TASKS = {
 #: The file of `workspace` that defines parse_release (`find`); its name does not say so.
 DEFINES = "tasks.py"
 CLIENTS = ("codex", "claude-code", "opencode", "qwen-code", "continue", "llm", "langchain", "agents-chat", "agents-responses", "pydantic-ai",
-           "llamaindex", "smolagents", "autogen", "strands", "agno", "vercel-ai")
+           "llamaindex", "smolagents", "autogen", "strands", "agno", "crewai",
+           "google-adk", "vercel-ai")
 #: Seconds one client may take for the whole task.
 CLIENT_TIMEOUT = 1500
 

@@ -12,6 +12,7 @@ takes minutes.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -238,6 +239,52 @@ def agno(base_url: str, workspace: Workspace, task: str) -> str:
     return str(agent.run(task).content)
 
 
+def _quiet_litellm() -> None:
+    """LiteLLM reads its model price list from the network when imported unless told to use its own copy."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
+def crewai(base_url: str, workspace: Workspace, task: str) -> str:
+    """CrewAI: one `Agent` with the tools, one `Task`, a `Crew` kicked off; its `LLM` goes through LiteLLM
+    (`openai/` names an OpenAI-compatible server)."""
+    _quiet_litellm()
+    os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")  # its telemetry goes to CrewAI's service otherwise
+    from crewai import LLM, Agent, Crew, Task
+    from crewai.tools import tool
+
+    llm = LLM(model="openai/local", base_url=base_url, api_key="unused", timeout=TIMEOUT)
+    agent = Agent(role="assistant", goal="Do what the user asks with the project's files", backstory=INSTRUCTIONS,
+                  tools=[tool(f) for f in workspace.tools()], llm=llm, verbose=False)
+    job = Task(description=task, expected_output="a brief answer", agent=agent)
+    return str(Crew(agents=[agent], tasks=[job], verbose=False).kickoff())
+
+
+def google_adk(base_url: str, workspace: Workspace, task: str) -> str:
+    """Google's Agent Development Kit: an `LlmAgent` on `LiteLlm` (an OpenAI-compatible server), run by an
+    `InMemoryRunner`; the answer is the last text it yields."""
+    _quiet_litellm()
+    from google.adk.agents import LlmAgent
+    from google.adk.models.lite_llm import LiteLlm
+    from google.adk.runners import InMemoryRunner
+    from google.genai import types
+
+    agent = LlmAgent(name="files", model=LiteLlm(model="openai/local", api_base=base_url, api_key="unused",
+                                                 timeout=TIMEOUT),
+                     instruction=INSTRUCTIONS, tools=workspace.tools())
+
+    async def run() -> str:
+        runner = InMemoryRunner(agent=agent, app_name="drive")
+        session = await runner.session_service.create_session(app_name="drive", user_id="user")
+        answer = ""
+        async for event in runner.run_async(user_id="user", session_id=session.id, new_message=types.Content(
+                role="user", parts=[types.Part(text=task)])):
+            if event.content and event.content.parts:
+                answer = "".join(part.text or "" for part in event.content.parts) or answer
+        return answer
+
+    return asyncio.run(run())
+
+
 #: The drivers by the name docs/serve.md and scripts/drive_clients.py use.
 DRIVERS: dict[str, Callable[[str, Workspace, str], str]] = {
     "langchain": langchain,
@@ -249,6 +296,8 @@ DRIVERS: dict[str, Callable[[str, Workspace, str], str]] = {
     "autogen": autogen,
     "strands": strands,
     "agno": agno,
+    "crewai": crewai,
+    "google-adk": google_adk,
 }
 
 

@@ -35,12 +35,17 @@ pytestmark = pytest.mark.slow
 #: The module each driver needs.
 NEEDS = {"langchain": "langchain.agents", "agents-chat": "agents", "agents-responses": "agents",
          "pydantic-ai": "pydantic_ai", "llamaindex": "llama_index.llms.openai_like", "smolagents": "smolagents",
-         "autogen": "autogen_ext.models.openai", "strands": "strands.models.openai", "agno": "agno.models.openai.like"}
+         "autogen": "autogen_ext.models.openai", "strands": "strands.models.openai", "agno": "agno.models.openai.like",
+         "crewai": "crewai", "google-adk": "google.adk.models.lite_llm"}
 #: Drivers run by another interpreter where their framework cannot share one with the others: LlamaIndex's OpenAI
 #: integration requires openai<3, the Agents SDK openai>=3, and so does Strands' (.ci/run gives LlamaIndex a venv of
 #: its own, and Strands, AutoGen and Agno another).
 INTERPRETERS = {"llamaindex": "MYLM_TEST_LLAMAINDEX_PYTHON", "autogen": "MYLM_TEST_AGENTS_PYTHON",
-                "strands": "MYLM_TEST_AGENTS_PYTHON", "agno": "MYLM_TEST_AGENTS_PYTHON"}
+                "strands": "MYLM_TEST_AGENTS_PYTHON", "agno": "MYLM_TEST_AGENTS_PYTHON",
+                "crewai": "MYLM_TEST_LITELLM_PYTHON", "google-adk": "MYLM_TEST_LITELLM_PYTHON"}
+#: Drivers .ci/run does not install (CrewAI and Google's ADK come with hundreds of packages, about ten minutes on
+#: two cores): they run where MYLM_TEST_LITELLM_PYTHON names an interpreter that has them, and skip elsewhere.
+BY_HAND = {"crewai", "google-adk"}
 ROOT = Path(__file__).resolve().parents[2]
 # Read at import: the tests' isolation clears MYLM_ variables before each test runs.
 PYTHONS = {name: os.environ.get(variable, "") for name, variable in INTERPRETERS.items()}
@@ -98,11 +103,11 @@ def _interpreter(name: str) -> str | None:
     return python if found.returncode == 0 else None
 
 
-def _require(what: str, present: bool, required: bool = REQUIRED) -> None:
+def _require(what: str, present: bool, required: bool = REQUIRED, hint: str = ".ci/run installs it") -> None:
     if not present:
         if required:
             pytest.fail(f"{what} is not installed, and CI requires the client drivers to run")
-        pytest.skip(f"{what} is not installed (.ci/run installs it)")
+        pytest.skip(f"{what} is not installed ({hint})")
 
 
 def _workspace(root: Path) -> str:
@@ -123,7 +128,8 @@ def _observed(model: ReadingModel, code_name: str) -> list[str]:
 def _drive(name: str, root: Path, task: str) -> tuple[subprocess.CompletedProcess[str], ReadingModel]:
     """The driver `name` run on `task` in `root` through `mylm serve` in front of the scripted model; it must exit 0."""
     python = _interpreter(name)
-    _require(f"{NEEDS[name]} (for the {name} driver)", python is not None)
+    _require(f"{NEEDS[name]} (for the {name} driver)", python is not None, REQUIRED and name not in BY_HAND,
+             f"set {INTERPRETERS[name]} to a Python that has it" if name in BY_HAND else ".ci/run installs it")
     assert python is not None
     with ReadingModel() as model, serving(model.base_url) as url:
         done = subprocess.run([python, str(ROOT / "scripts" / "clients" / "frameworks.py"), name, url + "/v1",
