@@ -172,7 +172,7 @@ def test_there_are_at_least_forty_hostile_cases() -> None:
 
 @pytest.mark.parametrize("method, path, api", [
     ("GET", CHAT, CHAT), ("DELETE", "/v1/models", CHAT), ("GET", "/v2/anything", CHAT),
-    ("POST", "/v1/messages/count_tokens", MESSAGES), ("PUT", RESPONSES, RESPONSES),
+    ("POST", "/v1/messages/batches", MESSAGES), ("PUT", RESPONSES, RESPONSES),
 ])
 def test_unknown_routes_and_methods(served: str, method: str, path: str, api: str) -> None:
     status, body = send(served, method, path)
