@@ -204,9 +204,9 @@ class _OpenAIDecoder(Decoder):
         reads from those events (`_ContentShape.text`: the same prefix, one string literal, the same suffix, the
         line's end); everything else, and a text with CR line ends, goes through `reader` and `feed_all`.
 
-        Returns how much of `text` was read: all of it, unless `lead`, which stops after a run that did not end
-        the text (at the start of the event after it, where no event is under way); the rest is read by feeding
-        it again (`HTTPProvider._decode` passes the run's text on first)."""
+        Returns how much of `text` was read: all of it, unless `lead`, which stops after a run that gave a chunk
+        and did not end the text (at the start of the event after it, where no event is under way); the rest is
+        read by feeding it again (`HTTPProvider._decode` passes the run's text on first)."""
         pos, count = 0, len(text)
         if not count:  # one blank line (it may end an event under way)
             self.feed_all(reader.feed([""]), out)
@@ -217,10 +217,10 @@ class _OpenAIDecoder(Decoder):
         while pos < count:
             shape = self.shape
             if shape is not None and plain and reader.clean:
-                start, pos = pos, self._run(text, pos, shape, out)
+                before, pos = len(out), self._run(text, pos, shape, out)
                 if pos >= count:
                     return count
-                if lead and pos > start:
+                if lead and len(out) > before:  # a run of empty contents gives no chunk: read on
                     return pos
             # Lines up to the next place a run may begin (the line after a blank one), or every line left.
             if shape is None:
