@@ -101,10 +101,9 @@ _SECRET_PREFIXES = (
 _PEM_END = re.compile(r"-----END [A-Z ]*PRIVATE KEY-----")
 #: Words that come before a secret in `_ASSIGNMENTS` (searched for first: a literal search is fast).
 _SECRET_NAMES = ("bearer", "key", "secret", "token", "pass", "pwd", "credential", "authorization", "cookie")
-#: A secret's name near the end of streamed text: its value may still be coming.
-_SENSITIVE_TAIL = re.compile(
-    r"(?i)(?:bearer|key|secret|token|pass|pwd|credential|authorization|cookie)[^\n]{0,40}\Z"
-)
+#: A secret's name near the end of streamed text: its value may still be coming. Made of `_SECRET_NAMES`, which
+#: `_sensitive_tail` looks for before searching with it.
+_SENSITIVE_TAIL = re.compile(r"(?i)(?:" + "|".join(_SECRET_NAMES) + r")[^\n]{0,40}\Z")
 #: The longest text `_SENSITIVE_TAIL` can match (its longest name and 40 more characters): a search needs to
 #: start only this far from the end. It has no look-behind and no anchor but `\Z`, so a match found from there
 #: is the one a search of the whole text finds (matches are at most this long and the leftmost one is kept).
