@@ -8,7 +8,7 @@ import json
 import os
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from mylm.protocol import CallParsed, StreamParser, parse_completion
@@ -229,3 +229,51 @@ def test_a_refusal_after_a_call_already_emitted_cannot_take_it_back() -> None:
     text = BLOCK + "\nI have not run it."
     assert parse_completion(text, tools=TOOLS).tool_calls == ()
     assert [c.name for c in parse_completion(text, tools=TOOLS, reasoning_open=False).tool_calls] == ["execute_command"]
+
+
+def _says_by_the_patterns(sentence: str) -> bool:
+    """`quoting._says(sentence, attribution=True)` without its word filter: the patterns alone decide."""
+    from mylm.protocol import quoting
+
+    marks = [m.start() for m in quoting._REFUSAL.finditer(sentence)]
+    marks += [m.start() for m in quoting._ATTRIBUTION.finditer(sentence)]
+    intents = [m.start() for m in quoting._INTENT.finditer(sentence)]
+    return bool(marks) and (not intents or max(marks) >= max(intents))
+
+
+def _ascii_match_of(pattern: str) -> st.SearchStrategy[str]:
+    from mylm.protocol import quoting
+
+    return st.from_regex(getattr(quoting, pattern), alphabet=st.characters(max_codepoint=127))
+
+
+@settings(max_examples=400)
+@given(st.one_of(_ascii_match_of("_REFUSAL"), _ascii_match_of("_ATTRIBUTION")))
+def test_every_ascii_match_of_the_quoting_patterns_holds_one_of_their_words(text: str) -> None:
+    # The word filter before the patterns' search may skip only text that none of them matches.
+    from mylm.protocol import quoting
+
+    refusal, attribution = quoting._REFUSAL.search(text), quoting._ATTRIBUTION.search(text)
+    assert refusal or attribution
+    assert not refusal or quoting._may_hold(text, quoting._REFUSAL_WORDS)
+    assert not attribution or quoting._may_hold(text, quoting._ATTRIBUTION_WORDS)
+
+
+_QUOTING_WORDS = ["I ", "We ", "you ", "the user ", "your ", "It ", "this ", "The file ", "notes.txt ", "README.md ",
+                  "have not ", "won't ", "N'T ", "never ", "refuse to ", "ignored ", "without ", "run ", "running ",
+                  "it", "this block", "pasted ", "gave me ", "contains", ":", "says ", "asked ", "has ", "I'll ",
+                  "let me ", ". ", "\n\n", "ſ", "\u212a", "İ", "x", " "]
+
+
+@given(st.lists(st.sampled_from(_QUOTING_WORDS), max_size=14).map("".join),
+       st.lists(st.sampled_from(_QUOTING_WORDS), max_size=14).map("".join))
+@example("you paſted this:\n", "")  # `ſ` is an `s` to the patterns' case-insensitive match, not to `str.lower`
+@example("Here:\n", "\nI ſkipped it.")
+def test_the_quoting_word_filter_changes_no_verdict(before: str, after: str) -> None:
+    from mylm.protocol import quoting
+
+    sentence = quoting._last_sentence(before)
+    assert quoting._says(sentence, attribution=True) == _says_by_the_patterns(sentence)
+    paragraph = quoting._first_paragraph(after)
+    expected = _says_by_the_patterns(sentence) or bool(after) and quoting._REFUSAL.search(paragraph) is not None
+    assert quoting.presented_as_quoted(before, after) == expected

@@ -288,3 +288,11 @@ def test_local_engine_tokenizes_message_text_without_special_tokens(tmp_path: Pa
     assert sum(1 for t in tokens if t in specials) == 5
     text = vocab.detokenize(tokens).decode("utf-8")
     assert "obey" in text and "piped" in text
+
+
+@given(st.text(alphabet=st.characters(min_codepoint=0x1FF0, max_codepoint=0x2010) | st.characters(max_codepoint=0x7f)
+               | st.sampled_from(["\U0010ffff", "\ud800", "＜", "〈", "é"]), max_size=12))
+def test_the_search_for_a_character_above_u2000_is_the_test_it_replaced(text: str) -> None:
+    from mylm.protocol.defuse import _ABOVE_U2000
+
+    assert (_ABOVE_U2000.search(text) is not None) == any(ord(c) > 0x2000 for c in text)

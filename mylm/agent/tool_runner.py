@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass, replace
@@ -14,6 +13,7 @@ from ..constrain.select import TOOL_CHOICES
 from ..core.cancel import hook_deadline
 from ..core.decoding import clean_text
 from ..core.errors import CancelledError
+from ..core.jsontext import sorted_json
 from ..core.types import (
     ApprovalEvent,
     ErrorEvent,
@@ -223,7 +223,7 @@ class ToolRunner:
     def _repeated(self, run: RunState, call: ToolCall, outcome: ToolOutcome) -> bool:
         """Count a call that ran; True when the run already made it, arguments and result alike (the call
         before it, or any earlier one)."""
-        arguments = json.dumps(call.arguments, sort_keys=True, ensure_ascii=False, default=str)
+        arguments = sorted_json(call.arguments)
         key = (call.name, arguments, outcome.output, outcome.is_error)
         run.repeats = run.repeats + 1 if key == run.last_call else 1
         run.last_call = key

@@ -8,6 +8,7 @@ from collections.abc import Generator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..core.jsontext import sorted_json
 from ..core.types import Event, FinishReason, ReasoningEvent, TextEvent, ToolCall, Usage
 from ..llm import LLM, FinishChunk, LLMRequest, ReasoningChunk, TextChunk
 from ..protocol.drift import ToolNames
@@ -140,7 +141,7 @@ def _degenerate(guard: RepetitionGuard, events: list[ParseEvent]) -> bool:
 
 def call_key(call: ToolCall) -> str:
     """A call's identity: its tool and its arguments as canonical JSON (key order ignored)."""
-    return call.name + "\0" + json.dumps(call.arguments, sort_keys=True, ensure_ascii=False, default=str)
+    return call.name + "\0" + sorted_json(call.arguments)
 
 
 def _repeats_a_call(parser: StreamParser, seen: list[str]) -> bool:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
 
+from ..core.jsontext import text_json
 from ..core.redact import Redactor, StreamRedactor
 from ..core.types import (
     CompactionEvent,
@@ -294,7 +295,7 @@ class EventPrinter:
 
     def _tool_call(self, event: ToolCallEvent) -> None:
         self._end_line()
-        args = json.dumps(dict(event.call.arguments), ensure_ascii=False)
+        args = text_json(dict(event.call.arguments))
         args = for_terminal(self.redactor.redact(args))
         if not self.verbose and len(args) > 300:
             args = args[:299] + "…"

@@ -59,7 +59,9 @@ class Sampling:
 
     def items(self) -> tuple[tuple[str, float | int], ...]:
         """The options this request sets, as `(name, value)` pairs in `SAMPLING_OPTIONS` order."""
-        found = ((f.name, getattr(self, f.name)) for f in fields(self))
+        # The field names, made once (`fields` builds them anew at each call).
+        names = SAMPLING_OPTIONS if type(self) is Sampling else tuple(f.name for f in fields(self))
+        found = ((name, getattr(self, name)) for name in names)
         return tuple((name, value) for name, value in found if value is not None)
 
     def over(self, options: Mapping[str, Any], names: Mapping[str, str] | None = None) -> dict[str, Any]:

@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.errors import TemplateError
 from ..core.paths import config_dir
@@ -26,6 +27,10 @@ from .bounded import (
     contained,
 )
 from .fast import RENDERERS
+
+if TYPE_CHECKING:
+    from jinja2 import TemplateNotFound, TemplateSyntaxError, UndefinedError
+    from jinja2.exceptions import SecurityError
 
 _PROMPTS_PACKAGE = "mylm._prompts"
 _TEMPLATE_SUFFIXES = (".j2",)
@@ -209,22 +214,20 @@ class PromptLoader:
 
     def _render(self, name: str, variables: Mapping[str, Any], template: Any = None) -> str:
         """Render `name` (`template`: its compiled template, just looked up)."""
-        from jinja2 import TemplateNotFound, TemplateSyntaxError, UndefinedError
-        from jinja2.exceptions import SecurityError
-
+        not_found, syntax_error, undefined_error, security_error = _jinja_errors()
         try:
             if template is None:
                 template = self._env.get_template(name)
             fast = self._fast(template, variables)
             text: str = fast if fast is not None else _render_within(template, variables, self.render_seconds)
-        except TemplateNotFound as error:
+        except not_found as error:
             where = ", ".join(str(p) for _, p in self.search_path)
             raise TemplateError(f"template {error.name!r} not found (looked in {where})") from None
-        except TemplateSyntaxError as error:
+        except syntax_error as error:
             raise TemplateError(f"{error.filename or name}:{error.lineno}: {error.message}") from None
-        except UndefinedError as error:
+        except undefined_error as error:
             raise TemplateError(f"{self._where(name, error)}: {error.message}") from None
-        except SecurityError as error:
+        except security_error as error:
             raise TemplateError(f"{self._where(name, error)}: unsafe template: {error}") from None
         except RecursionError as error:
             raise TemplateError(
@@ -401,6 +404,16 @@ def sample_variables(name: str) -> tuple[dict[str, Any], ...]:
     if name.startswith("chat/"):
         return ({"messages": _SAMPLE_MESSAGES, "add_generation_prompt": True},)
     return SAMPLES.get(name, ({},))
+
+
+@functools.lru_cache(maxsize=1)
+def _jinja_errors() -> tuple[type[TemplateNotFound], type[TemplateSyntaxError], type[UndefinedError],
+                             type[SecurityError]]:
+    """Jinja's errors that `PromptLoader._render` reports, imported once (not at import time: startup stays light)."""
+    from jinja2 import TemplateNotFound, TemplateSyntaxError, UndefinedError
+    from jinja2.exceptions import SecurityError
+
+    return TemplateNotFound, TemplateSyntaxError, UndefinedError, SecurityError
 
 
 def _template_line(error: BaseException, search_path: Sequence[tuple[str, Path]]) -> str | None:

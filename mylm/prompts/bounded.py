@@ -127,22 +127,25 @@ def _too_big(value: Any) -> bool:
     return isinstance(value, (str, list, tuple)) and len(value) > MAX_RENDERED_CHARS
 
 
-def _check_arguments(args: Iterable[Any]) -> None:
+def _refused(message: str) -> Exception:
+    """Jinja's `SecurityError` saying `message` (imported only when one is raised: a filter runs every render)."""
     from jinja2.exceptions import SecurityError
 
+    return SecurityError(message)
+
+
+def _check_arguments(args: Iterable[Any]) -> None:
     for value in args:
         # A width or count this large (`center(10**9)`) can only be meant to exhaust memory.
         if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_RENDERED_CHARS:
-            raise SecurityError(f"the number {value} is too large for a template")
+            raise _refused(f"the number {value} is too large for a template")
         if _too_big(value):
-            raise SecurityError("a value over the size limit")
+            raise _refused("a value over the size limit")
 
 
 def _check_result(value: Any) -> Any:
-    from jinja2.exceptions import SecurityError
-
     if _too_big(value):
-        raise SecurityError("a value over the size limit")
+        raise _refused("a value over the size limit")
     return value
 
 

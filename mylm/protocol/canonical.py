@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from typing import Any
 
+from ..core.jsontext import text_json
 from ..core.types import ToolCall
 from .tags import NAME_CLOSE, NAME_OPEN, PARAMS_CLOSE, PARAMS_OPEN, REASONING_DIALECTS, TOOL_CLOSE, TOOL_OPEN
 
@@ -21,7 +21,7 @@ def format_tool_call(call: ToolCall) -> str:
 def canonical_arguments(arguments: Mapping[str, Any]) -> str:
     """The arguments as canonical JSON: never `</`, `\\b`, `\\f` or a drive-letter escape that reads as raw text,
     and never a reasoning marker of any dialect (chat templates split history on `</think>`, `[/THINK]`…)."""
-    text = json.dumps(dict(arguments), ensure_ascii=False)
+    text = text_json(dict(arguments))
     if "\\" in text or "</" in text:
         text = _CANON_FIX.sub(_canon_fix, text)
     return _MARKER.sub(lambda m: f"\\u{ord(m.group()[0]):04x}" + m.group()[1:], text)

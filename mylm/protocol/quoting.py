@@ -59,6 +59,15 @@ _ATTRIBUTION = re.compile(
 _INTENT = re.compile(r"\b(?:i'll|i\s+will|let\s+me|let's|i'm\s+going\s+to|i\s+am\s+going\s+to|i\s+need\s+to|"
                      r"i\s+now|now\s+i)\s+(?!not\b|never\b)", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.!?](?=\s)|\n\s*\n")
+#: Words one of which every match of `_REFUSAL` holds (in lower case): each of its alternatives has a negation
+#: (`not`, `n't`, `never`, `refuse to`), or `ignored`/`declined`/`refused`/`skipped`, or `without`.
+_REFUSAL_WORDS = ("not", "n't", "never", "refuse", "ignored", "declined", "skipped", "without")
+#: The same for `_ATTRIBUTION`: the verb after "you"/"the user", "your"/"the user's", or the verb after a
+#: document (`contains`, `says`, `shows`, …) or a file name (those and `has`).
+_ATTRIBUTION_WORDS = ("pasted", "sent", "shared", "posted", "quoted", "provided", "gave", "forwarded", "your",
+                      "user's", "contain", "include", "says", "said", "reads", "show", "ask", "tells", "told",
+                      "instruct", "want", "has")
+_EITHER_WORDS = (*_REFUSAL_WORDS, *_ATTRIBUTION_WORDS)
 
 
 def presented_as_quoted(before: str, after: str = "") -> bool:
@@ -68,10 +77,26 @@ def presented_as_quoted(before: str, after: str = "") -> bool:
     if _says(intro, attribution=True):
         return True
     outro = after[:WINDOW]
-    return bool(outro) and _REFUSAL.search(_first_paragraph(outro)) is not None
+    if not outro:
+        return False
+    paragraph = _first_paragraph(outro)
+    return _may_hold(paragraph, _REFUSAL_WORDS) and _REFUSAL.search(paragraph) is not None
+
+
+def _may_hold(text: str, words: tuple[str, ...]) -> bool:
+    """False when `text` is ASCII and holds none of `words` in any case, so that no pattern that needs one of
+    them matches it (the patterns' case-insensitive matching is ASCII's on ASCII text; any other text may)."""
+    if not text.isascii():
+        return True
+    lowered = text.lower()
+    return any(word in lowered for word in words)
 
 
 def _says(sentence: str, *, attribution: bool) -> bool:
+    # Most sentences introducing a call hold none of the patterns' words: the patterns' search at every
+    # position (~4 µs a block) is skipped then.
+    if not _may_hold(sentence, _EITHER_WORDS if attribution else _REFUSAL_WORDS):
+        return False
     marks = [m.start() for m in _REFUSAL.finditer(sentence)]
     if attribution:
         marks += [m.start() for m in _ATTRIBUTION.finditer(sentence)]

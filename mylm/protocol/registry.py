@@ -22,8 +22,8 @@ def registry(tools: ToolNames | None) -> Registry | None:
     """Normalise `tools=`; None stays None (no registry: the parser behaves as without drift recovery)."""
     if tools is None:
         return None
-    if isinstance(tools, Mapping):
-        return {str(name): frozenset(str(a) for a in args) for name, args in tools.items()}
+    if type(tools) is dict or isinstance(tools, Mapping):  # a dict (the agent's) without the ABC's check
+        return {str(name): frozenset(map(str, args)) for name, args in tools.items()}
     return {str(name): frozenset() for name in tools}
 
 

@@ -77,8 +77,15 @@ def _with_content(obj: dict[str, Any], content: str) -> dict[str, Any]:
 
 def _shape_of(data: str, obj: Any) -> _ContentShape | None:
     """The shape of the plain text event `data` (which decoded to `obj`), if its content string can be found
-    and proven to be the one that changes: the same bytes with two other strings there decode to `obj` with
-    just its content changed to each."""
+    and proven to be the one that changes: the same bytes with another string there decode to `obj` with just
+    its content changed to it.
+
+    One other string proves it as well as two would: the bytes around a string literal are read the same way
+    whatever the literal holds (JSON reads left to right, and a literal ends at its own closing quote), so the
+    event with any literal there decodes to `obj` with that one string replaced; a string other than the
+    content that comes out as the content shows that string is the content (`obj` with any other string
+    replaced, or with a repeated key's earlier value replaced, keeps its content). The proof's string must
+    differ from the content (else any place would pass): of the two `_PROOFS`, the first that does."""
     if not _plain_text(obj):
         return None
     content = obj["choices"][0]["delta"]["content"]
@@ -93,13 +100,14 @@ def _shape_of(data: str, obj: Any) -> _ContentShape | None:
             value, end = None, -1
         if value == content:
             shape = _ContentShape(data[:start], data[end:])
-            if all(_decodes_to(shape, literal, _with_content(obj, text)) for literal, text in _PROOFS):
+            literal, text = _PROOFS[0] if _PROOFS[0][1] != content else _PROOFS[1]
+            if _decodes_to(shape, literal, _with_content(obj, text)):
                 return shape
         at = data.find(_CONTENT, at + 1)
     return None
 
 
-#: The literals a shape is proven with, and their strings (two that differ: one alone might equal the content).
+#: The literals a shape is proven with, and their strings: two that differ, so that one differs from the content.
 _PROOFS = (('"\\u00e9\\"x"', '\u00e9"x'), ('"y\\n"', "y\n"))
 
 
@@ -196,9 +204,9 @@ class _OpenAIDecoder(Decoder):
         reads from those events (`_ContentShape.text`: the same prefix, one string literal, the same suffix, the
         line's end); everything else, and a text with CR line ends, goes through `reader` and `feed_all`.
 
-        Returns how much of `text` was read: all of it, unless `lead`, which stops after a run that did not end
-        the text (at the start of the event after it, where no event is under way); the rest is read by feeding
-        it again (`HTTPProvider._decode` passes the run's text on first)."""
+        Returns how much of `text` was read: all of it, unless `lead`, which stops after a run that gave a chunk
+        and did not end the text (at the start of the event after it, where no event is under way); the rest is
+        read by feeding it again (`HTTPProvider._decode` passes the run's text on first)."""
         pos, count = 0, len(text)
         if not count:  # one blank line (it may end an event under way)
             self.feed_all(reader.feed([""]), out)
@@ -209,10 +217,10 @@ class _OpenAIDecoder(Decoder):
         while pos < count:
             shape = self.shape
             if shape is not None and plain and reader.clean:
-                start, pos = pos, self._run(text, pos, shape, out)
+                before, pos = len(out), self._run(text, pos, shape, out)
                 if pos >= count:
                     return count
-                if lead and pos > start:
+                if lead and len(out) > before:  # a run of empty contents gives no chunk: read on
                     return pos
             # Lines up to the next place a run may begin (the line after a blank one), or every line left.
             if shape is None:

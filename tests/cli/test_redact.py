@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -131,3 +133,69 @@ def test_sensitive_tail_search_from_its_reach_finds_what_a_whole_search_finds(te
     whole = _SENSITIVE_TAIL.search(text)
     tail = _SENSITIVE_TAIL.search(text, max(0, len(text) - _SENSITIVE_TAIL_REACH))
     assert (whole.span() if whole else None) == (tail.span() if tail else None)
+
+
+_PIECES = [*"aBsk \n:=_-x@/.\"'", "Bearer", "token", "KEY", "pass", "PaſſWORD", "\u212aey", "İ", "Σ", "://",
+           "sk-", "ghp_", "-----BEGIN", "hooks.slack.com", "authorization", "cookie", "my pass phrase", "0123456789",
+           "https://", "user:pw", "abcdefgh", "ſecret-value"]
+
+
+class _Reference:
+    """The stream redactor's general path, as it was before its fast paths: every piece redacted twice, and the
+    secret's name near the end searched by the pattern alone."""
+
+    @staticmethod
+    def release(stream: Any, ready: str) -> str:
+        if not ready:
+            return ""
+        before = stream._redactor.redact(stream._context)
+        both = stream._redactor.redact(stream._context + ready)
+        stream._context = (stream._context + ready)[-stream.CONTEXT :]
+        return both[len(before) :] if both.startswith(before) else stream._redactor.redact(ready)
+
+
+@given(st.lists(st.lists(st.sampled_from(_PIECES), max_size=12).map("".join), max_size=12),
+       st.sampled_from([(), ("my pass phrase",), ("sk-test-CANARY-0123456789abcdef", "ſecret-value")]))
+@example(["see https://", "user:pw@host", " now"], ())
+@example(["the PaſſWORD = ", "abcdefgh0123456789 ok"], ())
+@example(["say my pass", " phrase and", " stop"], ("my pass phrase",))
+@example(["it is ſecret-", "value here"], ("sk-test-CANARY-0123456789abcdef", "ſecret-value"))
+def test_redact_stream_fast_paths_show_what_the_general_path_shows(pieces: list[str], secrets: tuple[str, ...]) -> None:
+    import mylm.core.redact as module
+
+    fast = Redactor(secrets).stream()
+    general = Redactor(secrets).stream()
+    general._release = lambda ready: _Reference.release(general, ready)  # type: ignore[method-assign]
+    searched = module._sensitive_tail
+    try:
+        shown_fast = [fast.feed(piece) for piece in pieces] + [fast.flush()]
+        module._sensitive_tail = lambda text: module._SENSITIVE_TAIL.search(  # type: ignore[assignment]
+            text, max(0, len(text) - module._SENSITIVE_TAIL_REACH))
+        shown_general = [general.feed(piece) for piece in pieces] + [general.flush()]
+    finally:
+        module._sensitive_tail = searched
+    assert shown_fast == shown_general
+
+
+@given(st.lists(st.sampled_from(_PIECES), max_size=40).map("".join))
+@example("a PaſſWORD is")
+@example("my \u212aey")
+def test_sensitive_tail_fast_path_finds_what_the_pattern_finds(text: str) -> None:
+    from mylm.core.redact import _SENSITIVE_TAIL, _SENSITIVE_TAIL_REACH, _sensitive_tail
+
+    found = _sensitive_tail(text)
+    expected = _SENSITIVE_TAIL.search(text, max(0, len(text) - _SENSITIVE_TAIL_REACH))
+    assert (found.span() if found else None) == (expected.span() if expected else None)
+
+
+@given(st.lists(st.sampled_from(_PIECES), max_size=30).map("".join),
+       st.sampled_from([(), ("my pass phrase",), ("sk-test-CANARY-0123456789abcdef", "ſecret-value")]))
+@example("see https://user:pw@host now", ())
+@example("it is ſecret-value here", ("ſecret-value",))
+@example("say my pass phrase", ("my pass phrase",))
+def test_an_inert_text_and_its_parts_redact_to_themselves(text: str, secrets: tuple[str, ...]) -> None:
+    redactor = Redactor(secrets)
+    if redactor.inert(text):
+        assert redactor.redact(text) == text
+        for cut in range(len(text) + 1):
+            assert redactor.inert(text[:cut]) and redactor.inert(text[cut:])

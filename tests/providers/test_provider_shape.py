@@ -149,3 +149,53 @@ def test_a_shape_is_not_learnt_from_what_is_not_plain_text() -> None:
     twice = '{"choices":[{"index":0,"delta":{"content":"a","content":"b"}}]}'
     shape = _learnt(twice)
     assert shape is None or shape.text(twice.replace('"b"', '"c"')) == "c"
+
+
+def _shape_by_two_proofs(data: str, obj: Any) -> _ContentShape | None:
+    """`_shape_of` as it was: a place is the content only if both `_PROOFS` decode as they should there."""
+    from mylm.providers import openai
+
+    if not openai._plain_text(obj):
+        return None
+    content = obj["choices"][0]["delta"]["content"]
+    at = data.find(openai._CONTENT)
+    for _ in range(4):
+        if at < 0:
+            return None
+        start = at + len(openai._CONTENT)
+        try:
+            value, end = openai._scanstring(data, start, True)
+        except ValueError:
+            value, end = None, -1
+        if value == content:
+            shape = _ContentShape(data[:start], data[end:])
+            if all(openai._decodes_to(shape, literal, openai._with_content(obj, text))
+                   for literal, text in openai._PROOFS):
+                return shape
+        at = data.find(openai._CONTENT, at + 1)
+    return None
+
+
+#: Contents that are a proof's own string, or hold a key's spelling; keys around them in any order and repeated.
+_CONTENTS = st.sampled_from(["é\"x", "y\n", "x", "", "content", '"content":"x"', "é"]) | st.text(max_size=4)
+
+
+@st.composite
+def _events(draw: Any) -> str:
+    content = json.dumps(draw(_CONTENTS), ensure_ascii=draw(st.booleans()))
+    other = json.dumps(draw(_CONTENTS))
+    delta = draw(st.permutations([f'"content":{content}', *draw(st.lists(st.sampled_from(
+        [f'"content":{other}', f'"content":{content}', '"role":"assistant"', f'"role":{other}']), max_size=2))]))
+    choice = draw(st.permutations(['"index":0', '"delta":{' + ",".join(delta) + "}", *draw(st.lists(st.sampled_from(
+        ['"finish_reason":null', '"logprobs":null', f'"finish_reason":{other}']), max_size=1))]))
+    top = draw(st.permutations(['"choices":[{' + ",".join(choice) + "}]", *draw(st.lists(st.sampled_from(
+        [f'"content":{content}', f'"id":{other}', '"x":{"content":' + content + "}", '"usage":null']),
+        max_size=2))]))
+    return "{" + ",".join(top) + "}"
+
+
+@settings(max_examples=500)
+@given(_events())
+def test_one_proof_learns_the_shape_two_proofs_learn(data: str) -> None:
+    obj = json.loads(data)
+    assert _shape_of(data, obj) == _shape_by_two_proofs(data, obj)
