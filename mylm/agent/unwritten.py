@@ -151,9 +151,11 @@ def unwritten(task: str, tools: Sequence[_Tool],
     if path is None:
         return None
     writer = _writer(tools, change)
-    # A file to change is read first: a reader's call naming it changed nothing.
+    # A reader's call naming the file wrote nothing: a file to change is read first, and a model may look for the
+    # file it is to write before writing it (AutoGen's 1.5B read release.txt twice, got "no file named
+    # 'release.txt'" twice, and answered in words; taken for a write, the answer went out).
     made = [(name, arguments) for name, arguments in calls
-            if not (change and (_READS.search(name) or _SHOWS.search(name)) and not _CHANGES.search(name))]
+            if not ((_READS.search(name) or _SHOWS.search(name)) and not _CHANGES.search(name))]
     if writer is None or any(wrote(name, arguments, path) for name, arguments in made):
         return None
     return Unwritten(path, *writer, change=change)

@@ -61,6 +61,10 @@ def test_the_writer_and_what_counts_as_written() -> None:
     assert unwritten(TASK, (CLAUDE_EDIT, CLAUDE_WRITE), [("Edit", {"file_path": "release.txt"})]) is None
     assert unwritten(TASK, (CODEX_EXEC,), [("exec_command", {"cmd": "echo cobalt > release.txt"})]) is None
     assert unwritten(TASK, (CODEX_EXEC,), [("exec_command", {"cmd": "cat notes.txt"})]) is not None
+    # A reader's call naming the file wrote nothing (AutoGen's 1.5B looked for release.txt before writing it).
+    assert unwritten(TASK, (LIST, READ, WRITE), [("read_file", {"path": "notes.txt"}),
+                                                 ("read_file", {"path": "release.txt"})]) == Unwritten(
+        "release.txt", "write_file", "path")
     # No tool that writes: never sent back.
     assert unwritten(TASK, (LIST, READ), []) is None
 
@@ -102,6 +106,22 @@ def test_an_answer_with_nothing_written_is_sent_back_and_the_retry_writes() -> N
     retried = _sent(upstream)[1]["messages"]
     assert "Nothing has been written yet" in retried[-1]["content"] and "write_file" in retried[-1]["content"]
     assert not any(m["role"] == "assistant" and "tundra-d367" in str(m.get("content")) for m in retried)
+
+
+def test_looking_for_the_file_to_write_is_not_writing_it() -> None:
+    """AutoGen's 1.5B (run 21) read notes.txt and release.txt, not there yet, then answered in words: the reads
+    naming release.txt wrote nothing, so the answer is sent back and the retry writes."""
+    looked = [*READ_DONE,
+              {"role": "assistant", "content": None, "tool_calls": [{"id": "c2", "type": "function", "function": {
+                  "name": "read_file", "arguments": '{"path": "release.txt"}'}}]},
+              {"role": "tool", "tool_call_id": "c2", "content": "error: no file named 'release.txt' in the project"}]
+    write = call("write_file", '{"path": "release.txt", "content": "tundra-d367"}')
+    said = "No, the result does not answer the task. We need to create a new file named release.txt."
+    with OpenAIServer([said, write]) as upstream, serving(upstream.base_url) as url, \
+            openai.OpenAI(base_url=url + "/v1", api_key="unused") as api:
+        reply = api.chat.completions.create(model="m", tools=_tools(LIST, READ, WRITE), messages=looked)
+    assert [c.function.name for c in reply.choices[0].message.tool_calls or []] == ["write_file"]  # type: ignore[union-attr]
+    assert "Nothing has been written yet" in _sent(upstream)[1]["messages"][-1]["content"]
 
 
 def test_it_is_sent_back_once_and_never_once_something_was_written() -> None:
