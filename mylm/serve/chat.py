@@ -10,7 +10,7 @@ from typing import Any
 from ..agent.step import ToolDefinition
 from ..core.errors import RequestError
 from ..core.types import Usage
-from ..llm import Sampling
+from ..llm import SAMPLING_OPTIONS, Sampling
 from .http import dumps, sse, string_literal
 from .wire import (
     MAX_REPEAT_PENALTY,
@@ -113,9 +113,9 @@ def format_schema(fmt: dict[str, Any], param: str, *, nested: bool) -> dict[str,
     return schema
 
 
-#: The fields `sampling` reads, and what it gives for a request with none of them.
-_SAMPLING_FIELDS = frozenset(("temperature", "top_p", "top_k", "seed", "presence_penalty", "frequency_penalty",
-                              "min_p", "repeat_penalty", "repetition_penalty"))
+#: The fields `sampling` reads (`Sampling`'s, and vLLM's spelling of one), and what it gives for a request with
+#: none of them.
+_SAMPLING_FIELDS = frozenset((*SAMPLING_OPTIONS, "repetition_penalty"))
 _NO_SAMPLING = Sampling()
 
 

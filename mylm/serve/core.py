@@ -79,7 +79,7 @@ from .native import (
 from .native import rescued as rescued_json
 from .transcripts import read_transcripts
 from .turns import Observe, answered, relay, thought_of
-from .window import ContextWindow, count
+from .window import ContextWindow
 from .wire import (
     CallOut,
     ChatMessage,
@@ -691,7 +691,9 @@ def prompt_tokens(core: Core, request: ChatRequest) -> tuple[int, bool]:
     counted (by the upstream's tokenizer) or estimated: the messages as `core` renders them, mylm's system prompt
     with the tools included, or with `--tools native` the conversation and tool schemas it forwards."""
     request = read_transcripts(request)
+    # With no window configured nothing is asked of the upstream: an unprobed one estimates.
+    window = core.window if core.window is not None else ContextWindow(core.llm, probe=False)
     if core.settings.tools == "native" and (request.tools or any(m.calls for m in request.messages)):
-        return count(core.window, (), json.dumps([*wire_messages(request), *wire_tools(request.tools)], default=str))
+        return window.count((), json.dumps([*wire_messages(request), *wire_tools(request.tools)], default=str))
     step = core.step(request) if core.emulated(request) else None
-    return count(core.window, core.render(request, step))
+    return window.count(core.render(request, step))

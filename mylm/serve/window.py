@@ -148,7 +148,7 @@ class ContextWindow:
         window = self.size()
         if window is None:
             return max_tokens
-        estimate = self.estimator.estimate(messages) + int(len(extra) / self.estimator.chars_per_token)
+        estimate = self._estimate(messages, extra)
         if estimate + max_tokens <= window:
             return max_tokens  # the common case costs nothing more
         prompt, how = estimate, "estimated at 4 characters a token"
@@ -165,6 +165,17 @@ class ContextWindow:
             return left
         return max_tokens
 
+    def count(self, messages: Sequence[Message], extra: str = "") -> tuple[int, bool]:
+        """The tokens of a prompt of `messages` (and `extra` text) and whether they were counted: by the upstream's
+        tokenizer where it has one (llama.cpp's `/tokenize`, found when the window is measured), else estimated."""
+        self.size()
+        counted = self._count(messages, extra)
+        return (counted, True) if counted is not None else (self._estimate(messages, extra), False)
+
+    def _estimate(self, messages: Sequence[Message], extra: str) -> int:
+        """The prompt's tokens at the estimator's characters a token."""
+        return self.estimator.estimate(messages) + int(len(extra) / self.estimator.chars_per_token)
+
     def _count(self, messages: Sequence[Message], extra: str) -> int | None:
         """The prompt's tokens as llama.cpp's `/tokenize` counts them (None: no such route)."""
         url = self._tokenize
@@ -180,19 +191,6 @@ class ContextWindow:
             self._tokenize = None  # not llama.cpp's after all: estimates from now on
             return None
         return len(tokens) + MESSAGE_OVERHEAD * len(messages)
-
-
-def count(window: ContextWindow | None, messages: Sequence[Message], extra: str = "") -> tuple[int, bool]:
-    """The tokens of a prompt of `messages` (and `extra` text) and whether they were counted: by the upstream's
-    tokenizer where it has one (llama.cpp's `/tokenize`, found when `window` is measured), else estimated at 4
-    characters a token (`window` None: nothing is known of the upstream)."""
-    if window is not None:
-        window.size()
-        counted = window._count(messages, extra)
-        if counted is not None:
-            return counted, True
-    estimator = window.estimator if window is not None else TokenEstimator()
-    return estimator.estimate(messages) + int(len(extra) / estimator.chars_per_token), False
 
 
 def _auth(key: str | None) -> dict[str, str]:
