@@ -19,7 +19,7 @@ from mylm import Agent, StopReason
 from mylm.agent.fit import COUNT_GRAMMAR
 from mylm.agent.step import ModelStep, StepConfig, ToolDefinition, drain
 from mylm.constrain import ToolSpec, compile_protocol
-from mylm.core.types import Message, ToolCall, ToolResultEvent
+from mylm.core.types import ErrorEvent, Message, ToolCall, ToolResultEvent
 from mylm.prompts import PromptLoader, sample_variables
 from mylm.protocol.canonical import format_tool_call
 from mylm.protocol.examples import example_arguments, example_tool
@@ -937,6 +937,9 @@ def test_an_answer_about_this_directory_given_unlooked_is_sent_back_to_list_it(t
     correction = llm.requests[1].messages[-1].content
     assert 'no answer can come from what the working directory holds before it is listed' in correction
     assert 'Call list_dir on "." first' in correction and result.final_text == "2"
+    # What the user is shown as it goes back says what was skipped (it read "without ." in the quick start).
+    problems = [e.message for e in result.events if isinstance(e, ErrorEvent)]
+    assert problems[0] == "answered before any tool ran, without listing the directory", problems
 
 
 def test_an_answer_with_the_file_the_task_asks_for_unwritten_is_sent_back_once(tmp_path: Path) -> None:

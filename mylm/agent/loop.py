@@ -273,7 +273,10 @@ class Agent:
                 tool = None
         if tool is None:
             return outcome
-        problem = f"answered before any tool ran, without {shown or tool}"
+        # Shown to the user as it goes back: "without listing the directory", not "without ." (the quick start).
+        looked = "the directory" if shown == "." else shown
+        problem = (f"answered before any tool ran, without {'listing' if tool == 'list_dir' else 'reading'} {looked}"
+                   if shown else f"answered before any tool ran, without calling {tool}")
         return replace(outcome, problem=problem, correction=run.corrections.unlooked(tool, shown), kind="tool_choice",
                        kept=False)
 
