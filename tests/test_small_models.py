@@ -942,6 +942,35 @@ def test_an_answer_about_this_directory_given_unlooked_is_sent_back_to_list_it(t
     assert problems[0] == "answered before any tool ran, without listing the directory", problems
 
 
+def test_the_turn_after_a_call_is_asked_for_can_only_call(tmp_path: Path) -> None:
+    # The quick start on the 1.5B: told to list the directory first, with the very call written out, it answered
+    # "There are 0 Python files in this directory." again. What the correction demands, the grammar enforces.
+    (tmp_path / "app.py").write_text("x\n")
+    listing = format_tool_call(ToolCall("list_dir", {"path": "."}))
+    llm = ScriptedLLM(["There are 0 Python files in this directory.", listing, "1"])
+    agent = Agent(llm, tools(tmp_path), workspace=tmp_path, constrain="auto")
+    result = agent.run("How many Python files are in this directory?")
+    assert result.final_text == "1"
+    grammars = [r.constraint.grammar if r.constraint else None for r in llm.requests]
+    assert all(grammars), "the scripted endpoint takes a grammar"
+    first, owed, after = (parse_gbnf(g) for g in grammars)
+    assert accepts(first, "There are 0 Python files in this directory.")
+    assert not accepts(owed, "There are 0 Python files in this directory.")
+    assert not accepts(owed, "Listing.\n<final_answer>0</final_answer>")
+    assert accepts(owed, listing) and accepts(owed, "I will list it.\n" + listing)
+    # Only a tool the model was shown: no made-up name to be corrected again.
+    assert not accepts(owed, format_tool_call(ToolCall("count_files", {"path": "."})))
+    assert grammars[2] == grammars[0]  # once a tool ran, the model may answer again
+
+
+def test_a_call_is_not_forced_after_a_correction_about_the_form(tmp_path: Path) -> None:
+    # Only an answer where a call is due makes the next turn call: a format correction leaves the answer open.
+    llm = ScriptedLLM(["<tool_code><name>list_dir</name><parameters>{oops</parameters></tool_code>", "Paris."])
+    result = Agent(llm, tools(tmp_path), workspace=tmp_path, constrain="auto").run("What is the capital of France?")
+    assert result.final_text == "Paris."
+    assert llm.requests[0].constraint is not None and llm.requests[0].constraint == llm.requests[1].constraint
+
+
 def test_an_answer_with_the_file_the_task_asks_for_unwritten_is_sent_back_once(tmp_path: Path) -> None:
     # Through mylm serve the 1.5B, asked to write the code name into release.txt, read notes.txt and answered it.
     (tmp_path / "notes.txt").write_text("The release code name is tundra-d367.\n")

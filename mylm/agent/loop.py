@@ -228,10 +228,11 @@ class Agent:
     def _model_turn(self, run: RunState, *, summary: bool = False) -> Steps[StepOutcome]:
         """One turn through the step; what the user saw of one cut short stays in the conversation."""
         messages = (Message("system", self.system_prompt), *run.messages)
+        due, run.call_due = run.call_due and not summary, False
         try:
             return (yield from self.step.turn(
                 messages, deadline=run.monotonic_deadline(), cancel=run.cancel, corrections=run.corrections,
-                meter=run.meter, answer_only=summary,
+                meter=run.meter, answer_only=summary, call_due=due,
             ))
         except BaseException:
             partial, run.meter.partial = run.meter.partial, ""
@@ -247,6 +248,7 @@ class Agent:
         # Only the echo correction is kept to compare with: the others may quote the model's own reply.
         run.corrections.said = outcome.correction if outcome.problem == ECHOED else ""
         yield ErrorEvent(outcome.problem, outcome.kind)
+        run.call_due = outcome.kind == "tool_choice"  # an answer where a call is due: the retry can only call
         if outcome.kind == "format":  # a missing call (tool_choice) is corrected without counting as a failure
             run.failures += 1
             if run.failures >= self.config.max_consecutive_failures:

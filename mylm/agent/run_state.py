@@ -48,6 +48,9 @@ class RunState:
     #: The file of the workspace the task asks to be changed (`unwritten.change_target`), as shown, and what it
     #: held when the run began (a digest): an answer while it still holds that is sent back once.
     changing: tuple[str, str] | None = None
+    #: Whether the last correction asked for a call (`tool_choice`): the next turn is sampled under a grammar that
+    #: admits only a call, where the endpoint takes one.
+    call_due: bool = False
 
     def pace(self, seconds: float, turns_left: int, *, floor: float, cap: float) -> None:
         """Count a model turn that took `seconds`; move the deadline so the `turns_left` turns fit at the

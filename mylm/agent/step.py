@@ -258,6 +258,8 @@ class ModelStep:
             callable_, mode=config.constrain, multiple_calls=config.multiple_calls, max_tokens=config.max_tokens,
             tool_choice=choice, always={t.name for t in self.unlisted}, dialect=self.dialect,
         )
+        self._callable = callable_
+        self._owed: Constraint | None = None
         #: The tools in play and their argument names: the parser reads drifted calls against them.
         self.names = {t.name: tuple(dict(t.parameters).get("properties") or ()) for t in callable_}
         # Without several calls per turn, the end of the first call can stop generation at the server. Models
@@ -275,6 +277,20 @@ class ModelStep:
         #: with the same first question, scripts/bench_serve.py's requests) is not made to wait for a second model
         #: call. Shared by the copies `mylm serve` makes of one prototype step (`copy.copy` keeps the dict).
         self.probed: dict[tuple[str, bool, tuple[Message, ...]], str] = {}
+
+    def call_constraint(self) -> Constraint | None:
+        """The grammar of a turn that owes a call (a correction has asked for one): the turn's, with no answer
+        branch and no made-up tool; compiled on first use. Told to list the directory first, with the very call
+        written out, the 1.5B answered "There are 0 Python files" again (the quick start): a demand the grammar
+        can enforce is not left to the model."""
+        if self.constraint is None or self.config.tool_choice != "auto":
+            return self.constraint  # no grammar, or the choice already decides (`required`, a name, `none`)
+        if self._owed is None:
+            self._owed, _ = select_constraints(
+                self._callable, mode=self.config.constrain, multiple_calls=self.config.multiple_calls,
+                max_tokens=self.config.max_tokens, tool_choice="required", dialect=self.dialect,
+            )
+        return self._owed
 
     def templates(self) -> list[str]:
         """Every template a conversation with this step can render (check them before the first request)."""
@@ -325,6 +341,7 @@ class ModelStep:
         check_calls: bool = False,
         question: str = "",
         quoted: str = "",
+        call_due: bool = False,
     ) -> Steps[StepOutcome]:
         """One turn over `messages` (the system message first); redone once without stop strings if a server
         stop cut the model's reasoning. `deadline` is a `time.monotonic()` value; `answer_only` asks for an
@@ -333,9 +350,13 @@ class ModelStep:
         the user's question that no tool has answered yet; the first tool the model calls for it is checked
         against it in a request of its own (`fit`), once a conversation, when the model may choose. `quoted`: the
         words of a caller's conversation that its corrections may show again (a server's client's tools'
-        results): an answer copying them is no echo of a correction."""
+        results): an answer copying them is no echo of a correction. `call_due`: the conversation's last
+        correction asked for a call, so the turn is sampled under `call_constraint`."""
         meter = meter if meter is not None else Meter()
-        constraint = self.answer_constraint if answer_only else self.constraint
+        if answer_only:
+            constraint = self.answer_constraint
+        else:
+            constraint = self.call_constraint() if call_due else self.constraint
         turn = yield from self._complete(messages, deadline, cancel, constraint, meter)
         if self.stops and cut_mid_thought(turn):
             # Models draft calls inside <think>; a server honouring our stops then ends the turn mid-thought.
