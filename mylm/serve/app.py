@@ -201,8 +201,13 @@ class Server:
         return handle
 
     async def not_found(self, request: Request) -> Response:
-        return self._error(api_of(request.url.path), RequestError(
-            f"no route {request.method} {request.url.path}", status=404, kind="not_found_error", code="unknown_url"))
+        path = request.url.path
+        meant = meant_route(request.method, path)
+        # A client's base URL with one `/v1` too many or too few is the usual cause (Codex's `base_url` ending in
+        # `/v1` given as a server's root: `POST /v1/v1/responses`); the route it meant says how to fix it.
+        hint = f"; this server answers {request.method} {meant} (check the client's base URL)" if meant else ""
+        return self._error(api_of(path), RequestError(
+            f"no route {request.method} {path}{hint}", status=404, kind="not_found_error", code="unknown_url"))
 
     def generation(self, api: ModuleType, route: str) -> Callable[[Request], Any]:
         """The handler of a generation route (`api` is its wire module)."""
@@ -466,6 +471,27 @@ def refused(path: str, status: int, message: str, kind: str) -> dict[str, Any]:
     """A request refused before routing (`guard.py`), in the error shape of the API its path belongs to."""
     body: dict[str, Any] = api_of(path).error_body(RequestError(message, status=status, kind=kind))
     return body
+
+
+#: The routes a client's misplaced base URL most often misses, by method (`meant_route`).
+KNOWN_ROUTES = {
+    "POST": ("/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/messages/count_tokens",
+             "/v1/responses/input_tokens", "/api/chat", "/api/show"),
+    "GET": ("/v1/models", "/api/tags", "/api/version"),
+}
+
+
+def meant_route(method: str, path: str) -> str | None:
+    """The route `path` most likely meant: one it ends with after a prefix too many (`/v1/v1/responses`,
+    `/openai/v1/chat/completions`), or the same under `/v1` (`/chat/completions`); None where none fits."""
+    known = KNOWN_ROUTES.get(method.upper(), ())
+    trimmed = path.rstrip("/") or "/"
+    if trimmed != path and trimmed in known:
+        return trimmed
+    longest = [route for route in known if trimmed.endswith(route) and trimmed != route]
+    if longest:
+        return max(longest, key=len)
+    return f"/v1{trimmed}" if f"/v1{trimmed}" in known else None
 
 
 class _Routed(Starlette):

@@ -145,6 +145,40 @@ def test_the_generation_routes_answer_alike_with_and_without_starlettes_router(u
     assert messages.status_code == 200 or messages.json()["type"] == "error"
 
 
+def test_a_base_url_with_a_v1_too_many_or_too_few_is_told_the_route_it_meant(upstream: Any, served: str) -> None:
+    """The usual set-up mistake, seen through the official SDKs: Anthropic's base URL given with `/v1` (the SDK adds
+    its own: `POST /v1/v1/messages`), OpenAI's without it (`POST /chat/completions`). The 404 says which route
+    this server answers, in each API's error shape."""
+    import anthropic
+    import openai
+    import pytest
+
+    upstream.script(["unused"])
+    with anthropic.Anthropic(base_url=served + "/v1", api_key="unused", max_retries=0) as claude, \
+            pytest.raises(anthropic.NotFoundError) as missed:
+        claude.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+    assert "no route POST /v1/v1/messages; this server answers POST /v1/messages" in str(missed.value)
+    with openai.OpenAI(base_url=served, api_key="unused", max_retries=0) as gpt, \
+            pytest.raises(openai.NotFoundError) as missed_too:
+        gpt.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    assert "this server answers POST /v1/chat/completions (check the client's base URL)" in str(missed_too.value)
+    assert upstream.requests == []  # nothing reached the model
+
+
+def test_the_route_a_misplaced_path_meant() -> None:
+    from mylm.serve.app import meant_route
+
+    assert meant_route("POST", "/v1/v1/responses") == "/v1/responses"
+    assert meant_route("POST", "/openai/v1/chat/completions") == "/v1/chat/completions"
+    assert meant_route("POST", "/v1/v1/messages/count_tokens") == "/v1/messages/count_tokens"
+    assert meant_route("POST", "/responses") == "/v1/responses"
+    assert meant_route("POST", "/v1/chat/completions/") == "/v1/chat/completions"
+    assert meant_route("GET", "/models") == "/v1/models"
+    for nothing in ("/v1/completions", "/", "/v1/responses/abc", "/admin"):
+        assert meant_route("POST", nothing) is None, nothing
+    assert meant_route("DELETE", "/v1/v1/responses") is None
+
+
 def test_chat_chunks_made_from_a_template_are_the_bytes_encoding_each_chunk_gives() -> None:
     import json
 
