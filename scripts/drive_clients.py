@@ -43,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -55,10 +56,14 @@ TASKS = {
     "edit": "In greet.py, change the greeting from Hello to Hi. Keep everything else as it is.",
     # A question about the project as a whole: list it, then count (3 .py files; notes.txt is not one).
     "count": "How many Python files does this project have? Answer with the number only.",
+    # A command to run: the number checksum.py prints comes from the notes' bytes, so it cannot be read or guessed.
+    "run": "Run checksum.py with python3 and tell me the number it prints. Answer with the number only.",
 }
+#: The clients whose own tools can run a command (the frameworks' drivers give their agents file tools only).
+SHELLS = ("codex", "claude-code", "opencode", "qwen-code", "continue", "cline")
 #: The file of `workspace` that defines parse_release (`find`); its name does not say so.
 DEFINES = "tasks.py"
-CLIENTS = ("codex", "claude-code", "opencode", "qwen-code", "continue", "llm", "langchain", "agents-chat", "agents-responses", "pydantic-ai",
+CLIENTS = ("codex", "claude-code", "opencode", "qwen-code", "continue", "cline", "llm", "langchain", "agents-chat", "agents-responses", "pydantic-ai",
            "llamaindex", "smolagents", "autogen", "strands", "agno", "crewai",
            "google-adk", "vercel-ai")
 #: Seconds one client may take for the whole task.
@@ -74,7 +79,7 @@ class Outcome:
     detail: str
 
 
-def workspace(root: Path, code_name: str) -> None:
+def workspace(root: Path, code_name: str, task: str = "read") -> None:
     root.mkdir(parents=True)
     (root / "notes.txt").write_text(
         f"Release notes, draft.\nThe release code name is {code_name}.\nShip it on Friday after the tests pass.\n",
@@ -82,6 +87,9 @@ def workspace(root: Path, code_name: str) -> None:
     (root / "greet.py").write_text('def greet(name):\n    return f"Hello, {name}!"\n', encoding="utf-8")
     (root / "release.py").write_text('from tasks import parse_release\n\nprint(parse_release("notes.txt"))\n',
                                      encoding="utf-8")
+    if task == "run":  # only there, so the count stays 3 .py files
+        (root / "checksum.py").write_text(
+            'import zlib\n\nprint(zlib.crc32(open("notes.txt", "rb").read()) % 100000)\n', encoding="utf-8")
     (root / DEFINES).write_text('def parse_release(path):\n    for line in open(path):\n        if "code name" in '
                                 'line:\n            return line.split()[-1].rstrip(".")\n', encoding="utf-8")
 
@@ -96,6 +104,9 @@ def passed_task(task: str, root: Path, answer: str, code_name: str) -> bool:
     if task == "edit":
         edited = (root / "greet.py").read_text(encoding="utf-8", errors="replace")
         return "def greet(name)" in edited and "Hi, {name}!" in edited and "Hello" not in edited
+    if task == "run":
+        printed = str(zlib.crc32((root / "notes.txt").read_bytes()) % 100000)
+        return re.search(rf"(?<![0-9]){printed}(?![0-9])", answer) is not None
     if task == "count":
         return re.search(r"\b(3|three)\b", answer, re.IGNORECASE) is not None and not re.search(r"\b[0-24-9]\b",
                                                                                               answer)
@@ -125,6 +136,8 @@ def command(client: str, task: str, base_url: str, project: Path, home: Path, np
             python: str) -> tuple[list[str], dict[str, str]] | str:
     """The command line and environment that run one client, or why it cannot run here."""
     bin_dir = npm / "node_modules" / ".bin"
+    if task == TASKS["run"] and client not in SHELLS:
+        return "its tools cannot run a command"
     if client == "codex":
         codex_home = home / ".codex"
         codex_home.mkdir(parents=True)
@@ -164,6 +177,20 @@ def command(client: str, task: str, base_url: str, project: Path, home: Path, np
         # tools write, as it asks first otherwise (and cannot ask without a terminal).
         return ([str(bin_dir / "cn"), "-p", task, "--config", str(continue_config(base_url, home)), "--auto"],
                 isolated_env(home, CONTINUE_GLOBAL_DIR=str(home / ".continue"), CONTINUE_CLI_ENABLE_TELEMETRY="0"))
+    if client == "cline":
+        # Cline's CLI (cline 3): an OpenAI-compatible provider kept in its data directory, as `cline auth -p openai
+        # -b URL` writes it; without a terminal it runs the task with its tools approved (`npm install cline`: a
+        # compiled binary, no Node.js needed to run it).
+        data = home / "cline"
+        (data / "settings").mkdir(parents=True)
+        provider = {"provider": "openai-compatible", "apiKey": "unused", "model": "local", "baseUrl": base_url}
+        (data / "settings" / "providers.json").write_text(json.dumps({
+            "version": 1, "lastUsedProvider": "openai-compatible", "modes": {},
+            # Without `updatedAt` the file fails Cline's schema and it falls back to its own hosted provider.
+            "providers": {"openai-compatible": {"settings": provider, "updatedAt": "2026-01-01T00:00:00.000Z",
+                                                "tokenSource": "manual"}}}), encoding="utf-8")
+        return ([str(bin_dir / "cline"), "--data-dir", str(data), "-P", "openai-compatible", "-m", "local", task],
+                isolated_env(home))
     if client == "llm":
         # Simon Willison's llm: an OpenAI-compatible model is declared in its extra-openai-models.yaml.
         user_dir = home / "llm"
@@ -193,7 +220,7 @@ def drive(client: str, task: str, base_url: str, npm: Path, python: str) -> tupl
     base.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=base) as tmp:
         project, home = Path(tmp) / "project", Path(tmp) / "home"
-        workspace(project, code_name)
+        workspace(project, code_name, task)
         home.mkdir()
         how = command(client, TASKS[task], base_url, project, home, npm, python)
         if isinstance(how, str):

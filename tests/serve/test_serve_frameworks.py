@@ -230,22 +230,34 @@ def _offered(system: str) -> dict[str, list[str]]:
 
 def tool_answer(body: dict[str, Any]) -> str:
     """`answer`'s model for a client whose file tools are named and shaped its own way (Continue's `Read` with
-    `filepath`): it finds the read and write tools among those it is shown, by name, and fills their parameters."""
+    `filepath`; Cline's `read_files` with a list of absolute paths and its `editor`): it finds the read and write
+    tools among those it is shown, by name, and fills their parameters."""
     messages = body.get("messages") or []
-    offered = _offered(_text(messages[0].get("content"))) if messages else {}
-    read = next(n for n in offered if n.lower() in ("read", "read_file"))
-    write = next(n for n in offered if n.lower() in ("write", "write_file"))
+    system = _text(messages[0].get("content")) if messages else ""
+    offered = _offered(system)
+    read = next((n for n in offered if n.lower() in ("read", "read_file", "read_files")), None)
+    write = next((n for n in offered if n.lower() in ("write", "write_file", "editor")), None)
+    if read is None or write is None:
+        return "Yes."  # a question mylm asks apart, with no tools (does the tool fit the question?)
+    # Cline's tools take absolute paths; its system prompt says where it works.
+    cwd = re.search(r"Working Directory: (\S+)", system)
+
+    def where(name: str) -> str:
+        return f"{cwd.group(1)}/{name}" if cwd else name
+
     last = _text(messages[-1].get("content")) if messages else ""
     writing = "release.txt" in _text(messages[1].get("content")) if len(messages) > 1 else False
     seen = re.search(r"code name is (\S+?)\.", last) if "<observation>" in last else None
     if writing and "<observation>" in last and not seen:
         return "The code name is in release.txt now."
     if seen and writing:
-        path, content = offered[write][:2]
-        return call(write, json.dumps({path: "release.txt", content: seen.group(1)}), "Writing it now.")
+        path, content = ("path", "new_text") if write == "editor" else offered[write][:2]
+        return call(write, json.dumps({path: where("release.txt"), content: seen.group(1)}), "Writing it now.")
     if seen:
         return f"The code name is {seen.group(1)}."
-    return call(read, json.dumps({offered[read][0]: "notes.txt"}), "I will read the notes first.")
+    arguments = ({"files": [{"path": where("notes.txt")}]} if read == "read_files"
+                 else {offered[read][0]: "notes.txt"})
+    return call(read, json.dumps(arguments), "I will read the notes first.")
 
 
 class ToolReadingModel(OpenAIServer):
@@ -285,3 +297,31 @@ def test_the_continue_cli_runs_its_own_tools_and_answers(task: str, tmp_path: Pa
     # Continue's own tools reached the model in mylm's protocol, by their own names.
     sent = json.dumps([r.body for r in model.requests if isinstance(r.body, dict)])
     assert "<name>Read</name>" in sent and "<name>Write</name>" in sent
+
+
+@pytest.mark.parametrize("task", [TASK, WRITE])
+def test_the_cline_cli_runs_its_own_tools_and_answers(task: str, tmp_path: Path) -> None:
+    """Cline's CLI (`cline TASK`, its tools approved without a terminal) with an OpenAI-compatible provider kept in
+    its data directory, as scripts/drive_clients.py runs it, from the npm package .ci/run installs into
+    MYLM_TEST_NPM (a compiled binary). Its tools take lists and absolute paths (`read_files` with `files: [{path}]`),
+    and it offers two dozen of them."""
+    cline = NPM / "node_modules" / ".bin" / "cline"
+    _require("the cline package (MYLM_TEST_NPM)", cline.exists(), REQUIRED_NPM)
+    project, home = tmp_path / "project", tmp_path / "cline-home"
+    project.mkdir()
+    home.mkdir()
+    code_name = _workspace(project)
+    with ToolReadingModel() as model, serving(model.base_url) as url:
+        how = command("cline", task, url + "/v1", project, home, NPM, sys.executable)
+        assert not isinstance(how, str), how
+        argv, env = how
+        done = subprocess.run(argv, cwd=project, env=env, capture_output=True, text=True, timeout=180, check=False,
+                              stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
+    if task == TASK:
+        assert code_name in done.stdout
+    else:
+        assert (project / "release.txt").read_text().strip() == code_name and "release.txt" in done.stdout
+    assert _observed(model, code_name)
+    sent = json.dumps([r.body for r in model.requests if isinstance(r.body, dict)])
+    assert "<name>read_files</name>" in sent
