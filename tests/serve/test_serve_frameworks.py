@@ -1,8 +1,8 @@
 """The agent frameworks of docs/serve.md run their own tool loops through `mylm serve`, with the drivers
 scripts/drive_clients.py runs against a real model (scripts/clients/): LangChain `create_agent`, the OpenAI Agents
 SDK with each model class, pydantic-ai's `run_stream`, LlamaIndex's `FunctionAgent`, smolagents'
-`ToolCallingAgent`, AutoGen's `AssistantAgent`, Strands Agents, Agno's `Agent`, the Vercel AI SDK and Continue's
-CLI.
+`ToolCallingAgent`, AutoGen's `AssistantAgent`, Strands Agents, Agno's `Agent`, the Vercel AI SDK, and the CLIs of
+Continue and Cline.
 
 Real: each framework and its defaults, the file tools really reading a temporary workspace, `mylm serve` and its
 prompt, parser and wire code. Scripted: only the model, a loopback OpenAI server streaming in small delayed
@@ -270,20 +270,27 @@ class ToolReadingModel(OpenAIServer):
             return super()._record(request)
 
 
+#: The CLIs whose file tools are their own (`tool_answer`), as scripts/drive_clients.py runs them from the npm
+#: packages .ci/run installs into MYLM_TEST_NPM: their binary, and the tools that reach the model by name.
+#: Continue's `cn -p` (headless) declares its model in a config.yaml (`provider: openai`, an `apiBase`,
+#: `capabilities: [tool_use]`); Cline (`cline TASK`, its tools approved without a terminal, a compiled binary) keeps
+#: an OpenAI-compatible provider in its data directory, and offers two dozen tools taking lists of absolute paths
+#: (`read_files` with `files: [{path}]`) and an `editor`.
+CLIS = {"continue": ("cn", ("Read", "Write")), "cline": ("cline", ("read_files", "editor"))}
+
+
 @pytest.mark.parametrize("task", [TASK, WRITE])
-def test_the_continue_cli_runs_its_own_tools_and_answers(task: str, tmp_path: Path) -> None:
-    """Continue's CLI (`cn -p`, headless) with a model declared in its config.yaml (`provider: openai`, an
-    `apiBase`, `capabilities: [tool_use]`), as scripts/drive_clients.py runs it, from the Node packages .ci/run
-    installs into MYLM_TEST_NPM."""
-    cn = NPM / "node_modules" / ".bin" / "cn"
-    _require("node with the @continuedev/cli package (MYLM_TEST_NPM)", shutil.which("node") is not None
-             and cn.exists(), REQUIRED_NPM)
-    project, home = tmp_path / "project", tmp_path / "cn-home"  # the tests' isolation has made tmp_path/home
+@pytest.mark.parametrize("client", sorted(CLIS))
+def test_a_cli_with_its_own_file_tools_runs_them_and_answers(client: str, task: str, tmp_path: Path) -> None:
+    binary, tools = CLIS[client]
+    found = NPM / "node_modules" / ".bin" / binary
+    _require(f"the {client} CLI (MYLM_TEST_NPM)", shutil.which("node") is not None and found.exists(), REQUIRED_NPM)
+    project, home = tmp_path / "project", tmp_path / f"{client}-home"  # the tests' isolation made tmp_path/home
     project.mkdir()
     home.mkdir()
     code_name = _workspace(project)
     with ToolReadingModel() as model, serving(model.base_url) as url:
-        how = command("continue", task, url + "/v1", project, home, NPM, sys.executable)
+        how = command(client, task, url + "/v1", project, home, NPM, sys.executable)
         assert not isinstance(how, str), how
         argv, env = how
         done = subprocess.run(argv, cwd=project, env=env, capture_output=True, text=True, timeout=180, check=False,
@@ -294,34 +301,6 @@ def test_the_continue_cli_runs_its_own_tools_and_answers(task: str, tmp_path: Pa
     else:
         assert (project / "release.txt").read_text().strip() == code_name and "release.txt" in done.stdout
     assert _observed(model, code_name)
-    # Continue's own tools reached the model in mylm's protocol, by their own names.
+    # The client's own tools reached the model in mylm's protocol, by their own names.
     sent = json.dumps([r.body for r in model.requests if isinstance(r.body, dict)])
-    assert "<name>Read</name>" in sent and "<name>Write</name>" in sent
-
-
-@pytest.mark.parametrize("task", [TASK, WRITE])
-def test_the_cline_cli_runs_its_own_tools_and_answers(task: str, tmp_path: Path) -> None:
-    """Cline's CLI (`cline TASK`, its tools approved without a terminal) with an OpenAI-compatible provider kept in
-    its data directory, as scripts/drive_clients.py runs it, from the npm package .ci/run installs into
-    MYLM_TEST_NPM (a compiled binary). Its tools take lists and absolute paths (`read_files` with `files: [{path}]`),
-    and it offers two dozen of them."""
-    cline = NPM / "node_modules" / ".bin" / "cline"
-    _require("the cline package (MYLM_TEST_NPM)", cline.exists(), REQUIRED_NPM)
-    project, home = tmp_path / "project", tmp_path / "cline-home"
-    project.mkdir()
-    home.mkdir()
-    code_name = _workspace(project)
-    with ToolReadingModel() as model, serving(model.base_url) as url:
-        how = command("cline", task, url + "/v1", project, home, NPM, sys.executable)
-        assert not isinstance(how, str), how
-        argv, env = how
-        done = subprocess.run(argv, cwd=project, env=env, capture_output=True, text=True, timeout=180, check=False,
-                              stdin=subprocess.DEVNULL)
-    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
-    if task == TASK:
-        assert code_name in done.stdout
-    else:
-        assert (project / "release.txt").read_text().strip() == code_name and "release.txt" in done.stdout
-    assert _observed(model, code_name)
-    sent = json.dumps([r.body for r in model.requests if isinstance(r.body, dict)])
-    assert "<name>read_files</name>" in sent
+    assert all(f"<name>{name}</name>" in sent for name in tools)
