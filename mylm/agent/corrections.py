@@ -232,11 +232,13 @@ class Corrections:
         return self._told(self.prompts.render("capped.j2", chars=chars, tool=tool, description=neutralise(
             " ".join(description.split()[:60]))))
 
-    def made_up(self, call: ToolCall) -> str:
-        """The user message for a call whose values all come from nowhere (`grounding.made_up`)."""
+    def made_up(self, call: ToolCall, placeholder: str = "") -> str:
+        """The user message for a call whose values all come from nowhere (`grounding.made_up`), or that goes to
+        a reserved example host (`placeholder`, `grounding.placeholder_host`)."""
         self.made_up_sent = True
         arguments = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in call.arguments.items())
-        return self._told(self.prompts.render("made_up.j2", tool=call.name, arguments=neutralise(arguments)))
+        return self._told(self.prompts.render("made_up.j2", tool=call.name, arguments=neutralise(arguments),
+                                              placeholder=neutralise(placeholder)))
 
     def unfit(self, tool: str, description: str) -> str:
         """The user message for a call of a tool that, asked apart, the model said does not do what the task

@@ -130,6 +130,30 @@ def made_up(call: ToolCall, said: str) -> bool:
     return not any(_from(v, said, numbers) for v in values)
 
 
+#: A URL's host after its scheme (`https://HOST/...`), or a bare `example.com/...` (a bare `unit.test/` is as likely a
+#: directory).
+_URL_HOST = re.compile(r"\b[a-z][a-z0-9+.-]*://([\w.-]+)|(?<![\w@./-])((?:[\w-]+\.)*example\.(?:com|net|org))/",
+                       re.IGNORECASE)
+#: Names reserved for examples and documentation (RFC 2606, RFC 6761): no real resource lives there.
+_PLACEHOLDER = re.compile(r"(?:^|\.)(?:example\.(?:com|net|org)|example|test|invalid)$")
+
+
+def placeholder_host(call: ToolCall, said: str) -> str | None:
+    """The reserved example host (`example.com`, `*.test`, ...) a URL among `call`'s values is on, where the
+    conversation (`said`) never names it: an address made up, not one the task or a result gave. Asked what
+    notes.txt says, Qwen2.5-Coder-1.5B behind Cline called `fetch_web_content` on
+    https://example.com/project/notes.txt, twice, then made the code name up from the errors."""
+    said = said.casefold()
+    for value in _leaves(call.arguments):
+        if not isinstance(value, str):
+            continue
+        for found in _URL_HOST.finditer(value):
+            host = (found.group(1) or found.group(2)).casefold().rstrip(".")
+            if _PLACEHOLDER.search(host) and host not in said:
+                return host
+    return None
+
+
 def _from(value: Any, said: str, numbers: set[float]) -> bool:
     if isinstance(value, (int, float)):
         return float(value) in numbers

@@ -63,7 +63,7 @@ from .fit import (
     says_no,
     says_one,
 )
-from .grounding import grounded, heard, made_up, mostly_mentioned
+from .grounding import grounded, heard, made_up, mostly_mentioned, placeholder_host
 from .turn import ModelTurn, cut_mid_thought, stream_turn
 from .unread import reads_named_file
 from .unwritten import ahead_of_results
@@ -541,6 +541,10 @@ class ModelStep:
                 return StepOutcome(turn, problem, correction, "call")
             else:
                 value, problems = validate(tool.parameters, dict(call.arguments))
+                host = None if problems or corrections.made_up_sent else placeholder_host(call, said)
+                if host is not None:
+                    return StepOutcome(turn, f"the {call.name} call goes to {host}, an address nothing gave",
+                                       corrections.made_up(call, host), "call")
                 if not problems and not checked and not corrections.made_up_sent and made_up(call, said):
                     # Served or scored, a call is handed out as it is: a call of the one tool at hand with
                     # values from nowhere answers a question that tool does not (BFCL irrelevance).

@@ -345,7 +345,8 @@ SAMPLES: dict[str, tuple[dict[str, Any], ...]] = {
     "truncated.j2": ({"max_tokens": 4096},),
     "capped.j2": ({"chars": 400, "tool": "", "description": ""},
                   {"chars": 400, "tool": "math.hcf", "description": "Highest common factor of two numbers."}),
-    "made_up.j2": ({"tool": "example", "arguments": 'weight=1.0, height=1.0'},),
+    "made_up.j2": ({"tool": "example", "arguments": 'weight=1.0, height=1.0', "placeholder": ""},
+                   {"tool": "fetch", "arguments": 'url="https://example.com/notes.txt"', "placeholder": "example.com"}),
     "unfit.j2": ({"tool": "example", "description": "Calculate the boiling point of a substance."},),
     "unlooked.j2": ({"tool": "read_file", "path": "notes.txt", "block": "<tool_code>\n<name>read_file</name>\n"
                      "<parameters>\n{\"path\": \"notes.txt\"}\n</parameters>\n</tool_code>"},

@@ -98,3 +98,64 @@ def test_it_is_not_sent_back_off_the_project_or_after_a_call(messages: list[dict
         reply = api.chat.completions.create(model="m", tools=_tools(LIST, READ), messages=messages)
     assert reply.choices[0].message.content == "Create a .eslintrc.json file with your rules."
     assert len(upstream.requests) == 1
+
+
+# Cline's own tools (cline 3.0.65), as its request carries them: lists of absolute paths, a web fetcher.
+CLINE_READ = ToolDefinition("read_files", "Read the content of text files at the provided absolute paths.", {
+    "type": "object", "properties": {"files": {"type": "array", "items": {"type": "object", "properties": {
+        "path": {"type": "string"}, "start_line": {"anyOf": [{"type": "integer"}, {"type": "null"}]}},
+        "required": ["path"]}}}, "required": ["files"]})
+CLINE_FETCH = ToolDefinition("fetch_web_content", "Fetch content from URLs and analyze them using the provided "
+                             "prompts.", {"type": "object", "properties": {"requests": {"type": "array", "items": {
+                                 "type": "object", "properties": {"url": {"type": "string"}, "prompt": {
+                                     "type": "string"}}, "required": ["url", "prompt"]}}}, "required": ["requests"]})
+#: What Qwen2.5-Coder-1.5B called behind Cline, asked for the code name in notes.txt (run 22), twice in a row.
+FETCHED = {"requests": [{"url": "https://example.com/project/notes.txt",
+                         "prompt": "Extract the release code name from notes.txt."}]}
+
+
+def test_a_call_to_a_placeholder_address_nothing_gave_is_sent_back_once() -> None:
+    read = {"files": [{"path": "/home/me/project/notes.txt"}]}
+    with OpenAIServer([call("fetch_web_content", json.dumps(FETCHED)), call("read_files", json.dumps(read))]) as \
+            upstream, serving(upstream.base_url) as url, openai.OpenAI(base_url=url + "/v1", api_key="k") as api:
+        reply = api.chat.completions.create(model="m", tools=_tools(CLINE_READ, CLINE_FETCH), messages=[
+            {"role": "system", "content": "Working Directory: /home/me/project"},
+            {"role": "user", "content": "What is the release code name written in notes.txt?"}])
+    calls = reply.choices[0].message.tool_calls or []
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [("read_files", read)]  # type: ignore[union-attr]
+    sent = [r.body for r in upstream.requests if isinstance(r.body, dict) and r.body.get("messages")]
+    correction = sent[1]["messages"][-1]["content"]
+    assert "goes to example.com, a placeholder address that neither the task nor any result gave" in correction
+
+
+@pytest.mark.parametrize("said", ["Summarise https://example.com/project/notes.txt for me.",
+                                  "What does the page at example.com/project/notes.txt say?"])
+def test_an_example_address_the_user_gave_is_fetched(said: str) -> None:
+    with OpenAIServer([call("fetch_web_content", json.dumps(FETCHED))]) as upstream, \
+            serving(upstream.base_url) as url, openai.OpenAI(base_url=url + "/v1", api_key="k") as api:
+        reply = api.chat.completions.create(model="m", tools=_tools(CLINE_READ, CLINE_FETCH),
+                                            messages=[{"role": "user", "content": said}])
+    assert [c.function.name for c in reply.choices[0].message.tool_calls or []] == ["fetch_web_content"]  # type: ignore[union-attr]
+    assert len([r for r in upstream.requests if isinstance(r.body, dict) and r.body.get("messages")]) == 1
+
+
+@pytest.mark.parametrize("arguments, said, host", [
+    (FETCHED, "", "example.com"),
+    ({"command": "curl -s http://api.example.org/v1 | jq ."}, "", "api.example.org"),
+    ({"url": "http://myhost.test:8080/x"}, "", "myhost.test"),
+    ({"url": "example.com/notes.txt"}, "", "example.com"),
+    ({"text": "see www.example.net/docs"}, "", "www.example.net"),
+    ({"url": "HTTPS://EXAMPLE.COM"}, "", "example.com"),
+    ({"url": "https://example.com/a"}, "fetch https://EXAMPLE.com/a please", None),
+    ({"url": "https://docs.python.org/3/"}, "", None),
+    ({"url": "https://notexample.com/"}, "", None),
+    ({"email": "me@example.com"}, "", None),
+    ({"path": "unit.test/x"}, "", None),  # bare, it is as likely a directory
+    ({"path": "notes.txt"}, "", None),
+])
+def test_a_placeholder_host_is_one_reserved_for_examples_that_nothing_named(
+        arguments: dict[str, Any], said: str, host: str | None) -> None:
+    from mylm.agent.grounding import placeholder_host
+    from mylm.core.types import ToolCall
+
+    assert placeholder_host(ToolCall("fetch", arguments), said) == host
