@@ -81,6 +81,26 @@ def test_no_tool_is_forced_when_none_fits() -> None:
     assert not accepts(required, wanted) and not accepts(required, "2000")
 
 
+def test_once_told_a_tool_is_not_there_the_model_can_name_only_real_ones() -> None:
+    # Behind Cline the 1.5B called a made-up `extract_text`, was told there is none, copied that message back
+    # twice, and the client got an empty answer. The branch that lets a model name the tool it wanted has done its
+    # work once the model has been told: from then on a call names a real tool, or the model answers.
+    llm = ScriptedLLM([format_tool_call(ToolCall("extract_text", {"file": "notes.txt"})), "It is 70.5 kg."])
+    step = ModelStep(llm, [BMI], StepConfig(max_tokens=512, constrain="grammar"))
+    corrections = step.corrections()
+    _, first = drain(step.turn([Message("system", "s"), Message("user", "Weigh it.")], corrections=corrections,
+                               check_calls=True))
+    assert first.problem is not None and "extract_text" in first.problem and corrections.unknown_sent
+    _, second = drain(step.turn([Message("system", "s"), Message("user", "Weigh it.")], corrections=corrections,
+                                check_calls=True))
+    assert second.usable and second.turn.parsed.final_answer == "It is 70.5 kg."
+    before, after = (parse_gbnf(r.constraint.grammar) for r in llm.requests if r.constraint)
+    made_up = format_tool_call(ToolCall("extract_text", {"file": "notes.txt"}))
+    assert accepts(before, made_up) and not accepts(after, made_up)
+    real = format_tool_call(ToolCall(BMI.name, {"weight": 70, "height": 1.8}))
+    assert accepts(after, real) and accepts(after, "It is 70.5 kg.")
+
+
 def test_calls_per_turn_are_bounded() -> None:
     spec = ToolSpec(BMI.name, BMI.parameters)
     one = format_tool_call(ToolCall(BMI.name, {"weight": 70, "height": 1.8}))

@@ -97,6 +97,9 @@ class Corrections:
         self.unfit_sent = False
         #: Whether `unlooked` was sent: a second answer without a look is taken as it is.
         self.unlooked_sent = False
+        #: Whether the model has been told a tool it named is not there (`unknown_tool`): from then on the step
+        #: samples its turns under a grammar that names only the tools given.
+        self.unknown_sent = False
         #: Whether `unwritten` was sent: a second answer with the file still unwritten is taken as it is.
         self.unwritten_sent = False
 
@@ -196,6 +199,7 @@ class Corrections:
         """That `name` is not a tool, naming the real ones (those the model was shown, when known) and the
         likeliest intended; a command written as a tool's name gets the call that runs it (escalated when
         repeated)."""
+        self.unknown_sent = True
         shown = [t.name for t in self.tools] or list(tools)
         close = difflib.get_close_matches(name, shown, n=1, cutoff=0.6)
         suggestion = close[0] if close else None

@@ -260,6 +260,7 @@ class ModelStep:
         )
         self._callable = callable_
         self._owed: Constraint | None = None
+        self._known: Constraint | None = None
         #: The tools in play and their argument names: the parser reads drifted calls against them.
         self.names = {t.name: tuple(dict(t.parameters).get("properties") or ()) for t in callable_}
         # Without several calls per turn, the end of the first call can stop generation at the server. Models
@@ -291,6 +292,21 @@ class ModelStep:
                 max_tokens=self.config.max_tokens, tool_choice="required", dialect=self.dialect,
             )
         return self._owed
+
+    def known_constraint(self) -> Constraint | None:
+        """The turn's grammar without the branch that lets a call name a tool not offered; compiled on first use.
+        That branch lets a model say which tool it wanted, so that it is told there is none and answers; once
+        told, naming another is no longer allowed. Behind Cline the 1.5B called a made-up `extract_text`, then
+        copied the unknown-tool message back twice, and the client got an empty answer."""
+        if self.constraint is None or self.config.tool_choice != "auto":
+            return self.constraint  # no grammar, or the choice allows no made-up tool already
+        if self._known is None:
+            self._known, _ = select_constraints(
+                self._callable, mode=self.config.constrain, multiple_calls=self.config.multiple_calls,
+                max_tokens=self.config.max_tokens, always={t.name for t in self.unlisted}, dialect=self.dialect,
+                other_tools=False,
+            )
+        return self._known
 
     def templates(self) -> list[str]:
         """Every template a conversation with this step can render (check them before the first request)."""
@@ -351,12 +367,17 @@ class ModelStep:
         against it in a request of its own (`fit`), once a conversation, when the model may choose. `quoted`: the
         words of a caller's conversation that its corrections may show again (a server's client's tools'
         results): an answer copying them is no echo of a correction. `call_due`: the conversation's last
-        correction asked for a call, so the turn is sampled under `call_constraint`."""
+        correction asked for a call, so the turn is sampled under `call_constraint`. Once `corrections` has told
+        the model a tool is not there, its turns are sampled under `known_constraint`."""
         meter = meter if meter is not None else Meter()
         if answer_only:
             constraint = self.answer_constraint
+        elif call_due:
+            constraint = self.call_constraint()
+        elif corrections is not None and corrections.unknown_sent:
+            constraint = self.known_constraint()
         else:
-            constraint = self.call_constraint() if call_due else self.constraint
+            constraint = self.constraint
         turn = yield from self._complete(messages, deadline, cancel, constraint, meter)
         if self.stops and cut_mid_thought(turn):
             # Models draft calls inside <think>; a server honouring our stops then ends the turn mid-thought.

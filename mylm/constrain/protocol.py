@@ -98,23 +98,25 @@ def compile_protocol(
     require_call: bool = False,
     max_calls: int = MAX_CALLS,
     dialect: str = "mylm",
+    other_tools: bool = True,
 ) -> ProtocolGrammar:
     """The grammars for these tools; the same tools always give the same text (cached). Properties keep the
     order their schema declares, which is the order the grammar asks for them. With `require_call` (tool_choice
     required, or a tool's name) a turn must call a tool: its grammar has no answer branch; otherwise the prose
-    (at most `thought_chars`) may be the whole turn, a bare answer. Calls are written in `dialect` (`mylm` or
-    `hermes`)."""
+    (at most `thought_chars`) may be the whole turn, a bare answer, and a call may name a tool not offered unless
+    `other_tools` is false (the model has been told such a tool is not there). Calls are written in `dialect`
+    (`mylm` or `hermes`)."""
     if dialect not in TRIGGERS:
         raise ValueError(f"no grammar for the tool dialect {dialect!r}")
     key = tuple((t.name, json.dumps(t.parameters, default=str)) for t in tools)
     return _compile(key, multiple_calls, max(thought_chars, 0), max(answer_chars, 1), require_call, max(max_calls, 1),
-                    dialect)
+                    dialect, other_tools)
 
 
 @functools.lru_cache(maxsize=64)
 def _compile(
     key: tuple[tuple[str, str], ...], multiple_calls: bool, thought_chars: int, answer_chars: int,
-    require_call: bool = False, max_calls: int = MAX_CALLS, dialect: str = "mylm",
+    require_call: bool = False, max_calls: int = MAX_CALLS, dialect: str = "mylm", other_tools: bool = True,
 ) -> ProtocolGrammar:
     specs = [ToolSpec(name, json.loads(schema)) for name, schema in key]
     # One cap for the prose, whether a call follows or it is the whole (bare) answer: past it the model must
@@ -132,8 +134,8 @@ def _compile(
     lines = (thought, _ANSWER_TEXT.format(space=_SPACE, n=answer_chars - 1))
     calls = max_calls if multiple_calls else 1
     return ProtocolGrammar(
-        turn=_grammar(specs, calls, "turn", lines, require_call, prose, shape),
-        call=_grammar(specs, calls, "call", lines, require_call, shape=shape),
+        turn=_grammar(specs, calls, "turn", lines, require_call, prose, shape, other_tools),
+        call=_grammar(specs, calls, "call", lines, require_call, shape=shape, other_tools=other_tools),
         answer=_grammar(
             specs, calls, "answer", (*lines, _PLAIN_ANSWER.format(space=_SPACE, n=answer_chars - 1))
         ),
@@ -176,7 +178,7 @@ _SHAPES = {
 
 def _grammar(
     specs: list[ToolSpec], max_calls: int, form: str, lines: tuple[str, ...], require_call: bool = False,
-    prose: int = THOUGHT_CHARS, shape: _Shape | None = None,
+    prose: int = THOUGHT_CHARS, shape: _Shape | None = None, other_tools: bool = True,
 ) -> str:
     shape = shape or _SHAPES["mylm"]
     rules = Rules()
@@ -191,7 +193,7 @@ def _grammar(
             continue  # a schema nothing satisfies: the tool cannot be called validly
         calls.append(rules.add(f"call-{spec.name}",
                                f"{literal(shape.head(spec.name))} {params} {literal(shape.close)}"))
-    if calls and not require_call:
+    if calls and not require_call and other_tools:
         # Any other name, with any object of arguments: the model says what it wanted, and is corrected. (A
         # name with a character no made-up name has cannot be one, so it need not be excluded.)
         other = _other_name(rules, [n for s in specs if set(n := shape.name(s.name)) <= set(_NAME_ALPHABET)])

@@ -53,10 +53,12 @@ def select_constraints(
     tool_choice: str = "auto",
     always: Collection[str] = (),
     dialect: str = "mylm",
+    other_tools: bool = True,
 ) -> tuple[Constraint | None, Constraint | None]:
     """The (turn, summary) constraints for `mode` (`auto`: where the endpoint can; `grammar`: insist), with
     `tool_choice` mapped onto the grammar: `none` offers no call, a tool's name only that tool (and the tools
-    named in `always`, callable whatever the choice), `required` and a name leave no answer branch.
+    named in `always`, callable whatever the choice), `required` and a name leave no answer branch; without
+    `other_tools`, a call can name only the tools given.
 
     Calls are written in the tool `dialect` (`mylm` or `hermes`, see `protocol.dialects`).
 
@@ -77,6 +79,7 @@ def select_constraints(
         answer_chars=min(ANSWER_CHARS, max_tokens),
         require_call=tool_choice not in ("auto", "none"),
         dialect=dialect,
+        other_tools=other_tools,
     )
     required = mode == "grammar"
     return (
