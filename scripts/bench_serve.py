@@ -17,6 +17,7 @@ asyncio sockets in this process; each checks that its reply arrived whole.
     python scripts/bench_serve.py --clients 64 --rounds 4 --latency-requests 300
     python scripts/bench_serve.py --otel-sink     # the same with every request traced (`mylm serve --otel`)
     python scripts/bench_serve.py --workers 2     # `mylm serve --workers 2` (the server's CPU: every worker's)
+    python scripts/bench_serve.py --event-delay 0.002 --latency-requests 20   # an upstream streaming event by event
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def sse_body(tokens: list[str], model: str) -> bytes:
     return "".join(lines).encode()
 
 
-async def upstream_main() -> None:
+async def upstream_main(event_delay: float = 0.0) -> None:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
@@ -75,6 +76,16 @@ async def upstream_main() -> None:
                     continue
                 body = json.loads(await reader.readexactly(int(sized.group(1))))
                 payload = sse_body(reply_for(body), body.get("model", "bench"))
+                if event_delay:  # a model streaming: each event its own chunk, written `event_delay` s apart
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked"
+                                 b"\r\n\r\n")
+                    for event in payload.split(b"\n\n")[:-1]:
+                        writer.write(b"%x\r\n%s\n\n\r\n" % (len(event) + 2, event))
+                        await writer.drain()
+                        await asyncio.sleep(event_delay)
+                    writer.write(b"0\r\n\r\n")
+                    await writer.drain()
+                    continue
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s"
                              % (len(payload), payload))
                 await writer.drain()
@@ -224,13 +235,17 @@ def main() -> None:
                         help="trace every request (`--otel`) to an OTLP/HTTP sink in this process that accepts and "
                              "drops the spans")
     parser.add_argument("--workers", type=int, default=1, help="`mylm serve --workers N` (default 1)")
+    parser.add_argument("--event-delay", type=float, default=0.0,
+                        help="the upstream writes each event on its own, this many seconds apart, as a model "
+                             "streaming token by token does (default 0: each reply in one write)")
     parser.add_argument("--upstream", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.upstream:
-        asyncio.run(upstream_main())
+        asyncio.run(upstream_main(args.event_delay))
         return
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    upstream = subprocess.Popen([sys.executable, __file__, "--upstream"], stdout=subprocess.PIPE, text=True, env=env)
+    upstream = subprocess.Popen([sys.executable, __file__, "--upstream", "--event-delay", str(args.event_delay)],
+                                stdout=subprocess.PIPE, text=True, env=env)
     assert upstream.stdout is not None
     up_port = int(upstream.stdout.readline())
     traced = ["--otel", otel_sink()] if args.otel_sink else []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from abc import ABC, abstractmethod
@@ -90,6 +91,14 @@ _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 def dumps_compact(value: Any) -> str:
     """`value` as compact JSON text, non-ASCII characters as they are (what `json_call` sends)."""
     return _COMPACT.encode(value)
+
+
+@functools.lru_cache(maxsize=64)
+def encoded_grammar(grammar: str) -> RawJSON:
+    """`grammar` as the JSON string a body carries, encoded once per grammar: a step's grammar is the same text for
+    every call with the same tools, and encoding its kilobytes of escapes cost ~9 µs each time it went into a body
+    (twice in the OpenAI body: `grammar` and `structured_outputs`), a sixtieth of `mylm serve`'s CPU per reply."""
+    return RawJSON(dumps_compact(grammar))
 
 
 class HTTPProvider(ABC):
@@ -219,7 +228,7 @@ class HTTPProvider(ABC):
 
     def grammar_body(self, constraint: Constraint) -> dict[str, Any]:
         """The wire form of a grammar for this provider (llama.cpp's `grammar` field unless overridden)."""
-        return {"grammar": constraint.grammar}
+        return {"grammar": encoded_grammar(constraint.grammar)}
 
     def stops(self, request: LLMRequest) -> list[str]:
         """Stop strings to send: the request's, then the chat format's end-of-turn markers, within the API's

@@ -10,7 +10,7 @@ from ..core.errors import StreamError
 from ..llm import Constraint, LLMChunk, LLMRequest
 from .base import Endpoint
 from .decoder import Decoder, text_chunks, usage_of
-from .engine import HTTPProvider, StatusFailure, bearer
+from .engine import HTTPProvider, StatusFailure, bearer, encoded_grammar
 from .failures import Failure, parse_failure
 from .formats import DEFAULT_CHAT_FORMAT, chat_format, defused_messages
 from .framing import SSEEvent, sse_json
@@ -94,9 +94,9 @@ class LlamaCpp(HTTPProvider):
         COMMON_GRAMMAR_TRIGGER_TYPE_WORD; the grammar is fed the text from the trigger on)."""
         lazy = constraint.lazy_grammar and constraint.trigger and "no_lazy" not in self.quirks
         if constraint.required or not lazy:
-            return {"grammar": constraint.grammar}
+            return {"grammar": encoded_grammar(constraint.grammar)}
         return {
-            "grammar": constraint.lazy_grammar,
+            "grammar": encoded_grammar(constraint.lazy_grammar),
             "grammar_lazy": True,
             "grammar_triggers": [{"type": 1, "value": constraint.trigger}],
         }

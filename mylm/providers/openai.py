@@ -12,7 +12,7 @@ from ..core.types import Message
 from ..llm import Constraint, LLMChunk, LLMRequest, TextChunk, ToolCallChunk
 from .base import model_rejects_stop, refused_sampling, strip_route, without_refused
 from .decoder import Decoder, text_chunks, usage_of
-from .engine import HTTPProvider, RawJSON, bearer, dumps_compact
+from .engine import HTTPProvider, RawJSON, bearer, dumps_compact, encoded_grammar
 from .failures import Failure
 from .framing import SSEEvent, SSEReader, _raw_decode, lines_of, sse_json
 from .servertokens import Prompted, ServerTokenizer, prompted, refused_tokens
@@ -466,9 +466,10 @@ class OpenAIChat(HTTPProvider):
         """`grammar` for llama.cpp's servers (llama-server, llama-cpp-python); `structured_outputs.grammar`
         for vLLM >= 0.10.2 (the only form from 0.12; vLLM <= 0.11 also read `guided_grammar`, not sent). Each
         server ignores the other's field; one that rejects a field is not sent it again."""
-        body: dict[str, Any] = {"grammar": constraint.grammar}
+        grammar = encoded_grammar(constraint.grammar)
+        body: dict[str, Any] = {"grammar": grammar}
         if "no_structured_outputs" not in self.quirks:
-            body["structured_outputs"] = {"grammar": constraint.grammar}
+            body["structured_outputs"] = RawJSON(f'{{"grammar":{grammar}}}')
         return body
 
     def adapt(self, failure: Failure) -> str | None:

@@ -102,3 +102,24 @@ def test_openai_itself_is_known_to_take_no_grammar() -> None:
     assert llm.grammar_fields(constrained()) == {}  # type: ignore[attr-defined]
     with pytest.raises(UnsupportedConstraintError):
         llm.grammar_fields(constrained(True))  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("provider", ["openai", "llamacpp"])
+def test_a_grammar_encoded_once_goes_out_as_the_bytes_encoding_the_body_whole_gives(provider: str) -> None:
+    # The grammar's JSON is kept per grammar (`encoded_grammar`); the body must still be the very bytes
+    # `json.dumps` makes of it, for any text a grammar holds: quotes, backslashes, line breaks, non-ASCII.
+    import json
+
+    from mylm.providers.engine import encoded_grammar
+
+    odd = 'root ::= "\\"quoted\\"" [\\n\\t] "é→" "\\\\"\nline ::= "two"\n'
+    llm = create_llm(Endpoint(provider=provider, base_url="http://127.0.0.1:9/v1", model="m"))
+    for insisted in (False, True):
+        call = llm.build_call(dataclasses.replace(  # type: ignore[attr-defined]
+            request(), constraint=Constraint(odd, odd + "call ::= x\n", TRIGGER, required=insisted)))
+        body = json.loads(call.body)
+        assert call.body == json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        assert body["grammar"] in (odd, odd + "call ::= x\n")
+        if provider == "openai":
+            assert body["structured_outputs"] == {"grammar": odd}
+    assert encoded_grammar(odd) is encoded_grammar(odd)
