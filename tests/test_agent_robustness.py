@@ -168,3 +168,33 @@ def test_robustness_compaction_leaves_room_for_the_reply() -> None:
     # ~4,000 tokens of prompt: under 80% of 8,000, but over 80% of what is left once the reply has room.
     outcome = compactor.compact("system", filler, task="t", deadline=None, cancel=None)
     assert outcome is not None and outcome.event.tokens_after < outcome.event.tokens_before
+
+
+def test_a_cancel_token_wakes_its_waiters_whenever_it_is_cancelled() -> None:
+    """The token makes its event at the first wait only: a cancel before, during or after a wait is seen."""
+    from mylm.core.errors import CancelledError
+
+    hang = 30.0
+    before = CancelToken()
+    before.cancel()
+    assert before.cancelled and before.wait(hang)
+    during = CancelToken()
+    assert not during.wait(0.0) and not during.cancelled
+    waiting = threading.Event()
+
+    def cancel_when_waiting() -> None:
+        waiting.wait(hang)
+        time.sleep(0.05)  # most likely inside the wait below; either way it must return True
+        during.cancel()
+
+    threading.Thread(target=cancel_when_waiting, daemon=True).start()
+    waiting.set()
+    assert during.wait(hang)
+    calls: list[str] = []
+    after = CancelToken()
+    after.on_cancel(lambda: calls.append("called"))
+    after.cancel()
+    after.cancel()
+    assert calls == ["called"] and after.wait(0.0)
+    with pytest.raises(CancelledError):
+        after.raise_if_cancelled()
