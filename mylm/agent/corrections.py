@@ -24,6 +24,7 @@ TEMPLATES = (
     "format_error.j2", "truncated.j2", "unusable_reply.j2", "repeated_mistake.j2", "invalid_arguments.j2",
     "tool_choice_refused.j2", "repeated_call.j2", "unknown_tool.j2", "degenerate.j2", "echoed.j2", "capped.j2",
     "made_up.j2", "unfit.j2", "unlooked.j2", "unwritten.j2", "unread_overwrite.j2", "repeated_answer.j2",
+    "code_call.j2",
 )
 
 #: A reply at least this long that shares this much (or 60% of itself) with the corrections just sent echoes them.
@@ -97,6 +98,8 @@ class Corrections:
         self.unfit_sent = False
         #: Whether `unlooked` was sent: a second answer without a look is taken as it is.
         self.unlooked_sent = False
+        #: Whether `code_call` was sent: a second reply with a call written as code is taken as it is.
+        self.code_call_sent = False
         #: Whether the model has been told a tool it named is not there (`unknown_tool`): from then on the step
         #: samples its turns under a grammar that names only the tools given.
         self.unknown_sent = False
@@ -341,6 +344,11 @@ class Corrections:
             "repeated_mistake.j2", message=message, tool=tool.name if tool is not None else None,
             block=bool(self.example),
         )
+
+    def code_call(self, call: ToolCall) -> str:
+        """The user message for a reply that wrote `call` as code in a code block (`grounding.code_call`)."""
+        self.code_call_sent = True
+        return self._told(self.prompts.render("code_call.j2", tool=call.name, block=self._block(call)))
 
     def _block(self, call: ToolCall) -> str:
         # Canonical JSON escapes `</` and reasoning markers; a special token in a value or a client's tool name

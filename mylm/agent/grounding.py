@@ -154,6 +154,45 @@ def placeholder_host(call: ToolCall, said: str) -> str | None:
     return None
 
 
+#: A fenced code block's body (Markdown, ``` or ~~~).
+_FENCED = re.compile(r"(?ms)^[ \t]*(`{3,}|~{3,})[^\n]*\n(.*?)(?:^[ \t]*\1[ \t]*$|\Z)")
+
+
+def code_call(text: str, tools: Mapping[str, Sequence[str]]) -> ToolCall | None:
+    """The first call of one of `tools` (names and their parameters) that `text` writes as code inside a fence,
+    with a JSON object (`read_files({"files": [...]})`, its result assigned or not) or keyword arguments that
+    are the tool's parameters (`read_files(files=[...])`, the values JSON); None where there is none. Behind
+    Cline the 1.5B, asked to write a file, wrote its plan and then its calls as Python in a ```python block:
+    "The final response will be the tool calls for the above steps." Nothing ran, and the plan was the answer."""
+    for fence in _FENCED.finditer(text):
+        body = fence.group(2)
+        for name, parameters in tools.items():
+            for found in re.finditer(rf"(?<![\w.]){re.escape(name)}\s*\(", body):
+                call = _code_arguments(name, body[found.end():], parameters)
+                if call is not None:
+                    return call
+    return None
+
+
+def _code_arguments(name: str, rest: str, parameters: Sequence[str]) -> ToolCall | None:
+    rest = rest.lstrip()
+    if rest.startswith("{"):
+        try:
+            value, _ = json.JSONDecoder().raw_decode(rest)
+        except ValueError:
+            return None
+        return ToolCall(name, value) if isinstance(value, dict) else None
+    arguments: dict[str, Any] = {}
+    while (keyword := re.match(r"(\w+)\s*=\s*", rest)) is not None and keyword.group(1) in parameters:
+        try:
+            value, end = json.JSONDecoder().raw_decode(rest[keyword.end():])
+        except ValueError:
+            return None
+        arguments[keyword.group(1)] = value
+        rest = rest[keyword.end() + end:].lstrip().removeprefix(",").lstrip()
+    return ToolCall(name, arguments) if arguments and rest.startswith(")") else None
+
+
 def _from(value: Any, said: str, numbers: set[float]) -> bool:
     if isinstance(value, (int, float)):
         return float(value) in numbers

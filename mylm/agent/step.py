@@ -63,7 +63,7 @@ from .fit import (
     says_no,
     says_one,
 )
-from .grounding import grounded, heard, made_up, mostly_mentioned, placeholder_host
+from .grounding import code_call, grounded, heard, made_up, mostly_mentioned, placeholder_host
 from .turn import ModelTurn, cut_mid_thought, stream_turn
 from .unread import reads_named_file
 from .unwritten import ahead_of_results
@@ -503,6 +503,13 @@ class ModelStep:
                                                              quoted):
             # Not an answer: the model copied what it was just told (a small model's habit).
             return StepOutcome(turn, ECHOED, corrections.echoed(corrections.task), "format")
+        written = None if turn.parsed.tool_calls or corrections.code_call_sent else code_call(
+            turn.parsed.final_answer or turn.parsed.thought, self.names)
+        if written is not None:
+            # Its calls written as Python in a fenced block (the 1.5B behind Cline: "The final response will be the
+            # tool calls for the above steps."): not an answer, and not run (code in a reply is shown, not run).
+            return StepOutcome(turn, f"the reply wrote a call of {written.name} as code in a code block",
+                               corrections.code_call(written), "format")
         choice = self.config.tool_choice
         if not turn.parsed.tool_calls and choice not in ("auto", "none"):
             tool = None if choice == "required" else choice

@@ -387,6 +387,8 @@ SAMPLES: dict[str, tuple[dict[str, Any], ...]] = {
                          {"tool": "example", "output": "the result", "task": "How many lines does fruits.txt have?"},
                          {"tool": "write_file", "output": "wrote 12 characters", "wrote": True,
                           "task": "Write the code name into release.txt."}),
+    "code_call.j2": ({"tool": "read_files", "block": "<tool_code>\n<name>read_files</name>\n<parameters>\n"
+                                                      "{\"files\": [{\"path\": \"notes.txt\"}]}\n</parameters>\n</tool_code>"},),
     "echoed.j2": ({"task": "How many lines does fruits.txt have?"},
                   {"task": "How many lines does fruits.txt have?", "given": True}),
     "unknown_tool.j2": (

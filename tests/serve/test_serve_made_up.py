@@ -159,3 +159,67 @@ def test_a_placeholder_host_is_one_reserved_for_examples_that_nothing_named(
     from mylm.core.types import ToolCall
 
     assert placeholder_host(ToolCall("fetch", arguments), said) == host
+
+
+CLINE_EDITOR = ToolDefinition("editor", "An editor for controlled filesystem edits.", {"type": "object", "properties": {
+    "path": {"type": "string"}, "old_text": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+    "new_text": {"type": "string"}}, "required": ["path", "new_text"]})
+#: The 1.5B behind Cline, asked to write the code name into release.txt (run 22), after its first reply looped:
+#: its plan, then its calls as Python in a fenced block. It went out as the answer, and nothing was written.
+PLANNED = """To complete this task, we need to read the content from the `notes.txt` file, extract the release code \
+name, and then write it into a new file named `release.txt`. Here are the steps and tool calls:
+
+1. **Read the content from `notes.txt`**: Use the `read_files` tool to read the contents of the `notes.txt` file.
+2. **Write the release code name to `release.txt`**: Use the `editor` tool to create a new file named `release.txt`.
+
+The final response will be the tool calls for the above steps.
+
+```python
+# Tool calls
+# read_files to read contents of notes.txt
+read_files_response = read_files({"files": [{"path": "/home/me/project/notes.txt", "start_line": 1, "end_line": 1}]})
+
+# editor to create a new file named release.txt and insert the extracted release code name
+editor_response = editor({"path": "/home/me/project/release.txt", "old_text": null, "new_text": ""})
+
+print(editor_response)
+```
+
+The `editor_response` will provide the command to create the `release.txt` file. The final answer is the `!"""
+
+
+def test_calls_written_as_code_in_a_fenced_block_are_sent_back_with_the_block_to_write() -> None:
+    read = {"files": [{"path": "/home/me/project/notes.txt"}]}
+    with OpenAIServer([PLANNED, call("read_files", json.dumps(read))]) as upstream, \
+            serving(upstream.base_url) as url, openai.OpenAI(base_url=url + "/v1", api_key="k") as api:
+        reply = api.chat.completions.create(model="m", tools=_tools(CLINE_READ, CLINE_EDITOR), messages=[
+            {"role": "user", "content": "Write the release code name from notes.txt into a new file named "
+                                        "release.txt, and nothing else."}])
+    calls = reply.choices[0].message.tool_calls or []
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [("read_files", read)]  # type: ignore[union-attr]
+    sent = [r.body for r in upstream.requests if isinstance(r.body, dict) and r.body.get("messages")]
+    correction = sent[1]["messages"][-1]["content"]
+    assert "wrote a call of read_files as code inside a code block, so nothing was run" in correction
+    # The block to write instead is the model's own first call, as mylm's protocol writes it.
+    assert "<name>read_files</name>" in correction and '"start_line": 1' in correction
+
+
+@pytest.mark.parametrize("answer", [
+    "Call it like this:\n```python\nresult = read_files(paths)\n```",  # no arguments mylm can read as a call
+    "```python\nimport tools\ntools.read_files({\"files\": []})\n```",  # a method of something else
+    "Use `read_files({\"files\": []})` inline.",  # not in a fenced block
+])
+def test_code_that_is_not_a_call_of_a_tool_is_an_answer(answer: str) -> None:
+    with OpenAIServer([answer]) as upstream, serving(upstream.base_url) as url, \
+            openai.OpenAI(base_url=url + "/v1", api_key="k") as api:
+        reply = api.chat.completions.create(model="m", tools=_tools(CLINE_READ, CLINE_EDITOR), messages=[
+            {"role": "user", "content": "How would I call the reader from Python?"}])
+    assert reply.choices[0].message.content == answer and not reply.choices[0].message.tool_calls
+
+
+def test_the_second_reply_with_a_call_as_code_is_taken_as_the_answer() -> None:
+    with OpenAIServer([PLANNED, PLANNED]) as upstream, serving(upstream.base_url) as url, \
+            openai.OpenAI(base_url=url + "/v1", api_key="k") as api:
+        reply = api.chat.completions.create(model="m", tools=_tools(CLINE_READ, CLINE_EDITOR), messages=[
+            {"role": "user", "content": "Show me how the tools would be called, as Python."}])
+    assert "read_files_response = read_files(" in (reply.choices[0].message.content or "")
