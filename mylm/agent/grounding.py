@@ -167,6 +167,8 @@ def code_call(text: str, tools: Mapping[str, Sequence[str]]) -> ToolCall | None:
     for fence in _FENCED.finditer(text):
         body = fence.group(2)
         for name, parameters in tools.items():
+            if re.search(rf"\b(?:def|function|fn|func)\s+{re.escape(name)}\b", body):
+                continue  # code that defines a function of that name is a program, not a call of the tool
             for found in re.finditer(rf"(?<![\w.]){re.escape(name)}\s*\(", body):
                 call = _code_arguments(name, body[found.end():], parameters)
                 if call is not None:

@@ -208,6 +208,8 @@ def test_calls_written_as_code_in_a_fenced_block_are_sent_back_with_the_block_to
     "Call it like this:\n```python\nresult = read_files(paths)\n```",  # no arguments mylm can read as a call
     "```python\nimport tools\ntools.read_files({\"files\": []})\n```",  # a method of something else
     "Use `read_files({\"files\": []})` inline.",  # not in a fenced block
+    "```python\ndef editor(path, new_text):\n    open(path, 'w').write(new_text)\n\neditor(path=\"a.txt\", "
+    "new_text=\"hi\")\n```",  # a program that defines its own function of that name
 ])
 def test_code_that_is_not_a_call_of_a_tool_is_an_answer(answer: str) -> None:
     with OpenAIServer([answer]) as upstream, serving(upstream.base_url) as url, \
