@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -124,11 +125,35 @@ def close_all() -> None:
             engine.llama.close()
 
 
+def physical_cores(root: Path = Path("/sys/devices/system/cpu")) -> int | None:
+    """How many physical cores this process may run on, as the kernel's CPU topology tells them (a core's
+    hyperthreads share its package and core id); None where the kernel does not say (not Linux, no sysfs).
+
+    Generation threads: llama-cpp-python defaults to half the logical CPUs (right where every core has two
+    hyperthreads), so on a 2-CPU VM without them it generated with one thread. Qwen2.5-Coder-1.5B on this
+    machine: 7.0 tokens/s with one, 12.7 with two (llama.cpp's own default is the physical cores)."""
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+    cores = set()
+    for cpu in allowed:
+        topology = root / f"cpu{cpu}" / "topology"
+        try:
+            cores.add(((topology / "physical_package_id").read_text().strip(),
+                       (topology / "core_id").read_text().strip()))
+        except OSError:
+            return None
+    return len(cores) or None
+
+
 def _load(path: Path, n_ctx: int | None, options: Mapping[str, Any]) -> _Engine:
     llama_cpp = _import_llama_cpp()
     started = time.monotonic()
     n_ctx_train = _trained_context(llama_cpp, path)
     size = n_ctx or min(n_ctx_train or DEFAULT_CONTEXT_CAP, DEFAULT_CONTEXT_CAP)
+    if "n_threads" not in options and (cores := physical_cores()) is not None:
+        options = {**options, "n_threads": cores}  # a user's n_threads (a profile's options) wins
     try:
         llama = llama_cpp.Llama(model_path=str(path), n_ctx=size, verbose=False, **options)
     except (ValueError, RuntimeError) as error:

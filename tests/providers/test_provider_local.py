@@ -188,3 +188,40 @@ def test_loading_the_engine_leaves_no_file_open_at_exit(subprocess_env: dict[str
     done = subprocess.run([sys.executable, "-W", "always::ResourceWarning", "-c", code], env=subprocess_env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
+def _topology(root: Path, cores: dict[int, tuple[str, str]]) -> Path:
+    for cpu, (package, core) in cores.items():
+        where = root / f"cpu{cpu}" / "topology"
+        where.mkdir(parents=True)
+        (where / "physical_package_id").write_text(package + "\n")
+        (where / "core_id").write_text(core + "\n")
+    return root
+
+
+def test_generation_threads_default_to_the_physical_cores_the_kernel_names(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """llama-cpp-python's default is half the logical CPUs: one thread on a 2-CPU VM without hyperthreads (7.0
+    against 12.7 tokens/s with two for the 1.5B here). The kernel's topology says which CPUs are one core."""
+    from mylm.providers import local_engine
+
+    monkeypatch.setattr(local_engine.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    # Two cores of two hyperthreads each.
+    assert local_engine.physical_cores(_topology(tmp_path / "ht", {0: ("0", "0"), 1: ("0", "1"), 2: ("0", "0"),
+                                                                  3: ("0", "1")})) == 2
+    # Four cores, two packages with the same core ids.
+    assert local_engine.physical_cores(_topology(tmp_path / "two", {0: ("0", "0"), 1: ("0", "1"), 2: ("1", "0"),
+                                                                   3: ("1", "1")})) == 4
+    # Only the CPUs this process may run on count; a kernel that does not say gives llama-cpp-python's default.
+    monkeypatch.setattr(local_engine.os, "sched_getaffinity", lambda pid: {2})
+    assert local_engine.physical_cores(tmp_path / "two") == 1
+    assert local_engine.physical_cores(tmp_path / "none") is None
+
+
+@pytest.mark.engine
+def test_a_configured_thread_count_wins_over_the_cores(tiny: Path) -> None:
+    from mylm.providers.local_engine import physical_cores
+
+    assert forced(tiny, "a", n_threads=1).engine.llama.n_threads == 1
+    default = forced(tiny, "b").engine.llama.n_threads
+    assert default == (physical_cores() or default)
