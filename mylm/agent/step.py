@@ -259,8 +259,8 @@ class ModelStep:
             tool_choice=choice, always={t.name for t in self.unlisted}, dialect=self.dialect,
         )
         self._callable = callable_
-        self._owed: Constraint | None = None
-        self._known: Constraint | None = None
+        #: The turn's grammar under other options (`_variant`), by the options changed.
+        self._variants: dict[tuple[tuple[str, Any], ...], Constraint | None] = {}
         #: The tools in play and their argument names: the parser reads drifted calls against them.
         self.names = {t.name: tuple(dict(t.parameters).get("properties") or ()) for t in callable_}
         # Without several calls per turn, the end of the first call can stop generation at the server. Models
@@ -281,32 +281,30 @@ class ModelStep:
 
     def call_constraint(self) -> Constraint | None:
         """The grammar of a turn that owes a call (a correction has asked for one): the turn's, with no answer
-        branch and no made-up tool; compiled on first use. Told to list the directory first, with the very call
-        written out, the 1.5B answered "There are 0 Python files" again (the quick start): a demand the grammar
-        can enforce is not left to the model."""
-        if self.constraint is None or self.config.tool_choice != "auto":
-            return self.constraint  # no grammar, or the choice already decides (`required`, a name, `none`)
-        if self._owed is None:
-            self._owed, _ = select_constraints(
-                self._callable, mode=self.config.constrain, multiple_calls=self.config.multiple_calls,
-                max_tokens=self.config.max_tokens, tool_choice="required", dialect=self.dialect,
-            )
-        return self._owed
+        branch and no made-up tool. Told to list the directory first, with the very call written out, the 1.5B
+        answered "There are 0 Python files" again (the quick start): a demand the grammar can enforce is not left
+        to the model."""
+        return self._variant(tool_choice="required")
 
     def known_constraint(self) -> Constraint | None:
-        """The turn's grammar without the branch that lets a call name a tool not offered; compiled on first use.
-        That branch lets a model say which tool it wanted, so that it is told there is none and answers; once
-        told, naming another is no longer allowed. Behind Cline the 1.5B called a made-up `extract_text`, then
-        copied the unknown-tool message back twice, and the client got an empty answer."""
+        """The turn's grammar without the branch that lets a call name a tool not offered. That branch lets a
+        model say which tool it wanted, so that it is told there is none and answers; once told, naming another
+        is no longer allowed. Behind Cline the 1.5B called a made-up `extract_text`, then copied the unknown-tool
+        message back twice, and the client got an empty answer."""
+        return self._variant(other_tools=False)
+
+    def _variant(self, **changed: Any) -> Constraint | None:
+        """The turn's grammar with `changed` options for `select_constraints`, compiled on first use. Only under
+        `tool_choice: auto`: `required`, a name or `none` already admit no answer branch or no made-up tool."""
         if self.constraint is None or self.config.tool_choice != "auto":
-            return self.constraint  # no grammar, or the choice allows no made-up tool already
-        if self._known is None:
-            self._known, _ = select_constraints(
+            return self.constraint
+        key = tuple(sorted(changed.items()))
+        if key not in self._variants:
+            self._variants[key], _ = select_constraints(
                 self._callable, mode=self.config.constrain, multiple_calls=self.config.multiple_calls,
                 max_tokens=self.config.max_tokens, always={t.name for t in self.unlisted}, dialect=self.dialect,
-                other_tools=False,
-            )
-        return self._known
+                **changed)
+        return self._variants[key]
 
     def templates(self) -> list[str]:
         """Every template a conversation with this step can render (check them before the first request)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -202,7 +202,10 @@ class Server:
 
     async def not_found(self, request: Request) -> Response:
         path = request.url.path
-        meant = meant_route(request.method, path)
+        # The router's own routes, so the hint never names one this server does not answer.
+        known = [route.path for route in request.app.routes
+                 if isinstance(route, Route) and request.method in (route.methods or ()) and "{" not in route.path]
+        meant = meant_route(path, known)
         # A client's base URL with one `/v1` too many or too few is the usual cause (Codex's `base_url` ending in
         # `/v1` given as a server's root: `POST /v1/v1/responses`); the route it meant says how to fix it.
         hint = f"; this server answers {request.method} {meant} (check the client's base URL)" if meant else ""
@@ -473,18 +476,10 @@ def refused(path: str, status: int, message: str, kind: str) -> dict[str, Any]:
     return body
 
 
-#: The routes a client's misplaced base URL most often misses, by method (`meant_route`).
-KNOWN_ROUTES = {
-    "POST": ("/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/messages/count_tokens",
-             "/v1/responses/input_tokens", "/api/chat", "/api/show"),
-    "GET": ("/v1/models", "/api/tags", "/api/version"),
-}
-
-
-def meant_route(method: str, path: str) -> str | None:
-    """The route `path` most likely meant: one it ends with after a prefix too many (`/v1/v1/responses`,
-    `/openai/v1/chat/completions`), or the same under `/v1` (`/chat/completions`); None where none fits."""
-    known = KNOWN_ROUTES.get(method.upper(), ())
+def meant_route(path: str, known: Sequence[str]) -> str | None:
+    """The route of `known` that `path` most likely meant: one it ends with after a prefix too many
+    (`/v1/v1/responses`, `/openai/v1/chat/completions`), or the same under `/v1` (`/chat/completions`); None
+    where none fits."""
     trimmed = path.rstrip("/") or "/"
     if trimmed != path and trimmed in known:
         return trimmed

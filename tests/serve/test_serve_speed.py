@@ -168,15 +168,26 @@ def test_a_base_url_with_a_v1_too_many_or_too_few_is_told_the_route_it_meant(ups
 def test_the_route_a_misplaced_path_meant() -> None:
     from mylm.serve.app import meant_route
 
-    assert meant_route("POST", "/v1/v1/responses") == "/v1/responses"
-    assert meant_route("POST", "/openai/v1/chat/completions") == "/v1/chat/completions"
-    assert meant_route("POST", "/v1/v1/messages/count_tokens") == "/v1/messages/count_tokens"
-    assert meant_route("POST", "/responses") == "/v1/responses"
-    assert meant_route("POST", "/v1/chat/completions/") == "/v1/chat/completions"
-    assert meant_route("GET", "/models") == "/v1/models"
+    posts = ("/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/messages/count_tokens", "/api/chat")
+    assert meant_route("/v1/v1/responses", posts) == "/v1/responses"
+    assert meant_route("/openai/v1/chat/completions", posts) == "/v1/chat/completions"
+    assert meant_route("/v1/v1/messages/count_tokens", posts) == "/v1/messages/count_tokens"
+    assert meant_route("/responses", posts) == "/v1/responses"
+    assert meant_route("/v1/chat/completions/", posts) == "/v1/chat/completions"
+    assert meant_route("/models", ("/v1/models", "/api/tags")) == "/v1/models"
     for nothing in ("/v1/completions", "/", "/v1/responses/abc", "/admin"):
-        assert meant_route("POST", nothing) is None, nothing
-    assert meant_route("DELETE", "/v1/v1/responses") is None
+        assert meant_route(nothing, posts) is None, nothing
+    assert meant_route("/v1/v1/responses", ()) is None
+
+
+def test_the_404_names_only_a_route_the_server_answers_for_that_method(upstream: Any, served: str) -> None:
+    import requests
+
+    wrong = requests.get(served + "/v1/v1/models", timeout=30)
+    assert wrong.status_code == 404 and "this server answers GET /v1/models" in wrong.text
+    # /v1/responses takes POST only: a GET to a doubled path gets no hint that would fail again.
+    other = requests.get(served + "/v1/v1/responses", timeout=30)
+    assert other.status_code == 404 and "this server answers" not in other.text
 
 
 def test_chat_chunks_made_from_a_template_are_the_bytes_encoding_each_chunk_gives() -> None:
