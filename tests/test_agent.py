@@ -170,6 +170,20 @@ def test_agent_permission_hook_denial_is_fed_back() -> None:
     assert not os.path.exists("should-not-exist")
 
 
+def test_a_reply_that_only_copies_the_refusal_is_not_the_answer() -> None:
+    # The quick start's 1.5B: its `remember` refused (no terminal to ask), it answered with the refusal, word for
+    # word, and that went to the user as the answer.
+    reason = ("this call needs the user's approval (remember can change files or state), and no one can be asked in "
+              "this session (no terminal; the user can rerun with --yes)")
+    copied = (f"The call to remember was not run: {reason}. Do not retry it; use a read-only approach or answer "
+              "with what you have.")
+    llm = ScriptedLLM([call("execute_command", command="touch x"), copied, "There are 5 Python files."])
+    result = Agent(llm, [shell_tool(Path.cwd())], permission=lambda _c, _t: Permission.deny(reason)).run(
+        "How many Python files are there?")
+    assert result.final_text == "There are 5 Python files." and len(llm.requests) == 3
+    assert "How many Python files are there?" in llm.requests[2].messages[-1].content  # the task, restated
+
+
 def test_agent_format_error_is_reported_to_the_model() -> None:
     broken = "<tool_code>\n<name>add</name>\n<parameters>\n{'a': 1, b: }\n</parameters>\n</tool_code>"
     llm = ScriptedLLM([broken, call("add", a=1, b=1), "2"])

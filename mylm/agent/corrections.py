@@ -292,6 +292,12 @@ class Corrections:
                                               task=defuse_correction(" ".join(task.split())), unasked=unasked,
                                               elsewhere=neutralise(elsewhere), lost=lost))
 
+    def told(self, message: str) -> str:
+        """`message` (an observation already in the conversation's form, such as a refusal) remembered as mylm's
+        words: a reply that only copies it is no answer (`echoes`)."""
+        self.said += message + "\n"
+        return message
+
     def _told(self, message: str) -> str:
         """`message` in the step's dialect, remembered as said: a reply that only copies it is no answer (the
         1.5B answered BFCL irrelevance_0 with the made-up-values correction, word for word)."""

@@ -142,6 +142,10 @@ class ToolRunner:
         repeated = self._repeated(run, call, outcome) if ran or status == "denied" else self._forget(run)
         observation = (run.corrections.repeated_call(call.name, outcome.output, previous=run.repeats > 1)
                        if repeated else correction)
+        if status == "denied" and observation is None:
+            # mylm's words, not a tool's result: a reply that only copies the refusal is no answer. The quick
+            # start's 1.5B, its `remember` refused (no terminal to ask), answered with that message word for word.
+            observation = run.corrections.told(self._observe(call.name, outcome, status))
         yield from self._report(call, outcome, status, observations, observation)
         return outcome, valid
 
