@@ -209,7 +209,8 @@ class Server:
         # A client's base URL with one `/v1` too many or too few is the usual cause (Codex's `base_url` ending in
         # `/v1` given as a server's root: `POST /v1/v1/responses`); the route it meant says how to fix it.
         hint = f"; this server answers {request.method} {meant} (check the client's base URL)" if meant else ""
-        return self._error(api_of(path), RequestError(
+        # In the shape of the API the client speaks: the route it meant says which (Anthropic's SDK at /v1/v1/...).
+        return self._error(api_of(meant or path), RequestError(
             f"no route {request.method} {path}{hint}", status=404, kind="not_found_error", code="unknown_url"))
 
     def generation(self, api: ModuleType, route: str) -> Callable[[Request], Any]:

@@ -158,6 +158,7 @@ def test_a_base_url_with_a_v1_too_many_or_too_few_is_told_the_route_it_meant(ups
             pytest.raises(anthropic.NotFoundError) as missed:
         claude.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
     assert "no route POST /v1/v1/messages; this server answers POST /v1/messages" in str(missed.value)
+    assert missed.value.body["type"] == "error"  # type: ignore[index]  # Anthropic's own error shape
     with openai.OpenAI(base_url=served, api_key="unused", max_retries=0) as gpt, \
             pytest.raises(openai.NotFoundError) as missed_too:
         gpt.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
